@@ -1,0 +1,150 @@
+#include <cmath>
+#include <cstring>
+
+#include "gtest/gtest.h"
+#include "kernels/core/allocator.h"
+#include "kernels/core/status.h"
+#include "kernels/core/tensor.h"
+#include "kernels/core/testing.h"
+
+namespace sg {
+namespace {
+
+float FromBits(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
+}
+
+// Every bf16 and f16 value survives a trip through float exactly.
+TEST(DTypeTest, SixteenBitTypesRoundTripEveryValue) {
+  for (uint32_t b = 0; b < 65536; ++b) {
+    BFloat16 x{uint16_t(b)};
+    Half h{uint16_t(b)};
+    if (!std::isnan(x.ToFloat())) {
+      EXPECT_EQ(BFloat16::FromFloat(x.ToFloat()).bits, b) << b;
+    }
+    if (!std::isnan(h.ToFloat())) {
+      EXPECT_EQ(Half::FromFloat(h.ToFloat()).bits, b) << b;
+    }
+  }
+}
+
+// Conversion picks the nearest representable value (independent check through double arithmetic).
+TEST(DTypeTest, ConversionRoundsToNearest) {
+  std::uniform_int_distribution<uint32_t> bits;
+  auto& rng = testing::Rng();
+  for (int i = 0; i < 200000; ++i) {
+    float f = FromBits(bits(rng));
+    if (std::isnan(f) || std::isinf(f)) continue;
+    const double d = f;
+    BFloat16 b = BFloat16::FromFloat(f);
+    if (!std::isinf(b.ToFloat())) {
+      for (int delta : {-1, 1}) {
+        BFloat16 n{uint16_t(b.bits + delta)};
+        if (std::isnan(n.ToFloat()) || std::isinf(n.ToFloat())) continue;
+        if ((b.bits & 0x7fff) == 0 && delta == -1) continue;  // crossing zero changes sign, not magnitude
+        EXPECT_LE(std::abs(double(b.ToFloat()) - d), std::abs(double(n.ToFloat()) - d)) << f;
+      }
+    }
+    float small = std::ldexp(f, -std::ilogb(f) + (i % 40) - 20);  // values within half's range
+    Half h = Half::FromFloat(small);
+    if (std::isinf(h.ToFloat())) {
+      EXPECT_GE(std::abs(small), 65504.0f) << small;
+      continue;
+    }
+    for (int delta : {-1, 1}) {
+      Half n{uint16_t(h.bits + delta)};
+      if (std::isnan(n.ToFloat()) || std::isinf(n.ToFloat()) || ((h.bits & 0x7fff) == 0 && delta == -1)) continue;
+      EXPECT_LE(std::abs(double(h.ToFloat()) - small), std::abs(double(n.ToFloat()) - small)) << small;
+    }
+  }
+}
+
+TEST(DTypeTest, NamesParseBack) {
+  for (DType t : {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64}) {
+    EXPECT_EQ(ParseDType(DTypeName(t)).value(), t);
+  }
+  absl::StatusOr<DType> bad = ParseDType("fp8");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("'fp8'"), std::string::npos) << bad.status();
+}
+
+TEST(TensorTest, ViewsReshapeAndSlice) {
+  Tensor t = Tensor::Empty({6, 4}, DType::kF32, Device::Cpu()).value();
+  for (int i = 0; i < 24; ++i) t.data<float>()[i] = float(i);
+  TensorView rows = t.view().Slice0(2, 5).value();
+  EXPECT_EQ(rows.shape(), (Shape{3, 4}));
+  EXPECT_EQ(rows.data<float>()[0], 8.0f);
+  EXPECT_TRUE(rows.is_contiguous());
+  EXPECT_EQ(t.view().Reshape({24}).value().numel(), 24);
+  EXPECT_FALSE(t.view().Reshape({5, 5}).ok());
+  EXPECT_FALSE(t.view().Slice0(4, 7).ok());
+  EXPECT_FALSE(Tensor::Empty({2, -1}, DType::kF32, Device::Cpu()).ok());
+}
+
+TEST(TensorTest, ExpectTensorNamesBothSides) {
+  Tensor t = Tensor::Empty({3}, DType::kF32, Device::Cpu()).value();
+  absl::Status s = ExpectTensor(t, "rmsnorm weight", DType::kBF16, {3}, Device::Cpu());
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.message().find("rmsnorm weight: expected contiguous bf16[3]@cpu, found f32[3]@cpu"),
+            std::string::npos)
+      << s;
+}
+
+TEST(AllocatorTest, HostCountsCurrentAndPeak) {
+  Allocator* a = AllocatorFor(Device::Cpu()).value();
+  a->ResetPeak();
+  const int64_t base = a->CurrentBytes();
+  void* p = a->Allocate(1000).value();
+  void* q = a->Allocate(64).value();
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 256, 0u);
+  EXPECT_EQ(a->CurrentBytes() - base, 1024 + 64);
+  a->Free(p);
+  EXPECT_EQ(a->CurrentBytes() - base, 64);
+  EXPECT_EQ(a->PeakBytes() - base, 1024 + 64);
+  a->Free(q);
+}
+
+TEST(AllocatorTest, CudaUnavailableIsAnError) {
+  if (CudaAvailable()) GTEST_SKIP() << "a CUDA device is present";
+  absl::StatusOr<Allocator*> a = AllocatorFor(Device::Cuda(0));
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(CudaTest, CachingAllocatorReusesAndTracksPeak) {
+  SG_SKIP_WITHOUT_CUDA();
+  Allocator* a = AllocatorFor(Device::Cuda(0)).value();
+  a->ResetPeak();
+  void* p = a->Allocate(3 << 20).value();
+  const int64_t reserved = a->ReservedBytes();
+  a->Free(p);
+  void* q = a->Allocate(3 << 20).value();
+  EXPECT_EQ(p, q) << "a freed block of the same size must be reused";
+  EXPECT_EQ(a->ReservedBytes(), reserved);
+  EXPECT_GE(a->PeakBytes(), 3 << 20);
+  a->Free(q);
+}
+
+TEST(CudaTest, CopyRoundTripAndEvents) {
+  SG_SKIP_WITHOUT_CUDA();
+  auto& rng = testing::Rng();
+  Stream s = Stream::Create(Device::Cuda(0)).value();
+  Tensor h = testing::RandomTensor({1000, 3}, DType::kBF16, Device::Cpu(), rng);
+  Tensor d = Tensor::Empty(h.shape(), h.dtype(), Device::Cuda(0)).value();
+  Tensor back = Tensor::Empty(h.shape(), h.dtype(), Device::Cpu()).value();
+  testing::Poison(back);
+  Event start = Event::Create(s.device(), /*timing=*/true).value();
+  Event stop = Event::Create(s.device(), /*timing=*/true).value();
+  ASSERT_TRUE(start.Record(s).ok());
+  ASSERT_TRUE(CopyTensor(h, d, s).ok());
+  ASSERT_TRUE(CopyTensor(d, back, s).ok());
+  ASSERT_TRUE(stop.Record(s).ok());
+  ASSERT_TRUE(stop.Synchronize().ok());
+  EXPECT_GE(stop.ElapsedMsSince(start).value(), 0.0f);
+  EXPECT_EQ(testing::ToHost(back), testing::ToHost(h));
+}
+
+}  // namespace
+}  // namespace sg

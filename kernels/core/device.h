@@ -1,0 +1,40 @@
+// Where a tensor lives: the CPU, or a CUDA device by ordinal.
+//
+//   sg::Device d = sg::CudaAvailable() ? sg::Device::Cuda(0) : sg::Device::Cpu();
+//   std::cout << d.ToString();  // "cpu" or "cuda:0"
+#ifndef SGTRAIN_KERNELS_CORE_DEVICE_H_
+#define SGTRAIN_KERNELS_CORE_DEVICE_H_
+
+#include <string>
+
+namespace sg {
+
+struct Device {
+  enum class Kind : uint8_t { kCpu, kCuda };
+  Kind kind = Kind::kCpu;
+  int ordinal = 0;
+
+  static constexpr Device Cpu() { return Device{Kind::kCpu, 0}; }
+  static constexpr Device Cuda(int ordinal) { return Device{Kind::kCuda, ordinal}; }
+  bool is_cpu() const { return kind == Kind::kCpu; }
+  bool is_cuda() const { return kind == Kind::kCuda; }
+  std::string ToString() const;
+
+  friend bool operator==(const Device& a, const Device& b) {
+    return a.kind == b.kind && (a.kind == Kind::kCpu || a.ordinal == b.ordinal);
+  }
+  friend bool operator!=(const Device& a, const Device& b) { return !(a == b); }
+};
+
+// Number of usable CUDA devices: 0 when built without CUDA, or when the driver finds none.
+int CudaDeviceCount();
+
+// True when at least one CUDA device can be used.
+inline bool CudaAvailable() { return CudaDeviceCount() > 0; }
+
+// Why CUDA is not available ("built without CUDA", "no CUDA device: <driver's message>"), or "".
+std::string CudaUnavailableReason();
+
+}  // namespace sg
+
+#endif  // SGTRAIN_KERNELS_CORE_DEVICE_H_

@@ -1,0 +1,134 @@
+#include "kernels/core/testing.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <iostream>
+#include <limits>
+
+namespace sg::testing {
+
+std::mt19937_64& Rng() {
+  static std::mt19937_64* rng = [] {
+    uint64_t seed;
+    if (const char* s = std::getenv("SG_TEST_SEED"); s != nullptr && *s != '\0') {
+      seed = std::strtoull(s, nullptr, 10);
+    } else {
+      seed = (uint64_t(std::random_device{}()) << 32) ^ std::random_device{}();
+    }
+    std::cerr << "random seed " << seed << " (set SG_TEST_SEED to replay)\n";
+    return new std::mt19937_64(seed);
+  }();
+  return *rng;
+}
+
+namespace {
+
+template <typename T>
+void FillHost(const TensorView& t, const std::vector<double>& v) {
+  T* p = t.data<T>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+      p[i] = T::FromFloat(float(v[i]));
+    } else {
+      p[i] = T(v[i]);
+    }
+  }
+}
+
+template <typename T>
+void ReadHost(const TensorView& t, std::vector<double>& v) {
+  const T* p = t.data<T>();
+  for (size_t i = 0; i < v.size(); ++i) {
+    if constexpr (std::is_same_v<T, BFloat16> || std::is_same_v<T, Half>) {
+      v[i] = p[i].ToFloat();
+    } else {
+      v[i] = double(p[i]);
+    }
+  }
+}
+
+Tensor HostCopy(const TensorView& t) {
+  Tensor h = Tensor::Empty(t.shape(), t.dtype(), Device::Cpu()).value();
+  if (t.device().is_cpu()) {
+    std::memcpy(h.view().raw(), t.raw(), size_t(t.nbytes()));
+  } else {
+    Stream s = Stream::Cpu();
+    absl::Status st = CopyTensor(t, h, s);
+    if (!st.ok()) ADD_FAILURE() << st;
+  }
+  return h;
+}
+
+}  // namespace
+
+Tensor FromHost(const std::vector<double>& values, const Shape& shape, DType dtype, Device device) {
+  Tensor h = Tensor::Empty(shape, dtype, Device::Cpu()).value();
+  switch (dtype) {
+    case DType::kF32: FillHost<float>(h, values); break;
+    case DType::kBF16: FillHost<BFloat16>(h, values); break;
+    case DType::kF16: FillHost<Half>(h, values); break;
+    case DType::kI32: FillHost<int32_t>(h, values); break;
+    case DType::kI64: FillHost<int64_t>(h, values); break;
+  }
+  if (device.is_cpu()) return h;
+  Tensor d = Tensor::Empty(shape, dtype, device).value();
+  absl::Status st = CopyTensor(h, d, Stream::Cpu());
+  if (!st.ok()) ADD_FAILURE() << st;
+  return d;
+}
+
+Tensor RandomTensor(const Shape& shape, DType dtype, Device device, std::mt19937_64& rng, float scale) {
+  std::uniform_real_distribution<double> u(-scale, scale);
+  std::vector<double> v(size_t(NumElements(shape)));
+  for (double& x : v) x = u(rng);
+  return FromHost(v, shape, dtype, device);
+}
+
+void Poison(const TensorView& t) {
+  const int byte = IsFloating(t.dtype()) ? 0xff : 0x7f;  // all-ones is NaN in every float type
+  if (t.device().is_cpu()) {
+    std::memset(t.raw(), byte, size_t(t.nbytes()));
+    return;
+  }
+  Tensor h = Tensor::Empty(t.shape(), t.dtype(), Device::Cpu()).value();
+  std::memset(h.view().raw(), byte, size_t(t.nbytes()));
+  absl::Status st = CopyTensor(h, t, Stream::Cpu());
+  if (!st.ok()) ADD_FAILURE() << st;
+}
+
+std::vector<double> ToHost(const TensorView& t) {
+  Tensor h = HostCopy(t);
+  std::vector<double> v(size_t(t.numel()));
+  switch (t.dtype()) {
+    case DType::kF32: ReadHost<float>(h, v); break;
+    case DType::kBF16: ReadHost<BFloat16>(h, v); break;
+    case DType::kF16: ReadHost<Half>(h, v); break;
+    case DType::kI32: ReadHost<int32_t>(h, v); break;
+    case DType::kI64: ReadHost<int64_t>(h, v); break;
+  }
+  return v;
+}
+
+double RelativeError(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return std::numeric_limits<double>::infinity();
+    num += (a[i] - b[i]) * (a[i] - b[i]);
+    den += b[i] * b[i];
+  }
+  return den == 0 ? std::sqrt(num) : std::sqrt(num / den);
+}
+
+double MaxAbsError(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isnan(a[i])) return std::numeric_limits<double>::infinity();
+    m = std::max(m, std::abs(a[i] - b[i]));
+  }
+  return m;
+}
+
+}  // namespace sg::testing
