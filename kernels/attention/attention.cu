@@ -1,0 +1,2 @@
+// placeholder
+#include "kernels/attention/attention_internal.h"
