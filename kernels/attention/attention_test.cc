@@ -83,9 +83,12 @@ Result RunAttention(const Problem& p, const Inputs& in, DType dtype, Device devi
   Tensor out = Output(p.QShape(), dtype, device), lse = Output(p.StatShape(), DType::kF32, device);
   Tensor dq = Output(p.QShape(), dtype, device), dk = Output(p.KShape(), dtype, device);
   Tensor dv = Output(p.KShape(), dtype, device);
-  EXPECT_TRUE(AttentionForward(q, k, v, p.Options(), out, lse, stream).ok());
-  EXPECT_TRUE(AttentionBackward(q, k, v, out, dout, lse, p.Options(), dq, dk, dv, stream).ok());
-  EXPECT_TRUE(stream.Synchronize().ok());
+  absl::Status st = AttentionForward(q, k, v, p.Options(), out, lse, stream);
+  EXPECT_TRUE(st.ok()) << st;
+  st = AttentionBackward(q, k, v, out, dout, lse, p.Options(), dq, dk, dv, stream);
+  EXPECT_TRUE(st.ok()) << st;
+  st = stream.Synchronize();
+  EXPECT_TRUE(st.ok()) << st;
   return {ToHost(out), ToHost(lse), ToHost(dq), ToHost(dk), ToHost(dv)};
 }
 
@@ -245,11 +248,14 @@ void CheckBlocksEqualFull(const Problem& p, const std::vector<int64_t>& cuts, DT
     Tensor v = FromHost(SliceSeq(in.v, p.batch, p.seq_k, cuts[c], cuts[c + 1]), bp.KShape(), dtype, device);
     Tensor bout = Output(p.QShape(), dtype, device), blse = Output(p.StatShape(), DType::kF32, device);
     ASSERT_TRUE(AttentionForward(q, k, v, bp.Options(), bout, blse, stream).ok());
+    // Host copies run on the legacy stream: order them after the kernels explicitly.
+    ASSERT_TRUE(stream.Synchronize().ok());
     Tensor bout32 = FromHost(ToHost(bout), p.QShape(), DType::kF32, device);
     ASSERT_TRUE(AttentionMerge(out, lse, bout32, blse, out, lse, stream).ok());
     Tensor dq = Output(p.QShape(), dtype, device), dk = Output(bp.KShape(), dtype, device);
     Tensor dv = Output(bp.KShape(), dtype, device);
     ASSERT_TRUE(AttentionBlockBackward(q, k, v, dout, global_lse, delta, bp.Options(), dq, dk, dv, stream).ok());
+    ASSERT_TRUE(stream.Synchronize().ok());
     const Vec dqh = ToHost(dq);
     for (size_t i = 0; i < dq_sum.size(); ++i) dq_sum[i] += dqh[i];
     dk_parts.push_back(ToHost(dk));
