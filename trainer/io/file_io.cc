@@ -32,11 +32,6 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
 
  private:
   int fd_;
@@ -76,39 +71,56 @@ absl::Status FsyncDirectory(const std::string& dir) {
   return absl::OkStatus();
 }
 
-absl::Status WriteFileAtomic(const std::string& path, absl::string_view contents) {
-  const std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
-  {
-    Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
-    if (fd.get() < 0) return ErrnoError("cannot create", tmp, errno);
-    size_t done = 0;
-    while (done < contents.size()) {
-      ssize_t n = ::write(fd.get(), contents.data() + done, contents.size() - done);
-      if (n < 0 && errno == EINTR) continue;
-      if (n < 0) {
-        const int err = errno;
-        ::unlink(tmp.c_str());
-        return ErrnoError("cannot write", tmp, err);
-      }
-      done += size_t(n);
-    }
-    if (::fsync(fd.get()) != 0) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      return ErrnoError("cannot fsync", tmp, err);
-    }
-    if (::close(fd.release()) != 0) {
-      const int err = errno;
-      ::unlink(tmp.c_str());
-      return ErrnoError("cannot close", tmp, err);
-    }
+absl::StatusOr<std::unique_ptr<AtomicFileWriter>> AtomicFileWriter::Open(const std::string& path) {
+  std::string tmp = absl::StrCat(path, ".tmp.", ::getpid());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return ErrnoError("cannot create", tmp, errno);
+  return std::unique_ptr<AtomicFileWriter>(new AtomicFileWriter(path, std::move(tmp), fd));
+}
+
+AtomicFileWriter::~AtomicFileWriter() {
+  if (fd_ >= 0) {
+    ::close(fd_);
+    ::unlink(tmp_.c_str());
   }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+}
+
+absl::Status AtomicFileWriter::Append(const void* data, size_t n) {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("'", path_, "': append after Commit"));
+  const char* p = static_cast<const char*>(data);
+  size_t done = 0;
+  while (done < n) {
+    ssize_t k = ::write(fd_, p + done, n - done);
+    if (k < 0 && errno == EINTR) continue;
+    if (k < 0) return ErrnoError("cannot write", tmp_, errno);
+    done += size_t(k);
+  }
+  written_ += int64_t(n);
+  return absl::OkStatus();
+}
+
+absl::Status AtomicFileWriter::Commit() {
+  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("'", path_, "': Commit called twice"));
+  if (::fsync(fd_) != 0) return ErrnoError("cannot fsync", tmp_, errno);
+  const int fd = fd_;
+  fd_ = -1;
+  if (::close(fd) != 0) {
     const int err = errno;
-    ::unlink(tmp.c_str());
-    return ErrnoError(absl::StrCat("cannot rename '", tmp, "' to"), path, err);
+    ::unlink(tmp_.c_str());
+    return ErrnoError("cannot close", tmp_, err);
   }
-  return FsyncDirectory(DirName(path));
+  if (::rename(tmp_.c_str(), path_.c_str()) != 0) {
+    const int err = errno;
+    ::unlink(tmp_.c_str());
+    return ErrnoError(absl::StrCat("cannot rename '", tmp_, "' to"), path_, err);
+  }
+  return FsyncDirectory(DirName(path_));
+}
+
+absl::Status WriteFileAtomic(const std::string& path, absl::string_view contents) {
+  SG_ASSIGN_OR_RETURN(std::unique_ptr<AtomicFileWriter> w, AtomicFileWriter::Open(path));
+  SG_RETURN_IF_ERROR(w->Append(contents));
+  return w->Commit();
 }
 
 absl::Status MakeDirectories(const std::string& dir) {

@@ -66,6 +66,34 @@ TEST(FileIoTest, ErrorsNameThePath) {
   EXPECT_NE(bad.message().find("no/such/dir"), std::string::npos);
 }
 
+TEST(FileIoTest, UncommittedStreamingWriterLeavesThePreviousFile) {
+  const std::string dir = JoinPath(TmpDir(), "stream");
+  ASSERT_TRUE(MakeDirectories(dir).ok());
+  const std::string path = JoinPath(dir, "f");
+  ASSERT_TRUE(WriteFileAtomic(path, "old").ok());
+  {
+    auto w = AtomicFileWriter::Open(path);
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE((*w)->Append("new contents").ok());
+    EXPECT_EQ((*w)->bytes_written(), 12);
+    EXPECT_EQ(ReadWithStream(path), "old");  // nothing visible before Commit
+  }  // dropped without Commit (as when an error stops a save)
+  EXPECT_EQ(ReadWithStream(path), "old");
+  int entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    (void)e;
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1);
+  auto w = AtomicFileWriter::Open(path);
+  ASSERT_TRUE(w.ok());
+  ASSERT_TRUE((*w)->Append("new").ok());
+  ASSERT_TRUE((*w)->Commit().ok());
+  EXPECT_EQ(ReadWithStream(path), "new");
+  EXPECT_FALSE((*w)->Append("x").ok());
+  EXPECT_FALSE((*w)->Commit().ok());
+}
+
 TEST(FileIoTest, PathHelpers) {
   EXPECT_EQ(DirName("a/b/c"), "a/b");
   EXPECT_EQ(DirName("c"), ".");
