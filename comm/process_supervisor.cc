@@ -172,6 +172,7 @@ absl::StatusOr<SupervisedResult> RunSupervised(const std::vector<ProcessSpec>& s
       }
     }
     absl::Time now = absl::Now();
+    if (running > 0 && opt.stop_requested && opt.stop_requested()) stop_all();
     if (running > 0 && now >= opt.deadline && !result.timed_out) {
       result.timed_out = true;
       stop_all();

@@ -31,6 +31,9 @@ struct SupervisorOptions {
   absl::Duration grace = absl::Seconds(5);
   // Everything still running at the deadline is stopped the same way; the result says so.
   absl::Time deadline = absl::InfiniteFuture();
+  // Polled every ~50 ms; when it returns true every process is stopped the same way (the launcher
+  // sets it from SIGINT/SIGTERM).
+  std::function<bool()> stop_requested;
 };
 
 struct SupervisedResult {
