@@ -93,17 +93,16 @@ def _nvcc_objects_impl(ctx):
     for src in ctx.files.srcs:
         stem = ctx.attr.name + "/" + src.basename[:-len(".cu")]
         pic = ctx.actions.declare_file(stem + ".pic.o")
-        obj = ctx.actions.declare_file(stem + ".o")
         ctx.actions.run_shell(
             inputs = inputs,
-            outputs = [pic, obj],
-            command = '"$1" "${@:4}" -c "$2" -o "$3" && cp "$3" "%s"' % obj.path,
+            outputs = [pic],
+            command = '"$1" "${@:4}" -c "$2" -o "$3"',
             arguments = [NVCC, src.path, pic.path] + flags,
             mnemonic = "Nvcc",
             progress_message = "nvcc %s" % src.short_path,
             use_default_shell_env = True,
         )
-        outs += [pic, obj]
+        outs.append(pic)
     return [DefaultInfo(files = depset(outs))]
 
 _nvcc_objects = rule(

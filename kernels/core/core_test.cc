@@ -3,6 +3,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/core/allocator.h"
+#include "kernels/core/parallel.h"
 #include "kernels/core/status.h"
 #include "kernels/core/tensor.h"
 #include "kernels/core/testing.h"
@@ -144,6 +145,16 @@ TEST(CudaTest, CopyRoundTripAndEvents) {
   ASSERT_TRUE(stop.Synchronize().ok());
   EXPECT_GE(stop.ElapsedMsSince(start).value(), 0.0f);
   EXPECT_EQ(testing::ToHost(back), testing::ToHost(h));
+}
+
+TEST(ParallelTest, CoversEveryIndexOnce) {
+  for (int64_t n : {1, 7, 1000, 100003}) {
+    std::vector<int> hits(size_t(n), 0);
+    ParallelFor(n, 3, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) ++hits[size_t(i)];
+    });
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)], 1) << "n=" << n << " i=" << i;
+  }
 }
 
 }  // namespace

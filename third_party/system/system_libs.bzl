@@ -35,42 +35,42 @@ def system_libraries():
         name = "com_google_absl",
         package = "libabsl-dev",
         required_files = ["/usr/include/absl/status/status.h", _LIBDIR + "/libabsl_status.a"],
-        build_file = "//third_party/system:absl.BUILD",
+        build_file = Label("//third_party/system:absl.BUILD"),
     )
     system_library(
         name = "eigen",
         package = "libeigen3-dev",
         required_files = ["/usr/include/eigen3/Eigen/Core"],
         symlinks = {"Eigen": "/usr/include/eigen3/Eigen", "unsupported": "/usr/include/eigen3/unsupported"},
-        build_file = "//third_party/system:eigen.BUILD",
+        build_file = Label("//third_party/system:eigen.BUILD"),
     )
     system_library(
         name = "com_google_googletest",
         package = "libgtest-dev",
         required_files = ["/usr/include/gtest/gtest.h", _LIBDIR + "/libgtest.a"],
-        build_file = "//third_party/system:gtest.BUILD",
+        build_file = Label("//third_party/system:gtest.BUILD"),
     )
     system_library(
         name = "com_github_google_benchmark",
         package = "libbenchmark-dev",
         required_files = ["/usr/include/benchmark/benchmark.h", _LIBDIR + "/libbenchmark.so"],
-        build_file = "//third_party/system:benchmark.BUILD",
+        build_file = Label("//third_party/system:benchmark.BUILD"),
     )
     system_library(
         name = "ucx",
         package = "libucx-dev",
         required_files = ["/usr/include/ucp/api/ucp.h", _LIBDIR + "/libucp.so"],
-        build_file = "//third_party/system:ucx.BUILD",
+        build_file = Label("//third_party/system:ucx.BUILD"),
     )
     system_library(
         name = "nlohmann_json",
         package = "nlohmann-json3-dev",
         required_files = ["/usr/include/nlohmann/json.hpp"],
-        build_file = "//third_party/system:json.BUILD",
+        build_file = Label("//third_party/system:json.BUILD"),
     )
     system_library(
         name = "sentencepiece",
         package = "libsentencepiece-dev",
         required_files = ["/usr/include/sentencepiece_processor.h", _LIBDIR + "/libsentencepiece.so"],
-        build_file = "//third_party/system:sentencepiece.BUILD",
+        build_file = Label("//third_party/system:sentencepiece.BUILD"),
     )

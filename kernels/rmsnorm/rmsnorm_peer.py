@@ -1,0 +1,52 @@
+"""PyTorch peer for rmsnorm_benchmark: the same shapes and byte counts, eager and torch.compile.
+
+Run on the GPU machine in the same command as the benchmark:  python3 kernels/rmsnorm/rmsnorm_peer.py
+Prints one line per (variant, direction, shape) with GB/s (bytes: x read + y written [+ dy read]).
+"""
+import torch
+import torch._functorch.config
+import torch.nn.functional as F
+
+
+def rmsnorm(x, w, eps=1e-5):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
+
+
+def bench(fn, iters=50):
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(iters):
+        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        s.record()
+        fn()
+        e.record()
+        e.synchronize()
+        times.append(s.elapsed_time(e) / 1e3)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main():
+    torch._functorch.config.donated_buffer = False  # the timing loop re-runs one backward graph
+    compiled = torch.compile(rmsnorm)
+    for rows, dim in [(16384, 2048), (8192, 4096)]:
+        x = torch.randn(rows, dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        w = torch.randn(dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        dy = torch.randn_like(x)
+        fwd_bytes = rows * dim * 2 * 2
+        bwd_bytes = rows * dim * 2 * 3
+        for name, fn in [("eager", rmsnorm), ("F.rms_norm", lambda a, b: F.rms_norm(a, (dim,), b, 1e-5)),
+                         ("compile", compiled)]:
+            with torch.no_grad():
+                t = bench(lambda: fn(x, w))
+            print(f"peer {name:10s} fwd bf16 {rows}x{dim}: {fwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us)")
+            y = fn(x, w)
+            t = bench(lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True))
+            print(f"peer {name:10s} bwd bf16 {rows}x{dim}: {bwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us)")
+
+
+if __name__ == "__main__":
+    main()
