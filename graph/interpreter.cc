@@ -39,7 +39,7 @@ HostTensor Like(const HostTensor& t) { return HostTensor::Zeros(t.shape, t.dtype
 
 double RoundTo(DType d, double v) {
   switch (d) {
-    case DType::kF32: return double(float(v));
+    case DType::kF32: return v;  // f32 values are carried in double everywhere else too
     case DType::kBF16: return BFloat16::FromFloat(float(v)).ToFloat();
     case DType::kF16: return Half::FromFloat(float(v)).ToFloat();
     case DType::kI32:
