@@ -1,5 +1,7 @@
 #include "sharding/planner.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "graph/ops.h"
@@ -91,9 +93,12 @@ absl::StatusOr<PlannerResult> ChooseStrategy(const graph::Graph& g, const Device
       continue;
     }
     const Candidate& best = r.candidates[r.chosen];
+    // Step times within 1% are a tie the model cannot resolve: the smaller footprint wins.
+    const bool tie = std::abs(c.cost.step_s - best.cost.step_s) <= 0.01 * best.cost.step_s;
+    const bool smaller = c.cost.memory.Total() < best.cost.memory.Total();
     const bool better = c.fits != best.fits ? c.fits
-                        : c.fits ? c.cost.step_s < best.cost.step_s
-                                 : c.cost.memory.Total() < best.cost.memory.Total();
+                        : c.fits ? (tie ? smaller : c.cost.step_s < best.cost.step_s)
+                                 : smaller;
     if (better) r.chosen = i;
   }
   if (r.chosen < 0) {

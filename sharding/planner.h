@@ -11,7 +11,8 @@
 // the parameter count and hides under compute when compute is long enough (large batch);
 // tensor-parallel traffic scales with activations and never hides, but does not grow with the
 // parameters. So a small model with a large batch gets replicate/FSDP, and a huge layer with a
-// small batch gets TP. Candidates that do not fit are discarded; when none fits, the one with the
+// small batch gets TP. Modelled step times within 1% count as a tie, broken by the smaller memory
+// footprint (e.g. FSDP over HYBRID_SHARD when both hide their traffic). Candidates that do not fit are discarded; when none fits, the one with the
 // least memory is returned with `fits == false` and an explanation saying so.
 #ifndef SGTRAIN_SHARDING_PLANNER_H_
 #define SGTRAIN_SHARDING_PLANNER_H_
