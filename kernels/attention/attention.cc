@@ -1,0 +1,219 @@
+// Argument checks and device dispatch for attention.h: CPU -> attention_cpu.cc, CUDA ->
+// attention.cu (when built with CUDA).
+#include "kernels/attention/attention.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/attention/attention_internal.h"
+#include "kernels/core/status.h"
+
+namespace sg::kernels {
+namespace {
+
+using internal::AttentionParams;
+
+absl::Status ExpectRank4(const TensorView& t, absl::string_view what) {
+  SG_CHECK_ARG(t.rank() == 4, "attention ", what,
+               ": expected rank 4 [batch, seq, heads, head_dim], found ", t.ToString());
+  SG_CHECK_ARG(t.is_contiguous(), "attention ", what, ": expected a contiguous tensor, found ",
+               t.ToString());
+  return absl::OkStatus();
+}
+
+// Checks q, k, v against each other and resolves the problem description.
+absl::StatusOr<AttentionParams> CheckInputs(const TensorView& q, const TensorView& k,
+                                            const TensorView& v, const AttentionOptions& opt) {
+  SG_RETURN_IF_ERROR(ExpectRank4(q, "q"));
+  SG_RETURN_IF_ERROR(ExpectRank4(k, "k"));
+  SG_CHECK_ARG(q.dtype() == DType::kF32 || q.dtype() == DType::kBF16,
+               "attention q: expected f32 or bf16, found ", q.ToString());
+  AttentionParams p;
+  p.batch = q.dim(0);
+  p.seq_q = q.dim(1);
+  p.heads = q.dim(2);
+  p.head_dim = q.dim(3);
+  p.seq_k = k.dim(1);
+  p.kv_heads = k.dim(2);
+  SG_CHECK_ARG(k.dim(0) == p.batch && k.dim(3) == p.head_dim,
+               "attention k: expected [", p.batch, ", seq_k, kv_heads, ", p.head_dim,
+               "] to match q ", q.ToString(), ", found ", k.ToString());
+  SG_CHECK_ARG(p.kv_heads > 0 && p.heads % p.kv_heads == 0, "attention: kv_heads (", p.kv_heads,
+               ", from k ", k.ToString(), ") must divide heads (", p.heads, ", from q ",
+               q.ToString(), ")");
+  SG_RETURN_IF_ERROR(ExpectTensor(k, "attention k", q.dtype(), k.shape(), q.device()));
+  SG_RETURN_IF_ERROR(ExpectTensor(v, "attention v", q.dtype(), k.shape(), q.device()));
+  SG_RETURN_IF_ERROR(ExpectRank4(v, "v"));
+  p.causal = opt.causal;
+  p.scale = opt.scale.value_or(p.head_dim > 0 ? 1.0 / std::sqrt(double(p.head_dim)) : 1.0);
+  SG_CHECK_ARG(std::isfinite(p.scale), "attention: scale must be finite, found ", p.scale);
+  p.q_offset = opt.q_offset;
+  p.k_offset = opt.k_offset;
+  return p;
+}
+
+absl::Status ExpectStat(const TensorView& t, absl::string_view what, const AttentionParams& p,
+                        Device device) {
+  return ExpectTensor(t, what, DType::kF32, {p.batch, p.heads, p.seq_q}, device);
+}
+
+// The CUDA kernels cover bf16 with head_dim 64 or 128.
+absl::Status CheckCudaSupport(const TensorView& q, const AttentionParams& p) {
+#ifdef SG_WITH_CUDA
+  if (q.dtype() != DType::kBF16 || (p.head_dim != 64 && p.head_dim != 128)) {
+    return absl::UnimplementedError(
+        absl::StrCat("CUDA attention supports bf16 with head_dim 64 or 128, found ", q.ToString()));
+  }
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError(
+      absl::StrCat("attention on ", q.ToString(), ": built without CUDA"));
+#endif
+}
+
+}  // namespace
+
+absl::Status AttentionForward(const TensorView& q, const TensorView& k, const TensorView& v,
+                              const AttentionOptions& options, const TensorView& out,
+                              const TensorView& lse, const Stream& stream) {
+  SG_ASSIGN_OR_RETURN(AttentionParams p, CheckInputs(q, k, v, options));
+  SG_RETURN_IF_ERROR(ExpectTensor(out, "attention out", q.dtype(), q.shape(), q.device()));
+  SG_RETURN_IF_ERROR(ExpectStat(lse, "attention lse", p, q.device()));
+  if (q.device().is_cpu()) {
+    if (q.dtype() == DType::kF32) {
+      internal::AttentionForwardCpu(p, q.data<float>(), k.data<float>(), v.data<float>(),
+                                    out.data<float>(), lse.data<float>());
+    } else {
+      internal::AttentionForwardCpu(p, q.data<BFloat16>(), k.data<BFloat16>(), v.data<BFloat16>(),
+                                    out.data<BFloat16>(), lse.data<float>());
+    }
+    return absl::OkStatus();
+  }
+  SG_RETURN_IF_ERROR(CheckCudaSupport(q, p));
+#ifdef SG_WITH_CUDA
+  return internal::AttentionForwardCuda(p, q.raw(), k.raw(), v.raw(), out.raw(), lse.data<float>(),
+                                        stream.native());
+#else
+  return absl::InternalError("unreachable");
+#endif
+}
+
+absl::Status AttentionBackwardDelta(const TensorView& out, const TensorView& dout,
+                                    const TensorView& delta, const Stream& stream) {
+  SG_RETURN_IF_ERROR(ExpectRank4(out, "out"));
+  SG_CHECK_ARG(out.dtype() == DType::kF32 || out.dtype() == DType::kBF16,
+               "attention out: expected f32 or bf16, found ", out.ToString());
+  SG_RETURN_IF_ERROR(ExpectTensor(dout, "attention dout", out.dtype(), out.shape(), out.device()));
+  AttentionParams p;
+  p.batch = out.dim(0);
+  p.seq_q = out.dim(1);
+  p.heads = out.dim(2);
+  p.head_dim = out.dim(3);
+  SG_RETURN_IF_ERROR(ExpectStat(delta, "attention delta", p, out.device()));
+  if (out.device().is_cpu()) {
+    if (out.dtype() == DType::kF32) {
+      internal::AttentionBackwardDeltaCpu(p, out.data<float>(), dout.data<float>(),
+                                          delta.data<float>());
+    } else {
+      internal::AttentionBackwardDeltaCpu(p, out.data<BFloat16>(), dout.data<BFloat16>(),
+                                          delta.data<float>());
+    }
+    return absl::OkStatus();
+  }
+  SG_RETURN_IF_ERROR(CheckCudaSupport(out, p));
+#ifdef SG_WITH_CUDA
+  return internal::AttentionBackwardDeltaCuda(p, out.raw(), dout.raw(), delta.data<float>(),
+                                              stream.native());
+#else
+  return absl::InternalError("unreachable");
+#endif
+}
+
+absl::Status AttentionBlockBackward(const TensorView& q, const TensorView& k, const TensorView& v,
+                                    const TensorView& dout, const TensorView& lse,
+                                    const TensorView& delta, const AttentionOptions& options,
+                                    const TensorView& dq, const TensorView& dk,
+                                    const TensorView& dv, const Stream& stream) {
+  SG_ASSIGN_OR_RETURN(AttentionParams p, CheckInputs(q, k, v, options));
+  SG_RETURN_IF_ERROR(ExpectTensor(dout, "attention dout", q.dtype(), q.shape(), q.device()));
+  SG_RETURN_IF_ERROR(ExpectStat(lse, "attention lse", p, q.device()));
+  SG_RETURN_IF_ERROR(ExpectStat(delta, "attention delta", p, q.device()));
+  SG_RETURN_IF_ERROR(ExpectTensor(dq, "attention dq", q.dtype(), q.shape(), q.device()));
+  SG_RETURN_IF_ERROR(ExpectTensor(dk, "attention dk", q.dtype(), k.shape(), q.device()));
+  SG_RETURN_IF_ERROR(ExpectTensor(dv, "attention dv", q.dtype(), k.shape(), q.device()));
+  if (q.device().is_cpu()) {
+    if (q.dtype() == DType::kF32) {
+      internal::AttentionBlockBackwardCpu(p, q.data<float>(), k.data<float>(), v.data<float>(),
+                                          dout.data<float>(), lse.data<float>(),
+                                          delta.data<float>(), dq.data<float>(), dk.data<float>(),
+                                          dv.data<float>());
+    } else {
+      internal::AttentionBlockBackwardCpu(
+          p, q.data<BFloat16>(), k.data<BFloat16>(), v.data<BFloat16>(), dout.data<BFloat16>(),
+          lse.data<float>(), delta.data<float>(), dq.data<BFloat16>(), dk.data<BFloat16>(),
+          dv.data<BFloat16>());
+    }
+    return absl::OkStatus();
+  }
+  SG_RETURN_IF_ERROR(CheckCudaSupport(q, p));
+#ifdef SG_WITH_CUDA
+  SG_ASSIGN_OR_RETURN(Tensor dq_accum, Tensor::Empty(q.shape(), DType::kF32, q.device()));
+  // The allocator reuses dq_accum's block only for work ordered after this launch on the stream.
+  return internal::AttentionBlockBackwardCuda(p, q.raw(), k.raw(), v.raw(), dout.raw(),
+                                              lse.data<float>(), delta.data<float>(),
+                                              dq_accum.data<float>(), dq.raw(), dk.raw(),
+                                              dv.raw(), stream.native());
+#else
+  return absl::InternalError("unreachable");
+#endif
+}
+
+absl::Status AttentionBackward(const TensorView& q, const TensorView& k, const TensorView& v,
+                               const TensorView& out, const TensorView& dout,
+                               const TensorView& lse, const AttentionOptions& options,
+                               const TensorView& dq, const TensorView& dk, const TensorView& dv,
+                               const Stream& stream) {
+  SG_RETURN_IF_ERROR(ExpectTensor(out, "attention out", q.dtype(), q.shape(), q.device()));
+  SG_RETURN_IF_ERROR(ExpectTensor(lse, "attention lse", DType::kF32, lse.shape(), q.device()));
+  SG_ASSIGN_OR_RETURN(Tensor delta, Tensor::Empty(lse.shape(), DType::kF32, q.device()));
+  SG_RETURN_IF_ERROR(AttentionBackwardDelta(out, dout, delta, stream));
+  return AttentionBlockBackward(q, k, v, dout, lse, delta, options, dq, dk, dv, stream);
+}
+
+absl::Status AttentionMerge(const TensorView& out_a, const TensorView& lse_a,
+                            const TensorView& out_b, const TensorView& lse_b,
+                            const TensorView& out, const TensorView& lse, const Stream& stream) {
+  SG_RETURN_IF_ERROR(ExpectRank4(out_a, "merge out_a"));
+  SG_CHECK_ARG(out_a.dtype() == DType::kF32 || out_a.dtype() == DType::kBF16,
+               "attention merge out_a: expected f32 or bf16, found ", out_a.ToString());
+  const Device dev = out_a.device();
+  SG_RETURN_IF_ERROR(ExpectTensor(out_b, "attention merge out_b", out_a.dtype(), out_a.shape(), dev));
+  SG_RETURN_IF_ERROR(ExpectTensor(out, "attention merge out", out_a.dtype(), out_a.shape(), dev));
+  const int64_t batch = out_a.dim(0), seq = out_a.dim(1), heads = out_a.dim(2), dim = out_a.dim(3);
+  const Shape stat = {batch, heads, seq};
+  SG_RETURN_IF_ERROR(ExpectTensor(lse_a, "attention merge lse_a", DType::kF32, stat, dev));
+  SG_RETURN_IF_ERROR(ExpectTensor(lse_b, "attention merge lse_b", DType::kF32, stat, dev));
+  SG_RETURN_IF_ERROR(ExpectTensor(lse, "attention merge lse", DType::kF32, stat, dev));
+  if (dev.is_cpu()) {
+    if (out.dtype() == DType::kF32) {
+      internal::AttentionMergeCpu(batch, seq, heads, dim, out_a.data<float>(), lse_a.data<float>(),
+                                  out_b.data<float>(), lse_b.data<float>(), out.data<float>(),
+                                  lse.data<float>());
+    } else {
+      internal::AttentionMergeCpu(batch, seq, heads, dim, out_a.data<BFloat16>(),
+                                  lse_a.data<float>(), out_b.data<BFloat16>(), lse_b.data<float>(),
+                                  out.data<BFloat16>(), lse.data<float>());
+    }
+    return absl::OkStatus();
+  }
+#ifdef SG_WITH_CUDA
+  return internal::AttentionMergeCuda(out.dtype(), batch, seq, heads, dim, out_a.raw(),
+                                      lse_a.data<float>(), out_b.raw(), lse_b.data<float>(),
+                                      out.raw(), lse.data<float>(), stream.native());
+#else
+  return absl::FailedPreconditionError(
+      absl::StrCat("attention merge on ", out.ToString(), ": built without CUDA"));
+#endif
+}
+
+}  // namespace sg::kernels

@@ -1,0 +1,715 @@
+// CUDA flash attention (FlashAttention-2 structure) on mma.sync m16n8k16 bf16 tensor cores:
+// ldmatrix fragments from padded shared-memory tiles, cp.async double buffering, online softmax in
+// registers, f32 accumulation and statistics.
+//
+// Forward: one block per (128-query tile, head, batch), 8 warps of 16 query rows each, looping over
+//   64-key tiles. Causal grids start with the heaviest (last) query tiles.
+// Backward: one block per (128-key tile, kv head, batch), 8 warps of 16 key rows each, looping over
+//   the group's query heads and 64-query tiles; dk/dv accumulate in registers (deterministic), dq
+//   is added with f32 atomics into a workspace and converted (scaled) at the end.
+//
+// Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
+//   A 16x16 row-major: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
+//   B 16x8 (k x n):    b0 (k 2t..2t+1, n g), b1 (k 2t+8.., n g)
+//   C 16x8 f32:        c0,c1 (g, 2t..2t+1), c2,c3 (g+8, 2t..2t+1)
+// so an S accumulator pair (n-tiles 2k, 2k+1) packed to bf16 is exactly the A operand of P @ V.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/attention/attention_internal.h"
+#include "kernels/core/status.h"
+
+namespace sg::kernels::internal {
+namespace {
+
+using bf16 = __nv_bfloat16;
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+
+// --- PTX wrappers ----------------------------------------------------------------------------------
+
+__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte async copy; `valid` false writes zeros (src is not read but must be a valid address).
+__device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n" ::); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+__device__ __forceinline__ void Ldmatrix4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void Ldmatrix4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+
+// c += a @ b for one m16n8k16 tile.
+__device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<uint32_t*>(&v);
+}
+
+// The A operand of a k-step from two C accumulator tiles (columns 16k..16k+15 of a 16-row block).
+__device__ __forceinline__ void AccToA(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
+  a[0] = PackBf16(c0[0], c0[1]);
+  a[1] = PackBf16(c0[2], c0[3]);
+  a[2] = PackBf16(c1[0], c1[1]);
+  a[3] = PackBf16(c1[2], c1[3]);
+}
+
+// --- Shared-memory tiles -----------------------------------------------------------------------------
+
+// A [kRows, kCols] bf16 tile with rows padded by 16 bytes: the 8 rows an ldmatrix reads then start
+// 4 banks apart, so every 8x8 load is conflict-free without swizzling.
+template <int kRows, int kCols>
+struct SmemTile {
+  static_assert(kCols % 8 == 0, "tile columns must be whole 16-byte chunks");
+  static constexpr int kStride = kCols + 8;
+  static constexpr int kElems = kRows * kStride;
+  bf16* p;
+  __device__ bf16* at(int r, int c) const { return p + r * kStride + c; }
+  __device__ uint32_t addr(int r, int c) const { return SmemAddr(at(r, c)); }
+
+  // Async copy of rows [0, valid_rows) from global rows `row_stride` elements apart; rows beyond are
+  // zero-filled. valid_rows >= 1.
+  template <int kThreads>
+  __device__ void Load(const bf16* g, int64_t row_stride, int valid_rows) const {
+    constexpr int kChunksPerRow = kCols / 8;
+    static_assert((kRows * kChunksPerRow) % kThreads == 0, "tile load must split evenly");
+#pragma unroll
+    for (int i = 0; i < kRows * kChunksPerRow / kThreads; ++i) {
+      const int c = i * kThreads + int(threadIdx.x);
+      const int r = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+      const bool valid = r < valid_rows;
+      CpAsync16(addr(r, col), g + (valid ? r : 0) * row_stride + col, valid);
+    }
+  }
+};
+
+// A operand (16 rows x 16 k at (row0, k0)) of a row-major tile.
+template <typename Tile>
+__device__ __forceinline__ void LoadA(uint32_t (&a)[4], const Tile& t, int row0, int k0, int lane) {
+  Ldmatrix4(a, t.addr(row0 + (lane % 16), k0 + (lane / 16) * 8));
+}
+// B operands of two n-tiles (rows n0..n0+15 of a tile stored [n][k]) at k0: b[0], b[1] for n-tile
+// n0, b[2], b[3] for n0 + 8.
+template <typename Tile>
+__device__ __forceinline__ void LoadBNk(uint32_t (&b)[4], const Tile& t, int n0, int k0, int lane) {
+  Ldmatrix4(b, t.addr(n0 + (lane / 16) * 8 + (lane % 8), k0 + ((lane / 8) % 2) * 8));
+}
+// B operands of two n-tiles from a tile stored [k][n] (rows k0..k0+15, columns n0..n0+15).
+template <typename Tile>
+__device__ __forceinline__ void LoadBKn(uint32_t (&b)[4], const Tile& t, int k0, int n0, int lane) {
+  Ldmatrix4Trans(b, t.addr(k0 + (lane % 16), n0 + (lane / 16) * 8));
+}
+// A operand (16 rows x 16 k) from a tile stored transposed, [k][row] (k0.., row0..).
+template <typename Tile>
+__device__ __forceinline__ void LoadATransposed(uint32_t (&a)[4], const Tile& t, int row0, int k0,
+                                                int lane) {
+  Ldmatrix4Trans(a, t.addr(k0 + (lane / 16) * 8 + (lane % 8), row0 + ((lane / 8) % 2) * 8));
+}
+
+__device__ __forceinline__ float QuadMax(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffffu, x, 2));
+}
+__device__ __forceinline__ float QuadSum(float x) {
+  x += __shfl_xor_sync(0xffffffffu, x, 1);
+  return x + __shfl_xor_sync(0xffffffffu, x, 2);
+}
+
+struct Problem {
+  int seq_q, seq_k, heads, kv_heads;
+  float scale;         // softmax scale
+  float scale_log2;    // scale * log2(e): scores live in the log2 domain
+  bool causal;
+  int64_t q_minus_k;   // q_offset - k_offset: key j is masked for query i when j > i + q_minus_k
+};
+
+// --- Forward -----------------------------------------------------------------------------------------
+
+template <int kD>
+struct FwdConfig {
+  static constexpr int kWarps = 8, kThreads = kWarps * 32;
+  static constexpr int kBlockM = 16 * kWarps, kBlockN = 64;
+  using QTile = SmemTile<kBlockM, kD>;
+  using KvTile = SmemTile<kBlockN, kD>;
+  static constexpr int kSmemBytes = (QTile::kElems + 4 * KvTile::kElems) * int(sizeof(bf16));
+};
+
+template <int kD>
+__global__ void __launch_bounds__(FwdConfig<kD>::kThreads, 1)
+    AttentionForwardKernel(Problem pr, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                           const bf16* __restrict__ v, bf16* __restrict__ out,
+                           float* __restrict__ lse) {
+  using C = FwdConfig<kD>;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN;
+  extern __shared__ __align__(16) unsigned char smem[];
+  using KvTile = typename C::KvTile;
+  const typename C::QTile sq{reinterpret_cast<bf16*>(smem)};
+  // Stage s of K is at k_stages + s * kElems, then the two V stages (pointer arithmetic, not an
+  // array of tiles: a run-time index into a local array would go to local memory).
+  bf16* const k_stages = sq.p + C::QTile::kElems;
+  bf16* const v_stages = k_stages + 2 * KvTile::kElems;
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int m_block = pr.causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+  const int h = blockIdx.y, b = blockIdx.z, kh = h / (pr.heads / pr.kv_heads);
+  const int m0 = m_block * kBlockM;
+  const int64_t q_row = int64_t(pr.heads) * kD, k_row = int64_t(pr.kv_heads) * kD;
+  const bf16* q_base = q + (int64_t(b) * pr.seq_q + m0) * q_row + h * kD;
+  const bf16* k_base = k + int64_t(b) * pr.seq_k * k_row + kh * kD;
+  const bf16* v_base = v + int64_t(b) * pr.seq_k * k_row + kh * kD;
+
+  int n_end = pr.seq_k;
+  if (pr.causal) {
+    const int64_t visible = int64_t(min(m0 + kBlockM, pr.seq_q)) + pr.q_minus_k;  // keys < this
+    n_end = visible <= 0 ? 0 : visible >= pr.seq_k ? pr.seq_k : int(visible);
+  }
+  const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
+
+  sq.template Load<C::kThreads>(q_base, q_row, pr.seq_q - m0);
+  if (n_tiles > 0) {
+    KvTile{k_stages}.template Load<C::kThreads>(k_base, k_row, pr.seq_k);
+    KvTile{v_stages}.template Load<C::kThreads>(v_base, k_row, pr.seq_k);
+  }
+  CpAsyncCommit();
+
+  float o[kD / 8][4] = {};
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const int warp_row = m0 + warp * 16 + lane / 4;  // query rows warp_row and warp_row + 8
+
+  for (int t = 0; t < n_tiles; ++t) {
+    const int stage = t & 1, n0 = t * kBlockN;
+    const KvTile sk{k_stages + stage * KvTile::kElems}, sv{v_stages + stage * KvTile::kElems};
+    if (t + 1 < n_tiles) {
+      const int n1 = n0 + kBlockN, next = (stage ^ 1) * KvTile::kElems;
+      KvTile{k_stages + next}.template Load<C::kThreads>(k_base + n1 * k_row, k_row, pr.seq_k - n1);
+      KvTile{v_stages + next}.template Load<C::kThreads>(v_base + n1 * k_row, k_row, pr.seq_k - n1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+
+    // S = Q K^T for this warp's 16 rows.
+    float s[kBlockN / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t a[4];
+      LoadA(a, sq, warp * 16, kk * 16, lane);
+#pragma unroll
+      for (int nn = 0; nn < kBlockN / 16; ++nn) {
+        uint32_t bk[4];
+        LoadBNk(bk, sk, nn * 16, kk * 16, lane);
+        Mma(s[2 * nn], a, bk[0], bk[1]);
+        Mma(s[2 * nn + 1], a, bk[2], bk[3]);
+      }
+    }
+
+    // Scale into the log2 domain; mask keys past the end and (causal) after the query.
+    const bool need_mask = n0 + kBlockN > pr.seq_k ||
+                           (pr.causal && int64_t(n0 + kBlockN - 1) > m0 + pr.q_minus_k);
+#pragma unroll
+    for (int nt = 0; nt < kBlockN / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] *= pr.scale_log2;
+        if (need_mask) {
+          const int col = n0 + nt * 8 + 2 * (lane % 4) + (e & 1), row = warp_row + (e >= 2 ? 8 : 0);
+          if (col >= pr.seq_k || (pr.causal && int64_t(col) > row + pr.q_minus_k)) s[nt][e] = -INFINITY;
+        }
+      }
+    }
+
+    // Online softmax: rescale the running output by e^(old max - new max).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = row_max[r];
+#pragma unroll
+      for (int nt = 0; nt < kBlockN / 8; ++nt) mx = fmaxf(mx, fmaxf(s[nt][2 * r], s[nt][2 * r + 1]));
+      mx = QuadMax(mx);
+      const float m_use = mx == -INFINITY ? 0.f : mx;  // fully masked so far: keep exp2 finite
+      const float alpha = exp2f(row_max[r] - m_use);
+      row_max[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int nt = 0; nt < kBlockN / 8; ++nt) {
+        s[nt][2 * r] = exp2f(s[nt][2 * r] - m_use);
+        s[nt][2 * r + 1] = exp2f(s[nt][2 * r + 1] - m_use);
+        sum += s[nt][2 * r] + s[nt][2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * alpha + sum;  // per-thread partial; reduced over the quad at the end
+#pragma unroll
+      for (int dt = 0; dt < kD / 8; ++dt) {
+        o[dt][2 * r] *= alpha;
+        o[dt][2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P V.
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      uint32_t a[4];
+      AccToA(a, s[2 * kk], s[2 * kk + 1]);
+#pragma unroll
+      for (int dd = 0; dd < kD / 16; ++dd) {
+        uint32_t bv[4];
+        LoadBKn(bv, sv, kk * 16, dd * 16, lane);
+        Mma(o[2 * dd], a, bv[0], bv[1]);
+        Mma(o[2 * dd + 1], a, bv[2], bv[3]);
+      }
+    }
+    __syncthreads();  // the next iteration's copy overwrites this stage
+  }
+  CpAsyncWait<0>();  // no key tiles: the Q copy may still be in flight (in every thread)
+  __syncthreads();
+
+  // Normalize and stage this warp's rows in its own (no longer read) rows of the Q tile, then write
+  // them out with coalesced 16-byte stores.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = QuadSum(row_sum[r]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = warp_row + 8 * r;
+    if (lane % 4 == 0 && row < pr.seq_q) {
+      lse[(int64_t(b) * pr.heads + h) * pr.seq_q + row] = l > 0.f ? (row_max[r] + log2f(l)) * kLn2 : -INFINITY;
+    }
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) {
+      *reinterpret_cast<uint32_t*>(sq.at(warp * 16 + lane / 4 + 8 * r, dt * 8 + 2 * (lane % 4))) =
+          PackBf16(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+    }
+  }
+  __syncwarp();
+  bf16* out_base = out + (int64_t(b) * pr.seq_q + m0) * q_row + h * kD;
+  constexpr int kChunksPerRow = kD / 8;
+#pragma unroll
+  for (int c = lane; c < 16 * kChunksPerRow; c += 32) {
+    const int r = warp * 16 + c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
+    if (m0 + r < pr.seq_q) {
+      *reinterpret_cast<uint4*>(out_base + r * q_row + col) = *reinterpret_cast<const uint4*>(sq.at(r, col));
+    }
+  }
+}
+
+// --- Backward ----------------------------------------------------------------------------------------
+
+// delta[b, h, i] = dout_i . out_i: one warp per (b, i, h) row.
+template <int kD>
+__global__ void AttentionDeltaKernel(int64_t rows, int seq, int heads, const bf16* __restrict__ out,
+                                     const bf16* __restrict__ dout, float* __restrict__ delta) {
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  constexpr int kPer = kD / 32;
+  float acc = 0.f;
+#pragma unroll
+  for (int e = 0; e < kPer; e += 2) {
+    const __nv_bfloat162 o = *reinterpret_cast<const __nv_bfloat162*>(out + row * kD + lane * kPer + e);
+    const __nv_bfloat162 d = *reinterpret_cast<const __nv_bfloat162*>(dout + row * kD + lane * kPer + e);
+    const float2 of = __bfloat1622float2(o), df = __bfloat1622float2(d);
+    acc += of.x * df.x + of.y * df.y;
+  }
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) {
+    const int64_t b = row / (int64_t(seq) * heads), i = (row / heads) % seq, h = row % heads;
+    delta[(b * heads + h) * seq + i] = acc;
+  }
+}
+
+template <int kD>
+struct BwdConfig {
+  static constexpr int kWarps = 8, kThreads = kWarps * 32;
+  static constexpr int kBlockN = 16 * kWarps;  // keys per block, 16 per warp
+  static constexpr int kBlockM = 64;           // queries per iteration
+  static constexpr int kQGroups = kBlockM / 16, kDqSplit = kWarps / kQGroups, kDqCols = kD / kDqSplit;
+  static_assert(kWarps % kQGroups == 0 && kDqCols % 16 == 0, "dq tile must split over the warps");
+  using KvTile = SmemTile<kBlockN, kD>;
+  using QTile = SmemTile<kBlockM, kD>;
+  using DsTile = SmemTile<kBlockN, kBlockM>;  // dS^T: [key][query]
+  static constexpr int kSmemBytes =
+      (2 * KvTile::kElems + 4 * QTile::kElems + DsTile::kElems) * int(sizeof(bf16)) +
+      4 * kBlockM * int(sizeof(float));
+};
+
+template <int kD>
+__global__ void __launch_bounds__(BwdConfig<kD>::kThreads, 1)
+    AttentionBackwardKernel(Problem pr, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                            const bf16* __restrict__ v, const bf16* __restrict__ dout,
+                            const float* __restrict__ lse, const float* __restrict__ delta,
+                            float* __restrict__ dq_accum, bf16* __restrict__ dk,
+                            bf16* __restrict__ dv) {
+  using C = BwdConfig<kD>;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN;
+  extern __shared__ __align__(16) unsigned char smem[];
+  bf16* p = reinterpret_cast<bf16*>(smem);
+  const typename C::KvTile sk{p}, sv{p + C::KvTile::kElems};
+  p += 2 * C::KvTile::kElems;
+  using QTile = typename C::QTile;
+  bf16* const q_stages = p;                           // [2] Q tiles
+  bf16* const do_stages = p + 2 * QTile::kElems;      // [2] dO tiles
+  const typename C::DsTile sds{p + 4 * QTile::kElems};
+  float* s_lse = reinterpret_cast<float*>(sds.p + C::DsTile::kElems);  // [2][kBlockM], log2 units
+  float* s_delta = s_lse + 2 * kBlockM;                                  // [2][kBlockM]
+
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n0 = blockIdx.x * kBlockN, kh = blockIdx.y, b = blockIdx.z;
+  const int group = pr.heads / pr.kv_heads;
+  const int64_t q_row = int64_t(pr.heads) * kD, k_row = int64_t(pr.kv_heads) * kD;
+  const int64_t kv_off = (int64_t(b) * pr.seq_k + n0) * k_row + kh * kD;
+
+  // Query tiles that can see this key tile: causal rows i >= n0 - q_minus_k.
+  const int m_tiles = (pr.seq_q + kBlockM - 1) / kBlockM;
+  int m_first = 0;
+  if (pr.causal) {
+    const int64_t first_row = n0 - pr.q_minus_k;
+    m_first = first_row <= 0 ? 0 : first_row >= int64_t(m_tiles) * kBlockM ? m_tiles : int(first_row / kBlockM);
+  }
+  const int per_head = m_tiles - m_first, iters = per_head * group;
+
+  // Issues the copies of iteration `it` (Q, dO tiles; lse, delta) into `stage`.
+  auto load_q = [&](int it, int stage) {
+    const int h = kh * group + it / per_head, m0 = (m_first + it % per_head) * kBlockM;
+    const int64_t off = (int64_t(b) * pr.seq_q + m0) * q_row + h * kD;
+    QTile{q_stages + stage * QTile::kElems}.template Load<C::kThreads>(q + off, q_row, pr.seq_q - m0);
+    QTile{do_stages + stage * QTile::kElems}.template Load<C::kThreads>(dout + off, q_row, pr.seq_q - m0);
+    if (threadIdx.x < kBlockM) {
+      const int i = m0 + threadIdx.x;
+      const int64_t st = (int64_t(b) * pr.heads + h) * pr.seq_q + i;
+      // Rows past the end and rows with no visible key anywhere (lse = -inf) get P = 0.
+      const float l = i < pr.seq_q ? lse[st] : INFINITY;
+      s_lse[stage * kBlockM + threadIdx.x] = l == -INFINITY ? INFINITY : l * kLog2e;
+      s_delta[stage * kBlockM + threadIdx.x] = i < pr.seq_q ? delta[st] : 0.f;
+    }
+  };
+
+  sk.template Load<C::kThreads>(k + kv_off, k_row, pr.seq_k - n0);
+  sv.template Load<C::kThreads>(v + kv_off, k_row, pr.seq_k - n0);
+  if (iters > 0) load_q(0, 0);
+  CpAsyncCommit();
+
+  float dk_acc[kD / 8][4] = {}, dv_acc[kD / 8][4] = {};
+  const int key = n0 + warp * 16 + lane / 4;  // this thread's key rows: key, key + 8
+
+  for (int it = 0; it < iters; ++it) {
+    const int stage = it & 1;
+    const int h = kh * group + it / per_head, m0 = (m_first + it % per_head) * kBlockM;
+    const QTile sq{q_stages + stage * QTile::kElems}, sdo{do_stages + stage * QTile::kElems};
+    if (it + 1 < iters) {
+      load_q(it + 1, stage ^ 1);
+      CpAsyncCommit();
+      CpAsyncWait<1>();
+    } else {
+      CpAsyncWait<0>();
+    }
+    __syncthreads();
+
+    // S^T = K Q^T and dP^T = V dO^T for this warp's 16 keys x kBlockM queries.
+    float st[kBlockM / 8][4] = {}, dpt[kBlockM / 8][4] = {};
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      uint32_t ak[4], av[4];
+      LoadA(ak, sk, warp * 16, kk * 16, lane);
+      LoadA(av, sv, warp * 16, kk * 16, lane);
+#pragma unroll
+      for (int nn = 0; nn < kBlockM / 16; ++nn) {
+        uint32_t bq[4], bdo[4];
+        LoadBNk(bq, sq, nn * 16, kk * 16, lane);
+        LoadBNk(bdo, sdo, nn * 16, kk * 16, lane);
+        Mma(st[2 * nn], ak, bq[0], bq[1]);
+        Mma(st[2 * nn + 1], ak, bq[2], bq[3]);
+        Mma(dpt[2 * nn], av, bdo[0], bdo[1]);
+        Mma(dpt[2 * nn + 1], av, bdo[2], bdo[3]);
+      }
+    }
+
+    // P^T = exp2(S^T scale_log2 - lse_log2), dS^T = P^T (dP^T - delta); dS^T -> shared for dq.
+    const bool need_mask = n0 + kBlockN > pr.seq_k ||
+                           (pr.causal && int64_t(n0 + kBlockN - 1) > m0 + pr.q_minus_k);
+    const float* l2 = s_lse + stage * kBlockM;
+    const float* dl = s_delta + stage * kBlockM;
+#pragma unroll
+    for (int nt = 0; nt < kBlockM / 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int qc = nt * 8 + 2 * (lane % 4) + (e & 1), kr = key + (e >= 2 ? 8 : 0);
+        float prob = exp2f(st[nt][e] * pr.scale_log2 - l2[qc]);
+        if (need_mask && (kr >= pr.seq_k || (pr.causal && int64_t(kr) > m0 + qc + pr.q_minus_k))) {
+          prob = 0.f;
+        }
+        st[nt][e] = prob;
+        dpt[nt][e] = prob * (dpt[nt][e] - dl[qc]);
+      }
+      *reinterpret_cast<uint32_t*>(sds.at(warp * 16 + lane / 4, nt * 8 + 2 * (lane % 4))) =
+          PackBf16(dpt[nt][0], dpt[nt][1]);
+      *reinterpret_cast<uint32_t*>(sds.at(warp * 16 + lane / 4 + 8, nt * 8 + 2 * (lane % 4))) =
+          PackBf16(dpt[nt][2], dpt[nt][3]);
+    }
+
+    // dV += P^T dO, dK += dS^T Q (contraction over this tile's queries).
+#pragma unroll
+    for (int kk = 0; kk < kBlockM / 16; ++kk) {
+      uint32_t ap[4], ads[4];
+      AccToA(ap, st[2 * kk], st[2 * kk + 1]);
+      AccToA(ads, dpt[2 * kk], dpt[2 * kk + 1]);
+#pragma unroll
+      for (int dd = 0; dd < kD / 16; ++dd) {
+        uint32_t bdo[4], bq[4];
+        LoadBKn(bdo, sdo, kk * 16, dd * 16, lane);
+        LoadBKn(bq, sq, kk * 16, dd * 16, lane);
+        Mma(dv_acc[2 * dd], ap, bdo[0], bdo[1]);
+        Mma(dv_acc[2 * dd + 1], ap, bdo[2], bdo[3]);
+        Mma(dk_acc[2 * dd], ads, bq[0], bq[1]);
+        Mma(dk_acc[2 * dd + 1], ads, bq[2], bq[3]);
+      }
+    }
+    __syncthreads();  // dS^T complete
+
+    // dQ (unscaled) += dS K over all kBlockN keys: warp -> 16 queries x kDqCols columns.
+    {
+      const int qg = warp % C::kQGroups, c0 = (warp / C::kQGroups) * C::kDqCols;
+      float dq[C::kDqCols / 8][4] = {};
+#pragma unroll
+      for (int kk = 0; kk < kBlockN / 16; ++kk) {
+        uint32_t a[4];
+        LoadATransposed(a, sds, qg * 16, kk * 16, lane);
+#pragma unroll
+        for (int dd = 0; dd < C::kDqCols / 16; ++dd) {
+          uint32_t bk[4];
+          LoadBKn(bk, sk, kk * 16, c0 + dd * 16, lane);
+          Mma(dq[2 * dd], a, bk[0], bk[1]);
+          Mma(dq[2 * dd + 1], a, bk[2], bk[3]);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int i = m0 + qg * 16 + lane / 4 + 8 * r;
+        if (i >= pr.seq_q) continue;
+        float* dst = dq_accum + (int64_t(b) * pr.seq_q + i) * q_row + h * kD + c0 + 2 * (lane % 4);
+#pragma unroll
+        for (int nt = 0; nt < C::kDqCols / 8; ++nt) {
+          atomicAdd(reinterpret_cast<float2*>(dst + nt * 8), make_float2(dq[nt][2 * r], dq[nt][2 * r + 1]));
+        }
+      }
+    }
+    // No barrier here: the next iteration's copy targets the other stage (read before the barrier
+    // above), and its barrier orders this dq read of dS^T before the next dS^T write.
+  }
+  CpAsyncWait<0>();  // no query tiles: the K/V copies may still be in flight
+
+  const float scale = pr.scale;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int j = key + 8 * r;
+    if (j >= pr.seq_k) continue;
+    const int64_t off = (int64_t(b) * pr.seq_k + j) * k_row + kh * kD + 2 * (lane % 4);
+#pragma unroll
+    for (int dt = 0; dt < kD / 8; ++dt) {
+      *reinterpret_cast<uint32_t*>(dk + off + dt * 8) = PackBf16(dk_acc[dt][2 * r] * scale, dk_acc[dt][2 * r + 1] * scale);
+      *reinterpret_cast<uint32_t*>(dv + off + dt * 8) = PackBf16(dv_acc[dt][2 * r], dv_acc[dt][2 * r + 1]);
+    }
+  }
+}
+
+// dq = scale * dq_accum, 4 elements per thread.
+__global__ void ConvertDqKernel(int64_t n4, float scale, const float4* __restrict__ acc,
+                                __nv_bfloat162* __restrict__ dq) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n4) return;
+  const float4 a = acc[i];
+  dq[2 * i] = __floats2bfloat162_rn(a.x * scale, a.y * scale);
+  dq[2 * i + 1] = __floats2bfloat162_rn(a.z * scale, a.w * scale);
+}
+
+// --- Merge --------------------------------------------------------------------------------------------
+
+__device__ __forceinline__ float ToF(float x) { return x; }
+__device__ __forceinline__ float ToF(bf16 x) { return __bfloat162float(x); }
+template <typename T> __device__ T FromF(float x);
+template <> __device__ __forceinline__ float FromF<float>(float x) { return x; }
+template <> __device__ __forceinline__ bf16 FromF<bf16>(float x) { return __float2bfloat16(x); }
+
+// One warp per (b, s, h) row. Every lane reads the statistics before any lane writes, so out/lse
+// may alias the a or b side.
+template <typename T>
+__global__ void AttentionMergeKernel(int64_t rows, int seq, int heads, int dim, const T* out_a,
+                                     const float* lse_a, const T* out_b, const float* lse_b, T* out,
+                                     float* lse) {
+  const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (row >= rows) return;
+  const int64_t b = row / (int64_t(seq) * heads), s = (row / heads) % seq, h = row % heads;
+  const int64_t st = (b * heads + h) * seq + s;
+  const float la = lse_a[st], lb = lse_b[st], m = fmaxf(la, lb);
+  float l = -INFINITY, wa = 0.f, wb = 0.f;
+  if (m != -INFINITY) {
+    l = m + logf(expf(la - m) + expf(lb - m));
+    wa = expf(la - l);
+    wb = expf(lb - l);
+  }
+  __syncwarp();
+  for (int d = lane; d < dim; d += 32) {
+    out[row * dim + d] = FromF<T>(wa * ToF(out_a[row * dim + d]) + wb * ToF(out_b[row * dim + d]));
+  }
+  if (lane == 0) lse[st] = l;
+}
+
+// --- Launch helpers -----------------------------------------------------------------------------------
+
+absl::StatusOr<Problem> MakeProblem(const AttentionParams& p) {
+  SG_CHECK_ARG(p.seq_q < (int64_t(1) << 30) && p.seq_k < (int64_t(1) << 30) && p.heads <= 65535 &&
+                   p.batch <= 65535,
+               "CUDA attention: sizes out of range (seq < 2^30, heads and batch <= 65535), found batch ",
+               p.batch, " seq_q ", p.seq_q, " seq_k ", p.seq_k, " heads ", p.heads);
+  return Problem{int(p.seq_q), int(p.seq_k), int(p.heads), int(p.kv_heads), float(p.scale),
+                 float(p.scale * 1.4426950408889634), p.causal, p.q_offset - p.k_offset};
+}
+
+template <typename Kernel>
+absl::Status AllowSmem(Kernel kernel, int bytes) {
+  SG_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes));
+  return absl::OkStatus();
+}
+
+template <int kD>
+absl::Status LaunchForward(const Problem& pr, int batch, const void* q, const void* k, const void* v,
+                           void* out, float* lse, cudaStream_t stream) {
+  using C = FwdConfig<kD>;
+  SG_RETURN_IF_ERROR(AllowSmem(AttentionForwardKernel<kD>, C::kSmemBytes));
+  const dim3 grid((pr.seq_q + C::kBlockM - 1) / C::kBlockM, pr.heads, batch);
+  AttentionForwardKernel<kD><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+      pr, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+      static_cast<bf16*>(out), lse);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(AttentionForwardKernel);
+  return absl::OkStatus();
+}
+
+template <int kD>
+absl::Status LaunchBackward(const Problem& pr, int batch, const void* q, const void* k,
+                            const void* v, const void* dout, const float* lse, const float* delta,
+                            float* dq_accum, void* dk, void* dv, cudaStream_t stream) {
+  using C = BwdConfig<kD>;
+  SG_RETURN_IF_ERROR(AllowSmem(AttentionBackwardKernel<kD>, C::kSmemBytes));
+  const dim3 grid((pr.seq_k + C::kBlockN - 1) / C::kBlockN, pr.kv_heads, batch);
+  AttentionBackwardKernel<kD><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+      pr, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+      static_cast<const bf16*>(dout), lse, delta, dq_accum, static_cast<bf16*>(dk),
+      static_cast<bf16*>(dv));
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(AttentionBackwardKernel);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const void* k,
+                                  const void* v, void* out, float* lse, void* stream) {
+  if (p.batch * p.seq_q * p.heads == 0) return absl::OkStatus();
+  SG_ASSIGN_OR_RETURN(Problem pr, MakeProblem(p));
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.head_dim == 64) return LaunchForward<64>(pr, int(p.batch), q, k, v, out, lse, s);
+  return LaunchForward<128>(pr, int(p.batch), q, k, v, out, lse, s);
+}
+
+absl::Status AttentionBackwardDeltaCuda(const AttentionParams& p, const void* out,
+                                        const void* dout, float* delta, void* stream) {
+  const int64_t rows = p.batch * p.seq_q * p.heads;
+  if (rows == 0) return absl::OkStatus();
+  SG_CHECK_ARG(p.seq_q < (int64_t(1) << 30) && p.heads <= 65535, "CUDA attention delta: sizes out of range");
+  constexpr int kThreads = 256;
+  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
+  SG_CHECK_ARG(blocks < (int64_t(1) << 31), "CUDA attention delta: too many rows (", rows, ")");
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const auto* o = static_cast<const bf16*>(out);
+  const auto* d = static_cast<const bf16*>(dout);
+  if (p.head_dim == 64) {
+    AttentionDeltaKernel<64><<<unsigned(blocks), kThreads, 0, s>>>(rows, int(p.seq_q), int(p.heads), o, d, delta);
+  } else {
+    AttentionDeltaKernel<128><<<unsigned(blocks), kThreads, 0, s>>>(rows, int(p.seq_q), int(p.heads), o, d, delta);
+  }
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(AttentionDeltaKernel);
+  return absl::OkStatus();
+}
+
+absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q, const void* k,
+                                        const void* v, const void* dout, const float* lse,
+                                        const float* delta, float* dq_accum, void* dq, void* dk,
+                                        void* dv, void* stream) {
+  SG_ASSIGN_OR_RETURN(Problem pr, MakeProblem(p));
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const int64_t nq = p.batch * p.seq_q * p.heads * p.head_dim;
+  const int64_t nk = p.batch * p.seq_k * p.kv_heads * p.head_dim;
+  if (nq == 0) {  // no queries: no gradient reaches k or v
+    if (nk > 0) {
+      SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dk, 0, size_t(nk) * 2, s));
+      SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dv, 0, size_t(nk) * 2, s));
+    }
+    return absl::OkStatus();
+  }
+  SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(nq) * sizeof(float), s));
+  if (nk > 0) {
+    if (p.head_dim == 64) {
+      SG_RETURN_IF_ERROR(LaunchBackward<64>(pr, int(p.batch), q, k, v, dout, lse, delta, dq_accum, dk, dv, s));
+    } else {
+      SG_RETURN_IF_ERROR(LaunchBackward<128>(pr, int(p.batch), q, k, v, dout, lse, delta, dq_accum, dk, dv, s));
+    }
+  }
+  constexpr int kThreads = 256;
+  const int64_t n4 = nq / 4;  // head_dim is a multiple of 4
+  ConvertDqKernel<<<unsigned((n4 + kThreads - 1) / kThreads), kThreads, 0, s>>>(
+      n4, float(p.scale), reinterpret_cast<const float4*>(dq_accum), static_cast<__nv_bfloat162*>(dq));
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(ConvertDqKernel);
+  return absl::OkStatus();
+}
+
+absl::Status AttentionMergeCuda(DType dtype, int64_t batch, int64_t seq, int64_t heads,
+                                int64_t head_dim, const void* out_a, const float* lse_a,
+                                const void* out_b, const float* lse_b, void* out, float* lse,
+                                void* stream) {
+  const int64_t rows = batch * seq * heads;
+  if (rows == 0) return absl::OkStatus();
+  constexpr int kThreads = 256;
+  const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
+  SG_CHECK_ARG(blocks < (int64_t(1) << 31) && seq < (int64_t(1) << 31) && heads < (int64_t(1) << 31),
+               "CUDA attention merge: sizes out of range");
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (dtype == DType::kF32) {
+    AttentionMergeKernel<float><<<unsigned(blocks), kThreads, 0, s>>>(
+        rows, int(seq), int(heads), int(head_dim), static_cast<const float*>(out_a), lse_a,
+        static_cast<const float*>(out_b), lse_b, static_cast<float*>(out), lse);
+  } else {
+    AttentionMergeKernel<bf16><<<unsigned(blocks), kThreads, 0, s>>>(
+        rows, int(seq), int(heads), int(head_dim), static_cast<const bf16*>(out_a), lse_a,
+        static_cast<const bf16*>(out_b), lse_b, static_cast<bf16*>(out), lse);
+  }
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(AttentionMergeKernel);
+  return absl::OkStatus();
+}
+
+}  // namespace sg::kernels::internal

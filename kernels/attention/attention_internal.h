@@ -1,0 +1,58 @@
+// Internal to kernels/attention: the resolved problem description and the per-device entry points
+// that attention.cc dispatches to after checking arguments. Raw pointers, contiguous layouts as
+// documented in attention.h.
+#ifndef SGTRAIN_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
+#define SGTRAIN_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/core/dtype.h"
+
+namespace sg::kernels::internal {
+
+struct AttentionParams {
+  int64_t batch = 0, seq_q = 0, seq_k = 0, heads = 0, kv_heads = 0, head_dim = 0;
+  bool causal = false;
+  double scale = 0;  // resolved (never "unset")
+  int64_t q_offset = 0, k_offset = 0;
+
+  // True when key j is masked for query i.
+  bool Masked(int64_t i, int64_t j) const { return causal && k_offset + j > q_offset + i; }
+};
+
+// --- CPU reference (attention_cpu.cc): f64 accumulation, threads over (batch, head) ------------
+// T is float, BFloat16 or double; S (statistics) is float or double. Instantiated for
+// (float, float), (BFloat16, float) and (double, double); the last one is for finite differences.
+template <typename T, typename S>
+void AttentionForwardCpu(const AttentionParams& p, const T* q, const T* k, const T* v, T* out,
+                         S* lse);
+template <typename T, typename S>
+void AttentionBackwardDeltaCpu(const AttentionParams& p, const T* out, const T* dout, S* delta);
+template <typename T, typename S>
+void AttentionBlockBackwardCpu(const AttentionParams& p, const T* q, const T* k, const T* v,
+                               const T* dout, const S* lse, const S* delta, T* dq, T* dk, T* dv);
+// rows = batch * seq * heads; lse index of row (b, s, h) is (b * heads + h) * seq + s.
+template <typename T>
+void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, const T* out_a,
+                       const float* lse_a, const T* out_b, const float* lse_b, T* out, float* lse);
+
+// --- CUDA (attention.cu): bf16 data, f32 statistics; `stream` is a cudaStream_t ----------------
+absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const void* k,
+                                  const void* v, void* out, float* lse, void* stream);
+absl::Status AttentionBackwardDeltaCuda(const AttentionParams& p, const void* out,
+                                        const void* dout, float* delta, void* stream);
+// dq_accum: f32 workspace of dq's shape (zeroed here).
+absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q, const void* k,
+                                        const void* v, const void* dout, const float* lse,
+                                        const float* delta, float* dq_accum, void* dq, void* dk,
+                                        void* dv, void* stream);
+// dtype f32 or bf16.
+absl::Status AttentionMergeCuda(DType dtype, int64_t batch, int64_t seq, int64_t heads,
+                                int64_t head_dim, const void* out_a, const float* lse_a,
+                                const void* out_b, const float* lse_b, void* out, float* lse,
+                                void* stream);
+
+}  // namespace sg::kernels::internal
+
+#endif  // SGTRAIN_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_

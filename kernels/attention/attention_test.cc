@@ -1,0 +1,435 @@
+// Attention tests. Oracles: a naive materialized-softmax loop in this file (forward), central finite
+// differences in f64 (backward), and the CPU reference (f64 accumulation) for the CUDA kernels.
+// Thresholds: CPU f32 vs naive 1e-5 relative L2; finite differences 1e-6 relative; CUDA bf16
+// outputs 1e-2 and gradients 2e-2 relative L2 against the reference (bf16 rounding of P and dS);
+// lse 2e-3 absolute.
+#include "kernels/attention/attention.h"
+
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kernels/attention/attention_internal.h"
+#include "kernels/core/testing.h"
+
+namespace sg::kernels {
+namespace {
+
+using sg::testing::FromHost;
+using sg::testing::Poison;
+using sg::testing::RelativeError;
+using sg::testing::ToHost;
+using Vec = std::vector<double>;
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+struct Problem {
+  int64_t batch, seq_q, seq_k, heads, kv_heads, dim;
+  bool causal;
+  int64_t q_offset = 0, k_offset = 0;
+
+  Shape QShape() const { return {batch, seq_q, heads, dim}; }
+  Shape KShape() const { return {batch, seq_k, kv_heads, dim}; }
+  Shape StatShape() const { return {batch, heads, seq_q}; }
+  AttentionOptions Options() const { return {causal, std::nullopt, q_offset, k_offset}; }
+  internal::AttentionParams Params() const {
+    return {batch, seq_q, seq_k, heads, kv_heads, dim, causal, 1.0 / std::sqrt(double(dim)),
+            q_offset, k_offset};
+  }
+  std::string ToString() const {
+    return absl::StrCat("B", batch, " Sq", seq_q, " Sk", seq_k, " H", heads, " KV", kv_heads, " D",
+                        dim, causal ? " causal" : "", " q0=", q_offset, " k0=", k_offset);
+  }
+};
+
+// Values representable in bf16, so CPU (f32) and CUDA (bf16) runs see identical inputs.
+Vec RandomBf16Values(int64_t n, double scale) {
+  std::uniform_real_distribution<double> u(-scale, scale);
+  Vec v(static_cast<size_t>(n));
+  for (double& x : v) x = BFloat16::FromFloat(float(u(sg::testing::Rng()))).ToFloat();
+  return v;
+}
+
+struct Inputs {
+  Vec q, k, v, dout;
+};
+
+Inputs RandomInputs(const Problem& p) {
+  return {RandomBf16Values(NumElements(p.QShape()), 2.0), RandomBf16Values(NumElements(p.KShape()), 1.0),
+          RandomBf16Values(NumElements(p.KShape()), 1.0),
+          RandomBf16Values(NumElements(p.QShape()), 1.0)};
+}
+
+struct Result {
+  Vec out, lse, dq, dk, dv;
+};
+
+Tensor Output(const Shape& s, DType t, Device d) {
+  Tensor x = Tensor::Empty(s, t, d).value();
+  Poison(x);
+  return x;
+}
+
+// Forward and backward through the public API on `device` with `dtype` data.
+Result RunAttention(const Problem& p, const Inputs& in, DType dtype, Device device) {
+  Stream stream = Stream::Create(device).value();
+  Tensor q = FromHost(in.q, p.QShape(), dtype, device), k = FromHost(in.k, p.KShape(), dtype, device);
+  Tensor v = FromHost(in.v, p.KShape(), dtype, device);
+  Tensor dout = FromHost(in.dout, p.QShape(), dtype, device);
+  Tensor out = Output(p.QShape(), dtype, device), lse = Output(p.StatShape(), DType::kF32, device);
+  Tensor dq = Output(p.QShape(), dtype, device), dk = Output(p.KShape(), dtype, device);
+  Tensor dv = Output(p.KShape(), dtype, device);
+  EXPECT_TRUE(AttentionForward(q, k, v, p.Options(), out, lse, stream).ok());
+  EXPECT_TRUE(AttentionBackward(q, k, v, out, dout, lse, p.Options(), dq, dk, dv, stream).ok());
+  EXPECT_TRUE(stream.Synchronize().ok());
+  return {ToHost(out), ToHost(lse), ToHost(dq), ToHost(dk), ToHost(dv)};
+}
+
+// The naive oracle: the full score matrix of each (batch, head), softmax, then P v.
+void NaiveForward(const Problem& p, const Inputs& in, Vec& out, Vec& lse) {
+  out.assign(size_t(NumElements(p.QShape())), 0.0);
+  lse.assign(size_t(NumElements(p.StatShape())), 0.0);
+  const double scale = 1.0 / std::sqrt(double(p.dim));
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (int64_t h = 0; h < p.heads; ++h) {
+      const int64_t kh = h / (p.heads / p.kv_heads);
+      std::vector<Vec> s(size_t(p.seq_q), Vec(size_t(p.seq_k)));
+      for (int64_t i = 0; i < p.seq_q; ++i) {
+        double m = -kInf;
+        for (int64_t j = 0; j < p.seq_k; ++j) {
+          double dot = 0;
+          for (int64_t d = 0; d < p.dim; ++d) {
+            dot += in.q[((b * p.seq_q + i) * p.heads + h) * p.dim + d] *
+                   in.k[((b * p.seq_k + j) * p.kv_heads + kh) * p.dim + d];
+          }
+          const bool masked = p.causal && p.k_offset + j > p.q_offset + i;
+          s[i][j] = masked ? -kInf : dot * scale;
+          m = std::max(m, s[i][j]);
+        }
+        double z = 0;
+        for (int64_t j = 0; j < p.seq_k; ++j) z += m == -kInf ? 0.0 : std::exp(s[i][j] - m);
+        lse[(b * p.heads + h) * p.seq_q + i] = z > 0 ? m + std::log(z) : -kInf;
+        for (int64_t j = 0; j < p.seq_k && z > 0; ++j) {
+          const double w = std::exp(s[i][j] - m) / z;
+          for (int64_t d = 0; d < p.dim; ++d) {
+            out[((b * p.seq_q + i) * p.heads + h) * p.dim + d] +=
+                w * in.v[((b * p.seq_k + j) * p.kv_heads + kh) * p.dim + d];
+          }
+        }
+      }
+    }
+  }
+}
+
+// Max |a - b| over entries where b is finite; both must be -inf together.
+double StatError(const Vec& a, const Vec& b) {
+  if (a.size() != b.size()) return kInf;
+  double err = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (std::isinf(b[i])) {
+      if (a[i] != b[i]) return kInf;
+    } else {
+      err = std::max(err, std::isnan(a[i]) ? kInf : std::abs(a[i] - b[i]));
+    }
+  }
+  return err;
+}
+
+// --- CPU reference --------------------------------------------------------------------------------
+
+TEST(AttentionCpuTest, ForwardMatchesNaiveLoop) {
+  for (const Problem& p : {Problem{2, 17, 17, 4, 4, 16, false}, Problem{1, 13, 29, 8, 2, 8, true},
+                           Problem{2, 9, 11, 4, 1, 5, true, 6, 2},
+                           Problem{1, 7, 7, 2, 2, 64, true, 0, 3}}) {
+    SCOPED_TRACE(p.ToString());
+    const Inputs in = RandomInputs(p);
+    const Result r = RunAttention(p, in, DType::kF32, Device::Cpu());
+    Vec out, lse;
+    NaiveForward(p, in, out, lse);
+    EXPECT_LT(RelativeError(r.out, out), 1e-6);
+    EXPECT_LT(StatError(r.lse, lse), 1e-5);
+  }
+}
+
+// Loss = sum(out * w) in f64; dL/dx by central differences against the analytic backward.
+TEST(AttentionCpuTest, BackwardMatchesFiniteDifferences) {
+  for (const Problem& p : {Problem{1, 5, 7, 4, 2, 3, false}, Problem{2, 6, 6, 2, 1, 4, true},
+                           Problem{1, 5, 7, 4, 2, 3, true, 3, 0}, Problem{1, 5, 4, 2, 2, 3, true, 0, 2}}) {
+    SCOPED_TRACE(p.ToString());
+    const internal::AttentionParams prm = p.Params();
+    Inputs in = RandomInputs(p);
+    const Vec& w = in.dout;
+    Vec out(in.q.size()), lse(size_t(NumElements(p.StatShape()))), delta(lse.size());
+    auto loss = [&]() {
+      internal::AttentionForwardCpu(prm, in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data());
+      double l = 0;
+      for (size_t i = 0; i < out.size(); ++i) l += out[i] * w[i];
+      return l;
+    };
+    loss();
+    Vec dq(in.q.size()), dk(in.k.size()), dv(in.v.size());
+    internal::AttentionBackwardDeltaCpu(prm, out.data(), w.data(), delta.data());
+    internal::AttentionBlockBackwardCpu(prm, in.q.data(), in.k.data(), in.v.data(), w.data(),
+                                        lse.data(), delta.data(), dq.data(), dk.data(), dv.data());
+    auto check = [&](Vec& x, const Vec& grad, const char* name) {
+      Vec fd(x.size());
+      for (size_t i = 0; i < x.size(); ++i) {
+        const double x0 = x[i], eps = 1e-5;
+        x[i] = x0 + eps;
+        const double up = loss();
+        x[i] = x0 - eps;
+        const double down = loss();
+        x[i] = x0;
+        fd[i] = (up - down) / (2 * eps);
+      }
+      EXPECT_LT(RelativeError(grad, fd), 1e-6) << name;
+    };
+    check(in.q, dq, "dq");
+    check(in.k, dk, "dk");
+    check(in.v, dv, "dv");
+  }
+}
+
+TEST(AttentionCpuTest, Bf16MatchesF32) {
+  const Problem p{2, 33, 47, 4, 2, 32, true};
+  const Inputs in = RandomInputs(p);
+  const Result f = RunAttention(p, in, DType::kF32, Device::Cpu());
+  const Result h = RunAttention(p, in, DType::kBF16, Device::Cpu());
+  EXPECT_LT(RelativeError(h.out, f.out), 1e-2);
+  EXPECT_LT(StatError(h.lse, f.lse), 1e-5);
+  EXPECT_LT(RelativeError(h.dq, f.dq), 2e-2);
+  EXPECT_LT(RelativeError(h.dk, f.dk), 2e-2);
+  EXPECT_LT(RelativeError(h.dv, f.dv), 2e-2);
+}
+
+// --- Block attention + merge ----------------------------------------------------------------------
+
+// Rows [begin, end) of dim 1 of a [batch, seq, rest...] array.
+Vec SliceSeq(const Vec& x, int64_t batch, int64_t seq, int64_t begin, int64_t end) {
+  const int64_t row = int64_t(x.size()) / (batch * seq);
+  Vec y;
+  for (int64_t b = 0; b < batch; ++b) {
+    y.insert(y.end(), x.begin() + (b * seq + begin) * row, x.begin() + (b * seq + end) * row);
+  }
+  return y;
+}
+
+// Splits K/V at `cuts`, runs block forward + running merge and block backward with the global
+// lse/delta, and compares with the unsplit results on the same device.
+void CheckBlocksEqualFull(const Problem& p, const std::vector<int64_t>& cuts, DType dtype,
+                          Device device, double fwd_tol, double bwd_tol) {
+  SCOPED_TRACE(p.ToString());
+  Stream stream = Stream::Create(device).value();
+  const Inputs in = RandomInputs(p);
+  const Result full = RunAttention(p, in, dtype, device);
+  Tensor q = FromHost(in.q, p.QShape(), dtype, device);
+  Tensor dout = FromHost(in.dout, p.QShape(), dtype, device);
+  // The running merge in f32, as ring attention keeps it.
+  Tensor out = FromHost(Vec(in.q.size(), 0.0), p.QShape(), DType::kF32, device);
+  Tensor lse = FromHost(Vec(size_t(NumElements(p.StatShape())), -kInf), p.StatShape(), DType::kF32, device);
+  Tensor global_lse = FromHost(full.lse, p.StatShape(), DType::kF32, device);
+  Tensor global_out = FromHost(full.out, p.QShape(), dtype, device);
+  Tensor delta = Output(p.StatShape(), DType::kF32, device);
+  ASSERT_TRUE(AttentionBackwardDelta(global_out, dout, delta, stream).ok());
+  Vec dq_sum(in.q.size(), 0.0), dk_cat, dv_cat;
+  std::vector<Vec> dk_parts, dv_parts;
+  for (size_t c = 0; c + 1 < cuts.size(); ++c) {
+    Problem bp = p;
+    bp.seq_k = cuts[c + 1] - cuts[c];
+    bp.k_offset = p.k_offset + cuts[c];
+    Tensor k = FromHost(SliceSeq(in.k, p.batch, p.seq_k, cuts[c], cuts[c + 1]), bp.KShape(), dtype, device);
+    Tensor v = FromHost(SliceSeq(in.v, p.batch, p.seq_k, cuts[c], cuts[c + 1]), bp.KShape(), dtype, device);
+    Tensor bout = Output(p.QShape(), dtype, device), blse = Output(p.StatShape(), DType::kF32, device);
+    ASSERT_TRUE(AttentionForward(q, k, v, bp.Options(), bout, blse, stream).ok());
+    Tensor bout32 = FromHost(ToHost(bout), p.QShape(), DType::kF32, device);
+    ASSERT_TRUE(AttentionMerge(out, lse, bout32, blse, out, lse, stream).ok());
+    Tensor dq = Output(p.QShape(), dtype, device), dk = Output(bp.KShape(), dtype, device);
+    Tensor dv = Output(bp.KShape(), dtype, device);
+    ASSERT_TRUE(AttentionBlockBackward(q, k, v, dout, global_lse, delta, bp.Options(), dq, dk, dv, stream).ok());
+    const Vec dqh = ToHost(dq);
+    for (size_t i = 0; i < dq_sum.size(); ++i) dq_sum[i] += dqh[i];
+    dk_parts.push_back(ToHost(dk));
+    dv_parts.push_back(ToHost(dv));
+  }
+  // Concatenate the per-block dk/dv along seq.
+  for (int64_t b = 0; b < p.batch; ++b) {
+    for (size_t c = 0; c < dk_parts.size(); ++c) {
+      const size_t n = dk_parts[c].size() / size_t(p.batch);
+      dk_cat.insert(dk_cat.end(), dk_parts[c].begin() + b * n, dk_parts[c].begin() + (b + 1) * n);
+      dv_cat.insert(dv_cat.end(), dv_parts[c].begin() + b * n, dv_parts[c].begin() + (b + 1) * n);
+    }
+  }
+  EXPECT_LT(RelativeError(ToHost(out), full.out), fwd_tol);
+  EXPECT_LT(StatError(ToHost(lse), full.lse), 1e-4);
+  EXPECT_LT(RelativeError(dq_sum, full.dq), bwd_tol);
+  EXPECT_LT(RelativeError(dk_cat, full.dk), bwd_tol);
+  EXPECT_LT(RelativeError(dv_cat, full.dv), bwd_tol);
+}
+
+TEST(AttentionCpuTest, BlocksMergedEqualFullSequence) {
+  // Causal with q_offset 0: the later blocks are fully masked for the first rows (lse = -inf).
+  CheckBlocksEqualFull({2, 23, 31, 4, 2, 8, true}, {0, 7, 8, 20, 31}, DType::kF32, Device::Cpu(), 1e-6, 1e-5);
+  CheckBlocksEqualFull({1, 19, 40, 4, 1, 16, false}, {0, 13, 40}, DType::kF32, Device::Cpu(), 1e-6, 1e-5);
+  CheckBlocksEqualFull({1, 16, 48, 2, 2, 8, true, 32, 0}, {0, 16, 32, 48}, DType::kF32, Device::Cpu(), 1e-6, 1e-5);
+}
+
+// Merge against a direct formula, including rows where one or both sides saw no keys.
+void CheckMerge(DType dtype, Device device) {
+  const int64_t batch = 2, seq = 5, heads = 3, dim = 7;
+  const Shape os = {batch, seq, heads, dim}, ss = {batch, heads, seq};
+  const Vec oa = RandomBf16Values(NumElements(os), 1.0), ob = RandomBf16Values(NumElements(os), 1.0);
+  Vec la = RandomBf16Values(NumElements(ss), 3.0), lb = RandomBf16Values(NumElements(ss), 3.0);
+  la[0] = lb[0] = -kInf;  // both empty
+  la[1] = -kInf;          // only b
+  lb[2] = -kInf;          // only a
+  Stream stream = Stream::Create(device).value();
+  Tensor a = FromHost(oa, os, dtype, device), b = FromHost(ob, os, dtype, device);
+  Tensor lsa = FromHost(la, ss, DType::kF32, device), lsb = FromHost(lb, ss, DType::kF32, device);
+  // In place into a: the running-merge usage.
+  ASSERT_TRUE(AttentionMerge(a, lsa, b, lsb, a, lsa, stream).ok());
+  ASSERT_TRUE(stream.Synchronize().ok());
+  const Vec out = ToHost(a), lse = ToHost(lsa);
+  Vec want_out(oa.size()), want_lse(la.size());
+  for (int64_t bi = 0; bi < batch; ++bi) {
+    for (int64_t s = 0; s < seq; ++s) {
+      for (int64_t h = 0; h < heads; ++h) {
+        const int64_t st = (bi * heads + h) * seq + s, row = ((bi * seq + s) * heads + h) * dim;
+        const double z = std::exp(la[st]) + std::exp(lb[st]);
+        want_lse[st] = std::log(z);
+        for (int64_t d = 0; d < dim; ++d) {
+          want_out[row + d] = z > 0 ? (std::exp(la[st]) * oa[row + d] + std::exp(lb[st]) * ob[row + d]) / z : 0.0;
+        }
+      }
+    }
+  }
+  EXPECT_LT(RelativeError(out, want_out), dtype == DType::kF32 ? 1e-6 : 5e-3);
+  EXPECT_LT(StatError(lse, want_lse), 1e-5);
+  EXPECT_EQ(lse[0], -kInf);
+  for (int64_t d = 0; d < dim; ++d) EXPECT_EQ(out[d], 0.0);
+}
+
+TEST(AttentionCpuTest, MergeIsExactAndHandlesEmptyRows) {
+  CheckMerge(DType::kF32, Device::Cpu());
+  CheckMerge(DType::kBF16, Device::Cpu());
+}
+
+// --- Argument errors ------------------------------------------------------------------------------
+
+TEST(AttentionCpuTest, BadArgumentsGiveClearErrors) {
+  const Problem p{1, 4, 4, 4, 2, 8, false};
+  const Device cpu = Device::Cpu();
+  Stream s = Stream::Cpu();
+  Tensor q = Output(p.QShape(), DType::kF32, cpu), k = Output(p.KShape(), DType::kF32, cpu);
+  Tensor v = Output(p.KShape(), DType::kF32, cpu), out = Output(p.QShape(), DType::kF32, cpu);
+  Tensor lse = Output(p.StatShape(), DType::kF32, cpu);
+  Tensor k3 = Output({1, 4, 3, 8}, DType::kF32, cpu), kd = Output({1, 4, 2, 16}, DType::kF32, cpu);
+  Tensor vb = Output(p.KShape(), DType::kBF16, cpu), bad_lse = Output({1, 4, 5}, DType::kF32, cpu);
+
+  absl::Status st = AttentionForward(q, k3, k3, {}, out, lse, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("must divide heads"), std::string::npos) << st;
+  st = AttentionForward(q, kd, kd, {}, out, lse, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("attention k: expected"), std::string::npos) << st;
+  st = AttentionForward(q, k, vb, {}, out, lse, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("attention v"), std::string::npos) << st;
+  st = AttentionForward(q, k, v, {}, out, bad_lse, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("attention lse"), std::string::npos) << st;
+  st = AttentionMerge(out, lse, q, bad_lse, out, lse, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(st.message().find("lse_b"), std::string::npos) << st;
+  EXPECT_TRUE(AttentionForward(q, k, v, {}, out, lse, s).ok());
+#ifndef SG_WITH_CUDA
+  // CUDA tensors in a build without CUDA: never dereferenced.
+  const TensorView gq(q.data<float>(), DType::kBF16, p.QShape(), Device::Cuda(0));
+  const TensorView gk(k.data<float>(), DType::kBF16, p.KShape(), Device::Cuda(0));
+  const TensorView gout(out.data<float>(), DType::kBF16, p.QShape(), Device::Cuda(0));
+  const TensorView glse(lse.data<float>(), DType::kF32, p.StatShape(), Device::Cuda(0));
+  st = AttentionForward(gq, gk, gk, {}, gout, glse, s);
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+#endif
+}
+
+// --- CUDA kernels against the CPU reference --------------------------------------------------------
+
+struct CudaCase {
+  int64_t dim, seq_q, seq_k, group;
+  bool causal;
+};
+
+class AttentionCudaTest : public ::testing::TestWithParam<CudaCase> {};
+
+TEST_P(AttentionCudaTest, MatchesCpuReference) {
+  SG_SKIP_WITHOUT_CUDA();
+  const CudaCase c = GetParam();
+  const Problem p{2, c.seq_q, c.seq_k, 8, 8 / c.group, c.dim, c.causal};
+  SCOPED_TRACE(p.ToString());
+  const Inputs in = RandomInputs(p);
+  const Result want = RunAttention(p, in, DType::kF32, Device::Cpu());
+  const Result got = RunAttention(p, in, DType::kBF16, Device::Cuda(0));
+  EXPECT_LT(RelativeError(got.out, want.out), 1e-2);
+  EXPECT_LT(StatError(got.lse, want.lse), 2e-3);
+  EXPECT_LT(RelativeError(got.dq, want.dq), 2e-2);
+  EXPECT_LT(RelativeError(got.dk, want.dk), 2e-2);
+  EXPECT_LT(RelativeError(got.dv, want.dv), 2e-2);
+}
+
+std::vector<CudaCase> AllCudaCases() {
+  std::vector<CudaCase> cases;
+  const std::pair<int64_t, int64_t> seqs[] = {{1, 1}, {17, 17}, {131, 131}, {257, 257}, {77, 200}, {200, 77}};
+  for (int64_t dim : {64, 128}) {
+    for (bool causal : {false, true}) {
+      for (auto [sq, sk] : seqs) {
+        for (int64_t group : {1, 4, 8}) cases.push_back({dim, sq, sk, group, causal});
+      }
+    }
+  }
+  return cases;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionCudaTest, ::testing::ValuesIn(AllCudaCases()),
+                         [](const ::testing::TestParamInfo<CudaCase>& info) {
+                           const CudaCase& c = info.param;
+                           return absl::StrCat("D", c.dim, "_Sq", c.seq_q, "_Sk", c.seq_k, "_G",
+                                               c.group, c.causal ? "_causal" : "");
+                         });
+
+// A longer sequence with offsets (many tiles, masks that cut through tiles at odd places).
+TEST(AttentionCudaOffsetsTest, OffsetsMatchCpuReference) {
+  SG_SKIP_WITHOUT_CUDA();
+  for (const Problem& p : {Problem{1, 300, 700, 4, 1, 128, true, 400, 3},
+                           Problem{1, 513, 513, 4, 2, 64, true, 0, 5},
+                           Problem{1, 100, 200, 2, 2, 64, true, 0, 150}}) {
+    SCOPED_TRACE(p.ToString());
+    const Inputs in = RandomInputs(p);
+    const Result want = RunAttention(p, in, DType::kF32, Device::Cpu());
+    const Result got = RunAttention(p, in, DType::kBF16, Device::Cuda(0));
+    EXPECT_LT(RelativeError(got.out, want.out), 1e-2);
+    EXPECT_LT(StatError(got.lse, want.lse), 2e-3);
+    EXPECT_LT(RelativeError(got.dq, want.dq), 2e-2);
+    EXPECT_LT(RelativeError(got.dk, want.dk), 2e-2);
+    EXPECT_LT(RelativeError(got.dv, want.dv), 2e-2);
+  }
+}
+
+TEST(AttentionCudaMergeTest, MergeIsExactAndHandlesEmptyRows) {
+  SG_SKIP_WITHOUT_CUDA();
+  CheckMerge(DType::kF32, Device::Cuda(0));
+  CheckMerge(DType::kBF16, Device::Cuda(0));
+}
+
+// On CUDA the blocks' outputs are bf16, so "equal" is up to bf16 rounding of each block's output.
+TEST(AttentionCudaMergeTest, BlocksMergedEqualFullSequence) {
+  SG_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::Cuda(0);
+  CheckBlocksEqualFull({2, 200, 300, 8, 2, 64, true}, {0, 70, 128, 300}, DType::kBF16, gpu, 1e-2, 2e-2);
+  CheckBlocksEqualFull({1, 129, 256, 4, 4, 128, false}, {0, 64, 256}, DType::kBF16, gpu, 1e-2, 2e-2);
+  CheckBlocksEqualFull({1, 128, 384, 4, 1, 128, true, 256, 0}, {0, 128, 256, 384}, DType::kBF16, gpu, 1e-2, 2e-2);
+}
+
+}  // namespace
+}  // namespace sg::kernels
