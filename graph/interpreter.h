@@ -6,7 +6,8 @@
 //   SG_ASSIGN_OR_RETURN(Feeds out, Interpret(g, feeds));   // out["loss"].data[0]
 //
 // Every element is a double whatever the dtype: values are not rounded to bf16/f16 except by an
-// explicit `cast` to bf16/f16 (which rounds as the device would; f32 is kept in double), and integers are exact up to 2^53.
+// explicit `cast` to bf16/f16 (which rounds as the device would; f32 stays double), and integers
+// are exact up to 2^53.
 #ifndef SGTRAIN_GRAPH_INTERPRETER_H_
 #define SGTRAIN_GRAPH_INTERPRETER_H_
 

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/attention_internal.h"
+#include "kernels/attention/attention_tiling.h"
 #include "kernels/core/status.h"
 
 namespace sg::kernels::internal {
@@ -154,7 +155,8 @@ struct Problem {
 template <int kD>
 struct FwdConfig {
   static constexpr int kWarps = 8, kThreads = kWarps * 32;
-  static constexpr int kBlockM = 16 * kWarps, kBlockN = 64;
+  static constexpr int kBlockM = kFwdBlockM, kBlockN = kFwdBlockN;
+  static_assert(kBlockM == 16 * kWarps, "one 16-row slice of the query tile per warp");
   using QTile = SmemTile<kBlockM, kD>;
   using KvTile = SmemTile<kBlockN, kD>;
   static constexpr int kSmemBytes = (QTile::kElems + 4 * KvTile::kElems) * int(sizeof(bf16));
@@ -184,11 +186,7 @@ __global__ void __launch_bounds__(FwdConfig<kD>::kThreads, 1)
   const bf16* k_base = k + int64_t(b) * pr.seq_k * k_row + kh * kD;
   const bf16* v_base = v + int64_t(b) * pr.seq_k * k_row + kh * kD;
 
-  int n_end = pr.seq_k;
-  if (pr.causal) {
-    const int64_t visible = int64_t(min(m0 + kBlockM, pr.seq_q)) + pr.q_minus_k;  // keys < this
-    n_end = visible <= 0 ? 0 : visible >= pr.seq_k ? pr.seq_k : int(visible);
-  }
+  const int n_end = VisibleKeyEnd(min(m0 + kBlockM, pr.seq_q), pr.seq_k, pr.causal, pr.q_minus_k);
   const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
 
   sq.template Load<C::kThreads>(q_base, q_row, pr.seq_q - m0);
@@ -232,8 +230,7 @@ __global__ void __launch_bounds__(FwdConfig<kD>::kThreads, 1)
     }
 
     // Scale into the log2 domain; mask keys past the end and (causal) after the query.
-    const bool need_mask = n0 + kBlockN > pr.seq_k ||
-                           (pr.causal && int64_t(n0 + kBlockN - 1) > m0 + pr.q_minus_k);
+    const bool need_mask = TileNeedsMask(m0, n0, kBlockN, pr.seq_k, pr.causal, pr.q_minus_k);
 #pragma unroll
     for (int nt = 0; nt < kBlockN / 8; ++nt) {
 #pragma unroll
@@ -346,8 +343,9 @@ __global__ void AttentionDeltaKernel(int64_t rows, int seq, int heads, const bf1
 template <int kD>
 struct BwdConfig {
   static constexpr int kWarps = 8, kThreads = kWarps * 32;
-  static constexpr int kBlockN = 16 * kWarps;  // keys per block, 16 per warp
-  static constexpr int kBlockM = 64;           // queries per iteration
+  static constexpr int kBlockN = kBwdBlockN;  // keys per block, 16 per warp
+  static constexpr int kBlockM = kBwdBlockM;  // queries per iteration
+  static_assert(kBlockN == 16 * kWarps, "one 16-key slice of the key tile per warp");
   static constexpr int kQGroups = kBlockM / 16, kDqSplit = kWarps / kQGroups, kDqCols = kD / kDqSplit;
   static_assert(kWarps % kQGroups == 0 && kDqCols % 16 == 0, "dq tile must split over the warps");
   using KvTile = SmemTile<kBlockN, kD>;
@@ -386,11 +384,7 @@ __global__ void __launch_bounds__(BwdConfig<kD>::kThreads, 1)
 
   // Query tiles that can see this key tile: causal rows i >= n0 - q_minus_k.
   const int m_tiles = (pr.seq_q + kBlockM - 1) / kBlockM;
-  int m_first = 0;
-  if (pr.causal) {
-    const int64_t first_row = n0 - pr.q_minus_k;
-    m_first = first_row <= 0 ? 0 : first_row >= int64_t(m_tiles) * kBlockM ? m_tiles : int(first_row / kBlockM);
-  }
+  const int m_first = FirstQueryTile(n0, kBlockM, m_tiles, pr.causal, pr.q_minus_k);
   const int per_head = m_tiles - m_first, iters = per_head * group;
 
   // Issues the copies of iteration `it` (Q, dO tiles; lse, delta) into `stage`.
@@ -450,8 +444,7 @@ __global__ void __launch_bounds__(BwdConfig<kD>::kThreads, 1)
     }
 
     // P^T = exp2(S^T scale_log2 - lse_log2), dS^T = P^T (dP^T - delta); dS^T -> shared for dq.
-    const bool need_mask = n0 + kBlockN > pr.seq_k ||
-                           (pr.causal && int64_t(n0 + kBlockN - 1) > m0 + pr.q_minus_k);
+    const bool need_mask = TileNeedsMask(m0, n0, kBlockN, pr.seq_k, pr.causal, pr.q_minus_k);
     const float* l2 = s_lse + stage * kBlockM;
     const float* dl = s_delta + stage * kBlockM;
 #pragma unroll

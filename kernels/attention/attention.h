@@ -1,7 +1,8 @@
 // Scaled dot-product attention (flash attention): forward, backward, and the block/merge steps that
 // ring attention (context parallelism) is built from.
 //
-//   sg::kernels::AttentionOptions opt{.causal = true};
+//   sg::kernels::AttentionOptions opt;
+//   opt.causal = true;
 //   SG_RETURN_IF_ERROR(AttentionForward(q, k, v, opt, out, lse, stream));
 //   SG_RETURN_IF_ERROR(AttentionBackward(q, k, v, out, dout, lse, opt, dq, dk, dv, stream));
 //

@@ -5,6 +5,7 @@
 // lse 2e-3 absolute.
 #include "kernels/attention/attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/attention/attention_internal.h"
+#include "kernels/attention/attention_tiling.h"
 #include "kernels/core/testing.h"
 
 namespace sg::kernels {
@@ -81,9 +83,12 @@ Result RunAttention(const Problem& p, const Inputs& in, DType dtype, Device devi
   Tensor out = Output(p.QShape(), dtype, device), lse = Output(p.StatShape(), DType::kF32, device);
   Tensor dq = Output(p.QShape(), dtype, device), dk = Output(p.KShape(), dtype, device);
   Tensor dv = Output(p.KShape(), dtype, device);
-  EXPECT_TRUE(AttentionForward(q, k, v, p.Options(), out, lse, stream).ok());
-  EXPECT_TRUE(AttentionBackward(q, k, v, out, dout, lse, p.Options(), dq, dk, dv, stream).ok());
-  EXPECT_TRUE(stream.Synchronize().ok());
+  absl::Status st = AttentionForward(q, k, v, p.Options(), out, lse, stream);
+  EXPECT_TRUE(st.ok()) << st;
+  st = AttentionBackward(q, k, v, out, dout, lse, p.Options(), dq, dk, dv, stream);
+  EXPECT_TRUE(st.ok()) << st;
+  st = stream.Synchronize();
+  EXPECT_TRUE(st.ok()) << st;
   return {ToHost(out), ToHost(lse), ToHost(dq), ToHost(dk), ToHost(dv)};
 }
 
@@ -243,11 +248,14 @@ void CheckBlocksEqualFull(const Problem& p, const std::vector<int64_t>& cuts, DT
     Tensor v = FromHost(SliceSeq(in.v, p.batch, p.seq_k, cuts[c], cuts[c + 1]), bp.KShape(), dtype, device);
     Tensor bout = Output(p.QShape(), dtype, device), blse = Output(p.StatShape(), DType::kF32, device);
     ASSERT_TRUE(AttentionForward(q, k, v, bp.Options(), bout, blse, stream).ok());
+    // Host copies run on the legacy stream: order them after the kernels explicitly.
+    ASSERT_TRUE(stream.Synchronize().ok());
     Tensor bout32 = FromHost(ToHost(bout), p.QShape(), DType::kF32, device);
     ASSERT_TRUE(AttentionMerge(out, lse, bout32, blse, out, lse, stream).ok());
     Tensor dq = Output(p.QShape(), dtype, device), dk = Output(bp.KShape(), dtype, device);
     Tensor dv = Output(bp.KShape(), dtype, device);
     ASSERT_TRUE(AttentionBlockBackward(q, k, v, dout, global_lse, delta, bp.Options(), dq, dk, dv, stream).ok());
+    ASSERT_TRUE(stream.Synchronize().ok());
     const Vec dqh = ToHost(dq);
     for (size_t i = 0; i < dq_sum.size(); ++i) dq_sum[i] += dqh[i];
     dk_parts.push_back(ToHost(dk));
@@ -352,6 +360,53 @@ TEST(AttentionCpuTest, BadArgumentsGiveClearErrors) {
   st = AttentionForward(gq, gk, gk, {}, gout, glse, s);
   EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
 #endif
+}
+
+// --- The CUDA kernels' tile arithmetic, checked on the host ---------------------------------------
+
+// Every visible (query, key) pair lies in a tile the kernels visit, and a tile they process without
+// the per-element mask holds only visible pairs. `block_m` x `block_n` tiles over queries x keys.
+void CheckTiling(int seq_q, int seq_k, bool causal, int64_t q_minus_k, int block_m, int block_n) {
+  SCOPED_TRACE(absl::StrCat("Sq ", seq_q, " Sk ", seq_k, " causal ", causal, " q-k ", q_minus_k,
+                            " tile ", block_m, "x", block_n));
+  const int m_tiles = (seq_q + block_m - 1) / block_m;
+  auto visible = [&](int64_t i, int64_t j) { return !causal || j <= i + q_minus_k; };
+  for (int mt = 0; mt < m_tiles; ++mt) {
+    const int m0 = mt * block_m, m_end = std::min(m0 + block_m, seq_q);
+    const int key_end = internal::VisibleKeyEnd(m_end, seq_k, causal, q_minus_k);
+    for (int n0 = 0; n0 < seq_k; n0 += block_n) {
+      const bool forward_visits = n0 < key_end;  // forward: key tiles [0, ceil(key_end / block_n))
+      const bool backward_visits =               // backward: query tiles [first, m_tiles)
+          mt >= internal::FirstQueryTile(n0, block_m, m_tiles, causal, q_minus_k);
+      const bool needs_mask = internal::TileNeedsMask(m0, n0, block_n, seq_k, causal, q_minus_k);
+      for (int i = m0; i < m_end; ++i) {
+        for (int j = n0; j < n0 + block_n; ++j) {
+          const bool live = j < seq_k && visible(i, j);
+          if (live) {
+            ASSERT_TRUE(forward_visits) << "forward skips pair " << i << "," << j;
+            ASSERT_TRUE(backward_visits) << "backward skips pair " << i << "," << j;
+          }
+          if (!needs_mask) {
+            ASSERT_TRUE(live) << "unmasked tile holds masked pair " << i << "," << j;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(AttentionTilingTest, TileRangesCoverEveryVisiblePairAndMasksTheRest) {
+  for (int seq_q : {1, 17, 130, 257}) {
+    for (int seq_k : {1, 63, 200}) {
+      CheckTiling(seq_q, seq_k, false, 0, internal::kFwdBlockM, internal::kFwdBlockN);
+      CheckTiling(seq_q, seq_k, false, 0, internal::kBwdBlockM, internal::kBwdBlockN);
+      // Step 7 is coprime with the tile sizes: every offset residue modulo a tile occurs.
+      for (int64_t q_minus_k = -300; q_minus_k <= 300; q_minus_k += 7) {
+        CheckTiling(seq_q, seq_k, true, q_minus_k, internal::kFwdBlockM, internal::kFwdBlockN);
+        CheckTiling(seq_q, seq_k, true, q_minus_k, internal::kBwdBlockM, internal::kBwdBlockN);
+      }
+    }
+  }
 }
 
 // --- CUDA kernels against the CPU reference --------------------------------------------------------

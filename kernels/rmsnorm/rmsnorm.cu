@@ -60,6 +60,12 @@ template <> struct Vec<__nv_bfloat16> {
   }
 };
 
+// Converts 16 raw bytes (already loaded) to floats.
+template <typename T>
+__device__ __forceinline__ void Unpack(const uint4& raw, float (&out)[Vec<T>::kN]) {
+  Vec<T>::Load(reinterpret_cast<const T*>(&raw), out);
+}
+
 template <typename T> __device__ __forceinline__ float Get(const T* p, int64_t i);
 template <> __device__ __forceinline__ float Get(const float* p, int64_t i) { return p[i]; }
 template <> __device__ __forceinline__ float Get(const __nv_bfloat16* p, int64_t i) { return __bfloat162float(p[i]); }
@@ -79,15 +85,22 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   if (row >= rows) return;
   const int nvec = dim / N;
   const T* xr = x + row * dim;
-  float v[kVecs][N];
+  // The row stays in registers as raw 16-byte vectors (half the registers of floats for bf16).
+  uint4 raw[kVecs];
   float ss = 0.f;
 #pragma unroll
   for (int j = 0; j < kVecs; ++j) {
     const int vi = lane + 32 * j;
-    if (vi < nvec) {
-      Vec<T>::Load(xr + vi * N, v[j]);
+    if (vi < nvec) raw[j] = __ldcs(reinterpret_cast<const uint4*>(xr + vi * N));
+  }
 #pragma unroll
-      for (int k = 0; k < N; ++k) ss += v[j][k] * v[j][k];
+  for (int j = 0; j < kVecs; ++j) {
+    const int vi = lane + 32 * j;
+    if (vi < nvec) {
+      float v[N];
+      Unpack<T>(raw[j], v);
+#pragma unroll
+      for (int k = 0; k < N; ++k) ss += v[k] * v[k];
     }
   }
   ss = WarpSum(ss);
@@ -97,11 +110,12 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int j = 0; j < kVecs; ++j) {
     const int vi = lane + 32 * j;
     if (vi < nvec) {
-      float wv[N];
+      float v[N], wv[N];
+      Unpack<T>(raw[j], v);
       Vec<T>::Load(w + vi * N, wv);
 #pragma unroll
-      for (int k = 0; k < N; ++k) v[j][k] = v[j][k] * rs * wv[k];
-      Vec<T>::Store(y + row * dim + vi * N, v[j]);
+      for (int k = 0; k < N; ++k) v[k] = v[k] * rs * wv[k];
+      Vec<T>::Store(y + row * dim + vi * N, v);
     }
   }
 }
@@ -293,8 +307,20 @@ absl::Status Backward(const Problem& p, const void* dy, const void* x, const voi
   }
   int sms = 0;
   SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  // As many blocks as fit on the device at once (more warps, more bytes in flight), each looping
+  // over rows; more would only lengthen the per-block partial sums without adding parallelism.
+  int per_sm = 1;
+  switch (vecs) {
+#define SG_CASE(V)                                                                                 \
+  case V:                                                                                          \
+    SG_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(                         \
+        &per_sm, BackwardWarpKernel<T, V>, kWarpsPerBlock * 32, size_t(dim) * sizeof(float)));     \
+    break;
+    SG_CASE(1) SG_CASE(2) SG_CASE(4) SG_CASE(8) SG_CASE(16)
+#undef SG_CASE
+  }
   const int64_t want = (p.rows + kWarpsPerBlock - 1) / kWarpsPerBlock;
-  const int blocks = int(std::max<int64_t>(1, std::min<int64_t>(want, 2 * sms)));
+  const int blocks = int(std::max<int64_t>(1, std::min<int64_t>(want, int64_t(std::max(per_sm, 1)) * sms)));
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
   SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(int64_t(blocks) * dim * int64_t(sizeof(float))));
   float* partial = static_cast<float*>(scratch);
