@@ -4,6 +4,7 @@ Run on the GPU machine in the same command as the benchmark:  python3 kernels/rm
 Prints one line per (variant, direction, shape) with GB/s (bytes: x read + y written [+ dy read]).
 """
 import torch
+import torch._functorch.config
 import torch.nn.functional as F
 
 
