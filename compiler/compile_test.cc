@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <iostream>
 
 #include "absl/strings/match.h"
 #include "compiler/testing/tiny_llama.h"
@@ -110,8 +111,13 @@ TEST(CompileTest, LossAndEveryGradientMatchTheInterpreter) {
   EXPECT_NEAR(m->grad_norm, std::sqrt(ss), 1e-4 * std::sqrt(ss));
   // The real kernels are used where they exist; the reference fallback elsewhere.
   int kernels = 0;
-  for (const Step& s : step->program().schedule.steps) kernels += s.impl == "kernel";
+  std::map<std::string, int> reference;
+  for (const Step& s : step->program().schedule.steps) {
+    kernels += s.impl == "kernel";
+    if (s.impl == "reference") ++reference[graph::OpName(step->training_graph().nodes()[s.node].op)];
+  }
   EXPECT_GT(kernels, 0);
+  for (const auto& [op, n] : reference) std::cout << "reference fallback: " << op << " x" << n << "\n";
   // Memory plan reuses buffers.
   EXPECT_LT(step->program().plan.arena_bytes, step->program().plan.sum_bytes);
 }
