@@ -103,6 +103,11 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
     SG_RETURN_IF_ERROR(ZeroTensor(all, step->executor_->compute_stream()));
     SG_RETURN_IF_ERROR(step->executor_->Synchronize());
   }
+  if (step->program_->adamw_counter.bytes() > 0) {
+    TensorView c(step->program_->adamw_counter.data(), DType::kI64, {}, o.device);
+    SG_RETURN_IF_ERROR(ZeroTensor(c, step->executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(step->executor_->Synchronize());
+  }
   SG_RETURN_IF_ERROR(step->AddStepCounter());
   return step;
 }
@@ -142,6 +147,16 @@ absl::Status CompiledStep::Write(const std::string& name, const TensorView& host
   SG_RETURN_IF_ERROR(CheckHostMatch(absl::StrCat("Write '", name, "'"), s->second, host));
   SG_ASSIGN_OR_RETURN(TensorView dst, s->second.Reshape(host.shape()));
   SG_RETURN_IF_ERROR(CopyTensor(host, dst, executor_->compute_stream()));
+  if (name == kStepName && program_->adamw_counter.bytes() > 0) {
+    // The multi-tensor AdamW counts completed steps in its own i64; restore it with the source.
+    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    float f = 0;
+    SG_RETURN_IF_ERROR(CopyTensor(dst, TensorView(&f, DType::kF32, {}, Device::Cpu()), executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    int64_t n = int64_t(f);
+    TensorView c(program_->adamw_counter.data(), DType::kI64, {}, program_->device);
+    SG_RETURN_IF_ERROR(CopyTensor(TensorView(&n, DType::kI64, {}, Device::Cpu()), c, executor_->compute_stream()));
+  }
   return executor_->Synchronize();
 }
 
