@@ -30,7 +30,7 @@ std::string WorkerRun::Summary() const {
 }
 
 WorkerRun RunWorkers(int n, const std::string& test, const std::vector<std::string>& env,
-                     absl::Duration timeout) {
+                     absl::Duration timeout, bool stop_all_on_failure) {
   WorkerRun run;
   char self[PATH_MAX];
   ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
@@ -64,6 +64,7 @@ WorkerRun RunWorkers(int n, const std::string& test, const std::vector<std::stri
   opt.on_line = [&](int i, absl::string_view line) { run.outputs[size_t(i)].append(line.data(), line.size()); };
   opt.deadline = absl::Now() + timeout;
   opt.grace = absl::Seconds(2);
+  opt.stop_all_on_failure = stop_all_on_failure;
   // A worker's failure should not kill the others: tests check every rank's own verdict. The
   // supervisor stops all on the first nonzero exit, so tests that expect one use exit code 0 for
   // "behaved as expected".

@@ -32,9 +32,10 @@ struct WorkerRun {
 
 // Runs `n` copies of this binary with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT (a free
 // port) and `env` ("NAME=value"), each running the gtest `test` (e.g. "Workers.DISABLED_Foo").
-// All are stopped at `timeout`.
+// All are stopped at `timeout`. With `stop_all_on_failure` false, a worker that dies (e.g. one
+// killed on purpose) leaves the others running.
 WorkerRun RunWorkers(int n, const std::string& test, const std::vector<std::string>& env,
-                     absl::Duration timeout);
+                     absl::Duration timeout, bool stop_all_on_failure = true);
 
 // The rendezvous, UCX transport and world group of a worker, from its environment.
 struct WorkerWorld {

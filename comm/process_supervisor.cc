@@ -168,7 +168,7 @@ absl::StatusOr<SupervisedResult> RunSupervised(const std::vector<ProcessSpec>& s
       if (result.exit_codes[i] != 0 && result.first_failed < 0) {
         result.first_failed = int(i);
         result.exit_code = result.exit_codes[i];
-        stop_all();
+        if (opt.stop_all_on_failure) stop_all();
       }
     }
     absl::Time now = absl::Now();

@@ -34,6 +34,9 @@ struct SupervisorOptions {
   // Polled every ~50 ms; when it returns true every process is stopped the same way (the launcher
   // sets it from SIGINT/SIGTERM).
   std::function<bool()> stop_requested;
+  // Whether the first failure stops the others. Off for fault-injection tests, where a rank is
+  // killed on purpose and the survivors must keep running to report it.
+  bool stop_all_on_failure = true;
 };
 
 struct SupervisedResult {
