@@ -28,14 +28,14 @@ void OnSignal(int sig) { g_signal = sig; }
 int Usage(const std::string& why) {
   std::cerr << "launch: " << why << "\n"
             << "usage: launch --nproc=N [--master_port=P] [--master_addr=A] [--nnodes=M "
-               "--node_rank=K] [--grace_s=S] -- program args...\n";
+               "--node_rank=K] [--grace_s=S] [--max_restarts=R --min_nproc=M] -- program args...\n";
   return 2;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  int nproc = 0, port = 0, nnodes = 1, node_rank = 0, grace_s = 5;
+  int nproc = 0, port = 0, nnodes = 1, node_rank = 0, grace_s = 5, max_restarts = 0, min_nproc = 0;
   std::string addr = "127.0.0.1";
   std::vector<std::string> program;
   for (int i = 1; i < argc; ++i) {
@@ -53,7 +53,8 @@ int main(int argc, char** argv) {
       break;
     }
     if (int_flag("nproc", &nproc) || int_flag("master_port", &port) || int_flag("nnodes", &nnodes) ||
-        int_flag("node_rank", &node_rank) || int_flag("grace_s", &grace_s)) {
+        int_flag("node_rank", &node_rank) || int_flag("grace_s", &grace_s) ||
+        int_flag("max_restarts", &max_restarts) || int_flag("min_nproc", &min_nproc)) {
       continue;
     }
     if (absl::StartsWith(a, "--master_addr=")) {
@@ -67,31 +68,14 @@ int main(int argc, char** argv) {
   if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {
     return Usage(absl::StrCat("--node_rank must be in [0, ", nnodes, "), found ", node_rank));
   }
-  if (port == 0) {
-    if (nnodes > 1) return Usage("--master_port is required with --nnodes > 1");
-    absl::StatusOr<int> p = sg::comm::PickFreePort();
-    if (!p.ok()) {
-      std::cerr << "launch: " << p.status() << "\n";
-      return 1;
-    }
-    port = *p;
+  if (min_nproc == 0) min_nproc = 1;
+  if (max_restarts < 0 || min_nproc < 1 || min_nproc > nproc) {
+    return Usage(absl::StrCat("need --max_restarts >= 0 and 1 <= --min_nproc <= --nproc, found ",
+                              max_restarts, " and ", min_nproc));
   }
-
-  std::vector<std::string> base = sg::comm::CurrentEnvironment(
-      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"});
-  std::vector<sg::comm::ProcessSpec> specs;
-  for (int local = 0; local < nproc; ++local) {
-    sg::comm::ProcessSpec spec;
-    spec.argv = program;
-    spec.env = base;
-    spec.env.push_back(absl::StrCat("RANK=", node_rank * nproc + local));
-    spec.env.push_back(absl::StrCat("WORLD_SIZE=", nnodes * nproc));
-    spec.env.push_back(absl::StrCat("LOCAL_RANK=", local));
-    spec.env.push_back(absl::StrCat("LOCAL_WORLD_SIZE=", nproc));
-    spec.env.push_back(absl::StrCat("MASTER_ADDR=", addr));
-    spec.env.push_back(absl::StrCat("MASTER_PORT=", port));
-    specs.push_back(std::move(spec));
-  }
+  if (max_restarts > 0 && nnodes > 1) return Usage("--max_restarts is single-node only (--nnodes=1)");
+  const bool fixed_port = port != 0;
+  if (!fixed_port && nnodes > 1) return Usage("--master_port is required with --nnodes > 1");
 
   struct sigaction sa {};
   sa.sa_handler = OnSignal;
@@ -99,23 +83,63 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  sg::comm::SupervisorOptions opt;
-  opt.grace = absl::Seconds(grace_s);
-  opt.on_line = [&](int i, absl::string_view line) {
-    std::string out = absl::StrCat("[rank ", node_rank * nproc + i, "] ", line);
-    std::fwrite(out.data(), 1, out.size(), stdout);
-    std::fflush(stdout);
-  };
-  opt.stop_requested = [] { return g_signal != 0; };
-  absl::StatusOr<sg::comm::SupervisedResult> r = sg::comm::RunSupervised(specs, opt);
-  if (!r.ok()) {
-    std::cerr << "launch: " << r.status() << "\n";
-    return 1;
-  }
-  if (r->first_failed >= 0) {
+  std::vector<std::string> base = sg::comm::CurrentEnvironment(
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+       "SG_RESTART_COUNT", "SG_MAX_RESTARTS"});
+  for (int restart = 0;; ++restart) {
+    if (!fixed_port) {
+      absl::StatusOr<int> p = sg::comm::PickFreePort();
+      if (!p.ok()) {
+        std::cerr << "launch: " << p.status() << "\n";
+        return 1;
+      }
+      port = *p;
+    }
+    std::vector<sg::comm::ProcessSpec> specs;
+    for (int local = 0; local < nproc; ++local) {
+      sg::comm::ProcessSpec spec;
+      spec.argv = program;
+      spec.env = base;
+      spec.env.push_back(absl::StrCat("RANK=", node_rank * nproc + local));
+      spec.env.push_back(absl::StrCat("WORLD_SIZE=", nnodes * nproc));
+      spec.env.push_back(absl::StrCat("LOCAL_RANK=", local));
+      spec.env.push_back(absl::StrCat("LOCAL_WORLD_SIZE=", nproc));
+      spec.env.push_back(absl::StrCat("MASTER_ADDR=", addr));
+      spec.env.push_back(absl::StrCat("MASTER_PORT=", port));
+      spec.env.push_back(absl::StrCat("SG_RESTART_COUNT=", restart));
+      spec.env.push_back(absl::StrCat("SG_MAX_RESTARTS=", max_restarts));
+      specs.push_back(std::move(spec));
+    }
+
+    sg::comm::SupervisorOptions opt;
+    opt.grace = absl::Seconds(grace_s);
+    opt.on_line = [&](int i, absl::string_view line) {
+      std::string out = absl::StrCat("[rank ", node_rank * nproc + i, "] ", line);
+      std::fwrite(out.data(), 1, out.size(), stdout);
+      std::fflush(stdout);
+    };
+    opt.stop_requested = [] { return g_signal != 0; };
+    absl::StatusOr<sg::comm::SupervisedResult> r = sg::comm::RunSupervised(specs, opt);
+    if (!r.ok()) {
+      std::cerr << "launch: " << r.status() << "\n";
+      return 1;
+    }
+    if (g_signal != 0) return 128 + g_signal;
+    if (r->first_failed < 0) return 0;
     std::cerr << "launch: rank " << node_rank * nproc + r->first_failed << " exited with code "
               << r->exit_code << "; stopped the other ranks\n";
+    // The rank that failed first is the one lost; the others were stopped by this launcher.
+    if (restart >= max_restarts) {
+      if (max_restarts > 0) std::cerr << "launch: no restarts left (--max_restarts=" << max_restarts << ")\n";
+      return r->exit_code;
+    }
+    if (nproc - 1 < min_nproc) {
+      std::cerr << "launch: cannot restart: " << nproc - 1 << " ranks would remain, --min_nproc="
+                << min_nproc << "\n";
+      return r->exit_code;
+    }
+    --nproc;
+    std::cerr << "launch: restarting with " << nproc << " ranks (restart " << restart + 1 << " of "
+              << max_restarts << ")\n";
   }
-  if (g_signal != 0) return 128 + g_signal;
-  return r->exit_code;
 }

@@ -52,6 +52,28 @@ TEST(LaunchTest, OneFailingRankStopsTheOthersAndSetsTheExitCode) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
+// Attempt 0: rank 2 fails; attempt 1 runs with 2 ranks and SG_RESTART_COUNT=1 and succeeds.
+TEST(LaunchTest, MaxRestartsRestartsWithTheRemainingRanks) {
+  Result r = Launch("--nproc=3 --grace_s=1 --max_restarts=2 --min_nproc=2 -- /bin/sh -c "
+                    "'echo \"attempt $SG_RESTART_COUNT world $WORLD_SIZE\"; "
+                    "if [ $SG_RESTART_COUNT = 0 ] && [ $RANK = 2 ]; then exit 5; fi; "
+                    "if [ $SG_RESTART_COUNT = 0 ]; then sleep 60; fi'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 2] attempt 0 world 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restarting with 2 ranks (restart 1 of 2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] attempt 1 world 2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("attempt 1 world 3"), std::string::npos) << r.output;
+}
+
+TEST(LaunchTest, RestartsStopAtMinNprocAndMaxRestarts) {
+  Result r = Launch("--nproc=2 --grace_s=1 --max_restarts=5 --min_nproc=2 -- /bin/sh -c 'exit 4'");
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("cannot restart: 1 ranks would remain, --min_nproc=2"), std::string::npos) << r.output;
+  r = Launch("--nproc=3 --grace_s=1 --max_restarts=1 -- /bin/sh -c 'exit 4'");
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("no restarts left (--max_restarts=1)"), std::string::npos) << r.output;
+}
+
 TEST(LaunchTest, BadArgumentsAreExplained) {
   Result r = Launch("--nproc=0 -- true");
   EXPECT_EQ(r.exit_code, 2);
