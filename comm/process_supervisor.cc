@@ -154,6 +154,8 @@ absl::StatusOr<SupervisedResult> RunSupervised(const std::vector<ProcessSpec>& s
     }
     ::poll(pfds.data(), pfds.size(), 50);
     for (size_t i = 0; i < children.size(); ++i) Drain(int(i), children[i], opt, false);
+    int failed_now = -1;  // this round's first failure: one ended by a signal wins, since the
+                          // ranks that exit with an error are usually reacting to it
     for (size_t i = 0; i < children.size(); ++i) {
       Child& c = children[i];
       if (!c.running) continue;
@@ -165,11 +167,15 @@ absl::StatusOr<SupervisedResult> RunSupervised(const std::vector<ProcessSpec>& s
       // Whatever the process group still holds of the pipe is drained below; stop its leftovers.
       ::kill(-c.pid, SIGKILL);
       result.exit_codes[i] = ExitCode(status);
-      if (result.exit_codes[i] != 0 && result.first_failed < 0) {
-        result.first_failed = int(i);
-        result.exit_code = result.exit_codes[i];
-        if (opt.stop_all_on_failure) stop_all();
+      if (result.exit_codes[i] != 0 &&
+          (failed_now < 0 || (WIFSIGNALED(status) && result.exit_codes[size_t(failed_now)] <= 128))) {
+        failed_now = int(i);
       }
+    }
+    if (failed_now >= 0 && result.first_failed < 0) {
+      result.first_failed = failed_now;
+      result.exit_code = result.exit_codes[size_t(failed_now)];
+      if (opt.stop_all_on_failure) stop_all();
     }
     absl::Time now = absl::Now();
     if (running > 0 && opt.stop_requested && opt.stop_requested()) stop_all();

@@ -1,0 +1,182 @@
+// toy_trainer: a deterministic stand-in for a training loop, used to test elastic recovery end to
+// end (kill a rank, restart with fewer, reload the sharded checkpoint, continue) without a model.
+//
+//   launch --nproc=4 --max_restarts=1 -- toy_trainer --ckpt_dir=/tmp/run --steps=30 --every=5
+//
+// State: a parameter vector P of --size floats, sharded S(0) over the ranks. Step t: every rank
+// computes a gradient over its share of --samples samples (sample k belongs to rank k % world),
+// integer-valued so that the all-reduced sum is exact in f32 whatever the world size; then each
+// rank updates its own shard elementwise, P = 0.875 P + G / 1024. Hence the state after step t is
+// bit-for-bit the same for any world size and any restart history: ExpectedState() below is the
+// single-process reference the tests compare against.
+//
+// Every --every steps all ranks write a sharded checkpoint (step directories under --ckpt_dir);
+// on start the newest one is loaded, resharded onto the current world size. --kill_rank/--kill_step
+// make that rank SIGKILL itself in the middle of that step's all-reduce (first attempt only).
+// Rank 0 prints "step <t> loss <mean P^2>" after each step and "resumed from step <s> on <n> ranks".
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "comm/health.h"
+#include "comm/process_group.h"
+#include "comm/store.h"
+#include "comm/ucx_transport.h"
+#include "kernels/core/status.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/checkpoint/sharded.h"
+#include "trainer/elastic/toy_model.h"
+
+namespace sg::trainer {
+namespace {
+
+struct Flags {
+  std::string ckpt_dir;
+  int64_t steps = 30, every = 5, size = 1000, samples = 24;
+  int kill_rank = -1;
+  int64_t kill_step = -1;
+};
+
+absl::Status Run(const Flags& f) {
+  SG_ASSIGN_OR_RETURN(comm::RankInfo info, comm::RankInfoFromEnv());
+  const int world = info.world_size, me = info.rank;
+  const char* restart_env = std::getenv("SG_RESTART_COUNT");
+  const std::string restart = restart_env ? restart_env : "0";
+  absl::Time d = absl::Now() + absl::Seconds(30);
+  SG_ASSIGN_OR_RETURN(auto rdzv, comm::Rendezvous::Create(info, d));
+  SG_ASSIGN_OR_RETURN(auto ucx, comm::UcxTransport::Create(rdzv->store(), "toy", me, world, d));
+  comm::ProcessGroupOptions pgo;
+  pgo.timeout = absl::Seconds(30);
+  SG_ASSIGN_OR_RETURN(auto pg, comm::ProcessGroup::Create(&rdzv->store(), ucx.get(), nullptr, "world", pgo));
+  comm::HealthOptions ho;
+  ho.interval = absl::Milliseconds(200);
+  ho.deadline = absl::Seconds(3);
+  ho.on_failure = [](const comm::RankFault& fault) { std::cerr << "health: " << fault.ToString() << "\n"; };
+  SG_ASSIGN_OR_RETURN(auto health, comm::HealthMonitor::Start(info, ho));
+
+  SG_ASSIGN_OR_RETURN(sharding::DeviceMesh mesh, sharding::DeviceMesh::Create({"dp"}, {world}));
+  SG_ASSIGN_OR_RETURN(sharding::TensorSpec spec,
+                      sharding::TensorSpec::Create(mesh, {sharding::Placement::Shard(0)}, {f.size}));
+  const int64_t offset = spec.LocalOffsets(me)[0];
+  Tensor p;
+  int64_t step = 0;
+  absl::StatusOr<std::string> latest = FindLatestShardedCheckpoint(f.ckpt_dir);
+  if (latest.ok()) {
+    SG_ASSIGN_OR_RETURN(std::vector<NamedTensor> loaded, LoadShards(*latest, me, {{"P", spec}}));
+    SG_ASSIGN_OR_RETURN(ShardedManifest m, ReadShardedManifest(*latest));
+    p = std::move(loaded[0].tensor);
+    step = m.step;
+    if (me == 0) {
+      std::cout << "resumed from step " << step << " on " << world << " ranks (saved on "
+                << m.mesh.size() << ", restart " << restart << ")" << std::endl;
+    }
+  } else {
+    SG_ASSIGN_OR_RETURN(p, Tensor::Empty(spec.LocalShape(me), DType::kF32, Device::Cpu()));
+    for (int64_t i = 0; i < p.numel(); ++i) p.data<float>()[i] = ToyInit(offset + i);
+  }
+
+  SG_ASSIGN_OR_RETURN(Tensor g, Tensor::Empty({f.size}, DType::kF32, Device::Cpu()));
+  SG_ASSIGN_OR_RETURN(Tensor loss, Tensor::Empty({1}, DType::kF32, Device::Cpu()));
+  while (step < f.steps) {
+    const int64_t t = step + 1;
+    ToyGradient(t, f.samples, me, world, g.data<float>(), f.size);
+    if (me == f.kill_rank && t == f.kill_step && restart == "0") {
+      // Lands inside the all-reduce below: the other ranks are mid-collective with this one.
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+        ::raise(SIGKILL);
+      }).detach();
+    }
+    SG_RETURN_IF_ERROR(pg->AllReduce(g, comm::ReduceOp::kSum));
+    ToyUpdate(p.data<float>(), g.data<float>() + offset, p.numel());
+    double local = 0;
+    for (int64_t i = 0; i < p.numel(); ++i) local += double(p.data<float>()[i]) * p.data<float>()[i];
+    loss.data<float>()[0] = float(local / double(f.size));
+    SG_RETURN_IF_ERROR(pg->AllReduce(loss, comm::ReduceOp::kSum));
+    step = t;
+    if (me == 0) std::cout << "step " << step << " loss " << loss.data<float>()[0] << std::endl;
+    if (step % f.every == 0 || step == f.steps) {
+      // Every rank writes its shard; rank 0 commits once all records are in the store.
+      const std::string dir = StepDir(f.ckpt_dir, step);
+      const std::string staging = StagingDir(dir, restart);
+      SG_ASSIGN_OR_RETURN(ShardRecord rec, WriteShard(staging, me, step, {{"P", spec, p}}));
+      const std::string key = absl::StrCat("ckpt/", step, "/");
+      absl::Time cd = absl::Now() + absl::Seconds(30);
+      SG_RETURN_IF_ERROR(rdzv->store().Set(absl::StrCat(key, "rank/", me), rec.ToJson(), cd));
+      if (me == 0) {
+        std::vector<ShardRecord> records;
+        for (int r = 0; r < world; ++r) {
+          SG_ASSIGN_OR_RETURN(std::string text, rdzv->store().Get(absl::StrCat(key, "rank/", r), cd));
+          SG_ASSIGN_OR_RETURN(ShardRecord other, ShardRecord::FromJson(text));
+          records.push_back(std::move(other));
+        }
+        SG_RETURN_IF_ERROR(CommitShardedCheckpoint(staging, dir, step, records,
+                                                   {{"restart", restart}}));
+        SG_RETURN_IF_ERROR(rdzv->store().Set(key + "done", "1", cd));
+        std::cout << "checkpoint step " << step << std::endl;
+      } else {
+        SG_RETURN_IF_ERROR(rdzv->store().Get(key + "done", cd).status());
+      }
+    }
+  }
+  SG_RETURN_IF_ERROR(health->Stop(absl::Now() + absl::Seconds(10)));
+  return rdzv->Finalize(absl::Now() + absl::Seconds(30));
+}
+
+}  // namespace
+}  // namespace sg::trainer
+
+int main(int argc, char** argv) {
+  sg::trainer::Flags f;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto flag = [&](const char* name) -> const char* {
+      std::string prefix = absl::StrCat("--", name, "=");
+      return absl::StartsWith(a, prefix) ? argv[i] + prefix.size() : nullptr;
+    };
+    bool ok = true;
+    if (const char* v = flag("ckpt_dir")) {
+      f.ckpt_dir = v;
+    } else if (const char* v = flag("steps")) {
+      ok = absl::SimpleAtoi(v, &f.steps);
+    } else if (const char* v = flag("every")) {
+      ok = absl::SimpleAtoi(v, &f.every);
+    } else if (const char* v = flag("size")) {
+      ok = absl::SimpleAtoi(v, &f.size);
+    } else if (const char* v = flag("samples")) {
+      ok = absl::SimpleAtoi(v, &f.samples);
+    } else if (const char* v = flag("kill_rank")) {
+      ok = absl::SimpleAtoi(v, &f.kill_rank);
+    } else if (const char* v = flag("kill_step")) {
+      ok = absl::SimpleAtoi(v, &f.kill_step);
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::cerr << "toy_trainer: bad argument '" << a << "'\n"
+                << "usage: toy_trainer --ckpt_dir=D [--steps=30 --every=5 --size=1000 --samples=24 "
+                   "--kill_rank=R --kill_step=T]\n";
+      return 2;
+    }
+  }
+  if (f.ckpt_dir.empty() || f.every < 1 || f.size < 1) {
+    std::cerr << "toy_trainer: --ckpt_dir is required, --every and --size must be >= 1\n";
+    return 2;
+  }
+  absl::Status s = sg::trainer::Run(f);
+  if (!s.ok()) {
+    std::cerr << "toy_trainer: " << s << "\n";
+    return 1;
+  }
+  return 0;
+}
