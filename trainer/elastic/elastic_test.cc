@@ -114,15 +114,18 @@ TEST(ElasticTest, KilledRankRestartsWithThreeFromLastCheckpointAndMatchesReferen
   ASSERT_EQ(got.size(), want.size());
   EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(float)), 0);
 
-  // The loss curve: attempt 0 covers 1..12 (13 died mid-step), attempt 1 redoes 11.. and
+  // The loss curve: attempt 0 covers 1..11 or 12 (13 died mid-step), attempt 1 redoes 11.. and
   // continues to 30 with the same values for the redone steps.
   auto attempts = LossesByAttempt(r.output);
   ASSERT_EQ(attempts.size(), 2u) << r.output;
   EXPECT_EQ(attempts[0].count(13), 0u) << r.output;
-  for (int64_t t = 1; t <= 12; ++t) EXPECT_EQ(attempts[0].count(t), 1u) << "step " << t;
+  // Rank 2 inside step 13 means every rank finished step 11 (rank 0 may or may not have printed
+  // step 12 before it was stopped).
+  for (int64_t t = 1; t <= 11; ++t) EXPECT_EQ(attempts[0].count(t), 1u) << "step " << t;
   EXPECT_EQ(attempts[1].begin()->first, 11) << r.output;
   for (int64_t t = 11; t <= kSteps; ++t) ASSERT_EQ(attempts[1].count(t), 1u) << "step " << t;
   for (int64_t t = 11; t <= 12; ++t) {
+    if (attempts[0].count(t) == 0) continue;
     EXPECT_NEAR(attempts[0][t], attempts[1][t], 1e-5 * std::abs(attempts[0][t])) << "step " << t;
   }
   for (const auto& a : attempts) {
