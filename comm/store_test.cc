@@ -246,6 +246,32 @@ TEST_F(StoreTest, SecretAuthenticatesEveryConnection) {
   EXPECT_EQ(good->Get("k", In(absl::Seconds(5))).value(), "v");
 }
 
+// With a secret, a peer that cannot authenticate cannot inject data: a raw Set (no auth, a forged
+// MAC, or auth followed by a Set in the same packet) is refused and never reaches the store.
+TEST_F(StoreTest, UnauthenticatedPeerCannotSetKeys) {
+  StartServer("correct horse");
+  auto good = Client("correct horse");
+  WireWriter set;
+  set.U8(uint8_t(StoreOp::kSet));
+  set.Str("injected");
+  set.Str("evil");
+  WireWriter forged;
+  forged.U8(uint8_t(StoreOp::kAuth));
+  forged.Str(std::string(32, 'x'));
+  const std::vector<std::string> attacks = {set.Frame(), forged.Frame() + set.Frame()};
+  for (const std::string& attack : attacks) {
+    Fd fd = ConnectTcp("127.0.0.1", server_->port(), In(absl::Seconds(5))).value();
+    ASSERT_TRUE(WriteAll(fd.get(), attack.data(), attack.size(), In(absl::Seconds(5)), "attack").ok());
+    std::string reply = ReadUntilClosed(fd.get());
+    EXPECT_NE(reply.find("authentication"), std::string::npos) << Hex(reply);
+  }
+  // A client with the wrong secret gets no connection at all.
+  EXPECT_FALSE(StoreClient::Connect("127.0.0.1", server_->port(), "guess", In(absl::Seconds(5))).ok());
+  auto probe = good->TryGet("injected", In(absl::Seconds(5)));
+  EXPECT_TRUE(absl::IsNotFound(probe.status())) << (probe.ok() ? *probe : probe.status().ToString());
+  EXPECT_GE(server_->rejected_connections(), 3);
+}
+
 TEST_F(StoreTest, ClientWithSecretRefusesUnauthenticatedServer) {
   StartServer();
   auto c = StoreClient::Connect("127.0.0.1", server_->port(), "s", In(absl::Seconds(5)));

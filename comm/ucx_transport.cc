@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/core/status.h"
@@ -185,6 +186,19 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Create(StoreClient& 
   // SG_UCX_TLS picks transports without touching UCX_TLS for other UCX users in the process.
   if (const char* tls = std::getenv("SG_UCX_TLS"); tls != nullptr && *tls != '\0') {
     SG_UCX_RETURN_IF_ERROR(ucp_config_modify(config.get(), "TLS", tls));
+  }
+  // UCX's TCP transport listens on every interface by default. When the rendezvous store is on
+  // loopback every rank is on this host, so listen on loopback only; SG_UCX_NET_DEVICES (or
+  // UCX_NET_DEVICES) configures it otherwise, e.g. "all" or "eth0" for a multi-node job.
+  if (std::getenv("UCX_NET_DEVICES") == nullptr) {
+    const char* dev = std::getenv("SG_UCX_NET_DEVICES");
+    const std::string& store_addr = store.address();
+    const bool loopback_job = absl::StartsWith(store_addr, "127.") || absl::StartsWith(store_addr, "localhost:");
+    if (dev != nullptr && *dev != '\0') {
+      SG_UCX_RETURN_IF_ERROR(ucp_config_modify(config.get(), "NET_DEVICES", dev));
+    } else if (loopback_job) {
+      SG_UCX_RETURN_IF_ERROR(ucp_config_modify(config.get(), "NET_DEVICES", "lo"));
+    }
   }
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES;

@@ -8,6 +8,8 @@
 //   SG_RETURN_IF_ERROR(r->Wait(deadline));
 //
 // Transports: UCX's own selection, narrowed by UCX_TLS or, for this transport only, SG_UCX_TLS.
+// Network devices: loopback only when the store is on loopback (a single-node job), else UCX's
+// default; SG_UCX_NET_DEVICES (or UCX_NET_DEVICES) overrides.
 // Endpoints use peer error handling, so a peer that dies turns pending operations into errors.
 #ifndef SGTRAIN_COMM_UCX_TRANSPORT_H_
 #define SGTRAIN_COMM_UCX_TRANSPORT_H_
