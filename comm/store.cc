@@ -224,7 +224,10 @@ void StoreServer::Serve() {
           }
           std::memcpy(&cur, it->second.data(), 8);
         }
-        cur += num;
+        // A hostile delta must not overflow (undefined behaviour); the counter stays as it was.
+        if (__builtin_add_overflow(cur, num, &cur)) {
+          return refuse(c, absl::StrCat("counter overflow: adding ", num, " to the counter"));
+        }
         if (!store_value(key, std::string(reinterpret_cast<const char*>(&cur), 8))) {
           return refuse(c, "store is full (max_total_bytes)");
         }

@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 
 #include <cerrno>
+#include <climits>
 #include <random>
 #include <thread>
 
@@ -138,6 +139,18 @@ TEST_F(StoreTest, SetGetAddCompareAndSetDeleteCheck) {
   ASSERT_TRUE(a->Set("s", "xyz", d).ok());
   EXPECT_FALSE(a->Add("s", 1, d).ok());
   EXPECT_EQ(a->Add("n", 1, d).value(), 4);
+}
+
+// Found by the store's fuzz corpus under UBSan: Add overflowing int64 was undefined behaviour.
+TEST_F(StoreTest, AddRefusesOverflowAndKeepsTheCounter) {
+  StartServer();
+  auto c = Client();
+  ASSERT_EQ(c->Add("n", INT64_MAX - 1, In(absl::Seconds(5))).value(), INT64_MAX - 1);
+  auto over = c->Add("n", 2, In(absl::Seconds(5)));
+  EXPECT_FALSE(over.ok());
+  EXPECT_NE(over.status().message().find("counter overflow"), std::string::npos) << over.status();
+  EXPECT_EQ(c->Add("n", 0, In(absl::Seconds(5))).value(), INT64_MAX - 1);
+  EXPECT_EQ(c->Add("n", INT64_MIN, In(absl::Seconds(5))).value(), -2);
 }
 
 TEST_F(StoreTest, WaitReturnsWhenKeysAppearAndTimesOutNamingMissingKeys) {

@@ -56,7 +56,7 @@ Tensor Slice(const Tensor& global, const Shape& shape, const std::vector<int64_t
 
 bool SameBytes(const Tensor& a, const Tensor& b) {
   return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.view().raw(), b.view().raw(), size_t(a.nbytes())) == 0;
+         (a.nbytes() == 0 || std::memcmp(a.view().raw(), b.view().raw(), size_t(a.nbytes())) == 0);
 }
 
 struct Global {
