@@ -144,7 +144,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     // for both passes; wider rows would spill, so they re-read the row (from L1/L2) instead.
     constexpr bool kKeepRow = kVecs <= 8;
     constexpr int kKept = kKeepRow ? kVecs : 1;
-    uint4 xraw[kKept], dyraw[kKept];
+    uint4 xraw[kKept] = {}, dyraw[kKept] = {};
     auto load_x = [&](int j, int vi) -> uint4 {
       if constexpr (kKeepRow) return xraw[j];
       return *reinterpret_cast<const uint4*>(xr + vi * N);
