@@ -1,12 +1,14 @@
 #include "compiler/lowering.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
+#include "compiler/lowering_fusion.h"
 #include "compiler/op_lowering.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
@@ -73,13 +75,22 @@ class Lowerer {
     SG_RETURN_IF_ERROR(graph::Verify(g_));
     SG_RETURN_IF_ERROR(graph::CheckBinding(g_, p_->binding));
     SG_RETURN_IF_ERROR(Shapes());
+    fusions_ = FindLoweringFusions(g_);
     Roots();
     SG_RETURN_IF_ERROR(Updates());
+    InPlace();
     Slots();
+    if (!allocate_) {
+      p_->plan = planner_.Plan();
+      p_->state_bytes = StateBytes(nullptr);
+      return absl::OkStatus();
+    }
     SG_RETURN_IF_ERROR(Allocate());
     SG_RETURN_IF_ERROR(BatchAdamW());
     return Steps();
   }
+
+  void set_allocate(bool a) { allocate_ = a; }
 
  private:
   int64_t Bytes(int v) const { return NumElements(shape_[v]) * SizeOf(g_.type(v).dtype); }
@@ -93,12 +104,19 @@ class Lowerer {
     return absl::OkStatus();
   }
 
-  // Alias roots (reshape shares its input's buffer) and last readers per root.
+  // Values with a buffer outside the arena: sources and the bf16 weight copies.
+  bool Persistent(int v) const {
+    return IsSource(g_.nodes()[g_.value(v).producer].op) || fusions_.weight_copy.count(v) > 0;
+  }
+
+  // Alias roots (reshape shares its input's buffer; a folded cast's input is its f32 output) and
+  // last readers per root.
   void Roots() {
     const int nv = g_.num_value_ids();
     root_.resize(nv);
     std::iota(root_.begin(), root_.end(), 0);
     const auto& nodes = g_.nodes();
+    for (const auto& [v, f32] : fusions_.folded_cast) root_[v] = f32;
     for (int i = 0; i < int(nodes.size()); ++i) {
       if (nodes[i].op == OpKind::kReshape) root_[nodes[i].outputs[0]] = root_[nodes[i].inputs[0]];
     }
@@ -142,29 +160,55 @@ class Lowerer {
     return absl::OkStatus();
   }
 
-  // Arena slots: one per non-source root, plus side buffers (saved statistics and scratch).
+  // An output overwrites an input (lowering_fusion.h lists the kernels that allow it) when its
+  // producer is the input buffer's last reader and the buffer is an arena value.
+  void InPlace() {
+    for (const auto& [out, in] : fusions_.in_place) {
+      const int r = root_[in], producer = g_.value(out).producer;
+      if (root_[out] != out || Persistent(r) || last_use_[r] != producer || Bytes(out) != Bytes(r)) continue;
+      root_[out] = r;
+      last_use_[r] = std::max(last_use_[r], last_use_[out]);
+    }
+  }
+
+  // Arena slots: one per non-persistent root, live from its first writer (a fused cross-entropy
+  // writes dlogits at the forward node) to its last reader; plus side buffers.
   void Slots() {
     const auto& nodes = g_.nodes();
-    slot_.assign(g_.num_value_ids(), -1);
+    const int nv = g_.num_value_ids();
+    std::vector<int> first(nv, INT32_MAX);
     for (int i = 0; i < int(nodes.size()); ++i) {
       if (IsSource(nodes[i].op)) continue;
-      for (int v : nodes[i].outputs) {
-        if (root_[v] != v) continue;
-        slot_[v] = planner_.Add(Bytes(v), i, std::max(i, last_use_[v]));
+      for (int v : nodes[i].outputs) first[root_[v]] = std::min(first[root_[v]], i);
+    }
+    for (const auto& [fwd, bwd] : fusions_.cross_entropy) {
+      const int d = root_[nodes[bwd].outputs[0]];
+      first[d] = std::min(first[d], fwd);
+    }
+    slot_.assign(nv, -1);
+    for (int v = 0; v < nv; ++v) {
+      if (first[v] == INT32_MAX || root_[v] != v || Persistent(v)) continue;
+      slot_[v] = planner_.Add(Bytes(v), first[v], std::max(first[v], last_use_[v]));
+    }
+    side_ = PlanSideBuffers(g_, shape_, fusions_, &planner_);
+  }
+
+  // State: sources then weight copies, each aligned, in graph order.
+  int64_t StateBytes(std::vector<int64_t>* offsets) const {
+    int64_t bytes = 0;
+    for (const Node& n : g_.nodes()) {
+      for (int v : n.outputs) {
+        if (!Persistent(v)) continue;
+        if (offsets != nullptr) (*offsets)[v] = bytes;
+        bytes += AlignUp(std::max<int64_t>(Bytes(v), 1));
       }
     }
-    side_ = PlanSideBuffers(g_, shape_, &planner_);
+    return bytes;
   }
 
   absl::Status Allocate() {
-    // State: sources, each aligned, in graph order.
     std::vector<int64_t> state_offset(g_.num_value_ids(), -1);
-    int64_t state_bytes = 0;
-    for (const Node& n : g_.nodes()) {
-      if (!IsSource(n.op)) continue;
-      state_offset[n.outputs[0]] = state_bytes;
-      state_bytes += AlignUp(std::max<int64_t>(Bytes(n.outputs[0]), 1));
-    }
+    const int64_t state_bytes = StateBytes(&state_offset);
     p_->plan = planner_.Plan();
     p_->state_bytes = state_bytes;
     SG_ASSIGN_OR_RETURN(p_->state, DeviceMemory::Allocate(p_->device, state_bytes));
@@ -176,6 +220,10 @@ class Lowerer {
       char* base = state_offset[r] >= 0 ? p_->state.data() + state_offset[r]
                                         : p_->arena.data() + p_->plan.offsets[slot_[r]];
       p_->values[v] = TensorView(base, g_.type(v).dtype, shape_[v], p_->device);
+    }
+    for (const auto& [v, f32] : fusions_.folded_cast) p_->values[v] = p_->values[f32];
+    for (const auto& [copy, param] : fusions_.weight_copy) {
+      p_->weight_copies.push_back({p_->values[param], p_->values[copy]});
     }
     for (const Node& n : g_.nodes()) {
       if (!IsSource(n.op)) continue;
@@ -199,6 +247,12 @@ class Lowerer {
     if (nodes.empty()) return absl::OkStatus();
     const Node& first = g_.nodes()[nodes[0]];
     std::vector<kernels::AdamWParam> params;
+    // bf16 copies the AdamW pass can write: nothing reads them after the optimizer starts.
+    std::map<int, int> copy_of;  // parameter value -> its copy
+    for (const auto& [copy, param] : fusions_.weight_copy) {
+      if (last_use_[root_[copy]] < nodes[0]) copy_of[param] = copy;
+    }
+    std::set<int> copies;  // the cast nodes the AdamW pass replaces
     for (int i : nodes) {
       const Node& n = g_.nodes()[i];
       for (int k = 0; k < 3; ++k) {
@@ -213,6 +267,11 @@ class Lowerer {
       }
       if (g_.type(n.inputs[0]).dtype != DType::kF32) return absl::OkStatus();
       kernels::AdamWParam p;
+      auto copy = copy_of.find(n.inputs[0]);
+      if (copy != copy_of.end()) {
+        p.param_copy = p_->values[copy->second];
+        copies.insert(g_.value(copy->second).producer);
+      }
       p.param = p_->values[n.inputs[0]];
       p.grad = p_->values[n.inputs[1]];
       p.m = p_->values[n.inputs[2]];
@@ -224,6 +283,7 @@ class Lowerer {
     auto list = kernels::AdamWTensorList::Create(params);
     if (!list.ok()) return absl::OkStatus();  // e.g. mixed devices: per-node lowering reports it
     auto shared = std::make_shared<kernels::AdamWTensorList>(*std::move(list));
+    copy_casts_ = std::move(copies);
     p_->adamw_list = shared;
     SG_ASSIGN_OR_RETURN(p_->adamw_counter, DeviceMemory::Allocate(p_->device, 8));
     TensorView counter(p_->adamw_counter.data(), DType::kI64, {}, p_->device);
@@ -245,6 +305,7 @@ class Lowerer {
     for (int i = 0; i < int(nodes.size()); ++i) {
       const Node& n = nodes[i];
       if (IsSource(n.op) || n.op == OpKind::kReshape) continue;
+      if (fusions_.fused_away.count(i) || copy_casts_.count(i)) continue;
       if (n.op == OpKind::kAdamW && adamw_launch_) {
         if (i == adamw_first_) {
           Step st;
@@ -279,7 +340,10 @@ class Lowerer {
       for (int s : side_.ForNode(i)) {
         nv.side.push_back(side_views_[s]);
       }
-      SG_ASSIGN_OR_RETURN(LoweredOp op, LowerNode(n, nv, side_, i, p_->device));
+      if (auto ce = fusions_.cross_entropy.find(i); ce != fusions_.cross_entropy.end()) {
+        nv.fused_out.push_back(p_->values[nodes[ce->second].outputs[0]]);
+      }
+      SG_ASSIGN_OR_RETURN(LoweredOp op, LowerNode(n, nv, side_, fusions_, i, p_->device));
       if (!op.launch) {
         ++missing[graph::OpName(n.op)];
         continue;
@@ -321,6 +385,9 @@ class Lowerer {
   SideBuffers side_;
   std::vector<char*> side_views_;
   std::set<int> batch_grads_;
+  LoweringFusions fusions_;
+  std::set<int> copy_casts_;
+  bool allocate_ = true;
   int adamw_first_ = -1;
   std::function<absl::Status(const Stream&)> adamw_launch_;
 };
@@ -335,6 +402,20 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding
   Lowerer l(p.get());
   SG_RETURN_IF_ERROR(l.Run());
   return p;
+}
+
+absl::StatusOr<PlannedMemory> PlanStepMemory(Graph graph, const graph::Binding& binding) {
+  Program p;
+  p.graph = std::move(graph);
+  p.binding = binding;
+  Lowerer l(&p);
+  l.set_allocate(false);
+  SG_RETURN_IF_ERROR(l.Run());
+  PlannedMemory m;
+  m.arena_bytes = p.plan.arena_bytes;
+  m.arena_without_reuse_bytes = p.plan.sum_bytes;
+  m.state_bytes = p.state_bytes;
+  return m;
 }
 
 }  // namespace sg::compiler

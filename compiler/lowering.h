@@ -19,7 +19,11 @@
 //    backward without its forward (e.g. after recompute rewiring) recomputes them into scratch.
 //  - all AdamW nodes (when each updates its parameter and moments in place) become one
 //    multi-tensor kernels/adamw launch at the first AdamW node, and grad_norm over the same
-//    gradients becomes kernels/adamw's GradNorm on the same tensor list.
+//    gradients becomes kernels/adamw's GradNorm on the same tensor list;
+//  - cross-node fusions (compiler/lowering_fusion.h): cross-entropy loss + dlogits in one launch
+//    (dlogits over the logits), weight gradients written in f32 by their producers (no bf16 copy
+//    and cast), bf16 weight copies kept in the state and rewritten by the AdamW pass, and outputs
+//    overwriting a dead input in place (residual stream, residual gradient, adds).
 #ifndef SGTRAIN_COMPILER_LOWERING_H_
 #define SGTRAIN_COMPILER_LOWERING_H_
 
@@ -86,6 +90,16 @@ struct Program {
   // batched into one kernels/adamw launch; kept equal to the "step" source by the runtime.
   DeviceMemory adamw_counter;
   std::shared_ptr<void> adamw_list;  // kernels::AdamWTensorList, alive as long as the schedule
+  // (f32 master, bf16 copy) pairs: the copy is persistent state, written by the AdamW pass (or by
+  // the cast step when the AdamW nodes are not batched); refresh it after writing the master.
+  std::vector<std::pair<TensorView, TensorView>> weight_copies;
+};
+
+// What a step needs on the device, from the memory plan, without allocating it.
+struct PlannedMemory {
+  int64_t arena_bytes = 0;                // activations, gradients, scratch: one arena
+  int64_t arena_without_reuse_bytes = 0;  // the same buffers without lifetime-based reuse
+  int64_t state_bytes = 0;                // parameters, optimizer state, inputs, weight copies
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the
@@ -93,6 +107,10 @@ struct Program {
 // ops that have no kernel on `device` (on the CPU every op has at least the reference fallback).
 absl::StatusOr<std::unique_ptr<Program>> Lower(graph::Graph graph, const graph::Binding& binding,
                                                Device device);
+
+// Runs the lowering's planning (fusions, in-place decisions, memory plan) for `binding` and reports
+// the sizes, allocating nothing: the 1b step's plan can be measured on a machine without its memory.
+absl::StatusOr<PlannedMemory> PlanStepMemory(graph::Graph graph, const graph::Binding& binding);
 
 }  // namespace sg::compiler
 
