@@ -124,7 +124,7 @@ absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const C
 
 absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOptions& o) {
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
-  return PlanStepMemory(std::move(train), o.binding);
+  return PlanStepMemory(std::move(train), o.binding, o.device);
 }
 
 // The step counter lives in device memory and is advanced by the step itself (first update uses

@@ -127,8 +127,9 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph,
 // pipeline; a training graph as is), without the cache.
 absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& graph, const CompileOptions& options);
 
-// The memory plan Compile would allocate at options.binding (arena and state sizes), allocating
-// nothing: e.g. the 1b step's activation peak measured on a small machine.
+// The memory plan Compile would allocate at options.binding on options.device (arena and state
+// sizes, steps per impl), allocating nothing: e.g. the 1b step's activation peak, and that every
+// op has a CUDA kernel, checked on a machine without a GPU.
 absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& graph, const CompileOptions& options);
 
 }  // namespace sg::compiler

@@ -80,11 +80,6 @@ class Lowerer {
     SG_RETURN_IF_ERROR(Updates());
     InPlace();
     Slots();
-    if (!allocate_) {
-      p_->plan = planner_.Plan();
-      p_->state_bytes = StateBytes(nullptr);
-      return absl::OkStatus();
-    }
     SG_RETURN_IF_ERROR(Allocate());
     SG_RETURN_IF_ERROR(BatchAdamW());
     return Steps();
@@ -117,6 +112,7 @@ class Lowerer {
     std::iota(root_.begin(), root_.end(), 0);
     const auto& nodes = g_.nodes();
     for (const auto& [v, f32] : fusions_.folded_cast) root_[v] = f32;
+    for (const auto& [dup, copy] : fusions_.duplicate_copy) root_[dup] = copy;
     for (int i = 0; i < int(nodes.size()); ++i) {
       if (nodes[i].op == OpKind::kReshape) root_[nodes[i].outputs[0]] = root_[nodes[i].inputs[0]];
     }
@@ -211,14 +207,22 @@ class Lowerer {
     const int64_t state_bytes = StateBytes(&state_offset);
     p_->plan = planner_.Plan();
     p_->state_bytes = state_bytes;
-    SG_ASSIGN_OR_RETURN(p_->state, DeviceMemory::Allocate(p_->device, state_bytes));
-    SG_ASSIGN_OR_RETURN(p_->arena, DeviceMemory::Allocate(p_->device, p_->plan.arena_bytes));
+    char *state = nullptr, *arena = nullptr;
+    if (allocate_) {
+      SG_ASSIGN_OR_RETURN(p_->state, DeviceMemory::Allocate(p_->device, state_bytes));
+      SG_ASSIGN_OR_RETURN(p_->arena, DeviceMemory::Allocate(p_->device, p_->plan.arena_bytes));
+      state = p_->state.data();
+      arena = p_->arena.data();
+    } else {
+      // Planning only: views get addresses that are never dereferenced (no launch runs).
+      state = reinterpret_cast<char*>(uintptr_t{1} << 40);
+      arena = reinterpret_cast<char*>(uintptr_t{1} << 44);
+    }
     p_->values.assign(g_.num_value_ids(), TensorView());
     for (int v = 0; v < g_.num_value_ids(); ++v) {
       if (!g_.has_value(v)) continue;
       const int r = root_[v];
-      char* base = state_offset[r] >= 0 ? p_->state.data() + state_offset[r]
-                                        : p_->arena.data() + p_->plan.offsets[slot_[r]];
+      char* base = state_offset[r] >= 0 ? state + state_offset[r] : arena + p_->plan.offsets[slot_[r]];
       p_->values[v] = TensorView(base, g_.type(v).dtype, shape_[v], p_->device);
     }
     for (const auto& [v, f32] : fusions_.folded_cast) p_->values[v] = p_->values[f32];
@@ -233,7 +237,7 @@ class Lowerer {
     }
     for (const graph::GraphOutput& o : g_.outputs()) p_->outputs[o.name] = p_->values[o.value];
     side_views_.clear();
-    for (int s = 0; s < planner_.size(); ++s) side_views_.push_back(p_->arena.data() + p_->plan.offsets[s]);
+    for (int s = 0; s < planner_.size(); ++s) side_views_.push_back(arena + p_->plan.offsets[s]);
     return absl::OkStatus();
   }
 
@@ -280,6 +284,12 @@ class Lowerer {
       params.push_back(p);
       batch_grads_.insert(n.inputs[1]);
     }
+    if (!allocate_) {  // planning only: the batched launch is never run
+      copy_casts_ = std::move(copies);
+      adamw_first_ = nodes[0];
+      adamw_launch_ = [](const Stream&) { return absl::OkStatus(); };
+      return absl::OkStatus();
+    }
     auto list = kernels::AdamWTensorList::Create(params);
     if (!list.ok()) return absl::OkStatus();  // e.g. mixed devices: per-node lowering reports it
     auto shared = std::make_shared<kernels::AdamWTensorList>(*std::move(list));
@@ -321,6 +331,7 @@ class Lowerer {
       if (n.op == OpKind::kGradNorm && adamw_launch_ &&
           std::set<int>(n.inputs.begin(), n.inputs.end()) == batch_grads_ && n.inputs.size() == batch_grads_.size()) {
         auto list = std::static_pointer_cast<kernels::AdamWTensorList>(p_->adamw_list);
+        if (!list) list = std::make_shared<kernels::AdamWTensorList>();  // planning only
         const float max_norm = float(graph::AttrFloat(n, "max_norm"));
         TensorView norm = p_->values[n.outputs[0]], clip = p_->values[n.outputs[1]];
         Step st;
@@ -404,10 +415,11 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding
   return p;
 }
 
-absl::StatusOr<PlannedMemory> PlanStepMemory(Graph graph, const graph::Binding& binding) {
+absl::StatusOr<PlannedMemory> PlanStepMemory(Graph graph, const graph::Binding& binding, Device device) {
   Program p;
   p.graph = std::move(graph);
   p.binding = binding;
+  p.device = device;
   Lowerer l(&p);
   l.set_allocate(false);
   SG_RETURN_IF_ERROR(l.Run());
@@ -415,6 +427,9 @@ absl::StatusOr<PlannedMemory> PlanStepMemory(Graph graph, const graph::Binding& 
   m.arena_bytes = p.plan.arena_bytes;
   m.arena_without_reuse_bytes = p.plan.sum_bytes;
   m.state_bytes = p.state_bytes;
+  for (const Step& s : p.schedule.steps) {
+    if (s.node >= 0) ++m.impls[s.impl];
+  }
   return m;
 }
 

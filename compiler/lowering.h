@@ -100,6 +100,7 @@ struct PlannedMemory {
   int64_t arena_bytes = 0;                // activations, gradients, scratch: one arena
   int64_t arena_without_reuse_bytes = 0;  // the same buffers without lifetime-based reuse
   int64_t state_bytes = 0;                // parameters, optimizer state, inputs, weight copies
+  std::map<std::string, int> impls;       // schedule steps per Step::impl ("kernel", "reference")
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the
@@ -108,9 +109,11 @@ struct PlannedMemory {
 absl::StatusOr<std::unique_ptr<Program>> Lower(graph::Graph graph, const graph::Binding& binding,
                                                Device device);
 
-// Runs the lowering's planning (fusions, in-place decisions, memory plan) for `binding` and reports
-// the sizes, allocating nothing: the 1b step's plan can be measured on a machine without its memory.
-absl::StatusOr<PlannedMemory> PlanStepMemory(graph::Graph graph, const graph::Binding& binding);
+// Runs the whole lowering for `binding` and `device` (fusions, in-place decisions, memory plan, a
+// lowering rule for every node) but allocates and launches nothing: the 1b step's plan, and whether
+// every op has a kernel on a CUDA device, can be checked on a machine without that device. The
+// same errors as Lower (Unimplemented listing ops without a kernel on `device`).
+absl::StatusOr<PlannedMemory> PlanStepMemory(graph::Graph graph, const graph::Binding& binding, Device device);
 
 }  // namespace sg::compiler
 

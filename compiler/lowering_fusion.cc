@@ -77,6 +77,7 @@ LoweringFusions FindLoweringFusions(const Graph& g) {
     }
   }
 
+  std::map<int, int> copy_of_param;
   for (int i = 0; i < nn; ++i) {
     const Node& n = nodes[i];
     if (n.op != OpKind::kCast) continue;
@@ -88,7 +89,13 @@ LoweringFusions FindLoweringFusions(const Graph& g) {
       f.fused_away.insert(i);
     } else if (from == DType::kF32 && to == DType::kBF16 && producer.op == OpKind::kParameter &&
                graph::AttrBool(producer, "trainable") && updated_params.count(in) && !is_output[out]) {
-      f.weight_copy[out] = in;
+      auto [it, first] = copy_of_param.insert({in, out});
+      if (first) {
+        f.weight_copy[out] = in;
+      } else {
+        f.duplicate_copy[out] = it->second;
+        f.fused_away.insert(i);
+      }
     }
   }
 

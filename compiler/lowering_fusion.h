@@ -13,7 +13,8 @@
 //    producer (cuBLASLt accumulates in f32 anyway); the cast has no step and no bf16 buffer exists.
 //  - Weight copies: a cast of a trainable f32 parameter to bf16 (the compute copy made by
 //    ToMixedPrecision) is a persistent buffer the multi-tensor AdamW rewrites in the same pass as
-//    the master weights, instead of a cast at the start of every forward.
+//    the master weights, instead of a cast at the start of every forward. A second cast of the
+//    same parameter (recompute clones casts into the backward) reads that copy: no step, no buffer.
 //  - In place: outputs that may overwrite an input whose last reader they are (kernel contracts
 //    allow it): add_rmsnorm's residual h over x, add_rmsnorm_backward's dx over the incoming
 //    residual gradient, an elementwise add over its first operand. The lowering checks the
@@ -35,6 +36,7 @@ struct LoweringFusions {
   std::map<int, float> cross_entropy_scale;     // backward node -> constant loss cotangent
   std::map<int, int> folded_cast;               // bf16 value -> the f32 cast output it is written as
   std::map<int, int> weight_copy;               // bf16 cast output -> the f32 parameter value
+  std::map<int, int> duplicate_copy;            // a recomputed cast of a parameter -> its weight copy
   std::vector<std::pair<int, int>> in_place;    // (output value, input value), in node order
   std::set<int> fused_away;                     // nodes without a step of their own (CE backward, folded casts)
 };
