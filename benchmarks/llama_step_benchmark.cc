@@ -5,7 +5,9 @@
 //   bazel-bin/benchmarks/llama_step_benchmark --config=tiny --device=cpu --steps=3
 //
 // Flags: --config=124m|1b|7b|tiny, --device=cuda|cpu (default cuda when present), --steps=30,
-// --warmup=10, --recompute=none|selective|full (default selective), --lr=3e-4, --cuda_graph=1,
+// --warmup=10, --recompute=auto|none|selective|full, --memory_budget_gib (auto: the least recompute
+// whose planned arena + state fits the budget; default 0.8x the peer's peak: 124m 10, 1b 32,
+// 7b 42), --lr=3e-4, --cuda_graph=1,
 // --trace=<path> (a Chrome trace of one extra eager step, plus its summary line on stderr).
 // Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
 // pinned buffers, alternating between two batches); the median step after warm-up. Memory: the
@@ -38,7 +40,8 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kH200BF16Flops = 989e12;
 
 struct Flags {
-  std::string config = "1b", device, recompute = "selective", trace;
+  std::string config = "1b", device, recompute = "auto", trace;
+  double memory_budget_gib = 0;
   int steps = 30, warmup = 10;
   bool cuda_graph = true;
   float lr = 3e-4f;
@@ -61,6 +64,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     else if (k == "warmup") f.warmup = std::stoi(v);
     else if (k == "cuda_graph") f.cuda_graph = v != "0";
     else if (k == "lr") f.lr = std::stof(v);
+    else if (k == "memory_budget_gib") f.memory_budget_gib = std::stod(v);
     else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", k));
   }
   if (f.steps < 1 || f.warmup < 0) return absl::InvalidArgumentError("--steps must be >= 1 and --warmup >= 0");
@@ -72,6 +76,24 @@ absl::StatusOr<RecomputePolicy> ParseRecompute(const std::string& s) {
   if (s == "selective") return RecomputePolicy::kSelective;
   if (s == "full") return RecomputePolicy::kFull;
   return absl::InvalidArgumentError(absl::StrCat("--recompute: expected none|selective|full, found '", s, "'"));
+}
+
+// The issue-10 memory targets (0.8x the torch.compile peak), leaving room for kernel scratch.
+double DefaultBudgetGiB(const std::string& config) {
+  if (config == "124m") return 10;
+  if (config == "1b") return 32;
+  if (config == "7b") return 42;
+  return 1;
+}
+
+// --recompute=auto: none, then selective, then full, the first whose plan fits (full otherwise).
+absl::StatusOr<RecomputePolicy> AutoRecompute(const graph::Graph& fwd, const LlamaBenchConfig& c, Device device,
+                                              double budget_gib) {
+  for (RecomputePolicy rp : {RecomputePolicy::kNone, RecomputePolicy::kSelective}) {
+    SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, LlamaStepOptions(c, device, rp)));
+    if ((plan.arena_bytes + plan.state_bytes) / kGiB <= budget_gib) return rp;
+  }
+  return RecomputePolicy::kFull;
 }
 
 absl::StatusOr<Device> PickDevice(const std::string& s) {
@@ -132,9 +154,15 @@ absl::StatusOr<std::vector<double>> TimedSteps(CompiledStep& step, const Flags& 
 absl::Status Main(int argc, char** argv) {
   SG_ASSIGN_OR_RETURN(Flags f, ParseFlags(argc, argv));
   SG_ASSIGN_OR_RETURN(Device device, PickDevice(f.device));
-  SG_ASSIGN_OR_RETURN(RecomputePolicy rp, ParseRecompute(f.recompute));
   SG_ASSIGN_OR_RETURN(LlamaBenchConfig c, LlamaBenchConfigNamed(f.config));
   SG_ASSIGN_OR_RETURN(graph::Graph fwd, graph::BuildLlamaForward(c.model));
+  RecomputePolicy rp;
+  if (f.recompute == "auto") {
+    const double budget = f.memory_budget_gib > 0 ? f.memory_budget_gib : DefaultBudgetGiB(c.name);
+    SG_ASSIGN_OR_RETURN(rp, AutoRecompute(fwd, c, device, budget));
+  } else {
+    SG_ASSIGN_OR_RETURN(rp, ParseRecompute(f.recompute));
+  }
   CompileOptions o = LlamaStepOptions(c, device, rp);
   o.cuda_graph = f.cuda_graph;
   o.warmup_steps = 2;
@@ -164,7 +192,7 @@ absl::Status Main(int argc, char** argv) {
   j["system"] = "sgtrain";
   j["config"] = c.name;
   j["device"] = device.ToString();
-  j["recompute"] = f.recompute;
+  j["recompute"] = std::string(graph::RecomputePolicyName(rp));
   j["cuda_graph"] = step->executor().replaying_graph();
   j["tokens_per_s_per_gpu"] = std::round(tok_s * 10) / 10;
   j["step_ms_median"] = median * 1e3;

@@ -34,8 +34,12 @@ TensorView AsMatrix(const TensorView& t) {
   return TensorView(t.raw(), t.dtype(), {Rows(t.shape()), t.shape().empty() ? 1 : t.shape().back()}, t.device());
 }
 
-// matmul {trans_a, trans_b, epilogue, prologue} onto kernels/gemm. The prologue is a fusion
-// marker that does not change the result (the fused RMSNorm+GEMM kernel is not used yet).
+// matmul {trans_a, trans_b, epilogue, prologue} onto kernels/gemm. The prologue="rmsnorm" marker
+// is deliberately ignored (kernels/gemm_rmsnorm is not used): in Llama every norm output feeds two
+// or three GEMMs (wq/wk/wv, w1/w3), so the fused form would fold each weight every step, recompute
+// rstd per consumer, write xhat once per consumer in the backward and need a sum of the per-GEMM
+// dx; that is more traffic than writing the norm output once, and the memory it would save (the
+// stored norm output) the selective recompute policy saves too.
 LoweredOp Matmul(const Node& n, const NodeViews& v) {
   kernels::GemmArgs g;
   g.trans_a = graph::AttrBool(n, "trans_a");
