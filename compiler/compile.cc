@@ -1,7 +1,7 @@
 #include "compiler/compile.h"
 
 #include "absl/strings/str_cat.h"
-#include "compiler/compile_cache.h"
+#include "graph/cache.h"
 #include "graph/ops.h"
 #include "graph/pipeline.h"
 #include "kernels/elementwise/elementwise.h"
@@ -34,11 +34,6 @@ graph::PipelineOptions Pipeline(const CompileOptions& o) {
   return p;
 }
 
-std::string OptionsText(const CompileOptions& o) {
-  std::string s = absl::StrCat("precision=", int(o.precision));
-  for (const auto& [k, v] : Pipeline(o).CacheOptions()) absl::StrAppend(&s, ";", k, "=", v);
-  return s;
-}
 
 absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions& o) {
   if (IsTrainingGraph(g)) return g;
@@ -47,6 +42,37 @@ absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions
     SG_ASSIGN_OR_RETURN(forward, ToMixedPrecision(g));
   }
   return graph::OptimizeTrainStep(forward, Pipeline(o));
+}
+
+// The prepared training graph through graph/cache.h: keyed by the forward graph's fingerprint and
+// every option that changes the prepared graph. The graph stays symbolic and device-independent,
+// so every symbol is symbolic and the target is "any": one entry serves every binding and device.
+absl::StatusOr<graph::Graph> PrepareCached(const graph::Graph& g, const CompileOptions& o, bool* hit) {
+  graph::CompileCache::Options co;
+  co.dir = o.cache_dir;
+  SG_ASSIGN_OR_RETURN(std::unique_ptr<graph::CompileCache> cache, graph::CompileCache::Open(co));
+  graph::CacheRequest req = graph::CacheRequest::For(g);
+  req.device = "any";
+  req.arch = "any";
+  req.options = Pipeline(o).CacheOptions();
+  req.options["precision"] = absl::StrCat(int(o.precision));
+  req.compiler_version = absl::StrCat(graph::kGraphCompilerVersion, "+sg-compiler-1");
+  graph::Graph prepared;
+  bool compiled = false;
+  SG_ASSIGN_OR_RETURN(std::shared_ptr<const graph::Artifact> art,
+                      cache->GetOrCompile(req, o.binding, [&](const graph::Specialization&)
+                                                              -> absl::StatusOr<graph::Artifact> {
+                        compiled = true;
+                        SG_ASSIGN_OR_RETURN(prepared, Prepare(g, o));
+                        return graph::Artifact{graph::ToText(prepared), ""};
+                      }));
+  *hit = !compiled;
+  if (compiled) return prepared;
+  auto parsed = graph::ParseText(art->graph_text);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat("compile cache entry does not parse: ", parsed.status().message()));
+  }
+  return parsed;
 }
 
 bool RuntimeOwned(const std::string& input) { return input == kStepName || input == kLrName; }
@@ -70,20 +96,10 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   SG_RETURN_IF_ERROR(graph::Verify(g));
   std::unique_ptr<CompiledStep> step(new CompiledStep());
   graph::Graph train;
-  std::string key;
-  if (!o.cache_dir.empty()) {
-    key = CacheKey(graph::CanonicalText(g), OptionsText(o));
-    auto cached = LoadCachedGraph(o.cache_dir, key);
-    if (cached.ok()) {
-      train = *std::move(cached);
-      step->cache_hit_ = true;
-    } else if (!absl::IsNotFound(cached.status()) && !absl::IsDataLoss(cached.status())) {
-      return cached.status();
-    }
-  }
-  if (!step->cache_hit_) {
+  if (o.cache_dir.empty()) {
     SG_ASSIGN_OR_RETURN(train, Prepare(g, o));
-    if (!o.cache_dir.empty()) SG_RETURN_IF_ERROR(StoreCachedGraph(o.cache_dir, key, train));
+  } else {
+    SG_ASSIGN_OR_RETURN(train, PrepareCached(g, o, &step->cache_hit_));
   }
   for (const graph::Node& n : train.nodes()) {
     if (n.op == graph::OpKind::kParameter && graph::AttrBool(n, "trainable")) {

@@ -15,7 +15,8 @@
 // when given a forward graph; then lowering
 // to a schedule over one memory-planned arena (compiler/lowering.h) and an executor that replays
 // it as a CUDA graph after warm-up (compiler/executor.h). The prepared training graph is cached
-// on disk under cache_dir, so a second process start skips autodiff and the passes.
+// on disk under cache_dir (graph/cache.h's CompileCache), so a second process start skips
+// autodiff and the passes.
 //
 // The model graph never changes with the strategy: distribution is an option here.
 #ifndef SGTRAIN_COMPILER_COMPILE_H_
