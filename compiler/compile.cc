@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/compile_cache.h"
+#include "compiler/distributed.h"
 #include "graph/ops.h"
 #include "graph/pipeline.h"
 #include "kernels/elementwise/elementwise.h"
@@ -9,7 +10,6 @@
 #include "kernels/core/status.h"
 
 namespace sg::compiler {
-namespace {
 
 const char* StrategyName(Strategy s) {
   switch (s) {
@@ -21,6 +21,8 @@ const char* StrategyName(Strategy s) {
   }
   return "?";
 }
+
+namespace {
 
 // Everything that changes the prepared training graph (not the binding or the device: the cached
 // graph is symbolic and device-independent).
@@ -40,7 +42,9 @@ std::string OptionsText(const CompileOptions& o) {
   return s;
 }
 
-absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions& o) {
+}  // namespace
+
+absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o) {
   if (IsTrainingGraph(g)) return g;
   graph::Graph forward = g;
   if (o.precision == Precision::kBF16Mixed) {
@@ -49,7 +53,11 @@ absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions
   return graph::OptimizeTrainStep(forward, Pipeline(o));
 }
 
-bool RuntimeOwned(const std::string& input) { return input == kStepName || input == kLrName; }
+namespace {
+
+bool RuntimeOwned(const std::string& input) {
+  return input == kStepName || input == kLrName || input == kLossScaleName;
+}
 
 absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, const TensorView& host) {
   if (dev.dtype() != host.dtype() || dev.numel() != host.numel()) {
@@ -62,11 +70,7 @@ absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, cons
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, const CompileOptions& o) {
-  if (o.strategy != Strategy::kNone) {
-    return absl::UnimplementedError(absl::StrCat(
-        "Compile: strategy '", StrategyName(o.strategy),
-        "' is not lowered yet (needs comm's ProcessGroup and the sharding planner); use Strategy::kNone"));
-  }
+  if (o.strategy != Strategy::kNone) return CompileDistributed(g, o);
   SG_RETURN_IF_ERROR(graph::Verify(g));
   std::unique_ptr<CompiledStep> step(new CompiledStep());
   graph::Graph train;
@@ -82,7 +86,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
     }
   }
   if (!step->cache_hit_) {
-    SG_ASSIGN_OR_RETURN(train, Prepare(g, o));
+    SG_ASSIGN_OR_RETURN(train, PrepareTrainingGraph(g, o));
     if (!o.cache_dir.empty()) SG_RETURN_IF_ERROR(StoreCachedGraph(o.cache_dir, key, train));
   }
   for (const graph::Node& n : train.nodes()) {

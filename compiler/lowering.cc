@@ -67,7 +67,7 @@ bool ReadsOnlyAt(const Node& n, int k, int src) {
 
 class Lowerer {
  public:
-  Lowerer(Program* p) : p_(p), g_(p->graph) {}
+  Lowerer(Program* p, const LowerOptions& o) : p_(p), g_(p->graph), o_(o) {}
 
   absl::Status Run() {
     SG_RETURN_IF_ERROR(graph::Verify(g_));
@@ -106,7 +106,18 @@ class Lowerer {
     for (int i = 0; i < int(nodes.size()); ++i) {
       for (int v : nodes[i].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], i);
     }
-    for (const graph::GraphOutput& o : g_.outputs()) last_use_[root_[o.value]] = int(nodes.size());
+    for (const graph::GraphOutput& o : g_.outputs()) {
+      auto until = o_.output_live_until.find(o.name);
+      const int last = until == o_.output_live_until.end() ? int(nodes.size()) : until->second;
+      last_use_[root_[o.value]] = std::max(last_use_[root_[o.value]], last);
+    }
+  }
+
+  // The node index from which a transient source must be live, or -1 for a state source.
+  int TransientFrom(const Node& n) const {
+    if (n.op != OpKind::kParameter && n.op != OpKind::kInput) return -1;
+    auto it = o_.transient_sources.find(graph::AttrString(n, "name"));
+    return it == o_.transient_sources.end() ? -1 : it->second;
   }
 
   // "update:<source>" outputs: in place when safe, else a write-back copy at the end.
@@ -147,6 +158,11 @@ class Lowerer {
     const auto& nodes = g_.nodes();
     slot_.assign(g_.num_value_ids(), -1);
     for (int i = 0; i < int(nodes.size()); ++i) {
+      if (const int from = TransientFrom(nodes[i]); from >= 0) {
+        const int v = nodes[i].outputs[0];
+        slot_[v] = planner_.Add(Bytes(v), from, std::max(from, last_use_[v]));
+        continue;
+      }
       if (IsSource(nodes[i].op)) continue;
       for (int v : nodes[i].outputs) {
         if (root_[v] != v) continue;
@@ -161,7 +177,7 @@ class Lowerer {
     std::vector<int64_t> state_offset(g_.num_value_ids(), -1);
     int64_t state_bytes = 0;
     for (const Node& n : g_.nodes()) {
-      if (!IsSource(n.op)) continue;
+      if (!IsSource(n.op) || TransientFrom(n) >= 0) continue;
       state_offset[n.outputs[0]] = state_bytes;
       state_bytes += AlignUp(std::max<int64_t>(Bytes(n.outputs[0]), 1));
     }
@@ -313,6 +329,7 @@ class Lowerer {
 
   Program* p_;
   const Graph& g_;
+  const LowerOptions& o_;
   std::vector<Shape> shape_;
   std::vector<int> root_, last_use_, slot_;
   std::map<std::string, int> source_of_name_;
@@ -327,12 +344,13 @@ class Lowerer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding& binding, Device device) {
+absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding& binding, Device device,
+                                               const LowerOptions& options) {
   auto p = std::make_unique<Program>();
   p->graph = std::move(graph);
   p->binding = binding;
   p->device = device;
-  Lowerer l(p.get());
+  Lowerer l(p.get(), options);
   SG_RETURN_IF_ERROR(l.Run());
   return p;
 }
