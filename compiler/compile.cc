@@ -1,6 +1,7 @@
 #include "compiler/compile.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/distributed.h"
 #include "graph/cache.h"
 #include "graph/ops.h"
 #include "graph/pipeline.h"
@@ -9,7 +10,6 @@
 #include "kernels/core/status.h"
 
 namespace sg::compiler {
-namespace {
 
 const char* StrategyName(Strategy s) {
   switch (s) {
@@ -21,6 +21,8 @@ const char* StrategyName(Strategy s) {
   }
   return "?";
 }
+
+namespace {
 
 // Everything that changes the prepared training graph (not the binding or the device: the cached
 // graph is symbolic and device-independent).
@@ -34,8 +36,9 @@ graph::PipelineOptions Pipeline(const CompileOptions& o) {
   return p;
 }
 
+}  // namespace
 
-absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions& o) {
+absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o) {
   if (IsTrainingGraph(g)) return g;
   graph::Graph forward = g;
   if (o.precision == Precision::kBF16Mixed) {
@@ -43,6 +46,8 @@ absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions
   }
   return graph::OptimizeTrainStep(forward, Pipeline(o));
 }
+
+namespace {
 
 // The prepared training graph through graph/cache.h: keyed by the forward graph's fingerprint and
 // every option that changes the prepared graph. The graph stays symbolic and device-independent,
@@ -63,7 +68,7 @@ absl::StatusOr<graph::Graph> PrepareCached(const graph::Graph& g, const CompileO
                       cache->GetOrCompile(req, o.binding, [&](const graph::Specialization&)
                                                               -> absl::StatusOr<graph::Artifact> {
                         compiled = true;
-                        SG_ASSIGN_OR_RETURN(prepared, Prepare(g, o));
+                        SG_ASSIGN_OR_RETURN(prepared, PrepareTrainingGraph(g, o));
                         return graph::Artifact{graph::ToText(prepared), ""};
                       }));
   *hit = !compiled;
@@ -75,7 +80,9 @@ absl::StatusOr<graph::Graph> PrepareCached(const graph::Graph& g, const CompileO
   return parsed;
 }
 
-bool RuntimeOwned(const std::string& input) { return input == kStepName || input == kLrName; }
+bool RuntimeOwned(const std::string& input) {
+  return input == kStepName || input == kLrName || input == kLossScaleName;
+}
 
 absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, const TensorView& host) {
   if (dev.dtype() != host.dtype() || dev.numel() != host.numel()) {
@@ -88,16 +95,12 @@ absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, cons
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, const CompileOptions& o) {
-  if (o.strategy != Strategy::kNone) {
-    return absl::UnimplementedError(absl::StrCat(
-        "Compile: strategy '", StrategyName(o.strategy),
-        "' is not lowered yet (needs comm's ProcessGroup and the sharding planner); use Strategy::kNone"));
-  }
+  if (o.strategy != Strategy::kNone) return CompileDistributed(g, o);
   SG_RETURN_IF_ERROR(graph::Verify(g));
   std::unique_ptr<CompiledStep> step(new CompiledStep());
   graph::Graph train;
   if (o.cache_dir.empty()) {
-    SG_ASSIGN_OR_RETURN(train, Prepare(g, o));
+    SG_ASSIGN_OR_RETURN(train, PrepareTrainingGraph(g, o));
   } else {
     SG_ASSIGN_OR_RETURN(train, PrepareCached(g, o, &step->cache_hit_));
   }
@@ -133,12 +136,8 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   return step;
 }
 
-absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o) {
-  SG_RETURN_IF_ERROR(graph::Verify(g));
-  return Prepare(g, o);
-}
-
 absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOptions& o) {
+  SG_RETURN_IF_ERROR(graph::Verify(g));
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
   return PlanStepMemory(std::move(train), o.binding, o.device);
 }
@@ -225,7 +224,7 @@ absl::Status CompiledStep::CopyInputs(const std::map<std::string, TensorView>& b
       return absl::InvalidArgumentError(absl::StrCat("Run: input '", name, "': expected ", DTypeName(dst.dtype()),
                                                      ShapeToString(dst.shape()), ", found ", it->second.ToString()));
     }
-    SG_RETURN_IF_ERROR(staging_.Stage(name, it->second, executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(staging_.Stage(name, it->second, dst, executor_->compute_stream()));
   }
   return absl::OkStatus();
 }

@@ -14,8 +14,6 @@ namespace sg::compiler {
 
 absl::StatusOr<InputStaging> InputStaging::Create(Device device, const std::map<std::string, TensorView>& inputs) {
   InputStaging s;
-  s.device_ = device;
-  s.inputs_ = inputs;
 #ifdef SG_WITH_CUDA
   if (device.is_cuda()) {
     for (const auto& [name, dst] : inputs) {
@@ -33,10 +31,8 @@ absl::StatusOr<InputStaging> InputStaging::Create(Device device, const std::map<
   return s;
 }
 
-absl::Status InputStaging::Stage(const std::string& name, const TensorView& src, const Stream& stream) {
-  auto it = inputs_.find(name);
-  if (it == inputs_.end()) return absl::NotFoundError(absl::StrCat("InputStaging: no input named '", name, "'"));
-  const TensorView& dst = it->second;
+absl::Status InputStaging::Stage(const std::string& name, const TensorView& src, const TensorView& dst,
+                                 const Stream& stream) {
   auto slot_it = slots_.find(name);
   if (slot_it == slots_.end() || !src.device().is_cpu()) return CopyTensor(src, dst, stream);
   if (src.dtype() != dst.dtype() || src.numel() != dst.numel() || !src.is_contiguous()) {

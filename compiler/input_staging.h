@@ -1,7 +1,7 @@
 // Batch inputs into a step's static input buffers without stalling the host on pageable memory.
 //
 //   SG_ASSIGN_OR_RETURN(InputStaging staging, InputStaging::Create(device, {{"tokens", dst}}));
-//   SG_RETURN_IF_ERROR(staging.Stage("tokens", host_tokens, stream));   // async H2D, no device sync
+//   SG_RETURN_IF_ERROR(staging.Stage("tokens", host_tokens, dst, stream));   // async H2D, no device sync
 //
 // A host tensor is copied into one of two pinned host buffers per input (alternating every step),
 // then copied to the device asynchronously on `stream`; before a pinned buffer is refilled the host
@@ -32,9 +32,10 @@ class InputStaging {
   InputStaging(InputStaging&&) noexcept = default;
   InputStaging& operator=(InputStaging&&) noexcept = default;
 
-  // Copies `src` (same dtype and element count as the input buffer) into input `name`, ordered on
-  // `stream`. NotFound for an unknown name.
-  absl::Status Stage(const std::string& name, const TensorView& src, const Stream& stream);
+  // Copies `src` into `dst` (input `name`'s buffer: same dtype and element count), ordered on
+  // `stream`; through the pinned buffers when `name` has them and `src` is on the host, else a
+  // plain CopyTensor.
+  absl::Status Stage(const std::string& name, const TensorView& src, const TensorView& dst, const Stream& stream);
 
  private:
   struct Slot {
@@ -43,8 +44,6 @@ class InputStaging {
     bool used[2] = {false, false};
     int next = 0;
   };
-  Device device_;
-  std::map<std::string, TensorView> inputs_;
   std::map<std::string, Slot> slots_;
 };
 

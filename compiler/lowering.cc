@@ -69,7 +69,7 @@ bool ReadsOnlyAt(const Node& n, int k, int src) {
 
 class Lowerer {
  public:
-  Lowerer(Program* p) : p_(p), g_(p->graph) {}
+  Lowerer(Program* p, const LowerOptions& o) : p_(p), g_(p->graph), o_(o) {}
 
   absl::Status Run() {
     SG_RETURN_IF_ERROR(graph::Verify(g_));
@@ -99,9 +99,11 @@ class Lowerer {
     return absl::OkStatus();
   }
 
-  // Values with a buffer outside the arena: sources and the bf16 weight copies.
+  // Values with a buffer outside the arena: sources (except transient ones) and the bf16 weight
+  // copies.
   bool Persistent(int v) const {
-    return IsSource(g_.nodes()[g_.value(v).producer].op) || fusions_.weight_copy.count(v) > 0;
+    const Node& n = g_.nodes()[g_.value(v).producer];
+    return (IsSource(n.op) && TransientFrom(n) < 0) || fusions_.weight_copy.count(v) > 0;
   }
 
   // Alias roots (reshape shares its input's buffer; a folded cast's input is its f32 output) and
@@ -120,7 +122,18 @@ class Lowerer {
     for (int i = 0; i < int(nodes.size()); ++i) {
       for (int v : nodes[i].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], i);
     }
-    for (const graph::GraphOutput& o : g_.outputs()) last_use_[root_[o.value]] = int(nodes.size());
+    for (const graph::GraphOutput& o : g_.outputs()) {
+      auto until = o_.output_live_until.find(o.name);
+      const int last = until == o_.output_live_until.end() ? int(nodes.size()) : until->second;
+      last_use_[root_[o.value]] = std::max(last_use_[root_[o.value]], last);
+    }
+  }
+
+  // The node index from which a transient source must be live, or -1 for a state source.
+  int TransientFrom(const Node& n) const {
+    if (n.op != OpKind::kParameter && n.op != OpKind::kInput) return -1;
+    auto it = o_.transient_sources.find(graph::AttrString(n, "name"));
+    return it == o_.transient_sources.end() ? -1 : it->second;
   }
 
   // "update:<source>" outputs: in place when safe, else a write-back copy at the end.
@@ -174,6 +187,10 @@ class Lowerer {
     const int nv = g_.num_value_ids();
     std::vector<int> first(nv, INT32_MAX);
     for (int i = 0; i < int(nodes.size()); ++i) {
+      if (const int from = TransientFrom(nodes[i]); from >= 0) {  // an arena source (fsdp.h)
+        first[nodes[i].outputs[0]] = from;
+        continue;
+      }
       if (IsSource(nodes[i].op)) continue;
       for (int v : nodes[i].outputs) first[root_[v]] = std::min(first[root_[v]], i);
     }
@@ -388,6 +405,7 @@ class Lowerer {
 
   Program* p_;
   const Graph& g_;
+  const LowerOptions& o_;
   std::vector<Shape> shape_;
   std::vector<int> root_, last_use_, slot_;
   std::map<std::string, int> source_of_name_;
@@ -405,12 +423,13 @@ class Lowerer {
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding& binding, Device device) {
+absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding& binding, Device device,
+                                               const LowerOptions& options) {
   auto p = std::make_unique<Program>();
   p->graph = std::move(graph);
   p->binding = binding;
   p->device = device;
-  Lowerer l(p.get());
+  Lowerer l(p.get(), options);
   SG_RETURN_IF_ERROR(l.Run());
   return p;
 }
@@ -420,7 +439,7 @@ absl::StatusOr<PlannedMemory> PlanStepMemory(Graph graph, const graph::Binding& 
   p.graph = std::move(graph);
   p.binding = binding;
   p.device = device;
-  Lowerer l(&p);
+  Lowerer l(&p, LowerOptions());
   l.set_allocate(false);
   SG_RETURN_IF_ERROR(l.Run());
   PlannedMemory m;

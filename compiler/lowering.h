@@ -103,11 +103,21 @@ struct PlannedMemory {
   std::map<std::string, int> impls;       // schedule steps per Step::impl ("kernel", "reference")
 };
 
+// Options for distributed runtimes that own some buffers' lifetimes (compiler/fsdp.h):
+//  - transient_sources: sources (by name) that live in the arena instead of the state, from node
+//    index `live_from` (e.g. where an all-gather into them is issued) to their last reader;
+//  - output_live_until: graph outputs (by name) whose buffer may be reused after node index k
+//    instead of living to the end of the step (e.g. a gradient once it is reduce-scattered).
+struct LowerOptions {
+  std::map<std::string, int> transient_sources;
+  std::map<std::string, int> output_live_until;
+};
+
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the
 // symbols' constraints, or an "update:<name>" output naming no source; Unimplemented listing the
 // ops that have no kernel on `device` (on the CPU every op has at least the reference fallback).
 absl::StatusOr<std::unique_ptr<Program>> Lower(graph::Graph graph, const graph::Binding& binding,
-                                               Device device);
+                                               Device device, const LowerOptions& options = {});
 
 // Runs the whole lowering for `binding` and `device` (fusions, in-place decisions, memory plan, a
 // lowering rule for every node) but allocates and launches nothing: the 1b step's plan, and whether
