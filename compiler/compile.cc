@@ -42,9 +42,7 @@ std::string OptionsText(const CompileOptions& o) {
   return s;
 }
 
-}  // namespace
-
-absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o) {
+absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions& o) {
   if (IsTrainingGraph(g)) return g;
   graph::Graph forward = g;
   if (o.precision == Precision::kBF16Mixed) {
@@ -52,8 +50,6 @@ absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const C
   }
   return graph::OptimizeTrainStep(forward, Pipeline(o));
 }
-
-namespace {
 
 bool RuntimeOwned(const std::string& input) {
   return input == kStepName || input == kLrName || input == kLossScaleName;
@@ -86,7 +82,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
     }
   }
   if (!step->cache_hit_) {
-    SG_ASSIGN_OR_RETURN(train, PrepareTrainingGraph(g, o));
+    SG_ASSIGN_OR_RETURN(train, Prepare(g, o));
     if (!o.cache_dir.empty()) SG_RETURN_IF_ERROR(StoreCachedGraph(o.cache_dir, key, train));
   }
   for (const graph::Node& n : train.nodes()) {
@@ -113,7 +109,22 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
     SG_RETURN_IF_ERROR(step->executor_->Synchronize());
   }
   SG_RETURN_IF_ERROR(step->AddStepCounter());
+  std::map<std::string, TensorView> inputs;
+  for (const std::string& name : step->program_->input_names) {
+    if (!RuntimeOwned(name)) inputs[name] = step->program_->sources.at(name);
+  }
+  SG_ASSIGN_OR_RETURN(step->staging_, InputStaging::Create(o.device, inputs));
   return step;
+}
+
+absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o) {
+  SG_RETURN_IF_ERROR(graph::Verify(g));
+  return Prepare(g, o);
+}
+
+absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOptions& o) {
+  SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
+  return PlanStepMemory(std::move(train), o.binding, o.device);
 }
 
 // The step counter lives in device memory and is advanced by the step itself (first update uses
@@ -151,6 +162,9 @@ absl::Status CompiledStep::Write(const std::string& name, const TensorView& host
   SG_RETURN_IF_ERROR(CheckHostMatch(absl::StrCat("Write '", name, "'"), s->second, host));
   SG_ASSIGN_OR_RETURN(TensorView dst, s->second.Reshape(host.shape()));
   SG_RETURN_IF_ERROR(CopyTensor(host, dst, executor_->compute_stream()));
+  for (const auto& [master, copy] : program_->weight_copies) {
+    if (master.raw() == dst.raw()) SG_RETURN_IF_ERROR(kernels::Cast(master, copy, executor_->compute_stream()));
+  }
   if (name == kStepName && program_->adamw_counter.bytes() > 0) {
     // The multi-tensor AdamW counts completed steps in its own i64; restore it with the source.
     SG_RETURN_IF_ERROR(executor_->Synchronize());
@@ -195,7 +209,7 @@ absl::Status CompiledStep::CopyInputs(const std::map<std::string, TensorView>& b
       return absl::InvalidArgumentError(absl::StrCat("Run: input '", name, "': expected ", DTypeName(dst.dtype()),
                                                      ShapeToString(dst.shape()), ", found ", it->second.ToString()));
     }
-    SG_RETURN_IF_ERROR(CopyTensor(it->second, dst, executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(staging_.Stage(name, it->second, executor_->compute_stream()));
   }
   return absl::OkStatus();
 }

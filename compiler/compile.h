@@ -28,6 +28,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/executor.h"
+#include "compiler/input_staging.h"
 #include "compiler/lowering.h"
 #include "compiler/trace.h"
 #include "compiler/training_graph.h"
@@ -79,8 +80,9 @@ class CompiledStep {
  public:
   virtual ~CompiledStep() = default;
   // Enqueues one training step: copies `batch` (every graph input by name, host or device
-  // tensors with the bound shapes) into the step's static input buffers, then runs forward,
-  // backward and the optimizer. Does not synchronize. InvalidArgument naming a missing, unknown
+  // tensors with the bound shapes) into the step's static input buffers (host tensors through
+  // pinned staging buffers, compiler/input_staging.h), then runs forward, backward and the
+  // optimizer. Does not synchronize the device. InvalidArgument naming a missing, unknown
   // or ill-shaped input.
   virtual absl::Status Run(const std::map<std::string, TensorView>& batch);
   // Waits for the last step and reads its loss, gradient norm and step counter.
@@ -126,6 +128,7 @@ class CompiledStep {
   bool cache_hit_ = false;
   DeviceMemory one_;  // f32 1.0, added to "step" at the start of every step
   std::string explanation_;
+  InputStaging staging_;  // pinned double buffers for host batches
 };
 
 // Compiles `graph`: a forward graph (with a floating scalar output options.loss and no
@@ -134,6 +137,15 @@ class CompiledStep {
 // uninitialized until written. Errors: InvalidArgument for a bad graph or binding, Unimplemented
 // for a strategy or an op the current build cannot run on the device (naming them).
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph, const CompileOptions& options);
+
+// The training graph Compile lowers for `graph` and `options` (mixed precision, the graph layer's
+// pipeline; a training graph as is), without the cache.
+absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& graph, const CompileOptions& options);
+
+// The memory plan Compile would allocate at options.binding on options.device (arena and state
+// sizes, steps per impl), allocating nothing: e.g. the 1b step's activation peak, and that every
+// op has a CUDA kernel, checked on a machine without a GPU.
+absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& graph, const CompileOptions& options);
 
 }  // namespace sg::compiler
 
