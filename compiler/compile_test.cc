@@ -278,7 +278,9 @@ TEST(CompileTest, BadInputIsAClearError) {
   EXPECT_TRUE(absl::IsInvalidArgument(Compile(f.forward, o).status()));
   o = Options();
   o.strategy = Strategy::kFsdp;
-  EXPECT_TRUE(absl::IsUnimplemented(Compile(f.forward, o).status()));
+  // Distributed strategies need the launcher's variables (RANK, WORLD_SIZE, ...); see
+  // distributed_test.cc for the multi-process runs.
+  EXPECT_TRUE(absl::IsNotFound(Compile(f.forward, o).status())) << Compile(f.forward, o).status();
 }
 
 TEST(CompileTest, TraceIsChromeJsonWithASummary) {

@@ -144,6 +144,11 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   // capturable yet, so distributed steps run eagerly.
   eo.cuda_graph = false;
   SG_ASSIGN_OR_RETURN(executor_, Executor::Create(program_.get(), eo));
+  std::map<std::string, TensorView> inputs;
+  for (const std::string& name : program_->input_names) {
+    if (name != kLossScaleName) inputs[name] = program_->sources.at(name);
+  }
+  SG_ASSIGN_OR_RETURN(CompiledStep::staging_, InputStaging::Create(o.device, inputs));
   const Stream& s = executor_->compute_stream();
   SG_RETURN_IF_ERROR(ZeroTensor(TensorView(shards_.data(), DType::kF32, {shards_.bytes() / 4}, o.device), s));
   SG_RETURN_IF_ERROR(ZeroTensor(TensorView(scalars_.data(), DType::kF32, {scalars_.bytes() / 4}, o.device), s));
@@ -184,9 +189,9 @@ absl::Status ShardedDataParallelStep::Allocate() {
   }
   for (auto& u : units_) staging = std::max(staging, u->block * P);
   SG_ASSIGN_OR_RETURN(shards_, DeviceMemory::Allocate(d, shard_bytes));
-  SG_ASSIGN_OR_RETURN(staging_, DeviceMemory::Allocate(d, 2 * AlignUp(std::max<int64_t>(staging, 1) * 4)));
-  send_ = TensorView(staging_.data(), DType::kF32, {staging}, d);
-  recv_ = TensorView(staging_.data() + AlignUp(std::max<int64_t>(staging, 1) * 4), DType::kF32, {staging}, d);
+  SG_ASSIGN_OR_RETURN(buckets_, DeviceMemory::Allocate(d, 2 * AlignUp(std::max<int64_t>(staging, 1) * 4)));
+  send_ = TensorView(buckets_.data(), DType::kF32, {staging}, d);
+  recv_ = TensorView(buckets_.data() + AlignUp(std::max<int64_t>(staging, 1) * 4), DType::kF32, {staging}, d);
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
     const int64_t n = p.mine.length * p.row, step = AlignUp(n * 4);

@@ -94,7 +94,7 @@ class ShardedDataParallelStep : public CompiledStep {
   std::vector<std::unique_ptr<Param>> params_;
   std::vector<std::unique_ptr<Unit>> units_;
   std::map<std::string, int> param_index_;
-  DeviceMemory shards_, staging_, scalars_;
+  DeviceMemory shards_, buckets_, scalars_;
   TensorView send_, recv_;  // staging, f32
   TensorView lr_, counter_, norm_local_, norms_, norm_, clip_, losses_, dummy_[3];
   std::shared_ptr<void> local_list_, norm_list_;  // kernels::AdamWTensorList
