@@ -32,6 +32,10 @@ namespace sg::compiler {
 // placement the runtime cannot run yet (tensor parallelism), naming it.
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o);
 
+// The training step Compile prepares from a forward graph (mixed precision, the graph pipeline),
+// or `g` itself when it is one already. Shared by the single-device and distributed paths.
+absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o);
+
 }  // namespace sg::compiler
 
 #endif  // SGTRAIN_COMPILER_DISTRIBUTED_H_
