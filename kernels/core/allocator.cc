@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -123,9 +124,23 @@ class CudaCachingAllocator final : public CountingAllocator {
     absl::MutexLock l(&mu_);
     auto it = in_use_.find(p);
     if (it == in_use_.end()) return;
+    if (holding_) {
+      held_.push_back(p);
+      return;
+    }
     current_ -= it->second;
     free_.emplace(it->second, p);
     in_use_.erase(it);
+  }
+
+  void BeginHoldingFrees() override {
+    absl::MutexLock l(&mu_);
+    holding_ = true;
+  }
+  std::vector<void*> EndHoldingFrees() override {
+    absl::MutexLock l(&mu_);
+    holding_ = false;
+    return std::exchange(held_, {});
   }
 
   Device device() const override { return Device::Cuda(ordinal_); }
@@ -157,6 +172,8 @@ class CudaCachingAllocator final : public CountingAllocator {
   std::multimap<int64_t, void*> free_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, int64_t> in_use_ ABSL_GUARDED_BY(mu_);
   int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  bool holding_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<void*> held_ ABSL_GUARDED_BY(mu_);
 };
 #endif
 

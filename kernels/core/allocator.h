@@ -7,6 +7,7 @@
 #define SGTRAIN_KERNELS_CORE_ALLOCATOR_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/core/device.h"
@@ -33,6 +34,16 @@ class Allocator {
   virtual void ResetPeak() = 0;
   // Returns cached, unused blocks to the device.
   virtual void ReleaseCache() = 0;
+
+  // CUDA graph capture: kernels captured in a graph keep using the addresses they were given, at
+  // every replay, even after their scratch is "freed". Between BeginHoldingFrees() and
+  // EndHoldingFrees(), freed blocks are held (still counted in use, never handed out again); the
+  // returned blocks must be given back with ReleaseHeld() when the graph is destroyed.
+  virtual void BeginHoldingFrees() {}
+  virtual std::vector<void*> EndHoldingFrees() { return {}; }
+  virtual void ReleaseHeld(const std::vector<void*>& blocks) {
+    for (void* p : blocks) Free(p);
+  }
 };
 
 // The process-wide allocator for a device: CPU (64-byte aligned heap) or a caching CUDA allocator
