@@ -37,6 +37,7 @@ class Executor {
   absl::Status Synchronize() const { return compute_.Synchronize(); }
 
   const Stream& compute_stream() const { return compute_; }
+  const Stream& comm_stream() const { return comm_; }
   bool replaying_graph() const { return graph_.valid(); }
   int64_t runs() const { return runs_; }
 
