@@ -116,6 +116,7 @@ struct Exchange {
   std::vector<comm::Request> reqs;
   std::string what;
   bool active = false;
+  bool device = false;  // completes on the transport's stream: ordered by events, not waited
 };
 
 absl::StatusOr<Exchange> StartExchange(comm::ProcessGroup& pg, const TensorView& send, const TensorView& recv,
@@ -127,12 +128,13 @@ absl::StatusOr<Exchange> StartExchange(comm::ProcessGroup& pg, const TensorView&
   x.reqs.push_back(std::move(reqs.second));
   x.what = std::move(what);
   x.active = true;
+  x.device = !send.device().is_cpu();
   return x;
 }
 
 // Lets host transfers progress between blocks (UCX moves data only when polled).
 void Poll(Exchange& x) {
-  if (!x.active) return;
+  if (!x.active || x.device) return;
   for (comm::Request& r : x.reqs) (void)r.Test();
 }
 
@@ -140,6 +142,7 @@ absl::Status FinishExchange(comm::ProcessGroup& pg, Exchange& x, const RingAtten
                             const Stream& stream) {
   if (!x.active) return absl::OkStatus();
   x.active = false;
+  if (x.device) return pg.OrderAfterP2P(stream);
   const absl::Time deadline = absl::Now() + o.timeout;
   for (size_t i = 0; i < x.reqs.size(); ++i) {
     absl::Status s = x.reqs[i].Wait(deadline);
