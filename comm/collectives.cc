@@ -1,0 +1,498 @@
+// ProcessGroup's collectives: argument checks, then the ring engines of ring.h (host or device),
+// and NCCL's native collectives as the comparison path.
+#include <cstring>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "comm/process_group.h"
+#include "comm/nccl_transport.h"
+#include "comm/process_group_state.h"
+#include "kernels/core/status.h"
+
+#ifdef SG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+#ifdef SG_WITH_NCCL
+#include <nccl.h>
+#endif
+
+namespace sg::comm {
+namespace {
+
+std::vector<int64_t> SplitEven(int64_t n, int parts) {
+  std::vector<int64_t> counts(size_t(parts), n / parts);
+  for (int i = 0; i < n % parts; ++i) ++counts[size_t(i)];
+  return counts;
+}
+
+std::vector<internal::Segment> Segments(const std::vector<int64_t>& counts) {
+  std::vector<internal::Segment> segs;
+  int64_t off = 0;
+  for (int64_t c : counts) {
+    segs.push_back({off, c});
+    off += c;
+  }
+  return segs;
+}
+
+int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+}  // namespace
+
+// Places the transport's stream after the caller's work (device), so inputs are ready.
+absl::Status ProcessGroup::OrderBefore(Transport* t, const Stream& stream) {
+  if (t->stream() == nullptr) return absl::OkStatus();
+#ifdef SG_WITH_CUDA
+  SG_ASSIGN_OR_RETURN(Event e, Event::Create(t->device()));
+  SG_RETURN_IF_ERROR(e.Record(stream.native() ? stream : *t->stream()));
+  SG_RETURN_IF_ERROR(e.Block(*t->stream()));
+#endif
+  return absl::OkStatus();
+}
+
+// Places the caller's stream after the collective (device) and remembers it for SynchronizeDevice.
+absl::Status ProcessGroup::OrderAfter(Transport* t, const Stream& stream) {
+  if (t->stream() == nullptr) return absl::OkStatus();
+#ifdef SG_WITH_CUDA
+  DeviceState& ds = *device_state_;
+  if (ds.last == nullptr) SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ds.last, cudaEventDisableTiming));
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(ds.last, static_cast<cudaStream_t>(t->stream()->native())));
+  if (stream.native() != nullptr) {
+    SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.native()), ds.last, 0));
+  }
+#endif
+  return absl::OkStatus();
+}
+
+// The reduce stream, and at least `scratch_bytes` of device scratch.
+absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes) {
+  DeviceState& ds = *device_state_;
+  if (ds.reduce_stream == nullptr) {
+    SG_ASSIGN_OR_RETURN(Stream rs, Stream::Create(t->device()));
+    ds.reduce_stream = std::make_unique<Stream>(std::move(rs));
+  }
+  if (ds.scratch.nbytes() < scratch_bytes) {
+    // The old scratch may still be read by queued reductions: let them finish before freeing it.
+    SG_RETURN_IF_ERROR(ds.reduce_stream->Synchronize());
+    SG_ASSIGN_OR_RETURN(ds.scratch, Tensor::Empty({(scratch_bytes + 3) / 4}, DType::kF32, t->device()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ProcessGroup::SynchronizeDevice(absl::Time deadline) {
+#ifdef SG_WITH_CUDA
+  if (device_state_->last == nullptr) return absl::OkStatus();
+  while (true) {
+    cudaError_t e = cudaEventQuery(device_state_->last);
+    if (e == cudaSuccess) return absl::OkStatus();
+    if (e != cudaErrorNotReady) SG_CUDA_RETURN_IF_ERROR(e);
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          name_, ": device collectives up to #", seq_, " not done by the deadline"));
+    }
+    std::this_thread::yield();
+  }
+#else
+  return absl::OkStatus();
+#endif
+}
+
+namespace {
+
+// The ring specs of ring.h for rank r of n (see the table there).
+internal::RingSpec RingBase(Transport* t, const std::vector<int>& members, int r, char* buf,
+                            DType dtype, const std::vector<int64_t>& counts) {
+  const int n = int(members.size());
+  internal::RingSpec s;
+  s.transport = t;
+  s.prev = members[size_t(Mod(r - 1, n))];
+  s.next = members[size_t(Mod(r + 1, n))];
+  s.buf = buf;
+  s.dtype = dtype;
+  s.segments = Segments(counts);
+  return s;
+}
+
+}  // namespace
+
+absl::Status ProcessGroup::RingReduceScatter(OpState& op, Transport* t, char* buf, DType dtype,
+                                             const std::vector<int64_t>& counts, ReduceOp rop) {
+  // Steps (rank r of n):
+  //  1. send segment r-1 to the next rank;
+  //  2. for s = 0 .. n-2: receive segment r-s-2 from the previous rank, reduce it into ours, and
+  //     (for s < n-2) pass it on; chunk by chunk, so all steps overlap;
+  //  3. segment r now holds the reduction over all ranks.
+  const int n = size(), r = rank_;
+  internal::RingSpec s = RingBase(t, members_, r, buf, dtype, counts);
+  s.send_first = true;
+  s.send_segment0 = Mod(r - 1, n);
+  s.recv_steps = n - 1;
+  s.recv_segment = [=](int step) { return Mod(r - step - 2, n); };
+  s.forward = [=](int step) { return step < n - 2; };
+  s.reduce = true;
+  s.op = rop;
+  if (t->stream() == nullptr) {
+    s.chunk_elems = std::max<int64_t>(1, options_.host_chunk_bytes / SizeOf(dtype));
+    s.window = options_.host_window;
+    return internal::RunRingHost(s, op);
+  }
+  s.chunk_elems = std::max<int64_t>(1, options_.device_chunk_bytes / SizeOf(dtype));
+  s.window = options_.device_window;
+  int64_t chunk_elems = 0;
+  internal::ChunkCount(s, &chunk_elems, 1u << 30);
+  SG_RETURN_IF_ERROR(EnsureDeviceState(t, chunk_elems * s.window * SizeOf(dtype)));
+  return internal::RunRingDevice(s, *device_state_->reduce_stream,
+                                 device_state_->scratch.view().raw());
+}
+
+absl::Status ProcessGroup::RingAllGather(OpState& op, Transport* t, char* buf, DType dtype,
+                                         const std::vector<int64_t>& counts) {
+  // Steps (rank r of n), segment r already in place:
+  //  1. send segment r to the next rank;
+  //  2. for s = 0 .. n-2: receive segment r-s-1 from the previous rank in place and (for s < n-2)
+  //     pass each chunk on as soon as it lands.
+  const int n = size(), r = rank_;
+  internal::RingSpec s = RingBase(t, members_, r, buf, dtype, counts);
+  s.send_first = true;
+  s.send_segment0 = r;
+  s.recv_steps = n - 1;
+  s.recv_segment = [=](int step) { return Mod(r - step - 1, n); };
+  s.forward = [=](int step) { return step < n - 2; };
+  if (t->stream() == nullptr) {
+    s.chunk_elems = std::max<int64_t>(1, options_.host_chunk_bytes / SizeOf(dtype));
+    s.window = 1 << 20;  // receives land in place: no scratch limits them
+    return internal::RunRingHost(s, op);
+  }
+  s.chunk_elems = std::max<int64_t>(1, options_.device_chunk_bytes / SizeOf(dtype));
+  s.window = options_.device_window;
+  SG_RETURN_IF_ERROR(EnsureDeviceState(t, 0));
+  return internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The collectives. Each: argument checks, Begin (sequence number, progress key), the algorithm,
+// and Fail on error (diagnostics + group abort).
+
+absl::Status ProcessGroup::AllReduce(const TensorView& t, ReduceOp rop, const Stream& stream) {
+  SG_RETURN_IF_ERROR(CheckTensor(t, "all_reduce", "tensor", true));
+  SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(t, "all_reduce"));
+  SG_ASSIGN_OR_RETURN(OpState op, Begin("all_reduce", options_.timeout));
+  const int n = size();
+  if (n == 1 || t.numel() == 0) return absl::OkStatus();
+  // Steps: ring reduce-scatter over size() near-equal segments (sizes need not divide evenly);
+  // for avg, the owner scales its segment once; ring all-gather of the segments.
+  std::vector<int64_t> counts = SplitEven(t.numel(), n);
+  char* buf = static_cast<char*>(t.raw());
+  absl::Status s = OrderBefore(tr, stream);
+  if (s.ok()) s = RingReduceScatter(op, tr, buf, t.dtype(), counts, rop);
+  if (s.ok() && rop == ReduceOp::kAvg) {
+    int64_t off = 0;
+    for (int i = 0; i < rank_; ++i) off += counts[size_t(i)];
+    void* mine = buf + off * SizeOf(t.dtype());
+    s = tr->stream() == nullptr
+            ? ScaleInPlace(t.dtype(), mine, counts[size_t(rank_)], 1.0f / float(n))
+            : ScaleInPlaceDevice(t.dtype(), mine, counts[size_t(rank_)], 1.0f / float(n),
+                                 *tr->stream());
+  }
+  if (s.ok()) s = RingAllGather(op, tr, buf, t.dtype(), counts);
+  if (s.ok()) s = OrderAfter(tr, stream);
+  return s.ok() ? s : Fail(op, s);
+}
+
+absl::Status ProcessGroup::ReduceScatter(const TensorView& input, const TensorView& output,
+                                         ReduceOp rop, const Stream& stream) {
+  SG_RETURN_IF_ERROR(CheckTensor(input, "reduce_scatter", "input", true));
+  SG_RETURN_IF_ERROR(CheckTensor(output, "reduce_scatter", "output", true));
+  SG_CHECK_ARG(input.dtype() == output.dtype() && input.device() == output.device(), name_,
+               " reduce_scatter: input ", input.ToString(), " and output ", output.ToString(),
+               " must share dtype and device");
+  SG_CHECK_ARG(input.numel() == output.numel() * size(), name_, " reduce_scatter: input must have ",
+               size(), " x output's ", output.numel(), " elements, found ", input.numel());
+  SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(input, "reduce_scatter"));
+  SG_ASSIGN_OR_RETURN(OpState op, Begin("reduce_scatter", options_.timeout));
+  const int n = size();
+  const int64_t esize = SizeOf(input.dtype());
+  // Steps: copy the input to a work buffer (the input is not modified), ring reduce-scatter with
+  // equal segments, scale for avg, copy our segment out.
+  absl::Status s = OrderBefore(tr, stream);
+  Tensor work;
+  if (s.ok()) {
+    absl::StatusOr<Tensor> w = Tensor::Empty({input.numel()}, input.dtype(), input.device());
+    s = w.status();
+    if (s.ok()) work = *std::move(w);
+  }
+  const Stream& copy_stream = tr->stream() ? *tr->stream() : stream;
+  if (s.ok()) s = CopyTensor(input, work.view(), copy_stream);
+  std::vector<int64_t> counts(size_t(n), output.numel());
+  char* buf = static_cast<char*>(work.view().raw());
+  if (s.ok() && n > 1 && output.numel() > 0) {
+    s = RingReduceScatter(op, tr, buf, input.dtype(), counts, rop);
+  }
+  char* mine = buf + rank_ * output.numel() * esize;
+  if (s.ok() && rop == ReduceOp::kAvg) {
+    s = tr->stream() == nullptr
+            ? ScaleInPlace(input.dtype(), mine, output.numel(), 1.0f / float(n))
+            : ScaleInPlaceDevice(input.dtype(), mine, output.numel(), 1.0f / float(n), *tr->stream());
+  }
+  if (s.ok()) {
+    s = CopyTensor(TensorView(mine, input.dtype(), {output.numel()}, input.device()),
+                   TensorView(output.raw(), output.dtype(), {output.numel()}, output.device()),
+                   copy_stream);
+  }
+  if (s.ok()) s = OrderAfter(tr, stream);
+  // The work buffer goes back to the caching allocator; queued device work on it is ordered on the
+  // comm stream before any later use of the block (the allocator hands blocks out in stream order).
+  return s.ok() ? s : Fail(op, s);
+}
+
+absl::Status ProcessGroup::AllGather(const TensorView& input, const TensorView& output,
+                                     const Stream& stream) {
+  SG_RETURN_IF_ERROR(CheckTensor(input, "all_gather", "input", false));
+  SG_RETURN_IF_ERROR(CheckTensor(output, "all_gather", "output", false));
+  SG_CHECK_ARG(input.dtype() == output.dtype() && input.device() == output.device(), name_,
+               " all_gather: input ", input.ToString(), " and output ", output.ToString(),
+               " must share dtype and device");
+  SG_CHECK_ARG(output.numel() == input.numel() * size(), name_, " all_gather: output must have ",
+               size(), " x input's ", input.numel(), " elements, found ", output.numel());
+  SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(input, "all_gather"));
+  SG_ASSIGN_OR_RETURN(OpState op, Begin("all_gather", options_.timeout));
+  // Steps: put our input in block `rank` of the output, then ring all-gather the blocks.
+  const int64_t esize = SizeOf(input.dtype());
+  char* buf = static_cast<char*>(output.raw());
+  absl::Status s = OrderBefore(tr, stream);
+  const Stream& copy_stream = tr->stream() ? *tr->stream() : stream;
+  if (s.ok()) {
+    s = CopyTensor(TensorView(input.raw(), input.dtype(), {input.numel()}, input.device()),
+                   TensorView(buf + rank_ * input.numel() * esize, input.dtype(), {input.numel()},
+                              input.device()),
+                   copy_stream);
+  }
+  std::vector<int64_t> counts(size_t(size()), input.numel());
+  if (s.ok() && size() > 1 && input.numel() > 0) {
+    s = RingAllGather(op, tr, buf, input.dtype(), counts);
+  }
+  if (s.ok()) s = OrderAfter(tr, stream);
+  return s.ok() ? s : Fail(op, s);
+}
+
+absl::Status ProcessGroup::Broadcast(const TensorView& t, int root, const Stream& stream) {
+  SG_RETURN_IF_ERROR(CheckTensor(t, "broadcast", "tensor", false));
+  SG_CHECK_ARG(root >= 0 && root < size(), name_, " broadcast: root must be in [0, ", size(),
+               "), found ", root);
+  SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(t, "broadcast"));
+  SG_ASSIGN_OR_RETURN(OpState op, Begin("broadcast", options_.timeout));
+  const int n = size();
+  if (n == 1 || t.numel() == 0) return absl::OkStatus();
+  // Steps: a chain root -> root+1 -> ... -> root-1; each rank forwards every chunk as soon as it
+  // arrives, so the chain is pipelined (time ~ size/bandwidth + (n-2) chunk latencies).
+  const int p = Mod(rank_ - root, n);
+  internal::RingSpec s = RingBase(tr, members_, rank_, static_cast<char*>(t.raw()), t.dtype(),
+                                  {t.numel()});
+  s.chain = true;
+  s.send_first = p == 0;
+  s.send_segment0 = 0;
+  s.recv_steps = p > 0 ? 1 : 0;
+  s.recv_segment = [](int) { return 0; };
+  s.forward = [=](int) { return p < n - 1; };
+  absl::Status st = OrderBefore(tr, stream);
+  if (st.ok() && tr->stream() == nullptr) {
+    s.chunk_elems = std::max<int64_t>(1, options_.host_chunk_bytes / SizeOf(t.dtype()));
+    s.window = 1 << 20;
+    st = internal::RunRingHost(s, op);
+  } else if (st.ok()) {
+    s.chunk_elems = std::max<int64_t>(1, options_.device_chunk_bytes / SizeOf(t.dtype()));
+    s.window = options_.device_window;
+    st = EnsureDeviceState(tr, 0);
+    if (st.ok()) st = internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr);
+  }
+  if (st.ok()) st = OrderAfter(tr, stream);
+  return st.ok() ? st : Fail(op, st);
+}
+
+absl::Status ProcessGroup::AllToAll(const TensorView& input, const TensorView& output,
+                                    const Stream& stream) {
+  SG_RETURN_IF_ERROR(CheckTensor(input, "all_to_all", "input", false));
+  SG_RETURN_IF_ERROR(CheckTensor(output, "all_to_all", "output", false));
+  SG_CHECK_ARG(input.dtype() == output.dtype() && input.device() == output.device() &&
+                   input.numel() == output.numel(),
+               name_, " all_to_all: input ", input.ToString(), " and output ", output.ToString(),
+               " must share dtype, device and element count");
+  SG_CHECK_ARG(input.numel() % size() == 0, name_, " all_to_all: element count must be a multiple ",
+               "of the group size ", size(), ", found ", input.numel());
+  SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(input, "all_to_all"));
+  SG_ASSIGN_OR_RETURN(OpState op, Begin("all_to_all", options_.timeout));
+  const int n = size();
+  const int64_t block = input.numel() / n * SizeOf(input.dtype());
+  const char* in = static_cast<const char*>(input.raw());
+  char* out = static_cast<char*>(output.raw());
+  // Steps: copy our own block; then, in one batch, receive block i from every rank i and send block
+  // j to every rank j, pairing step k's send to rank+k with the receive from rank-k.
+  absl::Status s = OrderBefore(tr, stream);
+  const Stream& copy_stream = tr->stream() ? *tr->stream() : stream;
+  auto bytes_view = [&](const char* p) {
+    return TensorView(const_cast<char*>(p), DType::kF32, {block / 4}, input.device());
+  };
+  if (s.ok() && block > 0) {
+    if (block % 4 == 0) {
+      s = CopyTensor(bytes_view(in + rank_ * block), bytes_view(out + rank_ * block), copy_stream);
+    } else {
+      TensorView src(const_cast<char*>(in + rank_ * block), input.dtype(),
+                     {input.numel() / n}, input.device());
+      TensorView dst(out + rank_ * block, input.dtype(), {input.numel() / n}, input.device());
+      s = CopyTensor(src, dst, copy_stream);
+    }
+  }
+  std::vector<std::unique_ptr<TransportRequest>> reqs;
+  std::vector<int> peers;
+  if (s.ok() && n > 1 && block > 0) s = tr->GroupStart();
+  for (int k = 1; s.ok() && k < n && block > 0; ++k) {
+    int to = Mod(rank_ + k, n), from = Mod(rank_ - k, n);
+    absl::StatusOr<std::unique_ptr<TransportRequest>> r =
+        tr->IRecv(members_[size_t(from)], op.Tag(0), out + from * block, size_t(block));
+    s = r.status();
+    if (!s.ok()) break;
+    reqs.push_back(*std::move(r));
+    peers.push_back(members_[size_t(from)]);
+    r = tr->ISend(members_[size_t(to)], op.Tag(0), in + to * block, size_t(block));
+    s = r.status();
+    if (!s.ok()) break;
+    reqs.push_back(*std::move(r));
+    peers.push_back(members_[size_t(to)]);
+  }
+  if (s.ok() && n > 1 && block > 0) s = tr->GroupEnd();
+  // Host transports complete on the host; device requests complete with the comm stream.
+  if (s.ok() && tr->stream() == nullptr) s = WaitAll(op, reqs, peers);
+  if (s.ok()) s = OrderAfter(tr, stream);
+  return s.ok() ? s : Fail(op, s);
+}
+
+absl::Status ProcessGroup::Barrier() {
+  // An all-reduce of one element over the host transport: nobody leaves before everyone arrived.
+  float one = 1.0f;
+  return AllReduce(TensorView(&one, DType::kF32, {1}, Device::Cpu()), ReduceOp::kSum);
+}
+
+// ---------------------------------------------------------------------------------------------
+// NCCL's native collectives.
+
+#ifdef SG_WITH_NCCL
+namespace {
+
+absl::StatusOr<ncclDataType_t> NcclType(DType t) {
+  switch (t) {
+    case DType::kF32: return ncclFloat32;
+    case DType::kBF16: return ncclBfloat16;
+    default: break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("NCCL collective: unsupported dtype ", DTypeName(t)));
+}
+
+ncclRedOp_t NcclOp(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return ncclSum;
+    case ReduceOp::kAvg: return ncclAvg;
+    case ReduceOp::kMax: return ncclMax;
+  }
+  return ncclSum;
+}
+
+}  // namespace
+#endif
+
+namespace {
+
+absl::StatusOr<NcclTransport*> NativeTransport(Transport* device, const TensorView& t,
+                                               int group_size, const std::string& name,
+                                               absl::string_view op) {
+  SG_CHECK_ARG(device != nullptr && device->name() == "nccl" && device->device() == t.device(),
+               name, " ", op, ": needs an NCCL transport on ", t.device().ToString());
+  SG_CHECK_ARG(group_size == device->world_size(), name, " ", op,
+               ": NCCL native collectives run on the full group only (", device->world_size(),
+               " ranks), this group has ", group_size);
+  return static_cast<NcclTransport*>(device);
+}
+
+}  // namespace
+
+absl::Status ProcessGroup::NativeAllReduce(const TensorView& t, ReduceOp rop, const Stream& stream) {
+  SG_RETURN_IF_ERROR(CheckTensor(t, "nccl_all_reduce", "tensor", true));
+  SG_ASSIGN_OR_RETURN(NcclTransport * nt, NativeTransport(device_, t, size(), name_, "nccl_all_reduce"));
+#ifdef SG_WITH_NCCL
+  SG_ASSIGN_OR_RETURN(OpState op, Begin("nccl_all_reduce", options_.timeout));
+  SG_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(t.dtype()));
+  absl::Status s = OrderBefore(nt, stream);
+  if (s.ok()) {
+    ncclResult_t rc = ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, NcclOp(rop),
+                                    static_cast<ncclComm_t>(nt->comm()),
+                                    static_cast<cudaStream_t>(nt->stream()->native()));
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+      s = absl::InternalError(absl::StrCat("ncclAllReduce: ", ncclGetErrorString(rc)));
+    }
+  }
+  if (s.ok()) s = nt->WaitIssued(op.deadline, "ncclAllReduce");
+  if (s.ok()) s = OrderAfter(nt, stream);
+  return s.ok() ? s : Fail(op, s);
+#else
+  (void)nt;
+  return absl::FailedPreconditionError("built without NCCL");
+#endif
+}
+
+absl::Status ProcessGroup::NativeReduceScatter(const TensorView& input, const TensorView& output,
+                                               ReduceOp rop, const Stream& stream) {
+  SG_RETURN_IF_ERROR(CheckTensor(input, "nccl_reduce_scatter", "input", true));
+  SG_CHECK_ARG(input.numel() == output.numel() * size() && input.dtype() == output.dtype(), name_,
+               " nccl_reduce_scatter: input ", input.ToString(), " must be ", size(),
+               " x output ", output.ToString());
+  SG_ASSIGN_OR_RETURN(NcclTransport * nt,
+                      NativeTransport(device_, input, size(), name_, "nccl_reduce_scatter"));
+#ifdef SG_WITH_NCCL
+  SG_ASSIGN_OR_RETURN(OpState op, Begin("nccl_reduce_scatter", options_.timeout));
+  SG_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(input.dtype()));
+  absl::Status s = OrderBefore(nt, stream);
+  if (s.ok()) {
+    ncclResult_t rc = ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()), type,
+                                        NcclOp(rop), static_cast<ncclComm_t>(nt->comm()),
+                                        static_cast<cudaStream_t>(nt->stream()->native()));
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+      s = absl::InternalError(absl::StrCat("ncclReduceScatter: ", ncclGetErrorString(rc)));
+    }
+  }
+  if (s.ok()) s = nt->WaitIssued(op.deadline, "ncclReduceScatter");
+  if (s.ok()) s = OrderAfter(nt, stream);
+  return s.ok() ? s : Fail(op, s);
+#else
+  (void)nt;
+  return absl::FailedPreconditionError("built without NCCL");
+#endif
+}
+
+absl::Status ProcessGroup::NativeAllGather(const TensorView& input, const TensorView& output,
+                                           const Stream& stream) {
+  SG_RETURN_IF_ERROR(CheckTensor(input, "nccl_all_gather", "input", false));
+  SG_CHECK_ARG(output.numel() == input.numel() * size() && input.dtype() == output.dtype(), name_,
+               " nccl_all_gather: output ", output.ToString(), " must be ", size(), " x input ",
+               input.ToString());
+  SG_ASSIGN_OR_RETURN(NcclTransport * nt,
+                      NativeTransport(device_, input, size(), name_, "nccl_all_gather"));
+#ifdef SG_WITH_NCCL
+  SG_ASSIGN_OR_RETURN(OpState op, Begin("nccl_all_gather", options_.timeout));
+  absl::Status s = OrderBefore(nt, stream);
+  if (s.ok()) {
+    ncclResult_t rc = ncclAllGather(input.raw(), output.raw(), size_t(input.nbytes()), ncclUint8,
+                                    static_cast<ncclComm_t>(nt->comm()),
+                                    static_cast<cudaStream_t>(nt->stream()->native()));
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+      s = absl::InternalError(absl::StrCat("ncclAllGather: ", ncclGetErrorString(rc)));
+    }
+  }
+  if (s.ok()) s = nt->WaitIssued(op.deadline, "ncclAllGather");
+  if (s.ok()) s = OrderAfter(nt, stream);
+  return s.ok() ? s : Fail(op, s);
+#else
+  (void)nt;
+  return absl::FailedPreconditionError("built without NCCL");
+#endif
+}
+
+}  // namespace sg::comm

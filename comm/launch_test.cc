@@ -1,0 +1,63 @@
+// Runs the real `launch` binary on small shell programs.
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+struct Result {
+  int exit_code;
+  std::string output;
+};
+
+Result Launch(const std::string& args) {
+  std::string cmd = absl::StrCat("comm/launch ", args, " 2>&1");
+  FILE* p = ::popen(cmd.c_str(), "r");
+  Result r{-1, ""};
+  if (p == nullptr) return r;
+  char buf[4096];
+  size_t n;
+  while ((n = std::fread(buf, 1, sizeof(buf), p)) > 0) r.output.append(buf, n);
+  int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+TEST(LaunchTest, StartsRanksWithEnvironmentAndPrefixesOutput) {
+  Result r = Launch("--nproc=3 --master_port=23456 -- /bin/sh -c "
+                    "'echo \"r=$RANK w=$WORLD_SIZE l=$LOCAL_RANK $MASTER_ADDR:$MASTER_PORT\"'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int k = 0; k < 3; ++k) {
+    std::string want = absl::StrCat("[rank ", k, "] r=", k, " w=3 l=", k, " 127.0.0.1:23456\n");
+    EXPECT_NE(r.output.find(want), std::string::npos) << r.output;
+  }
+}
+
+TEST(LaunchTest, OneFailingRankStopsTheOthersAndSetsTheExitCode) {
+  absl::Time start = absl::Now();
+  // Rank 1 fails at once; the others would sleep for a minute (and ignore nothing: SIGTERM ends
+  // them). Rank 2 traps SIGTERM to test the SIGKILL after the grace period.
+  Result r = Launch("--nproc=3 --grace_s=1 -- /bin/sh -c "
+                    "'if [ $RANK = 1 ]; then echo failing; exit 7; fi; "
+                    "if [ $RANK = 2 ]; then trap \"\" TERM; fi; sleep 60'");
+  EXPECT_EQ(r.exit_code, 7) << r.output;
+  EXPECT_NE(r.output.find("[rank 1] failing"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 1 exited with code 7"), std::string::npos) << r.output;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(20));
+}
+
+TEST(LaunchTest, BadArgumentsAreExplained) {
+  Result r = Launch("--nproc=0 -- true");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("--nproc must be >= 1"), std::string::npos) << r.output;
+  r = Launch("--nproc=2");
+  EXPECT_NE(r.output.find("expected a program after --"), std::string::npos) << r.output;
+}
+
+}  // namespace

@@ -1,0 +1,100 @@
+#include "comm/multiprocess_testing.h"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "comm/process_supervisor.h"
+#include "comm/socket.h"
+#include "kernels/core/status.h"
+
+namespace sg::comm::testing {
+
+bool WorkerRun::AllPassed() const {
+  if (timed_out || exit_codes.empty()) return false;
+  for (size_t i = 0; i < exit_codes.size(); ++i) {
+    if (exit_codes[i] != 0) return false;
+    if (outputs[i].find("[  PASSED  ] 1 test.") == std::string::npos) return false;
+  }
+  return true;
+}
+
+std::string WorkerRun::Summary() const {
+  std::string s = timed_out ? "workers timed out\n" : "";
+  for (size_t i = 0; i < exit_codes.size(); ++i) {
+    absl::StrAppend(&s, "---- rank ", i, " exit code ", exit_codes[i], " ----\n", outputs[i]);
+  }
+  return s;
+}
+
+WorkerRun RunWorkers(int n, const std::string& test, const std::vector<std::string>& env,
+                     absl::Duration timeout) {
+  WorkerRun run;
+  char self[PATH_MAX];
+  ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
+  absl::StatusOr<int> port = PickFreePort();
+  if (len <= 0 || !port.ok()) {
+    run.outputs.push_back("cannot find this binary or a free port");
+    run.exit_codes.push_back(-1);
+    return run;
+  }
+  self[len] = '\0';
+  // The children must not write the parent's XML report or inherit its sharding.
+  std::vector<std::string> base = CurrentEnvironment(
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "XML_OUTPUT_FILE",
+       "GTEST_OUTPUT", "GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS", "GTEST_SHARD_STATUS_FILE",
+       "TEST_SHARD_STATUS_FILE", "TEST_PREMATURE_EXIT_FILE", "GTEST_FILTER"});
+  std::vector<ProcessSpec> specs;
+  for (int r = 0; r < n; ++r) {
+    ProcessSpec spec;
+    spec.argv = {self, "--gtest_also_run_disabled_tests", "--gtest_filter=" + test};
+    spec.env = base;
+    spec.env.push_back(absl::StrCat("RANK=", r));
+    spec.env.push_back(absl::StrCat("WORLD_SIZE=", n));
+    spec.env.push_back(absl::StrCat("LOCAL_RANK=", r));
+    spec.env.push_back("MASTER_ADDR=127.0.0.1");
+    spec.env.push_back(absl::StrCat("MASTER_PORT=", *port));
+    for (const auto& e : env) spec.env.push_back(e);
+    specs.push_back(std::move(spec));
+  }
+  run.outputs.assign(size_t(n), "");
+  SupervisorOptions opt;
+  opt.on_line = [&](int i, absl::string_view line) { run.outputs[size_t(i)].append(line.data(), line.size()); };
+  opt.deadline = absl::Now() + timeout;
+  opt.grace = absl::Seconds(2);
+  // A worker's failure should not kill the others: tests check every rank's own verdict. The
+  // supervisor stops all on the first nonzero exit, so tests that expect one use exit code 0 for
+  // "behaved as expected".
+  absl::StatusOr<SupervisedResult> r = RunSupervised(specs, opt);
+  if (!r.ok()) {
+    run.outputs[0] += std::string(r.status().message());
+    run.exit_codes.assign(size_t(n), -1);
+    return run;
+  }
+  run.exit_codes = r->exit_codes;
+  run.timed_out = r->timed_out;
+  return run;
+}
+
+absl::StatusOr<WorkerWorld> MakeWorkerWorld(ProcessGroupOptions options) {
+  WorkerWorld w;
+  SG_ASSIGN_OR_RETURN(RankInfo info, RankInfoFromEnv());
+  absl::Time deadline = absl::Now() + absl::Seconds(20);
+  SG_ASSIGN_OR_RETURN(w.rdzv, Rendezvous::Create(info, deadline));
+  SG_ASSIGN_OR_RETURN(w.ucx, UcxTransport::Create(w.rdzv->store(), "test", info.rank,
+                                                  info.world_size, deadline));
+  SG_ASSIGN_OR_RETURN(w.world, ProcessGroup::Create(&w.rdzv->store(), w.ucx.get(), nullptr, "world",
+                                                    options));
+  w.rank = info.rank;
+  w.size = info.world_size;
+  return w;
+}
+
+int64_t EnvInt(const char* name, int64_t fallback) {
+  const char* v = std::getenv(name);
+  return v == nullptr ? fallback : std::atoll(v);
+}
+
+}  // namespace sg::comm::testing

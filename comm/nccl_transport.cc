@@ -1,0 +1,254 @@
+#include "comm/nccl_transport.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/core/status.h"
+
+#ifdef SG_WITH_NCCL
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <cstring>
+#include <thread>
+
+// NCCL failures as a status with the call, file:line and NCCL's error string (plus its last
+// detailed message). ncclInProgress is not an error for a non-blocking communicator.
+#define SG_NCCL_RETURN_IF_ERROR(call)                                                           \
+  do {                                                                                          \
+    ncclResult_t sg_nccl_rc_ = (call);                                                          \
+    if (sg_nccl_rc_ != ncclSuccess && sg_nccl_rc_ != ncclInProgress)                           \
+      return ::sg::LibraryError(absl::StatusCode::kInternal, "NCCL", int(sg_nccl_rc_),          \
+                                ncclGetErrorString(sg_nccl_rc_), #call, __FILE__, __LINE__);    \
+  } while (0)
+#endif
+
+namespace sg::comm {
+
+#ifdef SG_WITH_NCCL
+
+namespace {
+
+// A completion event shared by the operations of one group (or one ungrouped operation).
+struct Completion {
+  cudaEvent_t event = nullptr;
+  bool recorded = false;
+  ~Completion() {
+    if (event != nullptr) cudaEventDestroy(event);
+  }
+};
+
+}  // namespace
+
+struct NcclTransport::Impl {
+  ncclComm_t comm = nullptr;
+  std::unique_ptr<Stream> stream;
+  int group_depth = 0;
+  std::shared_ptr<Completion> group_completion;  // the open group's, recorded at GroupEnd
+  bool aborted = false;
+
+  absl::StatusOr<std::shared_ptr<Completion>> NewCompletion() {
+    auto c = std::make_shared<Completion>();
+    SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&c->event, cudaEventDisableTiming));
+    return c;
+  }
+  absl::Status Record(Completion& c) {
+    SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(c.event, static_cast<cudaStream_t>(stream->native())));
+    c.recorded = true;
+    return absl::OkStatus();
+  }
+};
+
+namespace {
+
+class NcclRequest : public TransportRequest {
+ public:
+  NcclRequest(NcclTransport::Impl* impl, std::shared_ptr<Completion> done, bool is_send, int peer,
+              size_t bytes)
+      : impl_(impl), done_(std::move(done)), is_send_(is_send), peer_(peer), bytes_(bytes) {}
+
+  absl::StatusOr<bool> Test() override {
+    if (impl_->aborted) return absl::AbortedError(absl::StrCat(Describe(), ": communicator aborted"));
+    ncclResult_t async = ncclSuccess;
+    ncclCommGetAsyncError(impl_->comm, &async);
+    if (async != ncclSuccess && async != ncclInProgress) {
+      return absl::InternalError(absl::StrCat(Describe(), ": NCCL asynchronous error ", int(async),
+                                              " (", ncclGetErrorString(async), ")"));
+    }
+    if (!done_->recorded) return false;  // its group has not ended yet
+    cudaError_t e = cudaEventQuery(done_->event);
+    if (e == cudaErrorNotReady) return false;
+    SG_CUDA_RETURN_IF_ERROR(e);
+    return true;
+  }
+  std::string Describe() const override {
+    return absl::StrFormat("nccl %s %d B %s rank %d", is_send_ ? "send" : "recv", bytes_,
+                           is_send_ ? "to" : "from", peer_);
+  }
+
+ private:
+  NcclTransport::Impl* impl_;
+  std::shared_ptr<Completion> done_;
+  bool is_send_;
+  int peer_;
+  size_t bytes_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(StoreClient& store,
+                                                                     const std::string& prefix,
+                                                                     int rank, int world_size,
+                                                                     Device device,
+                                                                     absl::Time deadline) {
+  SG_CHECK_ARG(device.is_cuda(), "nccl transport: expected a CUDA device, found ", device.ToString());
+  SG_CHECK_ARG(rank >= 0 && rank < world_size, "nccl transport: rank must be in [0, ", world_size,
+               "), found ", rank);
+  std::unique_ptr<NcclTransport> t(new NcclTransport());
+  t->rank_ = rank;
+  t->world_size_ = world_size;
+  t->device_ = device;
+  t->impl_ = std::make_unique<Impl>();
+  SG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
+  SG_ASSIGN_OR_RETURN(Stream s, Stream::Create(device));
+  t->impl_->stream = std::make_unique<Stream>(std::move(s));
+
+  const std::string key = prefix + "/nccl/unique_id";
+  ncclUniqueId id;
+  if (rank == 0) {
+    SG_NCCL_RETURN_IF_ERROR(ncclGetUniqueId(&id));
+    SG_RETURN_IF_ERROR(store.Set(key, std::string(id.internal, sizeof(id.internal)), deadline));
+  } else {
+    SG_ASSIGN_OR_RETURN(std::string got, store.Get(key, deadline));
+    if (got.size() != sizeof(id.internal)) {
+      return absl::DataLossError(absl::StrCat("nccl transport: unique id in the store has ",
+                                              got.size(), " bytes, expected ", sizeof(id.internal)));
+    }
+    std::memcpy(id.internal, got.data(), sizeof(id.internal));
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  SG_NCCL_RETURN_IF_ERROR(ncclCommInitRankConfig(&t->impl_->comm, world_size, id, rank, &config));
+  absl::Status s_init = t->WaitIssued(deadline, absl::StrCat("ncclCommInitRank (", world_size, " ranks)"));
+  if (!s_init.ok()) {
+    t->Abort();
+    return s_init;
+  }
+  return t;
+}
+
+NcclTransport::~NcclTransport() {
+  if (impl_ == nullptr || impl_->comm == nullptr) return;
+  if (impl_->aborted) return;
+  // Drain our stream first so destroying the communicator does not race queued work.
+  impl_->stream->Synchronize().IgnoreError();
+  ncclCommFinalize(impl_->comm);
+  ncclResult_t state = ncclInProgress;
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (state == ncclInProgress && absl::Now() < deadline) ncclCommGetAsyncError(impl_->comm, &state);
+  if (state == ncclSuccess) {
+    ncclCommDestroy(impl_->comm);
+  } else {
+    ncclCommAbort(impl_->comm);
+  }
+}
+
+absl::Status NcclTransport::WaitIssued(absl::Time deadline, absl::string_view what) {
+  while (true) {
+    ncclResult_t state = ncclSuccess;
+    SG_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(impl_->comm, &state));
+    if (state == ncclSuccess) return absl::OkStatus();
+    if (state != ncclInProgress) {
+      return absl::InternalError(absl::StrCat(what, ": NCCL error ", int(state), " (",
+                                              ncclGetErrorString(state), "): ", ncclGetLastError(impl_->comm)));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(what, ": NCCL still in progress at the deadline"));
+    }
+    std::this_thread::yield();
+  }
+}
+
+void NcclTransport::Abort() {
+  if (impl_ && impl_->comm != nullptr && !impl_->aborted) {
+    impl_->aborted = true;
+    ncclCommAbort(impl_->comm);
+  }
+}
+
+void* NcclTransport::comm() const { return impl_->comm; }
+const Stream* NcclTransport::stream() const { return impl_->stream.get(); }
+
+absl::Status NcclTransport::GroupStart() {
+  if (impl_->group_depth++ == 0) {
+    SG_ASSIGN_OR_RETURN(impl_->group_completion, impl_->NewCompletion());
+  }
+  SG_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+  return absl::OkStatus();
+}
+
+absl::Status NcclTransport::GroupEnd() {
+  SG_CHECK_ARG(impl_->group_depth > 0, "nccl transport: GroupEnd without GroupStart");
+  SG_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
+  if (--impl_->group_depth == 0) {
+    SG_RETURN_IF_ERROR(WaitIssued(absl::Now() + absl::Seconds(60), "ncclGroupEnd"));
+    SG_RETURN_IF_ERROR(impl_->Record(*impl_->group_completion));
+    impl_->group_completion.reset();
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::ISend(int peer, uint64_t tag,
+                                                                       const void* data,
+                                                                       size_t bytes) {
+  SG_RETURN_IF_ERROR(CheckPeerAndTag(*this, "send", peer, tag));
+  bool grouped = impl_->group_depth > 0;
+  if (!grouped) SG_RETURN_IF_ERROR(GroupStart());
+  std::shared_ptr<Completion> done = impl_->group_completion;
+  SG_NCCL_RETURN_IF_ERROR(ncclSend(data, bytes, ncclUint8, peer, impl_->comm,
+                                   static_cast<cudaStream_t>(impl_->stream->native())));
+  if (!grouped) SG_RETURN_IF_ERROR(GroupEnd());
+  return std::unique_ptr<TransportRequest>(new NcclRequest(impl_.get(), done, true, peer, bytes));
+}
+
+absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::IRecv(int peer, uint64_t tag,
+                                                                       void* data, size_t bytes) {
+  SG_RETURN_IF_ERROR(CheckPeerAndTag(*this, "recv", peer, tag));
+  bool grouped = impl_->group_depth > 0;
+  if (!grouped) SG_RETURN_IF_ERROR(GroupStart());
+  std::shared_ptr<Completion> done = impl_->group_completion;
+  SG_NCCL_RETURN_IF_ERROR(ncclRecv(data, bytes, ncclUint8, peer, impl_->comm,
+                                   static_cast<cudaStream_t>(impl_->stream->native())));
+  if (!grouped) SG_RETURN_IF_ERROR(GroupEnd());
+  return std::unique_ptr<TransportRequest>(new NcclRequest(impl_.get(), done, false, peer, bytes));
+}
+
+absl::Status NcclTransport::Progress() { return absl::OkStatus(); }
+
+#else  // !SG_WITH_NCCL
+
+struct NcclTransport::Impl {};
+
+absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(StoreClient&, const std::string&,
+                                                                     int, int, Device, absl::Time) {
+  return absl::FailedPreconditionError("nccl transport: built without NCCL (SG_WITH_NCCL unset)");
+}
+NcclTransport::~NcclTransport() = default;
+absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::ISend(int, uint64_t, const void*, size_t) {
+  return absl::FailedPreconditionError("nccl transport: built without NCCL");
+}
+absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::IRecv(int, uint64_t, void*, size_t) {
+  return absl::FailedPreconditionError("nccl transport: built without NCCL");
+}
+absl::Status NcclTransport::GroupStart() { return absl::FailedPreconditionError("built without NCCL"); }
+absl::Status NcclTransport::GroupEnd() { return absl::FailedPreconditionError("built without NCCL"); }
+absl::Status NcclTransport::Progress() { return absl::OkStatus(); }
+const Stream* NcclTransport::stream() const { return nullptr; }
+void* NcclTransport::comm() const { return nullptr; }
+absl::Status NcclTransport::WaitIssued(absl::Time, absl::string_view) {
+  return absl::FailedPreconditionError("built without NCCL");
+}
+void NcclTransport::Abort() {}
+
+#endif  // SG_WITH_NCCL
+
+}  // namespace sg::comm

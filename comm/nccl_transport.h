@@ -1,0 +1,72 @@
+// NCCL transport for device memory: a communicator built from a unique id that rank 0 publishes in
+// the rendezvous store; ncclSend / ncclRecv inside groups on this transport's own communication
+// stream. Callers order it against compute with events (record on compute, Block the comm stream),
+// never with device synchronization. Built only with SG_WITH_NCCL; Create() says so otherwise.
+//
+//   SG_ASSIGN_OR_RETURN(auto t, NcclTransport::Create(store, "world", rank, n, Device::Cuda(rank), dl));
+//   SG_RETURN_IF_ERROR(t->GroupStart());
+//   SG_ASSIGN_OR_RETURN(auto s, t->ISend(next, 0, src, bytes));
+//   SG_ASSIGN_OR_RETURN(auto r, t->IRecv(prev, 0, dst, bytes));
+//   SG_RETURN_IF_ERROR(t->GroupEnd());
+//   SG_RETURN_IF_ERROR(r->Wait(deadline));   // polls the stream's event; aborts nothing by itself
+//
+// NCCL point-to-point has no tags: operations between a pair of ranks match in issue order, so the
+// tag is only checked for range. The communicator is non-blocking (config.blocking = 0): init and
+// every call are polled with a deadline, and Abort() tears it down so no rank hangs in NCCL.
+#ifndef SGTRAIN_COMM_NCCL_TRANSPORT_H_
+#define SGTRAIN_COMM_NCCL_TRANSPORT_H_
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "comm/store.h"
+#include "comm/transport.h"
+#include "kernels/core/stream.h"
+
+namespace sg::comm {
+
+class NcclTransport : public Transport {
+ public:
+  // Every rank of the group calls this with the same prefix; FailedPrecondition without NCCL/CUDA.
+  static absl::StatusOr<std::unique_ptr<NcclTransport>> Create(StoreClient& store,
+                                                               const std::string& prefix, int rank,
+                                                               int world_size, Device device,
+                                                               absl::Time deadline);
+  ~NcclTransport() override;
+
+  absl::string_view name() const override { return "nccl"; }
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  Device device() const override { return device_; }
+  absl::StatusOr<std::unique_ptr<TransportRequest>> ISend(int peer, uint64_t tag, const void* data,
+                                                          size_t bytes) override;
+  absl::StatusOr<std::unique_ptr<TransportRequest>> IRecv(int peer, uint64_t tag, void* data,
+                                                          size_t bytes) override;
+  absl::Status GroupStart() override;
+  absl::Status GroupEnd() override;
+  absl::Status Progress() override;
+  const Stream* stream() const override;
+
+  // The ncclComm_t (as void*, so this header needs no nccl.h), for NCCL's native collectives.
+  void* comm() const;
+  // Waits until NCCL reports the last call finished being issued (non-blocking communicators may
+  // return ncclInProgress), or fails with NCCL's asynchronous error.
+  absl::Status WaitIssued(absl::Time deadline, absl::string_view what);
+  // Aborts the communicator: pending work is dropped and later calls fail. Safe to call twice.
+  void Abort();
+
+  struct Impl;
+
+ private:
+  NcclTransport() = default;
+  int rank_ = 0;
+  int world_size_ = 1;
+  Device device_;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sg::comm
+
+#endif  // SGTRAIN_COMM_NCCL_TRANSPORT_H_

@@ -1,0 +1,236 @@
+#include "comm/process_group.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "comm/process_group_state.h"
+#include "kernels/core/status.h"
+
+namespace sg::comm {
+
+namespace {
+
+uint64_t GroupId(const std::string& name) { return std::hash<std::string>{}(name) & 0x7f; }
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+absl::Status Request::Wait(absl::Time deadline) {
+  SG_CHECK_ARG(req_ != nullptr, "Request::Wait on an empty request");
+  return req_->Wait(deadline);
+}
+
+absl::StatusOr<bool> Request::Test() {
+  SG_CHECK_ARG(req_ != nullptr, "Request::Test on an empty request");
+  return req_->Test();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Construction
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(StoreClient* store, Transport* host,
+                                                                   Transport* device,
+                                                                   std::string name,
+                                                                   ProcessGroupOptions options) {
+  SG_CHECK_ARG(store != nullptr && host != nullptr, "ProcessGroup::Create: store and host transport ",
+               "are required");
+  SG_CHECK_ARG(host->device().is_cpu(), "ProcessGroup::Create: host transport '", host->name(),
+               "' moves ", host->device().ToString(), " memory, expected cpu");
+  if (device != nullptr) {
+    SG_CHECK_ARG(device->world_size() == host->world_size() && device->rank() == host->rank(),
+                 "ProcessGroup::Create: device transport is rank ", device->rank(), " of ",
+                 device->world_size(), ", host transport rank ", host->rank(), " of ",
+                 host->world_size());
+  }
+  std::unique_ptr<ProcessGroup> pg(new ProcessGroup());
+  pg->store_ = store;
+  pg->host_ = host;
+  pg->device_ = device;
+  pg->name_ = std::move(name);
+  pg->group_id_ = GroupId(pg->name_);
+  pg->options_ = options;
+  for (int r = 0; r < host->world_size(); ++r) pg->members_.push_back(r);
+  pg->rank_ = host->rank();
+  pg->device_state_ = std::make_unique<DeviceState>();
+  return pg;
+}
+
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Subgroup(std::vector<int> ranks,
+                                                                     std::string name) const {
+  SG_CHECK_ARG(!ranks.empty(), "Subgroup '", name, "': expected at least one rank");
+  std::vector<int> sorted = ranks;
+  std::sort(sorted.begin(), sorted.end());
+  SG_CHECK_ARG(std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end(), "Subgroup '", name,
+               "': ranks must be distinct, found [", absl::StrJoin(ranks, ","), "]");
+  std::unique_ptr<ProcessGroup> pg(new ProcessGroup());
+  pg->rank_ = -1;
+  for (size_t i = 0; i < ranks.size(); ++i) {
+    SG_CHECK_ARG(ranks[i] >= 0 && ranks[i] < size(), "Subgroup '", name, "': ranks must be in [0, ",
+                 size(), "), found ", ranks[i]);
+    pg->members_.push_back(members_[size_t(ranks[i])]);
+    if (ranks[i] == rank_) pg->rank_ = int(i);
+  }
+  SG_CHECK_ARG(pg->rank_ >= 0, "Subgroup '", name, "': rank ", rank_, " is not a member of [",
+               absl::StrJoin(ranks, ","), "]; only members create a sub-group");
+  pg->store_ = store_;
+  pg->host_ = host_;
+  pg->device_ = device_;
+  pg->name_ = name_ + "/" + name;
+  pg->group_id_ = GroupId(pg->name_);
+  pg->options_ = options_;
+  pg->device_state_ = std::make_unique<DeviceState>();
+  return pg;
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+// ---------------------------------------------------------------------------------------------
+// Checks, sequence numbers, diagnostics
+
+absl::Status ProcessGroup::CheckTensor(const TensorView& t, absl::string_view op,
+                                       absl::string_view what, bool reduce) const {
+  SG_CHECK_ARG(t.is_contiguous(), name_, " ", op, ": ", what, " must be contiguous, found ",
+               t.ToString());
+  SG_CHECK_ARG(t.numel() == 0 || t.raw() != nullptr, name_, " ", op, ": ", what, " has no data");
+  if (reduce) {
+    SG_CHECK_ARG(IsReducibleDType(t.dtype()), name_, " ", op, ": ", what,
+                 " must be f32 or bf16, found ", t.ToString());
+  }
+  return TransportFor(t, op).status();
+}
+
+absl::StatusOr<Transport*> ProcessGroup::TransportFor(const TensorView& t, absl::string_view op) const {
+  if (t.device().is_cpu()) return host_;
+  if (device_ != nullptr && device_->device() == t.device()) return device_;
+  return absl::InvalidArgumentError(absl::StrCat(
+      name_, " ", op, ": no transport for a tensor on ", t.device().ToString(), " (host transport: ",
+      host_->name(), ", device transport: ",
+      device_ ? absl::StrCat(device_->name(), " on ", device_->device().ToString()) : "none", ")"));
+}
+
+absl::StatusOr<ProcessGroup::OpState> ProcessGroup::Begin(absl::string_view op,
+                                                          absl::Duration timeout) {
+  OpState s;
+  s.pg = this;
+  s.op = std::string(op);
+  s.seq = ++seq_;
+  s.start = absl::Now();
+  s.deadline = s.start + timeout;
+  s.next_abort_check = s.start + absl::Milliseconds(100);
+  if (options_.track_progress) {
+    absl::Status st = store_->Set(absl::StrCat(name_, "/progress/", members_[size_t(rank_)]),
+                                  absl::StrCat(s.seq, " ", op), s.deadline);
+    if (!st.ok()) return Fail(s, st);
+  }
+  return s;
+}
+
+absl::Status ProcessGroup::CheckAbort(const OpState& op) {
+  absl::StatusOr<std::string> reason =
+      store_->TryGet(name_ + "/abort", absl::Now() + absl::Seconds(2));
+  if (reason.ok()) {
+    return absl::AbortedError(absl::StrCat(name_, " ", op.op, " #", op.seq, " on rank ",
+                                           members_[size_t(rank_)], ": group aborted: ", *reason));
+  }
+  if (absl::IsNotFound(reason.status())) return absl::OkStatus();
+  return absl::UnavailableError(absl::StrCat(
+      "store unreachable while checking for an abort (rank 0 hosts it; did it exit?): ",
+      reason.status().message()));
+}
+
+absl::Status ProcessGroup::Fail(const OpState& op, const absl::Status& cause) {
+  if (absl::IsAborted(cause)) return cause;  // another rank's abort, already fully described
+  const int me = members_[size_t(rank_)];
+  // Every member's last entered collective, from the store: who is behind did not arrive.
+  std::vector<std::string> progress;
+  absl::Time d = absl::Now() + absl::Seconds(2);
+  for (int m : members_) {
+    absl::StatusOr<std::string> p = store_->TryGet(absl::StrCat(name_, "/progress/", m), d);
+    std::string entry = absl::StrCat("rank ", m, ": ");
+    if (p.ok()) {
+      int64_t their = std::atoll(p->c_str());
+      absl::StrAppend(&entry, "#", *p, their < op.seq ? " (did not arrive)" : "");
+    } else if (absl::IsNotFound(p.status())) {
+      absl::StrAppend(&entry, "none (did not arrive)");
+    } else {
+      absl::StrAppend(&entry, "unknown (store unreachable)");
+    }
+    progress.push_back(entry);
+  }
+  std::string message = absl::StrCat(name_, " ", op.op, " #", op.seq, " on rank ", me, " (",
+                                     rank_, " of ", size(), " in the group) failed: ",
+                                     cause.message(), ". Last collective entered per rank: ",
+                                     absl::StrJoin(progress, ", "));
+  // The first failure's description becomes the group's abort reason.
+  (void)store_->CompareAndSet(name_ + "/abort", "", message, d);
+  return absl::Status(cause.code(), message);
+}
+
+absl::Status ProcessGroup::Abort(const std::string& reason) {
+  return store_->CompareAndSet(name_ + "/abort", "",
+                               absl::StrCat("rank ", members_[size_t(rank_)], ": ", reason),
+                               absl::Now() + absl::Seconds(10))
+      .status();
+}
+
+absl::Status ProcessGroup::WaitAll(OpState& op, std::vector<std::unique_ptr<TransportRequest>>& reqs,
+                                   const std::vector<int>& peers) {
+  int64_t idle = 0;
+  while (true) {
+    bool all = true;
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i] == nullptr) continue;
+      SG_ASSIGN_OR_RETURN(bool done, reqs[i]->Test());
+      if (done) {
+        reqs[i].reset();
+        idle = 0;
+      } else {
+        all = false;
+      }
+    }
+    if (all) return absl::OkStatus();
+    if (++idle > 64) std::this_thread::yield();
+    if (idle % 256 == 0) {
+      for (size_t i = 0; i < reqs.size(); ++i) {
+        if (reqs[i] != nullptr) {
+          SG_RETURN_IF_ERROR(op.Check(*reqs[i], peers[i]));
+          break;
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Point to point
+
+absl::StatusOr<Request> ProcessGroup::Send(const TensorView& t, int peer, uint64_t tag) {
+  SG_RETURN_IF_ERROR(CheckTensor(t, "send", "tensor", false));
+  SG_CHECK_ARG(peer >= 0 && peer < size(), name_, " send: peer must be in [0, ", size(), "), found ", peer);
+  SG_CHECK_ARG(tag <= kMaxUserTag, name_, " send: tag must be below 2^40, found ", tag);
+  SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(t, "send"));
+  Request r;
+  SG_ASSIGN_OR_RETURN(r.req_, tr->ISend(members_[size_t(peer)], (group_id_ << kGroupShift) | tag,
+                                        t.raw(), size_t(t.nbytes())));
+  return r;
+}
+
+absl::StatusOr<Request> ProcessGroup::Recv(const TensorView& t, int peer, uint64_t tag) {
+  SG_RETURN_IF_ERROR(CheckTensor(t, "recv", "tensor", false));
+  SG_CHECK_ARG(peer >= 0 && peer < size(), name_, " recv: peer must be in [0, ", size(), "), found ", peer);
+  SG_CHECK_ARG(tag <= kMaxUserTag, name_, " recv: tag must be below 2^40, found ", tag);
+  SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(t, "recv"));
+  Request r;
+  SG_ASSIGN_OR_RETURN(r.req_, tr->IRecv(members_[size_t(peer)], (group_id_ << kGroupShift) | tag,
+                                        t.raw(), size_t(t.nbytes())));
+  return r;
+}
+
+}  // namespace sg::comm

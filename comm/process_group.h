@@ -1,0 +1,149 @@
+// A group of ranks that communicate: asynchronous tagged Send/Recv and the collectives (all-reduce,
+// reduce-scatter, all-gather, broadcast, all-to-all, barrier), built as chunked, pipelined ring
+// algorithms over a transport's point-to-point primitives (ring.h). Host tensors go over the host
+// transport (UCX), device tensors over the device transport (NCCL); NCCL's own collectives are
+// available as an alternative path to compare against.
+//
+//   SG_ASSIGN_OR_RETURN(auto world, ProcessGroup::Create(&rdzv->store(), ucx.get(), nccl.get(), "world"));
+//   SG_RETURN_IF_ERROR(world->AllReduce(grads, ReduceOp::kAvg));
+//   SG_ASSIGN_OR_RETURN(auto row, world->Subgroup({0, 1}, "row0"));   // members call it, others don't
+//
+// No hangs: every collective gets a sequence number and a deadline (options.timeout). Entering one,
+// a rank writes "<group>/progress/<rank>" to the store; a failure or timeout becomes an error naming
+// the operation, its sequence number, the rank it was waiting on and every rank's progress, and it
+// sets "<group>/abort" so the other ranks stop within ~100 ms instead of waiting out their deadline.
+// Device collectives are enqueued (ordered after, and before, the caller's stream by events) and
+// return at once; SynchronizeDevice() waits for them with the deadline.
+//
+// Not thread-safe: one thread per process drives a group (and the groups sharing its transports).
+#ifndef SGTRAIN_COMM_PROCESS_GROUP_H_
+#define SGTRAIN_COMM_PROCESS_GROUP_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "comm/reduce.h"
+#include "comm/store.h"
+#include "comm/transport.h"
+#include "kernels/core/tensor.h"
+
+namespace sg::comm {
+
+struct ProcessGroupOptions {
+  absl::Duration timeout = absl::Seconds(300);  // per collective / Send / Recv wait
+  int64_t host_chunk_bytes = 128 << 10;          // pipeline chunk on the host path
+  int host_window = 16;                          // receives in flight per ring
+  int64_t device_chunk_bytes = 8 << 20;          // pipeline chunk on the device path
+  int device_window = 4;
+  bool track_progress = true;                    // one store write per collective
+};
+
+// A pending Send or Recv.
+class Request {
+ public:
+  Request() = default;
+  // Blocks until done; DeadlineExceeded naming the operation if the deadline passes first.
+  absl::Status Wait(absl::Time deadline);
+  absl::StatusOr<bool> Test();
+
+ private:
+  friend class ProcessGroup;
+  std::unique_ptr<TransportRequest> req_;
+};
+
+class ProcessGroup {
+ public:
+  // The group of every rank of the transports. `device` may be null (host tensors only). `name`
+  // keys this group in the store; all ranks pass the same.
+  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(StoreClient* store, Transport* host,
+                                                              Transport* device, std::string name,
+                                                              ProcessGroupOptions options = {});
+  // A group over `ranks` (ranks of this group, in the order that defines the sub-group's ranks),
+  // e.g. a row or column of a device mesh. Only members call it, each with the same ranks and name.
+  absl::StatusOr<std::unique_ptr<ProcessGroup>> Subgroup(std::vector<int> ranks, std::string name) const;
+  ~ProcessGroup();
+
+  int rank() const { return rank_; }
+  int size() const { return int(members_.size()); }
+  const std::string& name() const { return name_; }
+  // Sequence number of the last collective started.
+  int64_t sequence() const { return seq_; }
+
+  // Point to point (tensors contiguous, on the host or the device transport's device). Messages
+  // between two ranks with the same tag match in order; tags are below 2^40.
+  absl::StatusOr<Request> Send(const TensorView& t, int peer, uint64_t tag);
+  absl::StatusOr<Request> Recv(const TensorView& t, int peer, uint64_t tag);
+
+  // In place over `t` (f32 or bf16; bf16 is reduced in f32 and rounded once per hop).
+  absl::Status AllReduce(const TensorView& t, ReduceOp op, const Stream& stream = Stream::Cpu());
+  // input has size() * output.numel() elements; rank r receives the reduction of block r.
+  absl::Status ReduceScatter(const TensorView& input, const TensorView& output, ReduceOp op,
+                             const Stream& stream = Stream::Cpu());
+  // output has size() * input.numel() elements; block r is rank r's input.
+  absl::Status AllGather(const TensorView& input, const TensorView& output,
+                         const Stream& stream = Stream::Cpu());
+  absl::Status Broadcast(const TensorView& t, int root, const Stream& stream = Stream::Cpu());
+  // input and output have size() equal blocks; block j of rank i's input becomes block i of rank
+  // j's output. Pairwise exchange rather than a ring: each block crosses one link once.
+  absl::Status AllToAll(const TensorView& input, const TensorView& output,
+                        const Stream& stream = Stream::Cpu());
+  absl::Status Barrier();
+
+  // NCCL's own collectives on device tensors (full group only): the baseline the ring path is
+  // measured against. FailedPrecondition without a NCCL device transport.
+  absl::Status NativeAllReduce(const TensorView& t, ReduceOp op, const Stream& stream);
+  absl::Status NativeReduceScatter(const TensorView& input, const TensorView& output, ReduceOp op,
+                                   const Stream& stream);
+  absl::Status NativeAllGather(const TensorView& input, const TensorView& output, const Stream& stream);
+
+  // Waits (host) until the device collectives issued so far are done, or the deadline passes.
+  absl::Status SynchronizeDevice(absl::Time deadline);
+  // Tells every rank of the group to stop: their current and next operations fail with `reason`.
+  absl::Status Abort(const std::string& reason);
+
+  struct OpState;  // the running collective: name, sequence number, deadline (process_group.cc)
+
+ private:
+  ProcessGroup() = default;
+  // Argument checks shared by every operation: the tensor is contiguous, on a device a transport
+  // serves, and of a reducible dtype when `reduce`.
+  absl::Status CheckTensor(const TensorView& t, absl::string_view op, absl::string_view what,
+                           bool reduce) const;
+  absl::StatusOr<Transport*> TransportFor(const TensorView& t, absl::string_view op) const;
+  absl::StatusOr<OpState> Begin(absl::string_view op, absl::Duration timeout);
+  absl::Status Fail(const OpState& op, const absl::Status& cause);
+  absl::Status CheckAbort(const OpState& op);
+  // Ring reduce-scatter over `buf` split into size() segments of `seg_counts` elements: rank r ends
+  // holding the reduction of segment r. Ring all-gather: every rank ends with every segment.
+  absl::Status RingReduceScatter(OpState& op, Transport* t, char* buf, DType dtype,
+                                 const std::vector<int64_t>& seg_counts, ReduceOp rop);
+  absl::Status RingAllGather(OpState& op, Transport* t, char* buf, DType dtype,
+                             const std::vector<int64_t>& seg_counts);
+  // Waits for every request (host transports), checking deadline and abort flag.
+  absl::Status WaitAll(OpState& op, std::vector<std::unique_ptr<TransportRequest>>& reqs,
+                       const std::vector<int>& peers);
+  absl::Status EnsureDeviceState(Transport* t, int64_t scratch_bytes);
+  absl::Status OrderBefore(Transport* t, const Stream& stream);
+  absl::Status OrderAfter(Transport* t, const Stream& stream);
+
+  StoreClient* store_ = nullptr;
+  Transport* host_ = nullptr;
+  Transport* device_ = nullptr;
+  std::string name_;
+  uint64_t group_id_ = 0;           // 7 bits in message tags
+  std::vector<int> members_;        // transport rank of each group rank
+  int rank_ = 0;
+  int64_t seq_ = 0;
+  ProcessGroupOptions options_;
+  struct DeviceState;
+  friend struct OpState;
+  std::unique_ptr<DeviceState> device_state_;  // reduce stream, scratch, last completion
+};
+
+}  // namespace sg::comm
+
+#endif  // SGTRAIN_COMM_PROCESS_GROUP_H_

@@ -1,0 +1,65 @@
+// Internal to the process group: the state of a running collective (the ring engines' OpContext)
+// and the per-group device resources. Shared by process_group.cc and collectives.cc.
+#ifndef SGTRAIN_COMM_PROCESS_GROUP_STATE_H_
+#define SGTRAIN_COMM_PROCESS_GROUP_STATE_H_
+
+#include <memory>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "comm/process_group.h"
+#include "comm/ring.h"
+
+#ifdef SG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace sg::comm {
+
+// Message tags (48 bits): bit 47 marks collective traffic; bits 40-46 the group; for collectives
+// bits 20-39 the sequence number (mod 2^20) and bits 0-19 the message within the collective; for
+// Send/Recv bits 0-39 the user's tag.
+inline constexpr uint64_t kCollectiveBit = uint64_t(1) << 47;
+inline constexpr int kGroupShift = 40;
+inline constexpr uint64_t kMaxUserTag = (uint64_t(1) << kGroupShift) - 1;
+
+struct ProcessGroup::OpState : internal::OpContext {
+  ProcessGroup* pg = nullptr;
+  std::string op;
+  int64_t seq = 0;
+  absl::Time start, deadline;
+  absl::Time next_abort_check;
+
+  uint64_t Tag(uint32_t index) const override {
+    return kCollectiveBit | (pg->group_id_ << kGroupShift) | ((uint64_t(seq) & 0xfffff) << 20) |
+           (index & 0xfffff);
+  }
+  absl::Status Check(const TransportRequest& waiting_on, int peer) override {
+    absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "timed out after ", absl::FormatDuration(now - start), " waiting for rank ", peer,
+          " (", waiting_on.Describe(), ")"));
+    }
+    if (now >= next_abort_check) {
+      next_abort_check = now + absl::Milliseconds(100);
+      return pg->CheckAbort(*this);
+    }
+    return absl::OkStatus();
+  }
+};
+
+struct ProcessGroup::DeviceState {
+  std::unique_ptr<Stream> reduce_stream;
+  Tensor scratch;
+#ifdef SG_WITH_CUDA
+  cudaEvent_t last = nullptr;  // the last device collective's completion on the comm stream
+  ~DeviceState() {
+    if (last != nullptr) cudaEventDestroy(last);
+  }
+#endif
+};
+
+}  // namespace sg::comm
+
+#endif  // SGTRAIN_COMM_PROCESS_GROUP_STATE_H_

@@ -1,0 +1,81 @@
+// Internal to the process group: the pipelined ring engines that every collective is built from.
+//
+// A ring pipeline moves segments of one buffer around a ring (or down a chain) of ranks in chunks.
+// At receive step s (0 <= s < recv_steps) a rank receives segment recv_segment(s) from `prev`,
+// chunk by chunk; each chunk is reduced into the buffer (reduce) or written in place, and then, if
+// forward(s), sent on to `next` right away: chunk c of step s+1 leaves as soon as chunk c of step s
+// has arrived, without waiting for the rest of the segment. That per-chunk forwarding is the
+// pipeline. When send_first, segment send_segment0 is sent from the buffer before anything arrives.
+//
+//   ring reduce-scatter (n ranks, rank r):  send_first, send seg r-1; recv_steps = n-1;
+//        recv_segment(s) = r-s-2 (mod n), reduce, forward(s) = s < n-2  -> rank r ends owning seg r
+//   ring all-gather: send_first, send seg r; recv_segment(s) = r-s-1, forward(s) = s < n-2
+//   chain broadcast from root (position p = r - root): send_first only at p = 0; recv_steps = 1 for
+//        p > 0 (the whole buffer as one segment); forward(0) = p < n-1
+#ifndef SGTRAIN_COMM_RING_H_
+#define SGTRAIN_COMM_RING_H_
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "comm/reduce.h"
+#include "comm/transport.h"
+#include "kernels/core/stream.h"
+
+namespace sg::comm::internal {
+
+struct Segment {
+  int64_t offset = 0;  // elements
+  int64_t count = 0;
+};
+
+// What the engines need from the collective that runs them: message tags and a periodic check
+// (deadline, abort flag) while waiting.
+class OpContext {
+ public:
+  virtual ~OpContext() = default;
+  // The transport tag of message `index` of this operation (unique within it).
+  virtual uint64_t Tag(uint32_t index) const = 0;
+  // Called while waiting on a message from/to `peer` (a transport rank); an error ends the operation.
+  virtual absl::Status Check(const TransportRequest& waiting_on, int peer) = 0;
+};
+
+struct RingSpec {
+  Transport* transport = nullptr;
+  int prev = -1, next = -1;  // transport ranks
+  char* buf = nullptr;
+  DType dtype = DType::kF32;
+  std::vector<Segment> segments;  // by segment id
+  bool send_first = false;
+  int send_segment0 = 0;
+  int recv_steps = 0;
+  std::function<int(int)> recv_segment;
+  std::function<bool(int)> forward;
+  // Chain: a forwarded chunk keeps its tag (each link carries each chunk once). Ring: it takes the
+  // next step's tag, since one link carries a chunk position once per step.
+  bool chain = false;
+  bool reduce = false;
+  ReduceOp op = ReduceOp::kSum;
+  int64_t chunk_elems = 1;
+  int window = 8;  // receives in flight (each needs a scratch chunk when reducing)
+};
+
+// Host memory over a host transport; returns when every send and receive is done.
+absl::Status RunRingHost(const RingSpec& spec, OpContext& ctx);
+
+// Device memory over a device transport: enqueues the whole pipeline on the transport's stream
+// (transfers) and `reduce_stream` (reductions), ordered by events, and returns without waiting.
+// When it returns, the transport's stream is ordered after all of it. `scratch` holds `window`
+// chunks.
+absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, void* scratch);
+
+// The number of chunks per segment and the chunk size actually used (grown so that message indices
+// fit in `max_index`).
+int64_t ChunkCount(const RingSpec& spec, int64_t* chunk_elems, uint32_t max_index);
+
+}  // namespace sg::comm::internal
+
+#endif  // SGTRAIN_COMM_RING_H_

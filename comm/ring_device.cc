@@ -1,0 +1,131 @@
+// The device ring engine: the same pipeline as RunRingHost, enqueued on streams instead of driven
+// by the host. Transfers run on the transport's communication stream, reductions on a separate
+// reduce stream, so reducing chunk c overlaps transferring chunk c+1.
+#include <memory>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "comm/ring.h"
+#include "kernels/core/status.h"
+
+#ifdef SG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace sg::comm::internal {
+
+#ifdef SG_WITH_CUDA
+namespace {
+
+// Events created for one engine run, destroyed at its end (destroying a recorded event is safe: the
+// device keeps the work ordered).
+class EventPool {
+ public:
+  ~EventPool() {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  }
+  absl::StatusOr<cudaEvent_t> Get() {
+    cudaEvent_t e;
+    SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    events_.push_back(e);
+    return e;
+  }
+
+ private:
+  std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace
+
+// Steps (enqueue order; the GPU runs each as soon as its events allow):
+//  1. For each receive step s (and one extra step for the last forwards), for each chunk c:
+//     a. comm stream waits for the reduce of (s-1, c) when that chunk is forwarded now, and for the
+//        reduce that last used the scratch slot that (s, c) receives into;
+//     b. one NCCL group: the step-0 send (send_first), the forward of (s-1, c), the receive (s, c);
+//     c. when reducing: reduce stream waits for the group, reduces scratch into the buffer, and
+//        records "reduced (s, c)".
+//  2. Comm stream waits for the reduce stream's last work, so callers need only the comm stream.
+absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, void* scratch) {
+  Transport& t = *spec.transport;
+  const Stream* comm = t.stream();
+  SG_CHECK_ARG(comm != nullptr, "device ring: transport '", t.name(), "' has no stream");
+  cudaStream_t cs = static_cast<cudaStream_t>(comm->native());
+  cudaStream_t rs = static_cast<cudaStream_t>(reduce_stream.native());
+  const int64_t esize = SizeOf(spec.dtype);
+  int64_t chunk_elems = 0;
+  const int64_t C = ChunkCount(spec, &chunk_elems, 1u << 30);
+  const int window = std::max(1, spec.window);
+  auto chunk_of = [&](int seg, int64_t c) {
+    const Segment& s = spec.segments[seg];
+    int64_t begin = std::min(s.count, c * chunk_elems);
+    int64_t end = std::min(s.count, begin + chunk_elems);
+    return Segment{s.offset + begin, end - begin};
+  };
+  EventPool pool;
+  std::vector<cudaEvent_t> reduced(size_t(C), nullptr);     // last reduce of chunk c
+  std::vector<cudaEvent_t> slot_free(size_t(window), nullptr);  // last reduce reading slot k
+  int64_t recv_counter = 0;
+  std::vector<std::unique_ptr<TransportRequest>> keep;  // requests complete with the stream
+
+  for (int s = 0; s <= spec.recv_steps; ++s) {
+    for (int64_t c = 0; c < C; ++c) {
+      Segment send0 = (s == 0 && spec.send_first) ? chunk_of(spec.send_segment0, c) : Segment{};
+      Segment fwd = (s > 0 && spec.forward(s - 1)) ? chunk_of(spec.recv_segment(s - 1), c) : Segment{};
+      Segment rcv = s < spec.recv_steps ? chunk_of(spec.recv_segment(s), c) : Segment{};
+      if (send0.count == 0 && fwd.count == 0 && rcv.count == 0) continue;
+      int slot = int(recv_counter % window);
+      if (fwd.count > 0 && spec.reduce && reduced[c] != nullptr) {
+        SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(cs, reduced[c], 0));
+      }
+      if (rcv.count > 0 && spec.reduce && slot_free[slot] != nullptr) {
+        SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(cs, slot_free[slot], 0));
+      }
+      char* slot_ptr = static_cast<char*>(scratch) + size_t(slot) * chunk_elems * esize;
+      SG_RETURN_IF_ERROR(t.GroupStart());
+      if (send0.count > 0) {
+        SG_ASSIGN_OR_RETURN(auto r, t.ISend(spec.next, 0, spec.buf + send0.offset * esize,
+                                            size_t(send0.count * esize)));
+        keep.push_back(std::move(r));
+      }
+      if (fwd.count > 0) {
+        SG_ASSIGN_OR_RETURN(auto r, t.ISend(spec.next, 0, spec.buf + fwd.offset * esize,
+                                            size_t(fwd.count * esize)));
+        keep.push_back(std::move(r));
+      }
+      if (rcv.count > 0) {
+        char* dst = spec.reduce ? slot_ptr : spec.buf + rcv.offset * esize;
+        SG_ASSIGN_OR_RETURN(auto r, t.IRecv(spec.prev, 0, dst, size_t(rcv.count * esize)));
+        keep.push_back(std::move(r));
+      }
+      SG_RETURN_IF_ERROR(t.GroupEnd());
+      if (rcv.count > 0 && spec.reduce) {
+        SG_ASSIGN_OR_RETURN(cudaEvent_t arrived, pool.Get());
+        SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(arrived, cs));
+        SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(rs, arrived, 0));
+        SG_RETURN_IF_ERROR(ReduceIntoDevice(spec.op, spec.dtype, spec.buf + rcv.offset * esize,
+                                            slot_ptr, rcv.count, reduce_stream));
+        SG_ASSIGN_OR_RETURN(cudaEvent_t done, pool.Get());
+        SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, rs));
+        reduced[c] = done;
+        slot_free[slot] = done;
+      }
+      if (rcv.count > 0) ++recv_counter;
+    }
+  }
+  if (spec.reduce) {
+    SG_ASSIGN_OR_RETURN(cudaEvent_t all, pool.Get());
+    SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(all, rs));
+    SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(cs, all, 0));
+  }
+  return absl::OkStatus();
+}
+
+#else
+
+absl::Status RunRingDevice(const RingSpec&, const Stream&, void*) {
+  return absl::FailedPreconditionError("device ring: built without CUDA");
+}
+
+#endif
+
+}  // namespace sg::comm::internal

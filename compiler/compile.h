@@ -1,0 +1,123 @@
+// The compiler's one declarative call: a captured model graph in, a runnable training step out.
+//
+//   sg::compiler::CompileOptions opt;
+//   opt.device = sg::Device::Cuda(0);
+//   opt.precision = sg::compiler::Precision::kBF16Mixed;
+//   opt.binding = {{"batch", 8}, {"seq", 2048}};
+//   SG_ASSIGN_OR_RETURN(auto step, sg::compiler::Compile(forward_graph, opt));
+//   for (auto& [name, host] : initial_weights) SG_RETURN_IF_ERROR(step->Write(name, host));
+//   SG_RETURN_IF_ERROR(step->SetLearningRate(3e-4f));
+//   SG_RETURN_IF_ERROR(step->Run({{"tokens", tokens}, {"targets", targets}}));   // no host sync
+//   SG_ASSIGN_OR_RETURN(sg::compiler::StepMetrics m, step->ReadMetrics());      // syncs
+//
+// Inside Compile: mixed-precision rewrite, autodiff (graph/autodiff.h), gradient clipping and
+// AdamW nodes (compiler/training_graph.h) when given a forward graph; recompute; then lowering
+// to a schedule over one memory-planned arena (compiler/lowering.h) and an executor that replays
+// it as a CUDA graph after warm-up (compiler/executor.h). The prepared training graph is cached
+// on disk under cache_dir, so a second process start skips autodiff and the passes.
+//
+// The model graph never changes with the strategy: distribution is an option here.
+#ifndef SGTRAIN_COMPILER_COMPILE_H_
+#define SGTRAIN_COMPILER_COMPILE_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/executor.h"
+#include "compiler/lowering.h"
+#include "compiler/trace.h"
+#include "compiler/training_graph.h"
+#include "graph/ir.h"
+#include "kernels/core/tensor.h"
+
+namespace sg::compiler {
+
+enum class Strategy : uint8_t { kNone, kFsdp, kHybridShard, kTensorParallel, kAuto };
+enum class RecomputePolicy : uint8_t {
+  kNone,       // keep every forward value the backward reads
+  kSelective,  // recompute cheap elementwise ops (swiglu, rope, casts, adds) in the backward
+  kFull,       // recompute every forward op the backward reads (activation checkpointing)
+};
+
+struct CompileOptions {
+  Strategy strategy = Strategy::kNone;
+  std::vector<int64_t> mesh;  // device mesh shape for distributed strategies, e.g. {2, 2}
+  Precision precision = Precision::kF32;
+  RecomputePolicy recompute = RecomputePolicy::kNone;
+  bool overlap = true;  // communication on its own stream, overlapped with compute
+  Device device = Device::Cpu();
+  std::string cache_dir;  // "" disables the compile cache
+  // Concrete sizes for the graph's symbols; the step is specialized to them (static shapes).
+  graph::Binding binding;
+  std::string loss = "loss";
+  AdamWOptions adamw;
+  bool cuda_graph = true;  // CUDA: capture the step after `warmup_steps` eager steps
+  int warmup_steps = 1;
+};
+
+struct StepMetrics {
+  float loss = 0;
+  float grad_norm = 0;
+  int64_t step = 0;  // optimizer updates done
+};
+
+class CompiledStep {
+ public:
+  // Enqueues one training step: copies `batch` (every graph input by name, host or device
+  // tensors with the bound shapes) into the step's static input buffers, then runs forward,
+  // backward and the optimizer. Does not synchronize. InvalidArgument naming a missing, unknown
+  // or ill-shaped input.
+  absl::Status Run(const std::map<std::string, TensorView>& batch);
+  // Waits for the last step and reads its loss, gradient norm and step counter.
+  absl::StatusOr<StepMetrics> ReadMetrics() const;
+  // Sets the learning rate the next steps use (device memory the captured step reads).
+  absl::Status SetLearningRate(float lr);
+
+  // Copies into / out of any source: parameters by model name, "adamw.m:<param>",
+  // "adamw.v:<param>", "optimizer.step", "optimizer.lr". `host` must match dtype and element
+  // count. Read also accepts graph outputs ("loss", "grad_norm", "grad:<param>").
+  absl::Status Write(const std::string& name, const TensorView& host);
+  absl::Status Read(const std::string& name, const TensorView& host) const;
+  // The device view of a source or output (valid while the step lives). NotFound names it.
+  absl::StatusOr<TensorView> View(const std::string& name) const;
+
+  // Trainable parameters, in graph order.
+  const std::vector<std::string>& parameter_names() const { return parameter_names_; }
+  // True when Compile found the prepared training graph in the cache.
+  bool cache_hit() const { return cache_hit_; }
+  const Program& program() const { return *program_; }
+  const graph::Graph& training_graph() const { return program_->graph; }
+  Executor& executor() { return *executor_; }
+
+  // Runs one step eagerly with per-step timestamps (a real training step: it updates the
+  // weights) and returns its timeline; see compiler/trace.h.
+  absl::StatusOr<StepTrace> TraceStep(const std::map<std::string, TensorView>& batch);
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph&, const CompileOptions&);
+  CompiledStep() = default;
+  absl::Status CopyInputs(const std::map<std::string, TensorView>& batch);
+
+  std::unique_ptr<Program> program_;
+  std::unique_ptr<Executor> executor_;
+  std::vector<std::string> parameter_names_;
+  bool cache_hit_ = false;
+};
+
+// Compiles `graph`: a forward graph (with a floating scalar output options.loss and no
+// optimizer nodes) or an already complete training graph (with adamw nodes and "update:"
+// outputs, used as is). Optimizer state and the step counter start at zero; parameters are
+// uninitialized until written. Errors: InvalidArgument for a bad graph or binding, Unimplemented
+// for a strategy or an op the current build cannot run on the device (naming them).
+absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph, const CompileOptions& options);
+
+// Applies a recompute policy to a training graph: forward values the backward reads are
+// recomputed right before their first backward reader instead of being kept alive.
+absl::StatusOr<graph::Graph> ApplyRecompute(const graph::Graph& training, RecomputePolicy policy);
+
+}  // namespace sg::compiler
+
+#endif  // SGTRAIN_COMPILER_COMPILE_H_

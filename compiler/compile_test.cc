@@ -1,0 +1,327 @@
+// The compiled training step against the f64 reference interpreter on a tiny Llama (CPU), plus
+// recompute, the compile cache, mixed precision, bad input, traces and (GPU) CUDA-graph replay.
+#include "compiler/compile.h"
+
+#include <cmath>
+#include <cstdlib>
+
+#include "absl/strings/match.h"
+#include "compiler/testing/tiny_llama.h"
+#include "graph/autodiff.h"
+#include "graph/interpreter.h"
+#include "graph/ops.h"
+#include "gtest/gtest.h"
+#include "kernels/core/status.h"
+#include "kernels/core/testing.h"
+#include "nlohmann/json.hpp"
+
+namespace sg::compiler {
+namespace {
+
+using graph::Feeds;
+using graph::HostTensor;
+
+constexpr int64_t kBatch = 2, kSeq = 8;
+
+struct Fixture {
+  graph::Graph forward;
+  Feeds params, batch;
+};
+
+Fixture MakeFixture() {
+  Fixture f;
+  auto g = testing::TinyLlama({});
+  EXPECT_TRUE(g.ok()) << g.status();
+  f.forward = *g;
+  f.params = testing::RandomParameters(f.forward, sg::testing::Rng());
+  f.batch = testing::RandomBatch(kBatch, kSeq, 32, sg::testing::Rng());
+  return f;
+}
+
+Tensor ToDevice(const HostTensor& h, Device d) { return sg::testing::FromHost(h.data, h.shape, h.dtype, d); }
+
+CompileOptions Options(Device d = Device::Cpu()) {
+  CompileOptions o;
+  o.device = d;
+  o.binding = {{"batch", kBatch}, {"seq", kSeq}};
+  o.adamw.max_grad_norm = 0.5;  // small enough that clipping is active
+  return o;
+}
+
+// Compiles, writes the parameters, poisons the arena (so an unwritten value is seen as NaN).
+std::unique_ptr<CompiledStep> CompileWith(const Fixture& f, const CompileOptions& o) {
+  auto step = Compile(f.forward, o);
+  EXPECT_TRUE(step.ok()) << step.status();
+  if (!step.ok()) return nullptr;
+  for (const auto& [name, h] : f.params) {
+    Tensor t = ToDevice(h, Device::Cpu());
+    EXPECT_TRUE((*step)->Write(name, t).ok()) << name;
+  }
+  const DeviceMemory& arena = (*step)->program().arena;
+  if (arena.bytes() > 0) sg::testing::Poison(TensorView(arena.data(), DType::kF32, {arena.bytes() / 4}, o.device));
+  return *std::move(step);
+}
+
+std::map<std::string, TensorView> BatchViews(const std::map<std::string, Tensor>& t) {
+  std::map<std::string, TensorView> v;
+  for (const auto& [k, x] : t) v[k] = x.view();
+  return v;
+}
+
+std::map<std::string, Tensor> BatchOn(const Feeds& b, Device d) {
+  std::map<std::string, Tensor> t;
+  for (const auto& [k, h] : b) t[k] = ToDevice(h, d);
+  return t;
+}
+
+std::vector<double> ReadValue(const CompiledStep& s, const std::string& name) {
+  auto v = s.View(name);
+  EXPECT_TRUE(v.ok()) << v.status();
+  return v.ok() ? sg::testing::ToHost(*v) : std::vector<double>{};
+}
+
+TEST(CompileTest, LossAndEveryGradientMatchTheInterpreter) {
+  Fixture f = MakeFixture();
+  auto step = CompileWith(f, Options());
+  ASSERT_NE(step, nullptr);
+  auto batch = BatchOn(f.batch, Device::Cpu());
+  ASSERT_TRUE(step->Run(BatchViews(batch)).ok());
+
+  // Reference: autodiff of the forward graph, run in f64.
+  auto bwd = graph::AppendBackward(f.forward, {});
+  ASSERT_TRUE(bwd.ok()) << bwd.status();
+  Feeds feeds = f.params;
+  feeds.insert(f.batch.begin(), f.batch.end());
+  auto ref = graph::Interpret(bwd->graph, feeds);
+  ASSERT_TRUE(ref.ok()) << ref.status();
+
+  auto m = step->ReadMetrics();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_NEAR(m->loss, ref->at("loss").data[0], 1e-5 * std::abs(ref->at("loss").data[0]));
+  EXPECT_GT(m->loss, 1.0);
+  EXPECT_EQ(m->step, 1);
+  double ss = 0;
+  ASSERT_EQ(step->parameter_names().size(), f.params.size());
+  for (const std::string& name : step->parameter_names()) {
+    const std::vector<double>& want = ref->at("grad:" + name).data;
+    for (double v : want) ss += v * v;
+    EXPECT_LT(sg::testing::RelativeError(ReadValue(*step, "grad:" + name), want), 1e-4) << name;
+  }
+  EXPECT_NEAR(m->grad_norm, std::sqrt(ss), 1e-4 * std::sqrt(ss));
+  // The real kernels are used where they exist; the reference fallback elsewhere.
+  int kernels = 0;
+  for (const Step& s : step->program().schedule.steps) kernels += s.impl == "kernel";
+  EXPECT_GT(kernels, 0);
+  // Memory plan reuses buffers.
+  EXPECT_LT(step->program().plan.arena_bytes, step->program().plan.sum_bytes);
+}
+
+// Drives the training graph through the interpreter for `steps` steps (state fed back from the
+// "update:" outputs) and compares parameters and optimizer state with the compiled step's.
+TEST(CompileTest, SeveralTrainingStepsMatchTheInterpreter) {
+  Fixture f = MakeFixture();
+  auto step = CompileWith(f, Options());
+  ASSERT_NE(step, nullptr);
+  const float lr = 3e-2f;
+  ASSERT_TRUE(step->SetLearningRate(lr).ok());
+  const graph::Graph& train = step->training_graph();
+
+  Feeds state = f.params;
+  for (const graph::Node& n : train.nodes()) {
+    if (n.op != graph::OpKind::kParameter || graph::AttrBool(n, "trainable")) continue;
+    Shape s;
+    for (const graph::Dim& d : graph::AttrShape(n, "shape")) s.push_back(d.value());
+    state[graph::AttrString(n, "name")] = HostTensor::Zeros(s);
+  }
+  state[kLrName].data[0] = lr;
+  float first_loss = 0, last_loss = 0;
+  for (int it = 0; it < 4; ++it) {
+    Feeds batch = it % 2 ? f.batch : testing::RandomBatch(kBatch, kSeq, 32, sg::testing::Rng());
+    auto bt = BatchOn(batch, Device::Cpu());
+    ASSERT_TRUE(step->Run(BatchViews(bt)).ok());
+    Feeds feeds = state;
+    feeds.insert(batch.begin(), batch.end());
+    auto ref = graph::Interpret(train, feeds);
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    for (const auto& [name, value] : *ref) {
+      if (absl::StartsWith(name, "update:")) state[name.substr(7)] = value;
+    }
+    auto m = step->ReadMetrics();
+    ASSERT_TRUE(m.ok());
+    EXPECT_NEAR(m->loss, ref->at("loss").data[0], 1e-4 * std::abs(ref->at("loss").data[0])) << "step " << it;
+    EXPECT_EQ(m->step, it + 1);
+    (it == 0 ? first_loss : last_loss) = m->loss;
+    for (const auto& [name, value] : state) {
+      if (name == kLrName) continue;
+      EXPECT_LT(sg::testing::RelativeError(ReadValue(*step, name), value.data), 2e-4)
+          << name << " after step " << it;
+    }
+  }
+  EXPECT_NE(first_loss, last_loss);
+}
+
+TEST(CompileTest, RecomputeGivesTheSameGradients) {
+  Fixture f = MakeFixture();
+  auto batch = BatchOn(f.batch, Device::Cpu());
+  std::map<std::string, std::vector<double>> base;
+  for (RecomputePolicy p : {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    CompileOptions o = Options();
+    o.recompute = p;
+    auto step = CompileWith(f, o);
+    ASSERT_NE(step, nullptr);
+    int recomputed = 0;
+    for (const graph::Node& n : step->training_graph().nodes()) {
+      recomputed += n.phase == graph::Phase::kBackward && !graph::Schema(n.op).is_elementwise &&
+                    (n.op == graph::OpKind::kRope || n.op == graph::OpKind::kAttention ||
+                     n.op == graph::OpKind::kRmsNorm);
+    }
+    if (p == RecomputePolicy::kNone) {
+      EXPECT_EQ(recomputed, 0);
+    } else {
+      EXPECT_GT(recomputed, 0) << int(p);
+    }
+    ASSERT_TRUE(step->Run(BatchViews(batch)).ok());
+    for (const std::string& name : step->parameter_names()) {
+      std::vector<double> g = ReadValue(*step, "grad:" + name);
+      if (p == RecomputePolicy::kNone) {
+        base[name] = g;
+      } else {
+        EXPECT_LT(sg::testing::RelativeError(g, base[name]), 1e-6) << name << " policy " << int(p);
+      }
+    }
+  }
+}
+
+TEST(CompileTest, SecondCompileHitsTheCache) {
+  Fixture f = MakeFixture();
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  CompileOptions o = Options();
+  o.cache_dir = std::string(tmp ? tmp : "/tmp") + "/compile_cache_" + std::to_string(sg::testing::Rng()());
+  o.precision = Precision::kBF16Mixed;
+  auto batch = BatchOn(f.batch, Device::Cpu());
+  float losses[2];
+  for (int start = 0; start < 2; ++start) {
+    auto step = CompileWith(f, o);
+    ASSERT_NE(step, nullptr);
+    EXPECT_EQ(step->cache_hit(), start == 1);
+    ASSERT_TRUE(step->Run(BatchViews(batch)).ok());
+    auto m = step->ReadMetrics();
+    ASSERT_TRUE(m.ok());
+    losses[start] = m->loss;
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  // A different option is a different entry.
+  o.recompute = RecomputePolicy::kSelective;
+  auto step = CompileWith(f, o);
+  ASSERT_NE(step, nullptr);
+  EXPECT_FALSE(step->cache_hit());
+}
+
+// The mixed-precision consistency check: bf16 compute (f32 master weights and gradients) gives
+// gradients within 5% (relative L2, per parameter) of the f32 step's; loss within 2%.
+TEST(CompileTest, Bf16MixedPrecisionGradientsMatchF32) {
+  Fixture f = MakeFixture();
+  auto batch = BatchOn(f.batch, Device::Cpu());
+  auto f32 = CompileWith(f, Options());
+  CompileOptions o = Options();
+  o.precision = Precision::kBF16Mixed;
+  auto bf16 = CompileWith(f, o);
+  ASSERT_NE(f32, nullptr);
+  ASSERT_NE(bf16, nullptr);
+  ASSERT_TRUE(f32->Run(BatchViews(batch)).ok());
+  ASSERT_TRUE(bf16->Run(BatchViews(batch)).ok());
+  auto m32 = f32->ReadMetrics();
+  auto m16 = bf16->ReadMetrics();
+  ASSERT_TRUE(m32.ok() && m16.ok());
+  EXPECT_NEAR(m16->loss, m32->loss, 0.02 * m32->loss);
+  for (const std::string& name : f32->parameter_names()) {
+    auto g16 = bf16->View("grad:" + name);
+    ASSERT_TRUE(g16.ok());
+    EXPECT_EQ(g16->dtype(), DType::kF32) << name << ": gradients stay f32";
+    EXPECT_LT(sg::testing::RelativeError(ReadValue(*bf16, "grad:" + name), ReadValue(*f32, "grad:" + name)), 0.05)
+        << name;
+  }
+  // Activations really are bf16.
+  int bf16_values = 0;
+  const graph::Graph& g = bf16->training_graph();
+  for (const graph::Node& n : g.nodes()) {
+    if (n.op == graph::OpKind::kMatmul) bf16_values += g.type(n.outputs[0]).dtype == DType::kBF16;
+  }
+  EXPECT_GT(bf16_values, 0);
+}
+
+TEST(CompileTest, BadInputIsAClearError) {
+  Fixture f = MakeFixture();
+  auto step = CompileWith(f, Options());
+  ASSERT_NE(step, nullptr);
+  auto batch = BatchOn(f.batch, Device::Cpu());
+  auto views = BatchViews(batch);
+  views.erase("targets");
+  absl::Status s = step->Run(views);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_TRUE(absl::StrContains(s.message(), "targets")) << s;
+  Tensor wrong = ToDevice(HostTensor::Zeros({kBatch, kSeq + 1}, DType::kI32), Device::Cpu());
+  views = BatchViews(batch);
+  views["tokens"] = wrong;
+  s = step->Run(views);
+  EXPECT_TRUE(absl::StrContains(s.message(), "expected i32[2,8]")) << s;
+  CompileOptions o = Options();
+  o.binding = {{"batch", kBatch}};
+  EXPECT_TRUE(absl::IsInvalidArgument(Compile(f.forward, o).status()));
+  o = Options();
+  o.strategy = Strategy::kFsdp;
+  EXPECT_TRUE(absl::IsUnimplemented(Compile(f.forward, o).status()));
+}
+
+TEST(CompileTest, TraceIsChromeJsonWithASummary) {
+  Fixture f = MakeFixture();
+  auto step = CompileWith(f, Options());
+  ASSERT_NE(step, nullptr);
+  auto batch = BatchOn(f.batch, Device::Cpu());
+  auto t = step->TraceStep(BatchViews(batch));
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->events.size(), step->program().schedule.steps.size());
+  auto j = nlohmann::json::parse(ToChromeTraceJson(*t));
+  EXPECT_EQ(j["traceEvents"].size(), t->events.size() + 2);
+  EXPECT_GT(t->step_us, 0);
+  const std::string line = SummaryLine(*t);
+  EXPECT_TRUE(absl::StrContains(line, "exposed communication")) << line;
+  TraceSummary s = Summarize(*t);
+  EXPECT_GT(s.compute_us, 0);
+  EXPECT_EQ(s.exposed_comm_us, 0);
+}
+
+TEST(CompileTest, TraceSummaryCountsOnlyUncoveredCommunication) {
+  StepTrace t;
+  t.events = {{"a", "kernel", 0, 0, 10}, {"b", "kernel", 0, 20, 10}, {"ag", "collective", 1, 5, 20}};
+  t.step_us = 30;
+  TraceSummary s = Summarize(t);
+  EXPECT_DOUBLE_EQ(s.compute_us, 20);
+  EXPECT_DOUBLE_EQ(s.comm_us, 20);
+  EXPECT_DOUBLE_EQ(s.exposed_comm_us, 10);  // [10, 20) has no compute under it
+}
+
+// GPU: the captured CUDA graph's replays give what eager execution gives.
+TEST(CompileTest, CudaGraphReplayEqualsEager) {
+  SG_SKIP_WITHOUT_CUDA();
+  Fixture f = MakeFixture();
+  std::vector<std::vector<double>> results[2];
+  for (int captured = 0; captured < 2; ++captured) {
+    CompileOptions o = Options(Device::Cuda(0));
+    o.precision = Precision::kBF16Mixed;
+    o.cuda_graph = captured == 1;
+    auto step = Compile(f.forward, o);
+    if (absl::IsUnimplemented(step.status())) GTEST_SKIP() << step.status();
+    ASSERT_TRUE(step.ok()) << step.status();
+    for (const auto& [name, h] : f.params) ASSERT_TRUE((*step)->Write(name, ToDevice(h, Device::Cpu())).ok());
+    ASSERT_TRUE((*step)->SetLearningRate(1e-2f).ok());
+    auto batch = BatchOn(f.batch, Device::Cuda(0));
+    for (int it = 0; it < 4; ++it) ASSERT_TRUE((*step)->Run(BatchViews(batch)).ok());
+    EXPECT_EQ((*step)->executor().replaying_graph(), captured == 1);
+    for (const std::string& name : (*step)->parameter_names()) results[captured].push_back(ReadValue(**step, name));
+  }
+  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_LT(sg::testing::RelativeError(results[1][i], results[0][i]), 1e-6);
+}
+
+}  // namespace
+}  // namespace sg::compiler

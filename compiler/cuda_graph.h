@@ -1,0 +1,43 @@
+// A captured CUDA graph: record everything a function enqueues on a stream once, replay it with
+// one launch. The executor captures the whole training step after warm-up.
+//
+//   SG_ASSIGN_OR_RETURN(CudaGraph g, CudaGraph::Capture(stream, [&] { return RunSchedule(stream); }));
+//   SG_RETURN_IF_ERROR(g.Launch(stream));   // each step
+//
+// Capture is thread-local (cudaStreamCaptureModeThreadLocal): other threads may keep using CUDA.
+// Everything the function touches must stay at the same addresses for the graph's lifetime, and
+// it must not synchronize, allocate through cudaMalloc, or copy from pageable host memory.
+#ifndef SGTRAIN_COMPILER_CUDA_GRAPH_H_
+#define SGTRAIN_COMPILER_CUDA_GRAPH_H_
+
+#include <functional>
+
+#include "absl/status/statusor.h"
+#include "kernels/core/stream.h"
+
+namespace sg::compiler {
+
+class CudaGraph {
+ public:
+  // Runs `body` under stream capture on `stream` (a CUDA stream) and instantiates the result.
+  // body's error is returned after the capture is ended (the stream stays usable).
+  // FailedPrecondition without CUDA or for a CPU stream.
+  static absl::StatusOr<CudaGraph> Capture(const Stream& stream, const std::function<absl::Status()>& body);
+
+  CudaGraph() = default;
+  CudaGraph(CudaGraph&& o) noexcept { *this = std::move(o); }
+  CudaGraph& operator=(CudaGraph&& o) noexcept;
+  ~CudaGraph();
+
+  // Enqueues one replay on `stream`.
+  absl::Status Launch(const Stream& stream) const;
+  bool valid() const { return exec_ != nullptr; }
+
+ private:
+  void* graph_ = nullptr;  // cudaGraph_t
+  void* exec_ = nullptr;   // cudaGraphExec_t
+};
+
+}  // namespace sg::compiler
+
+#endif  // SGTRAIN_COMPILER_CUDA_GRAPH_H_

@@ -1,0 +1,88 @@
+#include "compiler/executor.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
+
+namespace sg::compiler {
+
+absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Program* program, const ExecutorOptions& options) {
+  const Device d = program->device;
+  SG_ASSIGN_OR_RETURN(Stream compute, Stream::Create(d));
+  SG_ASSIGN_OR_RETURN(Stream comm, Stream::Create(d));
+  return std::unique_ptr<Executor>(new Executor(program, options, std::move(compute), std::move(comm)));
+}
+
+absl::Status Executor::RunEager() {
+  for (const Step& s : program_->schedule.steps) {
+    absl::Status st = s.launch(s.stream == 0 ? compute_ : comm_);
+    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("step '", s.name, "': ", st.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Executor::Run() {
+  const bool cuda = program_->device.is_cuda();
+  if (!cuda || !options_.cuda_graph) {
+    SG_RETURN_IF_ERROR(RunEager());
+  } else if (graph_.valid()) {
+    SG_RETURN_IF_ERROR(graph_.Launch(compute_));
+  } else if (runs_ < options_.warmup_steps) {
+    SG_RETURN_IF_ERROR(RunEager());
+  } else {
+    // Capture records the work without running it; launch the capture for this step's result.
+    SG_ASSIGN_OR_RETURN(graph_, CudaGraph::Capture(compute_, [this] { return RunEager(); }));
+    SG_RETURN_IF_ERROR(graph_.Launch(compute_));
+  }
+  ++runs_;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepTrace> Executor::RunTraced() {
+  StepTrace t;
+  t.device = program_->device.ToString();
+  const auto& steps = program_->schedule.steps;
+  auto category = [](const Step& s) {
+    return s.kind == Step::Kind::kCollective ? std::string("collective") : s.impl;
+  };
+  if (program_->device.is_cpu()) {
+    using Clock = std::chrono::steady_clock;
+    const auto t0 = Clock::now();
+    for (const Step& s : steps) {
+      const auto a = Clock::now();
+      SG_RETURN_IF_ERROR(s.launch(s.stream == 0 ? compute_ : comm_));
+      const auto b = Clock::now();
+      t.events.push_back({s.name, category(s), s.stream,
+                          std::chrono::duration<double, std::micro>(a - t0).count(),
+                          std::chrono::duration<double, std::micro>(b - a).count()});
+    }
+    t.step_us = std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
+  } else {
+    std::vector<Event> marks;
+    SG_ASSIGN_OR_RETURN(Event origin, Event::Create(program_->device, /*timing=*/true));
+    SG_RETURN_IF_ERROR(origin.Record(compute_));
+    for (const Step& s : steps) {
+      const Stream& stream = s.stream == 0 ? compute_ : comm_;
+      SG_ASSIGN_OR_RETURN(Event a, Event::Create(program_->device, true));
+      SG_ASSIGN_OR_RETURN(Event b, Event::Create(program_->device, true));
+      SG_RETURN_IF_ERROR(a.Record(stream));
+      SG_RETURN_IF_ERROR(s.launch(stream));
+      SG_RETURN_IF_ERROR(b.Record(stream));
+      marks.push_back(std::move(a));
+      marks.push_back(std::move(b));
+    }
+    SG_RETURN_IF_ERROR(compute_.Synchronize());
+    SG_RETURN_IF_ERROR(comm_.Synchronize());
+    for (size_t i = 0; i < steps.size(); ++i) {
+      SG_ASSIGN_OR_RETURN(float start_ms, marks[2 * i].ElapsedMsSince(origin));
+      SG_ASSIGN_OR_RETURN(float dur_ms, marks[2 * i + 1].ElapsedMsSince(marks[2 * i]));
+      t.events.push_back({steps[i].name, category(steps[i]), steps[i].stream, start_ms * 1e3, dur_ms * 1e3});
+      t.step_us = std::max(t.step_us, (start_ms + dur_ms) * 1e3);
+    }
+  }
+  ++runs_;
+  return t;
+}
+
+}  // namespace sg::compiler

@@ -1,0 +1,58 @@
+// Runs a lowered Program's schedule: the same steps on the CPU and on a CUDA device (kernel APIs
+// dispatch on the tensors' device). On CUDA, after `warmup_steps` eager runs the whole schedule is
+// captured into a CUDA graph and each later Run is one graph launch. Run never synchronizes the
+// device or allocates; Synchronize() is the only blocking call.
+//
+//   SG_ASSIGN_OR_RETURN(auto ex, Executor::Create(program.get(), {.cuda_graph = true}));
+//   SG_RETURN_IF_ERROR(ex->Run());          // enqueue one step
+//   SG_RETURN_IF_ERROR(ex->Synchronize());  // wait for it (e.g. before reading the loss)
+#ifndef SGTRAIN_COMPILER_EXECUTOR_H_
+#define SGTRAIN_COMPILER_EXECUTOR_H_
+
+#include <memory>
+#include <optional>
+
+#include "absl/status/statusor.h"
+#include "compiler/cuda_graph.h"
+#include "compiler/lowering.h"
+#include "compiler/trace.h"
+#include "kernels/core/stream.h"
+
+namespace sg::compiler {
+
+struct ExecutorOptions {
+  bool cuda_graph = true;  // CUDA only: capture the step after warm-up and replay it
+  int warmup_steps = 1;    // eager runs before capture (lets libraries set up handles/workspaces)
+};
+
+class Executor {
+ public:
+  static absl::StatusOr<std::unique_ptr<Executor>> Create(const Program* program, const ExecutorOptions& options);
+
+  // Enqueues one run of the schedule on the compute stream.
+  absl::Status Run();
+  // Runs the schedule eagerly with a timestamp around every step (host clock on the CPU, CUDA
+  // timing events on a GPU, which synchronizes once at the end). For traces, not for training.
+  absl::StatusOr<StepTrace> RunTraced();
+  absl::Status Synchronize() const { return compute_.Synchronize(); }
+
+  const Stream& compute_stream() const { return compute_; }
+  bool replaying_graph() const { return graph_.valid(); }
+  int64_t runs() const { return runs_; }
+
+ private:
+  Executor(const Program* p, ExecutorOptions o, Stream compute, Stream comm)
+      : program_(p), options_(o), compute_(std::move(compute)), comm_(std::move(comm)) {}
+  absl::Status RunEager();
+
+  const Program* program_;
+  ExecutorOptions options_;
+  Stream compute_;
+  Stream comm_;
+  CudaGraph graph_;
+  int64_t runs_ = 0;
+};
+
+}  // namespace sg::compiler
+
+#endif  // SGTRAIN_COMPILER_EXECUTOR_H_

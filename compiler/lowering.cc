@@ -1,0 +1,256 @@
+#include "compiler/lowering.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
+#include "compiler/op_lowering.h"
+#include "graph/ops.h"
+#include "kernels/core/allocator.h"
+#include "kernels/core/status.h"
+
+namespace sg::compiler {
+
+using graph::Graph;
+using graph::Node;
+using graph::OpKind;
+
+absl::StatusOr<DeviceMemory> DeviceMemory::Allocate(Device device, int64_t bytes) {
+  SG_ASSIGN_OR_RETURN(Allocator * a, AllocatorFor(device));
+  DeviceMemory m;
+  m.device_ = device;
+  m.bytes_ = bytes;
+  if (bytes > 0) {
+    SG_ASSIGN_OR_RETURN(m.ptr_, a->Allocate(bytes));
+  }
+  return m;
+}
+
+DeviceMemory& DeviceMemory::operator=(DeviceMemory&& o) noexcept {
+  if (this != &o) {
+    this->~DeviceMemory();
+    device_ = o.device_;
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = std::exchange(o.bytes_, 0);
+  }
+  return *this;
+}
+
+DeviceMemory::~DeviceMemory() {
+  if (ptr_ == nullptr) return;
+  auto a = AllocatorFor(device_);
+  if (a.ok()) (*a)->Free(ptr_);
+  ptr_ = nullptr;
+}
+
+namespace {
+
+bool IsSource(OpKind op) { return op == OpKind::kParameter || op == OpKind::kInput; }
+
+// Elementwise producers may write their output over an input of the same shape.
+bool InPlaceSafe(OpKind op) {
+  return op == OpKind::kAdamW || graph::Schema(op).is_elementwise;
+}
+
+// Which input of `n` an in-place output `k` would overwrite, given the source value `src`.
+bool ReadsOnlyAt(const Node& n, int k, int src) {
+  if (n.op == OpKind::kAdamW) {
+    static constexpr int kInputOf[3] = {0, 2, 3};  // p' over p, m' over m, v' over v
+    return n.inputs[kInputOf[k]] == src;
+  }
+  return std::find(n.inputs.begin(), n.inputs.end(), src) != n.inputs.end();
+}
+
+class Lowerer {
+ public:
+  Lowerer(Program* p) : p_(p), g_(p->graph) {}
+
+  absl::Status Run() {
+    SG_RETURN_IF_ERROR(graph::Verify(g_));
+    SG_RETURN_IF_ERROR(graph::CheckBinding(g_, p_->binding));
+    SG_RETURN_IF_ERROR(Shapes());
+    Roots();
+    SG_RETURN_IF_ERROR(Updates());
+    Slots();
+    SG_RETURN_IF_ERROR(Allocate());
+    return Steps();
+  }
+
+ private:
+  int64_t Bytes(int v) const { return NumElements(shape_[v]) * SizeOf(g_.type(v).dtype); }
+
+  absl::Status Shapes() {
+    shape_.resize(g_.num_value_ids());
+    for (int v = 0; v < g_.num_value_ids(); ++v) {
+      if (!g_.has_value(v)) continue;
+      SG_ASSIGN_OR_RETURN(shape_[v], graph::Evaluate(g_.type(v).shape, p_->binding));
+    }
+    return absl::OkStatus();
+  }
+
+  // Alias roots (reshape shares its input's buffer) and last readers per root.
+  void Roots() {
+    const int nv = g_.num_value_ids();
+    root_.resize(nv);
+    std::iota(root_.begin(), root_.end(), 0);
+    const auto& nodes = g_.nodes();
+    for (int i = 0; i < int(nodes.size()); ++i) {
+      if (nodes[i].op == OpKind::kReshape) root_[nodes[i].outputs[0]] = root_[nodes[i].inputs[0]];
+    }
+    last_use_.assign(nv, -1);
+    for (int i = 0; i < int(nodes.size()); ++i) {
+      for (int v : nodes[i].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], i);
+    }
+    for (const graph::GraphOutput& o : g_.outputs()) last_use_[root_[o.value]] = int(nodes.size());
+  }
+
+  // "update:<source>" outputs: in place when safe, else a write-back copy at the end.
+  absl::Status Updates() {
+    for (const Node& n : g_.nodes()) {
+      if (IsSource(n.op)) source_of_name_[graph::AttrString(n, "name")] = n.outputs[0];
+    }
+    for (const graph::GraphOutput& o : g_.outputs()) {
+      if (!absl::StartsWith(o.name, "update:")) continue;
+      const std::string name = o.name.substr(7);
+      auto it = source_of_name_.find(name);
+      if (it == source_of_name_.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("graph output '", o.name, "' names no source '", name, "'"));
+      }
+      const int src = it->second, v = o.value;
+      if (g_.type(src) != g_.type(v)) {
+        return absl::InvalidArgumentError(absl::StrCat("graph output '", o.name, "': expected the source's type ",
+                                                       g_.type(src).ToString(), ", found ", g_.type(v).ToString()));
+      }
+      const int producer = g_.value(v).producer;
+      const Node& n = g_.nodes()[producer];
+      const int k = g_.value(v).output_index;
+      const bool in_place = root_[v] == v && !IsSource(n.op) && InPlaceSafe(n.op) &&
+                            last_use_[root_[src]] == producer && ReadsOnlyAt(n, k, src) &&
+                            std::count_if(g_.outputs().begin(), g_.outputs().end(),
+                                          [&](const graph::GraphOutput& x) { return x.value == v; }) == 1;
+      if (in_place) {
+        root_[v] = root_[src];
+      } else {
+        writebacks_.push_back({v, src});
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Arena slots: one per non-source root, plus side buffers (saved statistics and scratch).
+  void Slots() {
+    const auto& nodes = g_.nodes();
+    slot_.assign(g_.num_value_ids(), -1);
+    for (int i = 0; i < int(nodes.size()); ++i) {
+      if (IsSource(nodes[i].op)) continue;
+      for (int v : nodes[i].outputs) {
+        if (root_[v] != v) continue;
+        slot_[v] = planner_.Add(Bytes(v), i, std::max(i, last_use_[v]));
+      }
+    }
+    side_ = PlanSideBuffers(g_, shape_, &planner_);
+  }
+
+  absl::Status Allocate() {
+    // State: sources, each aligned, in graph order.
+    std::vector<int64_t> state_offset(g_.num_value_ids(), -1);
+    int64_t state_bytes = 0;
+    for (const Node& n : g_.nodes()) {
+      if (!IsSource(n.op)) continue;
+      state_offset[n.outputs[0]] = state_bytes;
+      state_bytes += AlignUp(std::max<int64_t>(Bytes(n.outputs[0]), 1));
+    }
+    p_->plan = planner_.Plan();
+    p_->state_bytes = state_bytes;
+    SG_ASSIGN_OR_RETURN(p_->state, DeviceMemory::Allocate(p_->device, state_bytes));
+    SG_ASSIGN_OR_RETURN(p_->arena, DeviceMemory::Allocate(p_->device, p_->plan.arena_bytes));
+    p_->values.assign(g_.num_value_ids(), TensorView());
+    for (int v = 0; v < g_.num_value_ids(); ++v) {
+      if (!g_.has_value(v)) continue;
+      const int r = root_[v];
+      char* base = state_offset[r] >= 0 ? p_->state.data() + state_offset[r]
+                                        : p_->arena.data() + p_->plan.offsets[slot_[r]];
+      p_->values[v] = TensorView(base, g_.type(v).dtype, shape_[v], p_->device);
+    }
+    for (const Node& n : g_.nodes()) {
+      if (!IsSource(n.op)) continue;
+      const std::string& name = graph::AttrString(n, "name");
+      p_->sources[name] = p_->values[n.outputs[0]];
+      if (n.op == OpKind::kInput) p_->input_names.push_back(name);
+    }
+    for (const graph::GraphOutput& o : g_.outputs()) p_->outputs[o.name] = p_->values[o.value];
+    side_views_.clear();
+    for (int s = 0; s < planner_.size(); ++s) side_views_.push_back(p_->arena.data() + p_->plan.offsets[s]);
+    return absl::OkStatus();
+  }
+
+  absl::Status Steps() {
+    std::map<std::string, int> missing;
+    const auto& nodes = g_.nodes();
+    for (int i = 0; i < int(nodes.size()); ++i) {
+      const Node& n = nodes[i];
+      if (IsSource(n.op) || n.op == OpKind::kReshape) continue;
+      NodeViews nv;
+      for (int v : n.inputs) nv.in.push_back(p_->values[v]);
+      for (int v : n.outputs) nv.out.push_back(p_->values[v]);
+      for (int s : side_.ForNode(i)) {
+        nv.side.push_back(side_views_[s]);
+      }
+      SG_ASSIGN_OR_RETURN(LoweredOp op, LowerNode(n, nv, side_, i, p_->device));
+      if (!op.launch) {
+        ++missing[graph::OpName(n.op)];
+        continue;
+      }
+      Step st;
+      st.name = n.scope.empty() ? graph::OpName(n.op) : absl::StrCat(graph::OpName(n.op), " @", n.scope);
+      st.node = i;
+      st.phase = n.phase;
+      st.impl = op.impl;
+      st.launch = std::move(op.launch);
+      p_->schedule.steps.push_back(std::move(st));
+    }
+    if (!missing.empty()) {
+      std::vector<std::string> parts;
+      for (const auto& [op, count] : missing) parts.push_back(absl::StrCat(op, " (x", count, ")"));
+      return absl::UnimplementedError(absl::StrCat("no kernel on ", p_->device.ToString(),
+                                                   " yet for: ", absl::StrJoin(parts, ", ")));
+    }
+    for (const auto& [v, src] : writebacks_) {
+      Step st;
+      st.kind = Step::Kind::kCopy;
+      st.name = absl::StrCat("write back ", graph::AttrString(g_.nodes()[g_.value(src).producer], "name"));
+      st.phase = graph::Phase::kOptimizer;
+      st.impl = "copy";
+      TensorView from = p_->values[v], to = p_->values[src];
+      st.launch = [from, to](const Stream& s) { return CopyTensor(from, to, s); };
+      p_->schedule.steps.push_back(std::move(st));
+    }
+    return absl::OkStatus();
+  }
+
+  Program* p_;
+  const Graph& g_;
+  std::vector<Shape> shape_;
+  std::vector<int> root_, last_use_, slot_;
+  std::map<std::string, int> source_of_name_;
+  std::vector<std::pair<int, int>> writebacks_;
+  MemoryPlanner planner_;
+  SideBuffers side_;
+  std::vector<char*> side_views_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding& binding, Device device) {
+  auto p = std::make_unique<Program>();
+  p->graph = std::move(graph);
+  p->binding = binding;
+  p->device = device;
+  Lowerer l(p.get());
+  SG_RETURN_IF_ERROR(l.Run());
+  return p;
+}
+
+}  // namespace sg::compiler

@@ -1,0 +1,176 @@
+#include "compiler/op_lowering.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/reference_kernel.h"
+#include "graph/ops.h"
+#include "kernels/attention/attention.h"
+#include "kernels/core/status.h"
+#include "kernels/rmsnorm/rmsnorm.h"
+
+namespace sg::compiler {
+
+using graph::Graph;
+using graph::Node;
+using graph::OpKind;
+
+namespace {
+
+int64_t Rows(const Shape& s) { return s.empty() ? 1 : NumElements(s) / std::max<int64_t>(s.back(), 1); }
+
+// The attention statistics' shape [batch, heads, seq] for q [batch, seq, heads, head_dim].
+Shape LseShape(const Shape& q) { return {q[0], q[2], q[1]}; }
+
+// dst = src in dst's dtype. CPU by host conversion; on CUDA this waits for kernels/elementwise.
+absl::Status CastInto(const TensorView& src, const TensorView& dst) {
+  if (!src.device().is_cpu()) {
+    return absl::UnimplementedError("dtype cast on CUDA needs kernels/elementwise Cast");
+  }
+  return FromHostTensor(ToHostTensor(src), dst);
+}
+
+kernels::AttentionOptions AttnOptions(const Node& n) {
+  kernels::AttentionOptions o;
+  o.causal = graph::AttrBool(n, "causal");
+  const double scale = graph::AttrFloat(n, "scale");
+  if (scale > 0) o.scale = scale;
+  return o;
+}
+
+absl::StatusOr<LoweredOp> Reference(const Node& n, const NodeViews& v, Device device) {
+  if (!device.is_cpu()) return LoweredOp{};
+  std::vector<std::pair<DType, Shape>> ins;
+  for (const TensorView& t : v.in) ins.push_back({t.dtype(), t.shape()});
+  SG_ASSIGN_OR_RETURN(ReferenceKernel k, ReferenceKernel::Create(n, ins));
+  std::vector<TensorView> in = v.in, out = v.out;
+  return LoweredOp{"reference", [k, in, out](const Stream&) { return k.Run(in, out); }};
+}
+
+LoweredOp RmsNorm(const Node& n, const NodeViews& v) {
+  const float eps = float(graph::AttrFloat(n, "eps"));
+  TensorView x = v.in[0], w = v.in[1], y = v.out[0];
+  TensorView rstd(v.side[0], DType::kF32, {Rows(x.shape())}, x.device());
+  return {"kernel", [=](const Stream& s) { return kernels::RmsNormForward(x, w, eps, y, rstd, s); }};
+}
+
+absl::StatusOr<LoweredOp> RmsNormBackward(const Node& n, const NodeViews& v, bool matched) {
+  const float eps = float(graph::AttrFloat(n, "eps"));
+  TensorView dy = v.in[0], x = v.in[1], w = v.in[2], dx = v.out[0], dw = v.out[1];
+  const Device d = x.device();
+  TensorView rstd(v.side[0], DType::kF32, {Rows(x.shape())}, d);
+  size_t next = 1;
+  TensorView y_scratch;
+  if (!matched) y_scratch = TensorView(v.side[next++], x.dtype(), x.shape(), d);
+  const bool cast_dw = w.dtype() != DType::kF32;
+  TensorView dw_f32 = cast_dw ? TensorView(v.side[next], DType::kF32, w.shape(), d) : dw;
+  if (cast_dw && !d.is_cpu()) return LoweredOp{};
+  return LoweredOp{"kernel", [=](const Stream& s) -> absl::Status {
+                     if (!matched) SG_RETURN_IF_ERROR(kernels::RmsNormForward(x, w, eps, y_scratch, rstd, s));
+                     SG_RETURN_IF_ERROR(kernels::RmsNormBackward(dy, x, w, rstd, dx, dw_f32, s));
+                     if (cast_dw) return CastInto(dw_f32, dw);
+                     return absl::OkStatus();
+                   }};
+}
+
+LoweredOp Attention(const Node& n, const NodeViews& v) {
+  const kernels::AttentionOptions o = AttnOptions(n);
+  TensorView q = v.in[0], k = v.in[1], val = v.in[2], out = v.out[0];
+  TensorView lse(v.side[0], DType::kF32, LseShape(q.shape()), q.device());
+  return {"kernel", [=](const Stream& s) { return kernels::AttentionForward(q, k, val, o, out, lse, s); }};
+}
+
+LoweredOp AttentionBackward(const Node& n, const NodeViews& v, bool matched) {
+  const kernels::AttentionOptions o = AttnOptions(n);
+  TensorView dout = v.in[0], q = v.in[1], k = v.in[2], val = v.in[3], out = v.in[4];
+  TensorView dq = v.out[0], dk = v.out[1], dv = v.out[2];
+  TensorView lse(v.side[0], DType::kF32, LseShape(q.shape()), q.device());
+  TensorView out_scratch = matched ? out : TensorView(v.side[1], out.dtype(), out.shape(), out.device());
+  return {"kernel", [=](const Stream& s) -> absl::Status {
+            if (!matched) SG_RETURN_IF_ERROR(kernels::AttentionForward(q, k, val, o, out_scratch, lse, s));
+            return kernels::AttentionBackward(q, k, val, out, dout, lse, o, dq, dk, dv, s);
+          }};
+}
+
+}  // namespace
+
+SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, MemoryPlanner* planner) {
+  SideBuffers sb;
+  const auto& nodes = g.nodes();
+  const int nn = int(nodes.size());
+  auto bytes = [&](int v) { return NumElements(shapes[v]) * SizeOf(g.type(v).dtype); };
+  auto matches = [&](const Node& f, const Node& b) {
+    if (f.op == OpKind::kRmsNorm) {
+      return b.op == OpKind::kRmsNormBackward && b.inputs[1] == f.inputs[0] && b.inputs[2] == f.inputs[1];
+    }
+    return f.op == OpKind::kAttention && b.op == OpKind::kAttentionBackward && b.inputs[4] == f.outputs[0] &&
+           b.inputs[1] == f.inputs[0] && b.inputs[2] == f.inputs[1] && b.inputs[3] == f.inputs[2];
+  };
+  // Each backward reads the statistics of the closest forward before it that computed the same
+  // values (after recompute that is the recomputed copy, not the original).
+  std::map<int, std::vector<int>> readers;  // forward node -> backward nodes
+  for (int j = 0; j < nn; ++j) {
+    if (nodes[j].op != OpKind::kRmsNormBackward && nodes[j].op != OpKind::kAttentionBackward) continue;
+    for (int i = j - 1; i >= 0; --i) {
+      if (matches(nodes[i], nodes[j])) {
+        readers[i].push_back(j);
+        sb.matched[j] = true;
+        break;
+      }
+    }
+  }
+  for (int i = 0; i < nn; ++i) {
+    const Node& n = nodes[i];
+    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kAttention) continue;
+    const Shape& xs = shapes[n.inputs[0]];
+    const int64_t stat = n.op == OpKind::kRmsNorm ? Rows(xs) * 4 : NumElements(LseShape(xs)) * 4;
+    int last = i;
+    for (int j : readers[i]) last = std::max(last, j);
+    const int slot = planner->Add(stat, i, last);
+    sb.slots[i] = {slot};
+    for (int j : readers[i]) sb.slots[j] = {slot};
+  }
+  for (int j = 0; j < nn; ++j) {
+    const Node& b = nodes[j];
+    const bool matched = sb.matched.count(j) > 0;
+    if (b.op == OpKind::kRmsNormBackward) {
+      std::vector<int>& s = sb.slots[j];
+      const int x = b.inputs[1], w = b.inputs[2];
+      if (!matched) s = {planner->Add(Rows(shapes[x]) * 4, j, j), planner->Add(bytes(x), j, j)};
+      if (g.type(w).dtype != DType::kF32) s.push_back(planner->Add(NumElements(shapes[w]) * 4, j, j));
+    } else if (b.op == OpKind::kAttentionBackward && !matched) {
+      const int q = b.inputs[1], out = b.inputs[4];
+      sb.slots[j] = {planner->Add(NumElements(LseShape(shapes[q])) * 4, j, j), planner->Add(bytes(out), j, j)};
+    }
+  }
+  return sb;
+}
+
+absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const SideBuffers& side, int index,
+                                    Device device) {
+  auto matched = [&] {
+    auto it = side.matched.find(index);
+    return it != side.matched.end() && it->second;
+  };
+  switch (n.op) {
+    case OpKind::kRmsNorm:
+      return RmsNorm(n, v);
+    case OpKind::kRmsNormBackward:
+      return RmsNormBackward(n, v, matched());
+    case OpKind::kAttention:
+      // The CUDA kernels cover bf16 with head_dim 64/128; other cases use the reference on the CPU.
+      if (device.is_cpu() || (v.in[0].dtype() == DType::kBF16 && (v.in[0].dim(3) == 64 || v.in[0].dim(3) == 128))) {
+        return Attention(n, v);
+      }
+      return LoweredOp{};
+    case OpKind::kAttentionBackward:
+      if (device.is_cpu() || (v.in[1].dtype() == DType::kBF16 && (v.in[1].dim(3) == 64 || v.in[1].dim(3) == 128))) {
+        return AttentionBackward(n, v, matched());
+      }
+      return LoweredOp{};
+    default:
+      return Reference(n, v, device);
+  }
+}
+
+}  // namespace sg::compiler

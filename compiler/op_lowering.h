@@ -1,0 +1,55 @@
+// Per-op lowering rules (internal to the compiler): which kernel package's API a graph node
+// becomes, with its TensorViews fixed, and which side buffers (saved statistics, scratch) it
+// needs. One function per concern so a new kernel package means one new case here.
+#ifndef SGTRAIN_COMPILER_OP_LOWERING_H_
+#define SGTRAIN_COMPILER_OP_LOWERING_H_
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/memory_plan.h"
+#include "graph/ir.h"
+#include "kernels/core/stream.h"
+#include "kernels/core/tensor.h"
+
+namespace sg::compiler {
+
+// Side buffers per node, as memory-plan slots, in the order the node's rule expects them:
+//   rmsnorm:            [rstd f32[rows]]                              (live until its backward)
+//   rmsnorm_backward:   [rstd of the matching forward] or, without one, [rstd, y scratch];
+//                       then [dweight f32[dim]] when the weight is not f32
+//   attention:          [lse f32[b,h,s]]                              (live until its backward)
+//   attention_backward: [lse of the matching forward] or, without one, [lse, out scratch]
+struct SideBuffers {
+  std::map<int, std::vector<int>> slots;  // node index -> planner slots
+  std::map<int, bool> matched;            // backward node index -> found its forward's statistics
+  std::vector<int> ForNode(int node) const {
+    auto it = slots.find(node);
+    return it == slots.end() ? std::vector<int>{} : it->second;
+  }
+};
+
+// Adds the side buffers of every node of `g` to `planner` (shapes: concrete shape per value id).
+SideBuffers PlanSideBuffers(const graph::Graph& g, const std::vector<Shape>& shapes,
+                            MemoryPlanner* planner);
+
+struct NodeViews {
+  std::vector<TensorView> in, out;
+  std::vector<char*> side;  // base pointers of the node's side slots
+};
+
+struct LoweredOp {
+  std::string impl;  // "kernel" or "reference"
+  std::function<absl::Status(const Stream&)> launch;  // empty: no kernel for this op on the device
+};
+
+// The launch for node `index`. An empty launch means the op has no kernel on `device` yet.
+absl::StatusOr<LoweredOp> LowerNode(const graph::Node& node, const NodeViews& views,
+                                    const SideBuffers& side, int index, Device device);
+
+}  // namespace sg::compiler
+
+#endif  // SGTRAIN_COMPILER_OP_LOWERING_H_

@@ -1,0 +1,133 @@
+// Activation recompute: forward values read by the backward are either kept alive from the
+// forward or recomputed by clones placed right before their first backward use.
+#include <functional>
+#include <map>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "graph/ops.h"
+#include "graph/passes/passes.h"
+#include "kernels/core/status.h"
+
+namespace sg::graph {
+namespace {
+
+// "layers.3" for scope "layers.3.attention.wq", "" outside the transformer layers.
+std::string LayerOf(const std::string& scope) {
+  if (!absl::StartsWith(scope, "layers.")) return "";
+  const size_t dot = scope.find('.', 7);
+  return scope.substr(0, dot);
+}
+
+bool Expensive(OpKind op) {
+  switch (op) {
+    case OpKind::kMatmul:
+    case OpKind::kAttention:
+    case OpKind::kEmbedding:
+    case OpKind::kSoftmaxCrossEntropy:
+    case OpKind::kLogSoftmax:
+    case OpKind::kNllLoss:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// Whether forward node i may be recomputed under `policy`.
+std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy) {
+  const auto& nodes = g.nodes();
+  std::vector<bool> r(nodes.size(), false);
+  if (policy == RecomputePolicy::kNone) return r;
+  const auto users = g.Users();
+  std::vector<bool> is_output(g.num_value_ids(), false);
+  for (const GraphOutput& o : g.outputs()) is_output[o.value] = true;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const Node& n = nodes[i];
+    if (n.phase != Phase::kForward || Schema(n.op).is_source) continue;
+    if (policy == RecomputePolicy::kSelective) {
+      r[i] = !Expensive(n.op);
+      continue;
+    }
+    const std::string layer = LayerOf(n.scope);
+    if (layer.empty()) continue;
+    bool inside = true;  // no forward use outside this layer: not a layer-boundary value
+    for (int o : n.outputs) {
+      inside &= !is_output[o];
+      for (int u : users[o]) {
+        if (nodes[u].phase == Phase::kForward) inside &= LayerOf(nodes[u].scope) == layer;
+      }
+    }
+    r[i] = inside;
+  }
+  return r;
+}
+
+}  // namespace
+
+absl::string_view RecomputePolicyName(RecomputePolicy p) {
+  switch (p) {
+    case RecomputePolicy::kNone: return "none";
+    case RecomputePolicy::kSelective: return "selective";
+    case RecomputePolicy::kFull: return "full";
+  }
+  return "?";
+}
+
+absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy, int* recomputed_nodes) {
+  SG_RETURN_IF_ERROR(Verify(g));
+  if (recomputed_nodes) *recomputed_nodes = 0;
+  bool has_backward = false;
+  for (const Node& n : g.nodes()) has_backward |= n.phase == Phase::kBackward;
+  if (!has_backward) {
+    return absl::InvalidArgumentError("recompute: the graph has no backward nodes; run AppendBackward first");
+  }
+  const std::vector<bool> recomputable = Recomputable(g, policy);
+  Graph out;
+  for (const SymbolInfo& s : g.symbols()) SG_RETURN_IF_ERROR(out.AddSymbol(s));
+  int next_id = g.num_value_ids();
+  std::map<int, int> clone_of;  // forward value id -> id of its recomputed copy
+  int clones = 0;
+
+  // Returns the id a backward node should read for forward value v, cloning its producer (and
+  // recursively the producer's recomputable inputs) on first use.
+  std::function<absl::StatusOr<int>(int)> Get = [&](int v) -> absl::StatusOr<int> {
+    const int p = g.value(v).producer;
+    if (!recomputable[p]) return v;
+    auto it = clone_of.find(v);
+    if (it != clone_of.end()) return it->second;
+    Node n = g.nodes()[p];
+    for (int& in : n.inputs) {
+      SG_ASSIGN_OR_RETURN(in, Get(in));
+    }
+    std::vector<Type> types;
+    for (int& o : n.outputs) {
+      types.push_back(g.type(o));
+      clone_of[o] = next_id;
+      o = next_id++;
+    }
+    n.phase = Phase::kBackward;
+    SG_RETURN_IF_ERROR(out.AddNodeWithIds(std::move(n), types));
+    ++clones;
+    return clone_of.at(v);
+  };
+
+  for (const Node& old : g.nodes()) {
+    Node n = old;
+    if (n.phase != Phase::kForward) {
+      for (int& in : n.inputs) {
+        SG_ASSIGN_OR_RETURN(in, Get(in));
+      }
+    }
+    std::vector<Type> types;
+    for (int o : n.outputs) types.push_back(g.type(o));
+    SG_RETURN_IF_ERROR(out.AddNodeWithIds(std::move(n), types));
+  }
+  out.mutable_outputs() = g.outputs();
+  SG_RETURN_IF_ERROR(Verify(out));
+  // Forward nodes whose only readers were backward nodes now feed nothing.
+  SG_ASSIGN_OR_RETURN(Graph pruned, Dce(out));
+  if (recomputed_nodes) *recomputed_nodes = clones;
+  return pruned;
+}
+
+}  // namespace sg::graph

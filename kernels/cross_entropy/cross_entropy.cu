@@ -1,0 +1,305 @@
+// CUDA fused cross-entropy, three launches on one stream, no host synchronization:
+//   1. CountKernel: valid = number of targets != ignore_index (one block, __syncthreads_count);
+//   2. a row kernel, one block of kThreads per token row:
+//      RegisterRowKernel (the row fits kK <= 8 16-byte packs per thread): the row is loaded into registers
+//        once, reduced to (max, sum-exp) per thread and across the block, and dlogits are written
+//        from the registers: exactly one HBM read and one write per logit;
+//      ChunkedRowKernel (longer or unaligned rows): an online max/sum-exp sweep over the row, then a
+//        second sweep (mostly L2 hits) writing dlogits;
+//      both write the row's loss to a scratch f32 [rows];
+//   3. FinishKernel: loss = sum of row losses in a fixed order (f64) / valid: deterministic.
+// The target logit is read before the block's first barrier, so dlogits may overwrite logits.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+
+#include "kernels/core/allocator.h"
+#include "kernels/core/status.h"
+#include "kernels/cross_entropy/cross_entropy_internal.h"
+#include "kernels/elementwise/cuda_vec.h"
+
+namespace sg::kernels::cross_entropy_internal {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kWarps = kThreads / 32;
+// 8 packs of 16 bytes per thread keeps RegisterRowKernel within 64 registers, so two 512-thread
+// blocks share an SM and one block's loads overlap the other's reduction and stores. Capacity:
+// 512 * 8 * 8 = 32768 bf16 logits (Llama-2's 32000) or 16384 f32 per row.
+constexpr int kMaxPacksPerThread = 8;
+constexpr float kLog2e = 1.4426950408889634f;
+
+// 16 bytes of T <-> kE floats.
+template <typename T> struct Raw16;
+template <> struct Raw16<float> {
+  static constexpr int kE = 4;
+  __device__ static void Unpack(const uint4& r, float (&f)[kE]) {
+    f[0] = __uint_as_float(r.x); f[1] = __uint_as_float(r.y); f[2] = __uint_as_float(r.z); f[3] = __uint_as_float(r.w);
+  }
+  __device__ static uint4 Pack(const float (&f)[kE]) {
+    return make_uint4(__float_as_uint(f[0]), __float_as_uint(f[1]), __float_as_uint(f[2]), __float_as_uint(f[3]));
+  }
+};
+template <> struct Raw16<__nv_bfloat16> {
+  static constexpr int kE = 8;
+  __device__ static void Unpack(const uint4& r, float (&f)[kE]) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&r);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 v = __bfloat1622float2(h[k]);
+      f[2 * k] = v.x;
+      f[2 * k + 1] = v.y;
+    }
+  }
+  __device__ static uint4 Pack(const float (&f)[kE]) {
+    uint4 r;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&r);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+    return r;
+  }
+};
+
+// (m, s) <- the pair for the union: max, and sum of exp relative to that max.
+__device__ __forceinline__ void Merge(float& m, float& s, float m2, float s2) {
+  const float mx = fmaxf(m, m2);
+  if (mx == -INFINITY) return;  // both empty
+  s = s * exp2f((m - mx) * kLog2e) + s2 * exp2f((m2 - mx) * kLog2e);
+  m = mx;
+}
+
+// Combines every thread's (m, s); all threads return the block's pair. Ends with a barrier, so
+// shared memory written before the call is visible after it.
+__device__ void BlockMerge(float& m, float& s, float* sm_m, float* sm_s) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) {
+    const float m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
+    Merge(m, s, m2, s2);
+  }
+  const int warp = threadIdx.x / 32;
+  if (threadIdx.x % 32 == 0) {
+    sm_m[warp] = m;
+    sm_s[warp] = s;
+  }
+  __syncthreads();
+  m = -INFINITY;
+  s = 0.f;
+  for (int w = 0; w < kWarps; ++w) Merge(m, s, sm_m[w], sm_s[w]);
+}
+
+struct RowInfo {
+  int64_t target;
+  bool ignored, bad;
+};
+
+template <typename I>
+__device__ __forceinline__ RowInfo InfoFor(const I* targets, int64_t row, int64_t vocab, int64_t ignore) {
+  const int64_t t = int64_t(targets[row]);
+  const bool ignored = t == ignore;
+  return RowInfo{t, ignored, !ignored && (t < 0 || t >= vocab)};
+}
+
+// Row epilogue shared by both row kernels: the row's loss (thread 0) and the gradient scale.
+__device__ __forceinline__ float FinishRow(const RowInfo& info, float lse, float target_logit, float* row_loss,
+                                           int64_t row, const int32_t* valid, float grad_scale) {
+  if (threadIdx.x == 0) row_loss[row] = info.ignored ? 0.f : info.bad ? NAN : lse - target_logit;
+  const int32_t count = *valid;
+  return info.ignored || count == 0 ? 0.f : grad_scale / float(count);
+}
+
+template <typename T, typename I, int kK>
+__global__ void __launch_bounds__(kThreads, 2)
+    RegisterRowKernel(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
+                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
+  using R = Raw16<T>;
+  constexpr int kE = R::kE;
+  __shared__ float sm_m[kWarps], sm_s[kWarps], sm_target;
+  const int64_t row = blockIdx.x;
+  const int packs = int(vocab / kE);  // 32-bit indices inside the row: fewer registers
+  const T* x = logits + row * vocab;
+  const RowInfo info = InfoFor(targets, row, vocab, ignore);
+  uint4 raw[kK];
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+    const int p = int(threadIdx.x) + j * kThreads;
+    if (p < packs) raw[j] = reinterpret_cast<const uint4*>(x)[p];
+  }
+  if (threadIdx.x == 0) sm_target = info.ignored || info.bad ? 0.f : cuda_vec::ToF(x[info.target]);
+  // Online (max, sum-exp) pack by pack, so each pack's unpacked floats die at once (a two-pass
+  // max-then-sum kept all of them live and spilled at 64 registers).
+  float m = -INFINITY, s = 0.f;
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+    if (int(threadIdx.x) + j * kThreads < packs) {
+      float f[kE];
+      R::Unpack(raw[j], f);
+      float cm = f[0];
+#pragma unroll
+      for (int k = 1; k < kE; ++k) cm = fmaxf(cm, f[k]);
+      const float cm_scaled = cm * kLog2e;
+      float cs = 0.f;
+#pragma unroll
+      for (int k = 0; k < kE; ++k) cs += exp2f(fmaf(f[k], kLog2e, -cm_scaled));
+      Merge(m, s, cm, cs);
+    }
+  }
+  BlockMerge(m, s, sm_m, sm_s);
+  const float lse = m + logf(s);
+  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale);
+  if (dlogits == nullptr) return;
+  const float lse_scaled = lse * kLog2e;
+  const int target = info.ignored || info.bad ? -1 : int(info.target);
+  uint4* out = reinterpret_cast<uint4*>(dlogits + row * vocab);
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+    const int p = int(threadIdx.x) + j * kThreads;
+    if (p < packs) {
+      float f[kE];
+      R::Unpack(raw[j], f);
+#pragma unroll
+      for (int k = 0; k < kE; ++k) {
+        const float onehot = p * kE + k == target ? 1.f : 0.f;
+        f[k] = (exp2f(fmaf(f[k], kLog2e, -lse_scaled)) - onehot) * scale;
+      }
+      out[p] = R::Pack(f);
+    }
+  }
+}
+
+// kVec: the row in 16-byte packs; otherwise one element per step.
+template <typename T, typename I, bool kVec>
+__global__ void __launch_bounds__(kThreads)
+    ChunkedRowKernel(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
+                     const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
+  using R = Raw16<T>;
+  constexpr int kE = kVec ? R::kE : 1;
+  __shared__ float sm_m[kWarps], sm_s[kWarps], sm_target;
+  const int64_t row = blockIdx.x;
+  const int64_t steps = vocab / kE;
+  const T* x = logits + row * vocab;
+  const RowInfo info = InfoFor(targets, row, vocab, ignore);
+  if (threadIdx.x == 0) sm_target = info.ignored || info.bad ? 0.f : cuda_vec::ToF(x[info.target]);
+  auto load = [&](int64_t i, float (&f)[R::kE]) {
+    if constexpr (kVec) {
+      R::Unpack(reinterpret_cast<const uint4*>(x)[i], f);
+    } else {
+      f[0] = cuda_vec::ToF(x[i]);
+    }
+  };
+  float m = -INFINITY, s = 0.f;
+  for (int64_t i = threadIdx.x; i < steps; i += kThreads) {
+    float f[R::kE];
+    load(i, f);
+    float cm = f[0];
+#pragma unroll
+    for (int k = 1; k < kE; ++k) cm = fmaxf(cm, f[k]);
+    float cs = 0.f;
+#pragma unroll
+    for (int k = 0; k < kE; ++k) cs += exp2f((f[k] - cm) * kLog2e);
+    Merge(m, s, cm, cs);
+  }
+  BlockMerge(m, s, sm_m, sm_s);
+  const float lse = m + logf(s);
+  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale);
+  if (dlogits == nullptr) return;
+  T* out = dlogits + row * vocab;
+  for (int64_t i = threadIdx.x; i < steps; i += kThreads) {
+    float f[R::kE];
+    load(i, f);
+#pragma unroll
+    for (int k = 0; k < kE; ++k) {
+      const float onehot = i * kE + k == info.target ? 1.f : 0.f;
+      f[k] = (exp2f((f[k] - lse) * kLog2e) - onehot) * scale;
+    }
+    if constexpr (kVec) {
+      reinterpret_cast<uint4*>(out)[i] = R::Pack(f);
+    } else {
+      out[i] = cuda_vec::FromF<T>(f[0]);
+    }
+  }
+}
+
+template <typename I>
+__global__ void __launch_bounds__(1024) CountKernel(const I* targets, int64_t rows, int64_t ignore, int32_t* valid) {
+  int total = 0;
+  for (int64_t base = 0; base < rows; base += blockDim.x) {
+    const int64_t r = base + threadIdx.x;
+    total += __syncthreads_count(r < rows && int64_t(targets[r]) != ignore);
+  }
+  if (threadIdx.x == 0) *valid = total;
+}
+
+__global__ void __launch_bounds__(1024)
+    FinishKernel(const float* row_loss, int64_t rows, const int32_t* valid, float* loss) {
+  __shared__ double partial[1024];
+  double s = 0;
+  for (int64_t r = threadIdx.x; r < rows; r += blockDim.x) s += double(row_loss[r]);
+  partial[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = blockDim.x / 2; w > 0; w >>= 1) {
+    if (threadIdx.x < w) partial[threadIdx.x] += partial[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *loss = *valid > 0 ? float(partial[0] / double(*valid)) : 0.f;
+}
+
+template <typename T, typename I>
+absl::Status LaunchRows(const Problem& p, const void* logits, const void* targets, float* row_loss,
+                        const int32_t* valid, void* dlogits, cudaStream_t s) {
+  const T* x = static_cast<const T*>(logits);
+  const I* t = static_cast<const I*>(targets);
+  T* g = static_cast<T*>(dlogits);
+  constexpr int kE = Raw16<T>::kE;
+  const bool aligned = p.vocab % kE == 0 && cuda_vec::Aligned16(logits) && cuda_vec::Aligned16(dlogits);
+  const int64_t per_thread = (p.vocab / kE + kThreads - 1) / kThreads;
+  const unsigned grid = unsigned(p.rows);
+#define SG_ARGS x, t, g, row_loss, valid, p.vocab, p.ignore_index, p.grad_scale
+  if (aligned && per_thread <= kMaxPacksPerThread) {
+    if (per_thread <= 1) RegisterRowKernel<T, I, 1><<<grid, kThreads, 0, s>>>(SG_ARGS);
+    else if (per_thread <= 2) RegisterRowKernel<T, I, 2><<<grid, kThreads, 0, s>>>(SG_ARGS);
+    else if (per_thread <= 4) RegisterRowKernel<T, I, 4><<<grid, kThreads, 0, s>>>(SG_ARGS);
+    else RegisterRowKernel<T, I, 8><<<grid, kThreads, 0, s>>>(SG_ARGS);
+  } else if (aligned) {
+    ChunkedRowKernel<T, I, true><<<grid, kThreads, 0, s>>>(SG_ARGS);
+  } else {
+    ChunkedRowKernel<T, I, false><<<grid, kThreads, 0, s>>>(SG_ARGS);
+  }
+#undef SG_ARGS
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowKernel);
+  return absl::OkStatus();
+}
+
+template <typename T, typename I>
+absl::Status Run(const Problem& p, const void* logits, const void* targets, float* loss, int32_t* valid,
+                 void* dlogits, float* row_loss, cudaStream_t s) {
+  CountKernel<I><<<1, 1024, 0, s>>>(static_cast<const I*>(targets), p.rows, p.ignore_index, valid);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel);
+  SG_RETURN_IF_ERROR((LaunchRows<T, I>(p, logits, targets, row_loss, valid, dlogits, s)));
+  FinishKernel<<<1, 1024, 0, s>>>(row_loss, p.rows, valid, loss);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(FinishKernel);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status RunCuda(const Problem& p, const void* logits, const void* targets, float* loss, int32_t* valid,
+                     void* dlogits, int device, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
+  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(p.rows * int64_t(sizeof(float))));
+  float* row_loss = static_cast<float*>(scratch);
+  auto run = [&]() -> absl::Status {
+    if (p.dtype == DType::kBF16) {
+      if (p.targets_i64) return Run<__nv_bfloat16, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
+      return Run<__nv_bfloat16, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
+    }
+    if (p.targets_i64) return Run<float, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
+    return Run<float, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
+  };
+  const absl::Status st = run();
+  alloc->Free(scratch);  // reused only by later work on the same stream
+  return st;
+}
+
+}  // namespace sg::kernels::cross_entropy_internal

@@ -1,0 +1,33 @@
+// Token embedding: a row gather forward and a deterministic scatter-add backward.
+//
+//   // tokens: i32 or i64 [batch, seq]; table: [vocab, dim] (f32 or bf16); out: [batch, seq, dim]
+//   SG_RETURN_IF_ERROR(sg::kernels::EmbeddingForward(tokens, table, out, stream));
+//   // dout: [batch, seq, dim] (table's dtype); dtable: f32 [vocab, dim], overwritten
+//   SG_RETURN_IF_ERROR(sg::kernels::EmbeddingBackward(dout, tokens, dtable, stream));
+//
+// Out-of-range token ids (< 0 or >= vocab): the CPU path returns InvalidArgument naming the first
+// one. The CUDA path cannot report them without a host synchronization, so it stays memory-safe
+// instead: such a token's output row is all zeros and its gradient is dropped (never an
+// out-of-bounds access). Validate ids upstream (the tokenizer/data loader) if that matters.
+#ifndef SGTRAIN_KERNELS_EMBEDDING_EMBEDDING_H_
+#define SGTRAIN_KERNELS_EMBEDDING_EMBEDDING_H_
+
+#include "absl/status/status.h"
+#include "kernels/core/stream.h"
+#include "kernels/core/tensor.h"
+
+namespace sg::kernels {
+
+// out[..., :] = table[tokens[...], :]. out has tokens' shape plus [dim] and table's dtype.
+absl::Status EmbeddingForward(const TensorView& tokens, const TensorView& table, const TensorView& out,
+                              const Stream& stream);
+
+// dtable[v, :] = sum of dout[i, :] over the tokens i with tokens[i] == v, summed in f32 in token
+// order (i ascending), so the result is bitwise reproducible; rows of unused ids are zero. On CUDA
+// the tokens are stably sorted by id and each row sums its run: no float atomics.
+absl::Status EmbeddingBackward(const TensorView& dout, const TensorView& tokens, const TensorView& dtable,
+                               const Stream& stream);
+
+}  // namespace sg::kernels
+
+#endif  // SGTRAIN_KERNELS_EMBEDDING_EMBEDDING_H_

@@ -1,0 +1,53 @@
+// Embedding bandwidth. Forward: token ids read, out written, and the gathered table rows read
+// (tokens x dim: each output row is one table read). Backward: dout read, dtable (f32) written,
+// ids read; the sort's index traffic is not counted as useful bytes.
+#include <benchmark/benchmark.h>
+
+#include "kernels/core/testing.h"
+#include "kernels/embedding/embedding.h"
+
+namespace sg::kernels {
+namespace {
+
+struct Setup {
+  Device device = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
+  Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
+};
+
+void Run(benchmark::State& state, DType dtype, bool backward) {
+  Setup s;
+  const int64_t n = state.range(0), vocab = state.range(1), dim = state.range(2);
+  std::vector<double> idv;
+  for (int64_t i = 0; i < n; ++i) idv.push_back(double(testing::Rng()() % uint64_t(vocab)));
+  Tensor ids = testing::FromHost(idv, {n}, DType::kI32, s.device);
+  Tensor table = testing::RandomTensor({vocab, dim}, dtype, s.device, testing::Rng());
+  Tensor out = Tensor::Empty({n, dim}, dtype, s.device).value();
+  Tensor dtable = Tensor::Empty({vocab, dim}, DType::kF32, s.device).value();
+  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  for (auto _ : state) {
+    (void)start.Record(s.stream);
+    absl::Status st = backward ? EmbeddingBackward(out, ids, dtable, s.stream) : EmbeddingForward(ids, table, out, s.stream);
+    (void)stop.Record(s.stream);
+    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+    if (s.device.is_cuda()) {
+      (void)stop.Synchronize();
+      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3);
+    }
+  }
+  const int64_t bytes = backward ? n * dim * SizeOf(dtype) + vocab * dim * 4 + n * 4 : 2 * n * dim * SizeOf(dtype) + n * 4;
+  state.SetBytesProcessed(state.iterations() * bytes);
+  state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString());
+}
+
+void BM_EmbeddingForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false); }
+void BM_EmbeddingBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true); }
+void BM_EmbeddingForwardF32(benchmark::State& st) { Run(st, DType::kF32, false); }
+
+// Llama-1B: 16384 tokens, vocab 32000 (and 128256), dim 2048; a small CPU-sized case.
+#define SG_SHAPES ->Args({16384, 32000, 2048})->Args({16384, 128256, 2048})->Args({256, 1000, 256})->UseManualTime()
+BENCHMARK(BM_EmbeddingForwardBF16) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16) SG_SHAPES;
+BENCHMARK(BM_EmbeddingForwardF32) SG_SHAPES;
+
+}  // namespace
+}  // namespace sg::kernels

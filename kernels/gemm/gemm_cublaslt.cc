@@ -1,0 +1,395 @@
+// CUDA GEMM through cuBLASLt: one handle per device, a 32 MiB workspace per (device, stream), and the
+// heuristic's algorithm cached per problem key, so a training step pays for descriptor setup only.
+//
+// Row-major vs cuBLASLt's column-major. A row-major [r, c] matrix with row stride ld is, byte for
+// byte, a column-major [c, r] matrix with leading dimension ld: the same memory read as its
+// transpose. So the row-major product D[M,N] = op(A)[M,K] op(B)[K,N] is issued as the column-major
+// product D^T[N,M] = op(B)^T[N,K] op(A)^T[K,M]: cuBLASLt's "A" is our b and its "B" is our a, its
+// m = N, n = M, and each operand's transpose flag carries over unchanged (a row-major [K,N] b is
+// already the column-major [N,K] that cuBLASLt wants untransposed). cuBLASLt's bias epilogue adds a
+// vector along the rows of its column-major D, i.e. along our N: exactly a Linear bias.
+//
+// The one exception is the per-row scale (row_scale, the 1/rms of kernels/gemm_rmsnorm): cuBLASLt's
+// per-row alpha vector (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) scales rows of its D,
+// which in the swapped form are our columns. For that case the problem is issued unswapped, with D in
+// CUBLASLT_ORDER_ROW so it lands row-major: cuBLASLt's m = M, n = N, A = our a (op T when not
+// transposed, since row-major [M,K] is column-major [K,M]) and B = our b (likewise). When the
+// heuristic finds no algorithm for that form (or alpha != 1), the product is computed in the swapped
+// form and a separate pass (gemm.cu) scales d's rows.
+#ifdef SG_WITH_CUDA
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <tuple>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "kernels/core/allocator.h"
+#include "kernels/core/status.h"
+#include "kernels/gemm/gemm_internal.h"
+
+// Returns an Internal status carrying the call, file:line and cuBLASLt's own status string.
+#define SG_CUBLAS_RETURN_IF_ERROR(call)                                                           \
+  do {                                                                                            \
+    cublasStatus_t sg_cublas_status_ = (call);                                                    \
+    if (sg_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                               \
+      return ::sg::LibraryError(absl::StatusCode::kInternal, "cuBLASLt", sg_cublas_status_,       \
+                                cublasLtGetStatusString(sg_cublas_status_), #call, __FILE__, __LINE__); \
+  } while (0)
+
+namespace sg::kernels::gemm_internal {
+namespace {
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+cudaDataType_t CudaType(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// --- per-device state -----------------------------------------------------------------------------
+
+// Makes `device` current for the scope, restoring the caller's device after.
+class DeviceGuard {
+ public:
+  static absl::StatusOr<DeviceGuard> Enter(int device) {
+    int prev = 0;
+    SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&prev));
+    if (prev != device) SG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    return DeviceGuard(prev, prev != device);
+  }
+  DeviceGuard(DeviceGuard&& o) noexcept : prev_(o.prev_), restore_(std::exchange(o.restore_, false)) {}
+  DeviceGuard& operator=(DeviceGuard&&) = delete;
+  ~DeviceGuard() {
+    if (restore_) (void)cudaSetDevice(prev_);
+  }
+
+ private:
+  DeviceGuard(int prev, bool restore) : prev_(prev), restore_(restore) {}
+  int prev_;
+  bool restore_;
+};
+
+absl::Mutex g_state_mu(absl::kConstInit);
+
+// Handles and workspaces live for the process: destroying them at exit would race the driver's
+// own teardown, and they are few (one handle per device, one workspace per stream).
+absl::StatusOr<cublasLtHandle_t> Handle(int device) {
+  static auto* handles = new absl::flat_hash_map<int, cublasLtHandle_t>();
+  absl::MutexLock lock(&g_state_mu);
+  auto it = handles->find(device);
+  if (it != handles->end()) return it->second;
+  cublasLtHandle_t h = nullptr;
+  SG_CUBLAS_RETURN_IF_ERROR(cublasLtCreate(&h));
+  handles->emplace(device, h);
+  return h;
+}
+
+// One workspace per stream: two streams running GEMMs concurrently must not share scratch memory.
+absl::StatusOr<void*> Workspace(int device, cudaStream_t stream) {
+  static auto* spaces = new absl::flat_hash_map<std::pair<int, cudaStream_t>, void*>();
+  absl::MutexLock lock(&g_state_mu);
+  auto it = spaces->find({device, stream});
+  if (it != spaces->end()) return it->second;
+  SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
+  SG_ASSIGN_OR_RETURN(void* ws, alloc->Allocate(int64_t(kWorkspaceBytes)));
+  spaces->emplace(std::make_pair(device, stream), ws);
+  return ws;
+}
+
+// --- the column-major problem handed to cuBLASLt --------------------------------------------------
+
+struct LtMatrix {
+  const void* ptr = nullptr;
+  cudaDataType_t type = CUDA_R_32F;
+  uint64_t rows = 0, cols = 0;  // column-major dimensions as stored (before the op)
+  int64_t ld = 0, batch_stride = 0;
+  bool row_order = false;  // CUBLASLT_ORDER_ROW: ld is then the distance between rows
+};
+
+struct LtPlan {
+  uint64_t m = 0, n = 0, k = 0;
+  int batch = 1;
+  cublasOperation_t op_a = CUBLAS_OP_N, op_b = CUBLAS_OP_N;
+  LtMatrix a, b, c, d;
+  const void* bias = nullptr;
+  cudaDataType_t bias_type = CUDA_R_32F;
+  const float* alpha_vector = nullptr;  // per-row alpha over cuBLASLt's m (beta must be 0)
+  float alpha = 1.0f, beta = 0.0f;
+};
+
+LtMatrix Stored(const Matrix& m, DType t) {
+  LtMatrix x;
+  x.ptr = m.data;
+  x.type = CudaType(t);
+  x.rows = uint64_t(m.cols);  // row-major [rows, cols] == column-major [cols, rows]
+  x.cols = uint64_t(m.rows);
+  x.ld = m.ld;
+  x.batch_stride = m.batch_stride;
+  return x;
+}
+
+LtMatrix Output(const Matrix& m, DType t, bool row_order) {
+  LtMatrix x = Stored(m, t);
+  if (row_order) {
+    x.rows = uint64_t(m.rows);
+    x.cols = uint64_t(m.cols);
+    x.row_order = true;
+  }
+  return x;
+}
+
+// D^T = op(b)^T op(a)^T in column-major terms (see the file comment).
+LtPlan SwappedPlan(const Problem& p) {
+  LtPlan l;
+  l.m = uint64_t(p.n);
+  l.n = uint64_t(p.m);
+  l.k = uint64_t(p.k);
+  l.batch = int(p.batch);
+  l.op_a = p.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;
+  l.op_b = p.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;
+  l.a = Stored(p.b, p.ab_dtype);
+  l.b = Stored(p.a, p.ab_dtype);
+  l.d = Output(p.d, p.d_dtype, false);
+  l.c = p.c.data != nullptr ? Output(p.c, p.d_dtype, false) : l.d;
+  l.bias = p.bias;
+  l.bias_type = CudaType(p.d_dtype);
+  l.alpha = p.alpha;
+  l.beta = p.beta;
+  return l;
+}
+
+// D = op(a) op(b) with D row-ordered, so the per-row alpha vector runs over our rows (M).
+LtPlan RowScalePlan(const Problem& p) {
+  LtPlan l;
+  l.m = uint64_t(p.m);
+  l.n = uint64_t(p.n);
+  l.k = uint64_t(p.k);
+  l.batch = int(p.batch);
+  l.op_a = p.trans_a ? CUBLAS_OP_N : CUBLAS_OP_T;
+  l.op_b = p.trans_b ? CUBLAS_OP_N : CUBLAS_OP_T;
+  l.a = Stored(p.a, p.ab_dtype);
+  l.b = Stored(p.b, p.ab_dtype);
+  l.d = Output(p.d, p.d_dtype, true);
+  l.c = l.d;
+  l.alpha_vector = p.row_scale;
+  return l;
+}
+
+// --- descriptors ----------------------------------------------------------------------------------
+
+using DescPtr = std::unique_ptr<cublasLtMatmulDescOpaque_t, cublasStatus_t (*)(cublasLtMatmulDesc_t)>;
+using LayoutPtr = std::unique_ptr<cublasLtMatrixLayoutOpaque_t, cublasStatus_t (*)(cublasLtMatrixLayout_t)>;
+using PrefPtr =
+    std::unique_ptr<cublasLtMatmulPreferenceOpaque_t, cublasStatus_t (*)(cublasLtMatmulPreference_t)>;
+
+template <typename V>
+absl::Status SetDesc(cublasLtMatmulDesc_t d, cublasLtMatmulDescAttributes_t attr, const V& v) {
+  SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(d, attr, &v, sizeof(v)));
+  return absl::OkStatus();
+}
+
+template <typename V>
+absl::Status SetLayout(cublasLtMatrixLayout_t l, cublasLtMatrixLayoutAttribute_t attr, const V& v) {
+  SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutSetAttribute(l, attr, &v, sizeof(v)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<LayoutPtr> MakeLayout(const LtMatrix& m, int batch) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&raw, m.type, m.rows, m.cols, m.ld));
+  LayoutPtr l(raw, &cublasLtMatrixLayoutDestroy);
+  if (m.row_order) SG_RETURN_IF_ERROR(SetLayout(raw, CUBLASLT_MATRIX_LAYOUT_ORDER, int32_t(CUBLASLT_ORDER_ROW)));
+  if (batch > 1) {
+    SG_RETURN_IF_ERROR(SetLayout(raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, int32_t(batch)));
+    SG_RETURN_IF_ERROR(SetLayout(raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, int64_t(m.batch_stride)));
+  }
+  return l;
+}
+
+// Largest power of two up to 16 dividing the address and every stride (in bytes) of an operand.
+uint32_t Alignment(const void* ptr, int64_t ld, int64_t batch_stride, cudaDataType_t t) {
+  const uint64_t elem = t == CUDA_R_16BF ? 2 : 4;
+  const uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(ptr)) | uint64_t(ld) * elem |
+                        uint64_t(batch_stride) * elem;
+  uint32_t a = 16;
+  while (a > 1 && bits % a != 0) a >>= 1;
+  return a;
+}
+
+// --- the algorithm cache --------------------------------------------------------------------------
+
+// Everything the heuristic's choice depends on. Pointers enter only through their alignment.
+struct AlgoKey {
+  int device;
+  uint64_t m, n, k;
+  int batch;
+  int op_a, op_b;
+  int a_type, d_type;
+  int64_t lda, ldb, ldc, ldd, sa, sb, sc, sd;
+  bool row_order_d, has_bias, alpha_vector, beta_nonzero, c_is_d;
+  uint32_t align_a, align_b, align_c, align_d, align_bias;
+
+  auto Tie() const {
+    return std::make_tuple(device, m, n, k, batch, op_a, op_b, a_type, d_type, lda, ldb, ldc, ldd, sa, sb, sc, sd,
+                           row_order_d, has_bias, alpha_vector, beta_nonzero, c_is_d, align_a, align_b, align_c,
+                           align_d, align_bias);
+  }
+  friend bool operator==(const AlgoKey& x, const AlgoKey& y) { return x.Tie() == y.Tie(); }
+  template <typename H>
+  friend H AbslHashValue(H h, const AlgoKey& key) {
+    return H::combine(std::move(h), key.Tie());
+  }
+};
+
+struct AlgoEntry {
+  bool found = false;  // false: cuBLASLt has no algorithm for this key (remembered, not retried)
+  cublasLtMatmulAlgo_t algo;
+};
+
+absl::Mutex g_algo_mu(absl::kConstInit);
+
+absl::flat_hash_map<AlgoKey, AlgoEntry>& AlgoCache() {
+  static auto* cache = new absl::flat_hash_map<AlgoKey, AlgoEntry>();
+  return *cache;
+}
+
+AlgoKey KeyOf(const LtPlan& l, int device) {
+  AlgoKey k;
+  k.device = device;
+  k.m = l.m;
+  k.n = l.n;
+  k.k = l.k;
+  k.batch = l.batch;
+  k.op_a = int(l.op_a);
+  k.op_b = int(l.op_b);
+  k.a_type = int(l.a.type);
+  k.d_type = int(l.d.type);
+  k.lda = l.a.ld;
+  k.ldb = l.b.ld;
+  k.ldc = l.c.ld;
+  k.ldd = l.d.ld;
+  k.sa = l.a.batch_stride;
+  k.sb = l.b.batch_stride;
+  k.sc = l.c.batch_stride;
+  k.sd = l.d.batch_stride;
+  k.row_order_d = l.d.row_order;
+  k.has_bias = l.bias != nullptr;
+  k.alpha_vector = l.alpha_vector != nullptr;
+  k.beta_nonzero = l.beta != 0.0f;
+  k.c_is_d = l.c.ptr == l.d.ptr;
+  k.align_a = Alignment(l.a.ptr, l.a.ld, l.a.batch_stride, l.a.type);
+  k.align_b = Alignment(l.b.ptr, l.b.ld, l.b.batch_stride, l.b.type);
+  k.align_c = Alignment(l.c.ptr, l.c.ld, l.c.batch_stride, l.c.type);
+  k.align_d = Alignment(l.d.ptr, l.d.ld, l.d.batch_stride, l.d.type);
+  k.align_bias = l.bias != nullptr ? Alignment(l.bias, 0, 0, l.bias_type) : 0;
+  return k;
+}
+
+// The best algorithm by cuBLASLt's heuristic, looked up once per key. Unimplemented when cuBLASLt
+// has none (e.g. the row-ordered output of RowScalePlan on a library version without it).
+absl::StatusOr<cublasLtMatmulAlgo_t> FindAlgo(cublasLtHandle_t handle, const AlgoKey& key,
+                                               cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                               cublasLtMatrixLayout_t d) {
+  {
+    absl::MutexLock lock(&g_algo_mu);
+    auto it = AlgoCache().find(key);
+    if (it != AlgoCache().end()) {
+      if (!it->second.found) return absl::UnimplementedError("cuBLASLt has no algorithm for this GEMM");
+      return it->second.algo;
+    }
+  }
+  cublasLtMatmulPreference_t raw = nullptr;
+  SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw));
+  PrefPtr pref(raw, &cublasLtMatmulPreferenceDestroy);
+  const uint64_t ws = kWorkspaceBytes;
+  SG_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmulPreferenceSetAttribute(raw, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.align_a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.align_b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.align_c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.align_d},
+  };
+  for (const auto& [attr, bytes] : aligns) {
+    SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(raw, attr, &bytes, sizeof(bytes)));
+  }
+  cublasLtMatmulHeuristicResult_t result = {};
+  int returned = 0;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, d, raw, 1, &result, &returned);
+  AlgoEntry entry;
+  entry.found = st == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
+    return LibraryError(absl::StatusCode::kInternal, "cuBLASLt", st, cublasLtGetStatusString(st),
+                        "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
+  }
+  if (entry.found) entry.algo = result.algo;
+  {
+    absl::MutexLock lock(&g_algo_mu);
+    AlgoCache().emplace(key, entry);
+  }
+  if (!entry.found) {
+    return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for this GEMM (m=", key.m, " n=", key.n,
+                                                 " k=", key.k, " batch=", key.batch, ")"));
+  }
+  return entry.algo;
+}
+
+absl::Status RunPlan(const LtPlan& l, int device, cudaStream_t stream) {
+  SG_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Enter(device));
+  SG_ASSIGN_OR_RETURN(cublasLtHandle_t handle, Handle(device));
+  SG_ASSIGN_OR_RETURN(void* workspace, Workspace(device, stream));
+
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescCreate(&raw_desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  DescPtr desc(raw_desc, &cublasLtMatmulDescDestroy);
+  SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(l.op_a)));
+  SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(l.op_b)));
+  if (l.bias != nullptr) {
+    SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_BIAS)));
+    SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, l.bias));
+    SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, int32_t(l.bias_type)));
+  }
+  if (l.alpha_vector != nullptr) {
+    SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_POINTER_MODE,
+                               int32_t(CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO)));
+  }
+  SG_ASSIGN_OR_RETURN(LayoutPtr a, MakeLayout(l.a, l.batch));
+  SG_ASSIGN_OR_RETURN(LayoutPtr b, MakeLayout(l.b, l.batch));
+  SG_ASSIGN_OR_RETURN(LayoutPtr d, MakeLayout(l.d, l.batch));
+  LayoutPtr c_owned(nullptr, &cublasLtMatrixLayoutDestroy);
+  cublasLtMatrixLayout_t c = d.get();
+  if (l.c.ptr != l.d.ptr) {
+    SG_ASSIGN_OR_RETURN(c_owned, MakeLayout(l.c, l.batch));
+    c = c_owned.get();
+  }
+
+  const AlgoKey key = KeyOf(l, device);
+  SG_ASSIGN_OR_RETURN(cublasLtMatmulAlgo_t algo, FindAlgo(handle, key, raw_desc, a.get(), b.get(), c, d.get()));
+  const void* alpha = l.alpha_vector != nullptr ? static_cast<const void*>(l.alpha_vector) : &l.alpha;
+  SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle, raw_desc, alpha, l.a.ptr, a.get(), l.b.ptr, b.get(), &l.beta,
+                                           l.c.ptr, c, const_cast<void*>(l.d.ptr), d.get(), &algo, workspace,
+                                           kWorkspaceBytes, stream));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status GemmCuda(const Problem& p, int device, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.row_scale == nullptr) return RunPlan(SwappedPlan(p), device, s);
+  if (p.row_scale_in_epilogue && p.alpha == 1.0f) {
+    absl::Status st = RunPlan(RowScalePlan(p), device, s);
+    if (!absl::IsUnimplemented(st)) return st;
+  }
+  SG_RETURN_IF_ERROR(RunPlan(SwappedPlan(p), device, s));
+  return ScaleRowsCuda(const_cast<void*>(p.d.data), p.d_dtype, p.batch, p.m, p.n, p.d.ld, p.d.batch_stride,
+                       p.row_scale, stream);
+}
+
+}  // namespace sg::kernels::gemm_internal
+
+#endif  // SG_WITH_CUDA

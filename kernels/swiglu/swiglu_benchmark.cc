@@ -1,0 +1,58 @@
+// SwiGLU bandwidth: forward reads gate and up and writes out (3 tensors of tokens x ffn); backward
+// reads dout, gate, up and writes dgate, dup (5). On the first CUDA GPU, else the CPU.
+#include <benchmark/benchmark.h>
+
+#include "kernels/core/testing.h"
+#include "kernels/swiglu/swiglu.h"
+
+namespace sg::kernels {
+namespace {
+
+struct Setup {
+  Device device = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
+  Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
+};
+
+void Run(benchmark::State& state, DType dtype, bool backward, bool packed) {
+  Setup s;
+  const int64_t rows = state.range(0), f = state.range(1);
+  auto& rng = testing::Rng();
+  Tensor gu = testing::RandomTensor({rows, 2 * f}, dtype, s.device, rng, 3.0f);
+  Tensor g = testing::RandomTensor({rows, f}, dtype, s.device, rng, 3.0f);
+  Tensor u = testing::RandomTensor({rows, f}, dtype, s.device, rng);
+  Tensor d = testing::RandomTensor({rows, f}, dtype, s.device, rng);
+  Tensor o1 = Tensor::Empty({rows, f}, dtype, s.device).value();
+  Tensor o2 = Tensor::Empty({rows, f}, dtype, s.device).value();
+  Tensor dgu = Tensor::Empty({rows, 2 * f}, dtype, s.device).value();
+  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  for (auto _ : state) {
+    (void)start.Record(s.stream);
+    absl::Status st = packed ? (backward ? SwiGluPackedBackward(d, gu, dgu, s.stream) : SwiGluPackedForward(gu, o1, s.stream))
+                             : (backward ? SwiGluBackward(d, g, u, o1, o2, s.stream) : SwiGluForward(g, u, o1, s.stream));
+    (void)stop.Record(s.stream);
+    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+    if (s.device.is_cuda()) {
+      (void)stop.Synchronize();
+      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3);
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * rows * f * SizeOf(dtype) * (backward ? 5 : 3));
+  state.SetLabel(std::string(DTypeName(dtype)) + (packed ? " packed@" : "@") + s.device.ToString());
+}
+
+void BM_SwiGluForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false, false); }
+void BM_SwiGluBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true, false); }
+void BM_SwiGluPackedForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false, true); }
+void BM_SwiGluPackedBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true, true); }
+void BM_SwiGluForwardF32(benchmark::State& st) { Run(st, DType::kF32, false, false); }
+
+// Llama-1B (16384 tokens x ffn 5632 and 8192) and a small CPU-sized case.
+#define SG_SHAPES ->Args({16384, 5632})->Args({16384, 8192})->Args({64, 1024})->UseManualTime()
+BENCHMARK(BM_SwiGluForwardBF16) SG_SHAPES;
+BENCHMARK(BM_SwiGluBackwardBF16) SG_SHAPES;
+BENCHMARK(BM_SwiGluPackedForwardBF16) SG_SHAPES;
+BENCHMARK(BM_SwiGluPackedBackwardBF16) SG_SHAPES;
+BENCHMARK(BM_SwiGluForwardF32) SG_SHAPES;
+
+}  // namespace
+}  // namespace sg::kernels
