@@ -4,6 +4,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "graph/interpreter.h"
 #include "kernels/core/status.h"
@@ -16,6 +17,8 @@ namespace {
 // Optimizer slots in optimizer.safetensors, named "<HF parameter>.<slot>" (PyTorch's AdamW names).
 constexpr char kSlotM[] = "exp_avg";
 constexpr char kSlotV[] = "exp_avg_sq";
+// training_state.json note holding the data loader's permutation seed.
+constexpr char kDataSeedNote[] = "data_seed";
 
 absl::StatusOr<Tensor> HostF32(const Shape& shape) { return Tensor::Empty(shape, DType::kF32, Device::Cpu()); }
 
@@ -174,6 +177,7 @@ absl::Status Trainer::Save(const std::string& dir, const std::map<std::string, s
   c.state.rng = rng.str();
   c.state.world_size = options_.world_size;
   c.state.extra = notes;
+  c.state.extra[kDataSeedNote] = absl::StrCat(loader_->options().seed);
   c.extra_files = extra_files;
   return SaveCheckpoint(dir, c);
 }
@@ -202,6 +206,16 @@ absl::Status Trainer::Restore(const Checkpoint& ckpt) {
     }
   }
   SG_RETURN_IF_ERROR(WriteScalar(*compiled_, compiler::kStepName, double(ckpt.state.step)));
+  // The data order belongs to the checkpoint: continue its permutation even under another --seed.
+  auto seed_note = ckpt.state.extra.find(kDataSeedNote);
+  uint64_t data_seed;
+  if (seed_note != ckpt.state.extra.end() && absl::SimpleAtoi(seed_note->second, &data_seed) &&
+      data_seed != loader_->options().seed) {
+    DataLoaderOptions lo = loader_->options();
+    lo.seed = data_seed;
+    SG_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data_.train, lo));
+    *loader_ = std::move(loader);
+  }
   // The data position is global (windows consumed by all ranks), so it also resumes under another
   // world size; only bit-exactness needs the same one.
   SG_RETURN_IF_ERROR(loader_->Seek(ckpt.state.data));
