@@ -3,6 +3,8 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/compile_cache.h"
 #include "graph/ops.h"
+#include "graph/pipeline.h"
+#include "kernels/elementwise/elementwise.h"
 #include "graph/text.h"
 #include "kernels/core/status.h"
 
@@ -22,26 +24,32 @@ const char* StrategyName(Strategy s) {
 
 // Everything that changes the prepared training graph (not the binding or the device: the cached
 // graph is symbolic and device-independent).
+graph::PipelineOptions Pipeline(const CompileOptions& o) {
+  graph::PipelineOptions p;
+  p.fuse = o.fuse;
+  p.recompute = o.recompute;
+  p.train.loss = o.loss;
+  p.train.adamw = o.adamw;
+  p.train.adamw.keep_grad_outputs = true;
+  return p;
+}
+
 std::string OptionsText(const CompileOptions& o) {
-  const AdamWOptions& a = o.adamw;
-  return absl::StrCat("loss=", o.loss, ";precision=", int(o.precision), ";recompute=", int(o.recompute),
-                      ";adamw=", a.beta1, ",", a.beta2, ",", a.eps, ",", a.weight_decay, ",", a.decay_vectors,
-                      ",", a.max_grad_norm);
+  std::string s = absl::StrCat("precision=", int(o.precision));
+  for (const auto& [k, v] : Pipeline(o).CacheOptions()) absl::StrAppend(&s, ";", k, "=", v);
+  return s;
 }
 
 absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions& o) {
-  graph::Graph train;
-  if (IsTrainingGraph(g)) {
-    train = g;
-  } else {
-    TrainingGraphOptions t;
-    t.loss = o.loss;
-    t.precision = o.precision;
-    t.adamw = o.adamw;
-    SG_ASSIGN_OR_RETURN(train, BuildTrainingGraph(g, t));
+  if (IsTrainingGraph(g)) return g;
+  graph::Graph forward = g;
+  if (o.precision == Precision::kBF16Mixed) {
+    SG_ASSIGN_OR_RETURN(forward, ToMixedPrecision(g));
   }
-  return ApplyRecompute(train, o.recompute);
+  return graph::OptimizeTrainStep(forward, Pipeline(o));
 }
+
+bool RuntimeOwned(const std::string& input) { return input == kStepName || input == kLrName; }
 
 absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, const TensorView& host) {
   if (dev.dtype() != host.dtype() || dev.numel() != host.numel()) {
@@ -95,7 +103,32 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
     SG_RETURN_IF_ERROR(ZeroTensor(all, step->executor_->compute_stream()));
     SG_RETURN_IF_ERROR(step->executor_->Synchronize());
   }
+  if (step->program_->adamw_counter.bytes() > 0) {
+    TensorView c(step->program_->adamw_counter.data(), DType::kI64, {}, o.device);
+    SG_RETURN_IF_ERROR(ZeroTensor(c, step->executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(step->executor_->Synchronize());
+  }
+  SG_RETURN_IF_ERROR(step->AddStepCounter());
   return step;
+}
+
+// The step counter lives in device memory and is advanced by the step itself (first update uses
+// step 1), so a captured CUDA graph needs nothing from the host.
+absl::Status CompiledStep::AddStepCounter() {
+  auto it = program_->sources.find(kStepName);
+  if (it == program_->sources.end()) return absl::OkStatus();
+  const Device d = program_->device;
+  SG_ASSIGN_OR_RETURN(one_, DeviceMemory::Allocate(d, 4));
+  TensorView one(one_.data(), DType::kF32, {}, d), counter = it->second;
+  SG_RETURN_IF_ERROR(kernels::Fill(one, 1.0f, executor_->compute_stream()));
+  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  Step s;
+  s.name = "advance step counter";
+  s.phase = graph::Phase::kOptimizer;
+  s.impl = "kernel";
+  s.launch = [one, counter](const Stream& st) { return kernels::Add(counter, one, counter, st); };
+  program_->schedule.steps.insert(program_->schedule.steps.begin(), std::move(s));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<TensorView> CompiledStep::View(const std::string& name) const {
@@ -114,6 +147,16 @@ absl::Status CompiledStep::Write(const std::string& name, const TensorView& host
   SG_RETURN_IF_ERROR(CheckHostMatch(absl::StrCat("Write '", name, "'"), s->second, host));
   SG_ASSIGN_OR_RETURN(TensorView dst, s->second.Reshape(host.shape()));
   SG_RETURN_IF_ERROR(CopyTensor(host, dst, executor_->compute_stream()));
+  if (name == kStepName && program_->adamw_counter.bytes() > 0) {
+    // The multi-tensor AdamW counts completed steps in its own i64; restore it with the source.
+    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    float f = 0;
+    SG_RETURN_IF_ERROR(CopyTensor(dst, TensorView(&f, DType::kF32, {}, Device::Cpu()), executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    int64_t n = int64_t(f);
+    TensorView c(program_->adamw_counter.data(), DType::kI64, {}, program_->device);
+    SG_RETURN_IF_ERROR(CopyTensor(TensorView(&n, DType::kI64, {}, Device::Cpu()), c, executor_->compute_stream()));
+  }
   return executor_->Synchronize();
 }
 
@@ -131,12 +174,13 @@ absl::Status CompiledStep::SetLearningRate(float lr) {
 
 absl::Status CompiledStep::CopyInputs(const std::map<std::string, TensorView>& batch) {
   for (const auto& [name, t] : batch) {
-    if (!program_->sources.count(name) ||
+    if (!program_->sources.count(name) || RuntimeOwned(name) ||
         std::find(program_->input_names.begin(), program_->input_names.end(), name) == program_->input_names.end()) {
       return absl::InvalidArgumentError(absl::StrCat("Run: the graph has no input named '", name, "'"));
     }
   }
   for (const std::string& name : program_->input_names) {
+    if (RuntimeOwned(name)) continue;
     auto it = batch.find(name);
     const TensorView& dst = program_->sources.at(name);
     if (it == batch.end()) {

@@ -10,8 +10,9 @@
 //   SG_RETURN_IF_ERROR(step->Run({{"tokens", tokens}, {"targets", targets}}));   // no host sync
 //   SG_ASSIGN_OR_RETURN(sg::compiler::StepMetrics m, step->ReadMetrics());      // syncs
 //
-// Inside Compile: mixed-precision rewrite, autodiff (graph/autodiff.h), gradient clipping and
-// AdamW nodes (compiler/training_graph.h) when given a forward graph; recompute; then lowering
+// Inside Compile: the mixed-precision rewrite (compiler/training_graph.h) and the graph layer's
+// pipeline (graph/pipeline.h: fusion, autodiff, grad-norm clipping + AdamW, CSE, DCE, recompute)
+// when given a forward graph; then lowering
 // to a schedule over one memory-planned arena (compiler/lowering.h) and an executor that replays
 // it as a CUDA graph after warm-up (compiler/executor.h). The prepared training graph is cached
 // on disk under cache_dir, so a second process start skips autodiff and the passes.
@@ -31,16 +32,16 @@
 #include "compiler/trace.h"
 #include "compiler/training_graph.h"
 #include "graph/ir.h"
+#include "graph/optimizer.h"
+#include "graph/passes/passes.h"
 #include "kernels/core/tensor.h"
 
 namespace sg::compiler {
 
 enum class Strategy : uint8_t { kNone, kFsdp, kHybridShard, kTensorParallel, kAuto };
-enum class RecomputePolicy : uint8_t {
-  kNone,       // keep every forward value the backward reads
-  kSelective,  // recompute cheap elementwise ops (swiglu, rope, casts, adds) in the backward
-  kFull,       // recompute every forward op the backward reads (activation checkpointing)
-};
+// graph/passes/passes.h: kNone, kSelective (recompute norms, rope, elementwise), kFull (keep only
+// values crossing a layer boundary).
+using RecomputePolicy = graph::RecomputePolicy;
 
 struct CompileOptions {
   Strategy strategy = Strategy::kNone;
@@ -53,7 +54,10 @@ struct CompileOptions {
   // Concrete sizes for the graph's symbols; the step is specialized to them (static shapes).
   graph::Binding binding;
   std::string loss = "loss";
-  AdamWOptions adamw;
+  // AdamW and clipping (graph/optimizer.h); keep_grad_outputs is forced on so "grad:<param>"
+  // stays readable after a step.
+  graph::AdamWOptions adamw;
+  bool fuse = true;  // the graph layer's kernel fusion pass
   bool cuda_graph = true;  // CUDA: capture the step after `warmup_steps` eager steps
   int warmup_steps = 1;
 };
@@ -76,8 +80,8 @@ class CompiledStep {
   // Sets the learning rate the next steps use (device memory the captured step reads).
   absl::Status SetLearningRate(float lr);
 
-  // Copies into / out of any source: parameters by model name, "adamw.m:<param>",
-  // "adamw.v:<param>", "optimizer.step", "optimizer.lr". `host` must match dtype and element
+  // Copies into / out of any source: parameters by model name, "opt.m.<param>",
+  // "opt.v.<param>", "step" (updates done), "lr". `host` must match dtype and element
   // count. Read also accepts graph outputs ("loss", "grad_norm", "grad:<param>").
   absl::Status Write(const std::string& name, const TensorView& host);
   absl::Status Read(const std::string& name, const TensorView& host) const;
@@ -100,11 +104,13 @@ class CompiledStep {
   friend absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph&, const CompileOptions&);
   CompiledStep() = default;
   absl::Status CopyInputs(const std::map<std::string, TensorView>& batch);
+  absl::Status AddStepCounter();
 
   std::unique_ptr<Program> program_;
   std::unique_ptr<Executor> executor_;
   std::vector<std::string> parameter_names_;
   bool cache_hit_ = false;
+  DeviceMemory one_;  // f32 1.0, added to "step" at the start of every step
 };
 
 // Compiles `graph`: a forward graph (with a floating scalar output options.loss and no
@@ -113,10 +119,6 @@ class CompiledStep {
 // uninitialized until written. Errors: InvalidArgument for a bad graph or binding, Unimplemented
 // for a strategy or an op the current build cannot run on the device (naming them).
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph, const CompileOptions& options);
-
-// Applies a recompute policy to a training graph: forward values the backward reads are
-// recomputed right before their first backward reader instead of being kept alive.
-absl::StatusOr<graph::Graph> ApplyRecompute(const graph::Graph& training, RecomputePolicy policy);
 
 }  // namespace sg::compiler
 

@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
 #include "compiler/op_lowering.h"
 #include "graph/ops.h"
+#include "kernels/adamw/adamw.h"
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 
@@ -75,6 +77,7 @@ class Lowerer {
     SG_RETURN_IF_ERROR(Updates());
     Slots();
     SG_RETURN_IF_ERROR(Allocate());
+    SG_RETURN_IF_ERROR(BatchAdamW());
     return Steps();
   }
 
@@ -186,12 +189,90 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // One multi-tensor launch for every adamw node, when all update in place and share betas/eps,
+  // step, lr and gradient scale.
+  absl::Status BatchAdamW() {
+    std::vector<int> nodes;
+    for (int i = 0; i < int(g_.nodes().size()); ++i) {
+      if (g_.nodes()[i].op == OpKind::kAdamW) nodes.push_back(i);
+    }
+    if (nodes.empty()) return absl::OkStatus();
+    const Node& first = g_.nodes()[nodes[0]];
+    std::vector<kernels::AdamWParam> params;
+    for (int i : nodes) {
+      const Node& n = g_.nodes()[i];
+      for (int k = 0; k < 3; ++k) {
+        static constexpr int kIn[3] = {0, 2, 3};
+        if (root_[n.outputs[k]] != root_[n.inputs[kIn[k]]]) return absl::OkStatus();  // not in place
+      }
+      for (int k = 4; k < 7; ++k) {
+        if (n.inputs[k] != first.inputs[k]) return absl::OkStatus();
+      }
+      for (const char* a : {"beta1", "beta2", "eps"}) {
+        if (graph::AttrFloat(n, a) != graph::AttrFloat(first, a)) return absl::OkStatus();
+      }
+      if (g_.type(n.inputs[0]).dtype != DType::kF32) return absl::OkStatus();
+      kernels::AdamWParam p;
+      p.param = p_->values[n.inputs[0]];
+      p.grad = p_->values[n.inputs[1]];
+      p.m = p_->values[n.inputs[2]];
+      p.v = p_->values[n.inputs[3]];
+      p.weight_decay = float(graph::AttrFloat(n, "weight_decay"));
+      params.push_back(p);
+      batch_grads_.insert(n.inputs[1]);
+    }
+    auto list = kernels::AdamWTensorList::Create(params);
+    if (!list.ok()) return absl::OkStatus();  // e.g. mixed devices: per-node lowering reports it
+    auto shared = std::make_shared<kernels::AdamWTensorList>(*std::move(list));
+    p_->adamw_list = shared;
+    SG_ASSIGN_OR_RETURN(p_->adamw_counter, DeviceMemory::Allocate(p_->device, 8));
+    TensorView counter(p_->adamw_counter.data(), DType::kI64, {}, p_->device);
+    kernels::AdamWConfig c;
+    c.beta1 = float(graph::AttrFloat(first, "beta1"));
+    c.beta2 = float(graph::AttrFloat(first, "beta2"));
+    c.eps = float(graph::AttrFloat(first, "eps"));
+    TensorView lr = p_->values[first.inputs[5]], scale = p_->values[first.inputs[6]];
+    adamw_first_ = nodes[0];
+    adamw_launch_ = [shared, c, lr, counter, scale](const Stream& s) {
+      return kernels::AdamWStep(*shared, c, lr, counter, scale, s);
+    };
+    return absl::OkStatus();
+  }
+
   absl::Status Steps() {
     std::map<std::string, int> missing;
     const auto& nodes = g_.nodes();
     for (int i = 0; i < int(nodes.size()); ++i) {
       const Node& n = nodes[i];
       if (IsSource(n.op) || n.op == OpKind::kReshape) continue;
+      if (n.op == OpKind::kAdamW && adamw_launch_) {
+        if (i == adamw_first_) {
+          Step st;
+          st.name = absl::StrCat("adamw (multi-tensor, ", batch_grads_.size(), " parameters)");
+          st.node = i;
+          st.phase = n.phase;
+          st.impl = "kernel";
+          st.launch = adamw_launch_;
+          p_->schedule.steps.push_back(std::move(st));
+        }
+        continue;
+      }
+      if (n.op == OpKind::kGradNorm && adamw_launch_ &&
+          std::set<int>(n.inputs.begin(), n.inputs.end()) == batch_grads_ && n.inputs.size() == batch_grads_.size()) {
+        auto list = std::static_pointer_cast<kernels::AdamWTensorList>(p_->adamw_list);
+        const float max_norm = float(graph::AttrFloat(n, "max_norm"));
+        TensorView norm = p_->values[n.outputs[0]], clip = p_->values[n.outputs[1]];
+        Step st;
+        st.name = "grad_norm (multi-tensor)";
+        st.node = i;
+        st.phase = n.phase;
+        st.impl = "kernel";
+        st.launch = [list, max_norm, norm, clip](const Stream& s) {
+          return kernels::GradNorm(*list, max_norm, norm, clip, s);
+        };
+        p_->schedule.steps.push_back(std::move(st));
+        continue;
+      }
       NodeViews nv;
       for (int v : n.inputs) nv.in.push_back(p_->values[v]);
       for (int v : n.outputs) nv.out.push_back(p_->values[v]);
@@ -239,6 +320,9 @@ class Lowerer {
   MemoryPlanner planner_;
   SideBuffers side_;
   std::vector<char*> side_views_;
+  std::set<int> batch_grads_;
+  int adamw_first_ = -1;
+  std::function<absl::Status(const Stream&)> adamw_launch_;
 };
 
 }  // namespace

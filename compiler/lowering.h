@@ -17,6 +17,9 @@
 //  - saved statistics a kernel needs (RMSNorm rstd, attention lse) are side slots owned by the
 //    forward node's lowering and found by the backward node that reads the same values; a
 //    backward without its forward (e.g. after recompute rewiring) recomputes them into scratch.
+//  - all AdamW nodes (when each updates its parameter and moments in place) become one
+//    multi-tensor kernels/adamw launch at the first AdamW node, and grad_norm over the same
+//    gradients becomes kernels/adamw's GradNorm on the same tensor list.
 #ifndef SGTRAIN_COMPILER_LOWERING_H_
 #define SGTRAIN_COMPILER_LOWERING_H_
 
@@ -79,6 +82,10 @@ struct Program {
   int64_t state_bytes = 0;
   DeviceMemory state;
   DeviceMemory arena;
+  // The multi-tensor AdamW's completed-step counter (i64, one element), when the AdamW nodes are
+  // batched into one kernels/adamw launch; kept equal to the "step" source by the runtime.
+  DeviceMemory adamw_counter;
+  std::shared_ptr<void> adamw_list;  // kernels::AdamWTensorList, alive as long as the schedule
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the

@@ -7,7 +7,12 @@
 #include "graph/ops.h"
 #include "kernels/attention/attention.h"
 #include "kernels/core/status.h"
+#include "kernels/elementwise/elementwise.h"
+#include "kernels/embedding/embedding.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/rope/rope.h"
+#include "kernels/swiglu/swiglu.h"
 
 namespace sg::compiler {
 
@@ -22,12 +27,28 @@ int64_t Rows(const Shape& s) { return s.empty() ? 1 : NumElements(s) / std::max<
 // The attention statistics' shape [batch, heads, seq] for q [batch, seq, heads, head_dim].
 Shape LseShape(const Shape& q) { return {q[0], q[2], q[1]}; }
 
-// dst = src in dst's dtype. CPU by host conversion; on CUDA this waits for kernels/elementwise.
-absl::Status CastInto(const TensorView& src, const TensorView& dst) {
-  if (!src.device().is_cpu()) {
-    return absl::UnimplementedError("dtype cast on CUDA needs kernels/elementwise Cast");
+// A contiguous view as a matrix [rows, last dim].
+TensorView AsMatrix(const TensorView& t) {
+  return TensorView(t.raw(), t.dtype(), {Rows(t.shape()), t.shape().empty() ? 1 : t.shape().back()}, t.device());
+}
+
+// matmul {trans_a, trans_b, epilogue, prologue} onto kernels/gemm. The prologue is a fusion
+// marker that does not change the result (the fused RMSNorm+GEMM kernel is not used yet).
+LoweredOp Matmul(const Node& n, const NodeViews& v) {
+  kernels::GemmArgs g;
+  g.trans_a = graph::AttrBool(n, "trans_a");
+  g.trans_b = graph::AttrBool(n, "trans_b");
+  g.a = AsMatrix(v.in[0]);
+  g.b = g.trans_a ? AsMatrix(v.in[1]) : v.in[1];
+  g.d = AsMatrix(v.out[0]);
+  const std::string& epi = graph::AttrString(n, "epilogue");
+  size_t next = 2;
+  if (epi == "bias" || epi == "bias_residual") g.bias = v.in[next++];
+  if (epi == "residual" || epi == "bias_residual") {
+    g.c = AsMatrix(v.in[next]);
+    g.beta = 1.0f;
   }
-  return FromHostTensor(ToHostTensor(src), dst);
+  return {"kernel", [g](const Stream& s) { return kernels::Gemm(g, s); }};
 }
 
 kernels::AttentionOptions AttnOptions(const Node& n) {
@@ -64,11 +85,10 @@ absl::StatusOr<LoweredOp> RmsNormBackward(const Node& n, const NodeViews& v, boo
   if (!matched) y_scratch = TensorView(v.side[next++], x.dtype(), x.shape(), d);
   const bool cast_dw = w.dtype() != DType::kF32;
   TensorView dw_f32 = cast_dw ? TensorView(v.side[next], DType::kF32, w.shape(), d) : dw;
-  if (cast_dw && !d.is_cpu()) return LoweredOp{};
   return LoweredOp{"kernel", [=](const Stream& s) -> absl::Status {
                      if (!matched) SG_RETURN_IF_ERROR(kernels::RmsNormForward(x, w, eps, y_scratch, rstd, s));
                      SG_RETURN_IF_ERROR(kernels::RmsNormBackward(dy, x, w, rstd, dx, dw_f32, s));
-                     if (cast_dw) return CastInto(dw_f32, dw);
+                     if (cast_dw) return kernels::Cast(dw_f32, dw, s);
                      return absl::OkStatus();
                    }};
 }
@@ -138,6 +158,8 @@ SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, Me
       const int x = b.inputs[1], w = b.inputs[2];
       if (!matched) s = {planner->Add(Rows(shapes[x]) * 4, j, j), planner->Add(bytes(x), j, j)};
       if (g.type(w).dtype != DType::kF32) s.push_back(planner->Add(NumElements(shapes[w]) * 4, j, j));
+    } else if (b.op == OpKind::kEmbeddingBackward && g.type(b.outputs[0]).dtype != DType::kF32) {
+      sb.slots[j] = {planner->Add(NumElements(shapes[b.outputs[0]]) * 4, j, j)};
     } else if (b.op == OpKind::kAttentionBackward && !matched) {
       const int q = b.inputs[1], out = b.inputs[4];
       sb.slots[j] = {planner->Add(NumElements(LseShape(shapes[q])) * 4, j, j), planner->Add(bytes(out), j, j)};
@@ -168,6 +190,56 @@ absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const Sid
         return AttentionBackward(n, v, matched());
       }
       return LoweredOp{};
+    case OpKind::kMatmul:
+      return Matmul(n, v);
+    case OpKind::kEmbedding: {
+      TensorView table = v.in[0], ids = v.in[1], out = v.out[0];
+      return LoweredOp{"kernel", [=](const Stream& s) { return kernels::EmbeddingForward(ids, table, out, s); }};
+    }
+    case OpKind::kEmbeddingBackward: {
+      TensorView dy = v.in[0], ids = v.in[1], dtable = v.out[0];
+      const bool cast = dtable.dtype() != DType::kF32;
+      TensorView f32 = cast ? TensorView(v.side[0], DType::kF32, dtable.shape(), dtable.device()) : dtable;
+      return LoweredOp{"kernel", [=](const Stream& s) -> absl::Status {
+                         SG_RETURN_IF_ERROR(kernels::EmbeddingBackward(dy, ids, f32, s));
+                         return cast ? kernels::Cast(f32, dtable, s) : absl::OkStatus();
+                       }};
+    }
+    case OpKind::kSwiGLU: {
+      TensorView gate = v.in[0], up = v.in[1], out = v.out[0];
+      return LoweredOp{"kernel", [=](const Stream& s) { return kernels::SwiGluForward(gate, up, out, s); }};
+    }
+    case OpKind::kSwiGLUBackward: {
+      TensorView dy = v.in[0], gate = v.in[1], up = v.in[2], dg = v.out[0], du = v.out[1];
+      return LoweredOp{"kernel", [=](const Stream& s) { return kernels::SwiGluBackward(dy, gate, up, dg, du, s); }};
+    }
+    case OpKind::kRope:
+    case OpKind::kRopeBackward: {
+      kernels::RopeOptions o;
+      o.theta = float(graph::AttrFloat(n, "theta"));
+      TensorView x = v.in[0], out = v.out[0];
+      if (n.op == OpKind::kRope) {
+        return LoweredOp{"kernel", [=](const Stream& s) { return kernels::RopeForward(x, {}, out, {}, o, s); }};
+      }
+      return LoweredOp{"kernel", [=](const Stream& s) { return kernels::RopeBackward(x, {}, out, {}, o, s); }};
+    }
+    case OpKind::kAdd:
+      if (v.in[0].numel() != v.in[1].numel()) return Reference(n, v, device);  // broadcasting add
+      return LoweredOp{"kernel", [a = v.in[0], b = v.in[1], out = v.out[0]](const Stream& s) {
+                         return kernels::Add(a, b, out, s);
+                       }};
+    case OpKind::kScale: {
+      const float f = float(graph::AttrFloat(n, "factor"));
+      return LoweredOp{"kernel", [x = v.in[0], out = v.out[0], f](const Stream& s) { return kernels::Scale(x, f, out, s); }};
+    }
+    case OpKind::kCast:
+      if (!IsFloating(v.in[0].dtype()) || !IsFloating(v.out[0].dtype())) return Reference(n, v, device);
+      return LoweredOp{"kernel", [x = v.in[0], out = v.out[0]](const Stream& s) { return kernels::Cast(x, out, s); }};
+    case OpKind::kFill:
+      if (!IsFloating(v.out[0].dtype())) return Reference(n, v, device);
+      return LoweredOp{"kernel", [out = v.out[0], val = float(graph::AttrFloat(n, "value"))](const Stream& s) {
+                         return kernels::Fill(out, val, s);
+                       }};
     default:
       return Reference(n, v, device);
   }

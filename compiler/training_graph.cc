@@ -4,7 +4,6 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "graph/autodiff.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
 #include "kernels/core/status.h"
@@ -18,9 +17,6 @@ using graph::Node;
 using graph::OpKind;
 using graph::Value;
 
-const std::string& SourceName(const Graph& g, int value) {
-  return graph::AttrString(g.nodes()[g.value(value).producer], "name");
-}
 
 }  // namespace
 
@@ -71,58 +67,6 @@ absl::StatusOr<Graph> ToMixedPrecision(const Graph& forward) {
     for (size_t k = 0; k < outs.size(); ++k) map[n.outputs[k]] = outs[k];
   }
   for (const graph::GraphOutput& o : forward.outputs()) b.Output(o.name, map[o.value]);
-  return b.Finish();
-}
-
-absl::StatusOr<Graph> BuildTrainingGraph(const Graph& forward, const TrainingGraphOptions& options) {
-  if (IsTrainingGraph(forward)) {
-    return absl::InvalidArgumentError(
-        "BuildTrainingGraph: expected a forward graph, found one that already has adamw nodes");
-  }
-  if (forward.FindOutput(options.loss) < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BuildTrainingGraph: the forward graph has no output named '", options.loss, "'"));
-  }
-  Graph fwd = forward;
-  if (options.precision == Precision::kBF16Mixed) {
-    SG_ASSIGN_OR_RETURN(fwd, ToMixedPrecision(forward));
-  }
-  graph::BackwardOptions bo;
-  bo.loss = options.loss;
-  SG_ASSIGN_OR_RETURN(graph::BackwardResult r, graph::AppendBackward(fwd, bo));
-
-  const Graph& g = r.graph;
-  Builder b(r.graph);
-  b.set_phase(graph::Phase::kOptimizer);
-  auto scope = b.EnterScope("optimizer");
-  const AdamWOptions& o = options.adamw;
-  Value step = b.Parameter(kStepName, DType::kF32, {}, /*trainable=*/false);
-  Value lr = b.Parameter(kLrName, DType::kF32, {}, /*trainable=*/false);
-  Value next_step = b.Add(step, b.Fill(1.0, DType::kF32, {}));
-  b.Output(absl::StrCat("update:", kStepName), next_step);
-  std::vector<Value> grads;
-  for (const auto& [param, grad] : r.grads) grads.push_back(Value{grad});
-  auto [norm, clip] = b.GradNorm(grads, o.max_grad_norm);
-  b.Output("grad_norm", norm);
-  for (const auto& [param, grad] : r.grads) {
-    const std::string& name = SourceName(g, param);
-    const graph::Type& t = g.type(param);
-    if (t.dtype != DType::kF32) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "BuildTrainingGraph: parameter '", name, "' is ", t.ToString(),
-          "; expected f32 master weights (use Precision::kBF16Mixed for bf16 compute)"));
-    }
-    Value m = b.Parameter(AdamMName(name), DType::kF32, t.shape, false);
-    Value v = b.Parameter(AdamVName(name), DType::kF32, t.shape, false);
-    const bool decay = o.decay_vectors || t.rank() >= 2;
-    std::vector<Value> outs = b.Emit(OpKind::kAdamW, {Value{param}, Value{grad}, m, v, next_step, lr, clip},
-                                     {{"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
-                                      {"weight_decay", decay ? o.weight_decay : 0.0}});
-    SG_RETURN_IF_ERROR(b.status());
-    b.Output("update:" + name, outs[0]);
-    b.Output("update:" + AdamMName(name), outs[1]);
-    b.Output("update:" + AdamVName(name), outs[2]);
-  }
   return b.Finish();
 }
 
