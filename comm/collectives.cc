@@ -71,7 +71,7 @@ absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes
     SG_ASSIGN_OR_RETURN(Stream rs, Stream::Create(t->device()));
     ds.reduce_stream = std::make_unique<Stream>(std::move(rs));
   }
-  if (ds.scratch.nbytes() < scratch_bytes) {
+  if (scratch_bytes > 0 && (ds.scratch.view().raw() == nullptr || ds.scratch.nbytes() < scratch_bytes)) {
     // The old scratch may still be read by queued reductions: let them finish before freeing it.
     SG_RETURN_IF_ERROR(ds.reduce_stream->Synchronize());
     SG_ASSIGN_OR_RETURN(ds.scratch, Tensor::Empty({(scratch_bytes + 3) / 4}, DType::kF32, t->device()));
@@ -215,16 +215,23 @@ absl::Status ProcessGroup::ReduceScatter(const TensorView& input, const TensorVi
   // Steps: copy the input to a work buffer (the input is not modified), ring reduce-scatter with
   // equal segments, scale for avg, copy our segment out.
   absl::Status s = OrderBefore(tr, stream);
-  Tensor work;
-  if (s.ok()) {
+  Tensor host_work;
+  Tensor* work = tr->stream() ? &device_state_->work : &host_work;
+  // (A default Tensor reports the nbytes of a scalar with no memory behind it: check raw() too.)
+  if (s.ok() && (work->view().raw() == nullptr || work->nbytes() < input.nbytes())) {
+    // Growing the device buffer: let queued work on the old one finish first.
+    if (tr->stream() != nullptr) s = tr->stream()->Synchronize();
     absl::StatusOr<Tensor> w = Tensor::Empty({input.numel()}, input.dtype(), input.device());
-    s = w.status();
-    if (s.ok()) work = *std::move(w);
+    if (s.ok()) s = w.status();
+    if (s.ok()) *work = *std::move(w);
   }
   const Stream& copy_stream = tr->stream() ? *tr->stream() : stream;
-  if (s.ok()) s = CopyTensor(input, work.view(), copy_stream);
+  if (s.ok()) {
+    s = CopyTensor(input, TensorView(work->view().raw(), input.dtype(), {input.numel()}, input.device()),
+                   copy_stream);
+  }
   std::vector<int64_t> counts(size_t(n), output.numel());
-  char* buf = static_cast<char*>(work.view().raw());
+  char* buf = static_cast<char*>(work->view().raw());
   if (s.ok() && n > 1 && output.numel() > 0) {
     s = RingReduceScatter(op, tr, buf, input.dtype(), counts, rop);
   }
@@ -240,8 +247,6 @@ absl::Status ProcessGroup::ReduceScatter(const TensorView& input, const TensorVi
                    copy_stream);
   }
   if (s.ok()) s = OrderAfter(tr, stream);
-  // The work buffer goes back to the caching allocator; queued device work on it is ordered on the
-  // comm stream before any later use of the block (the allocator hands blocks out in stream order).
   return s.ok() ? s : Fail(op, s);
 }
 

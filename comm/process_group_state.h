@@ -52,6 +52,9 @@ struct ProcessGroup::OpState : internal::OpContext {
 struct ProcessGroup::DeviceState {
   std::unique_ptr<Stream> reduce_stream;
   Tensor scratch;
+  // Reduce-scatter's device work buffer, kept across calls: queued comm-stream work may still use
+  // it when the call returns, so it must not go back to the allocator then.
+  Tensor work;
 #ifdef SG_WITH_CUDA
   cudaEvent_t last = nullptr;  // the last device collective's completion on the comm stream
   ~DeviceState() {

@@ -10,7 +10,9 @@
 // [batch, seq_k, kv_heads, head_dim] with kv_heads dividing heads (grouped-query attention: query
 // head h reads key/value head h / (heads / kv_heads)). lse and delta are f32 [batch, heads, seq_q].
 // All tensors contiguous and on one device. CPU: f32 or bf16 (f64 accumulation, the reference).
-// CUDA: bf16, head_dim 64 or 128, f32 softmax statistics; any sequence lengths.
+// CUDA: bf16, head_dim 64 or 128, f32 softmax statistics; any sequence lengths. The environment
+// variable SG_ATTENTION_KERNEL=v1|v2 picks the kernel family at each call (unset: v2, the faster;
+// v1 is the earlier design, kept for comparison); anything else is InvalidArgument.
 //
 // Ring attention: with queries at global positions [q_offset, q_offset + seq_q) and one key/value
 // block at [k_offset, k_offset + seq_k):

@@ -1,9 +1,11 @@
 // Flash attention throughput on CUDA: B=8, S=2048, H=32, KV=8 (GQA 4), D=64/128, causal and not.
 // TFLOP/s counts the useful flops: forward 4*B*S^2*H*D (halved when causal), backward 2.5x that.
 // Compare with kernels/attention/sdpa_peer.py (PyTorch SDPA, flash backend) on the same machine.
+// `variant` 1 or 2 picks the kernel family (SG_ATTENTION_KERNEL=v1|v2, set here per benchmark).
 //
 //   bazel run -c opt //kernels/attention:attention_benchmark
 #include <cmath>
+#include <cstdlib>
 
 #include "benchmark/benchmark.h"
 #include "kernels/attention/attention.h"
@@ -63,6 +65,7 @@ absl::StatusOr<Buffers> MakeBuffers(int64_t dim, const Stream& stream) {
 void BM_AttentionCuda(benchmark::State& state, bool backward) {
   const int64_t dim = state.range(0);
   const bool causal = state.range(1) != 0;
+  setenv("SG_ATTENTION_KERNEL", state.range(2) == 1 ? "v1" : "v2", 1);
   if (!CudaAvailable()) return state.SkipWithError(CudaUnavailableReason().c_str());
   auto stream = Stream::Create(Device::Cuda(0));
   if (!stream.ok()) return state.SkipWithError(stream.status().ToString().c_str());
@@ -83,9 +86,11 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
 }
 
 void Shapes(benchmark::internal::Benchmark* b) {
-  b->ArgNames({"D", "causal"});
+  b->ArgNames({"D", "causal", "variant"});
   for (int64_t dim : {64, 128}) {
-    for (int64_t causal : {1, 0}) b->Args({dim, causal});
+    for (int64_t causal : {1, 0}) {
+      for (int64_t variant : {2, 1}) b->Args({dim, causal, variant});
+    }
   }
   b->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 }

@@ -5,8 +5,12 @@
 #define SGTRAIN_KERNELS_ATTENTION_ATTENTION_INTERNAL_H_
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "kernels/core/dtype.h"
 
 namespace sg::kernels::internal {
@@ -36,6 +40,18 @@ void AttentionBlockBackwardCpu(const AttentionParams& p, const T* q, const T* k,
 template <typename T>
 void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, const T* out_a,
                        const float* lse_a, const T* out_b, const float* lse_b, T* out, float* lse);
+
+// The CUDA kernel family. kV2 (default): 4 warps x 32 query rows (forward), FA2-style backward
+// with P and dS through shared memory. kV1: the first correct kernels (8 warps x 16 rows), kept so
+// both can be compared in one run. Chosen at each call by SG_ATTENTION_KERNEL=v1|v2 (unset: v2).
+enum class AttentionKernel { kV1, kV2 };
+inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
+  const char* s = std::getenv("SG_ATTENTION_KERNEL");
+  if (s == nullptr || *s == '\0' || std::string(s) == "v2") return AttentionKernel::kV2;
+  if (std::string(s) == "v1") return AttentionKernel::kV1;
+  return absl::InvalidArgumentError(
+      absl::StrCat("SG_ATTENTION_KERNEL: expected v1 or v2 (or unset), found '", s, "'"));
+}
 
 // --- CUDA (attention.cu): bf16 data, f32 statistics; `stream` is a cudaStream_t ----------------
 absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const void* k,

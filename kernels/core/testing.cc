@@ -6,6 +6,8 @@
 #include <iostream>
 #include <limits>
 
+#include "kernels/core/testing_cuda.h"
+
 namespace sg::testing {
 
 std::mt19937_64& Rng() {
@@ -79,6 +81,15 @@ Tensor FromHost(const std::vector<double>& values, const Shape& shape, DType dty
 }
 
 Tensor RandomTensor(const Shape& shape, DType dtype, Device device, std::mt19937_64& rng, float scale) {
+#ifdef SG_WITH_CUDA
+  if (device.is_cuda() && IsFloating(dtype)) {  // generated on the device: benchmarks fill GBs
+    Tensor t = Tensor::Empty(shape, dtype, device).value();
+    Stream s = Stream::Create(device).value();
+    absl::Status st = FillUniformCuda(t.view().raw(), dtype, t.numel(), rng(), scale, s.native());
+    if (!st.ok()) ADD_FAILURE() << st;
+    return t;
+  }
+#endif
   std::uniform_real_distribution<double> u(-scale, scale);
   std::vector<double> v(size_t(NumElements(shape)));
   for (double& x : v) x = u(rng);

@@ -50,8 +50,10 @@ struct GemmArgs {
 };
 
 // InvalidArgument naming the offending operand on any shape/dtype/device/stride mismatch;
-// FailedPrecondition for CUDA tensors in a build without CUDA; Internal with cuBLASLt's status
-// string when the library fails (e.g. no algorithm for an unusual alignment).
+// FailedPrecondition for CUDA tensors in a build without CUDA; Unimplemented when cuBLASLt has no
+// algorithm for the problem; Internal with cuBLASLt's status string when the library fails.
+// CUDA: the first call per problem shape and stream allocates a 32 MiB workspace and runs
+// cuBLASLt's heuristic (both cached for the process); issue it once before capturing a CUDA graph.
 absl::Status Gemm(const GemmArgs& args, const Stream& stream);
 
 // Linear forward, PyTorch layout: y[M,N] = x[M,K] @ w[N,K]^T (+ bias[N]). x and y may carry leading

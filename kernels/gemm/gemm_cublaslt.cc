@@ -13,9 +13,12 @@
 // per-row alpha vector (CUBLASLT_POINTER_MODE_ALPHA_DEVICE_VECTOR_BETA_ZERO) scales rows of its D,
 // which in the swapped form are our columns. For that case the problem is issued unswapped, with D in
 // CUBLASLT_ORDER_ROW so it lands row-major: cuBLASLt's m = M, n = N, A = our a (op T when not
-// transposed, since row-major [M,K] is column-major [K,M]) and B = our b (likewise). When the
-// heuristic finds no algorithm for that form (or alpha != 1), the product is computed in the swapped
-// form and a separate pass (gemm.cu) scales d's rows.
+// transposed, since row-major [M,K] is column-major [K,M]) and B = our b (likewise). When cuBLASLt
+// refuses that form (no algorithm; remembered per key) or alpha != 1, the product is computed in the
+// swapped form and a separate pass (gemm.cu) scales d's rows.
+//
+// The first call for a key allocates the stream's workspace and runs the heuristic: make it before
+// capturing a CUDA graph (a warm-up step), as cudaMalloc cannot run inside a capture.
 #ifdef SG_WITH_CUDA
 
 #include <cublasLt.h>
@@ -322,7 +325,9 @@ absl::StatusOr<cublasLtMatmulAlgo_t> FindAlgo(cublasLtHandle_t handle, const Alg
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, d, raw, 1, &result, &returned);
   AlgoEntry entry;
   entry.found = st == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
-  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED) {
+  // The per-row alpha / row-ordered D form is optional (there is a fallback): any refusal of it
+  // means "not available". For plain GEMMs only NOT_SUPPORTED does; anything else is our bug.
+  if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && !key.alpha_vector) {
     return LibraryError(absl::StatusCode::kInternal, "cuBLASLt", st, cublasLtGetStatusString(st),
                         "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
   }
@@ -382,8 +387,9 @@ absl::Status GemmCuda(const Problem& p, int device, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.row_scale == nullptr) return RunPlan(SwappedPlan(p), device, s);
   if (p.row_scale_in_epilogue && p.alpha == 1.0f) {
-    absl::Status st = RunPlan(RowScalePlan(p), device, s);
-    if (!absl::IsUnimplemented(st)) return st;
+    // Any failure here happens before cuBLASLt writes d; the swapped plan below rewrites all of d
+    // (beta is 0 with a row scale) and reports a real error (bad pointer, bad stream) itself.
+    if (RunPlan(RowScalePlan(p), device, s).ok()) return absl::OkStatus();
   }
   SG_RETURN_IF_ERROR(RunPlan(SwappedPlan(p), device, s));
   return ScaleRowsCuda(const_cast<void*>(p.d.data), p.d_dtype, p.batch, p.m, p.n, p.d.ld, p.d.batch_stride,
