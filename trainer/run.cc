@@ -233,7 +233,7 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   o.rank = rank;
   o.world_size = world;
   const double budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);
-  // Until the first steps are timed, a time-budgeted run assumes a long schedule (the warm-up
+  // Until the second step is timed, a time-budgeted run assumes a long schedule (the warm-up
   // does not depend on it).
   const int64_t resumed_total = r ? int64_t(Note(*r, "total_steps", 0)) : 0;
   o.total_steps = f.steps > 0 ? f.steps : (resumed_total > (r ? r->state.step : 0) ? resumed_total : 1'000'000);
@@ -303,8 +303,8 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
     }
     const double elapsed = Since(start);
     const double tps = done > 1 ? double(rate_tokens) / std::max(1e-9, Since(rate_start)) : 0.0;
-    if (estimate_total && done == 4) {
-      const double per_step = Since(rate_start) / 3.0;
+    if (estimate_total && done == 2) {
+      const double per_step = Since(rate_start);
       const int64_t fit = int64_t((budget - elapsed) / std::max(per_step, 1e-6));
       t->SetTotalSteps(t->step() + std::max<int64_t>(fit, 1));
     }
@@ -321,7 +321,7 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
     if (log != nullptr) SG_RETURN_IF_ERROR(log->Write(step.step, m));
     ProgressUpdate u;
     u.step = step.step;
-    u.total_steps = t->options().total_steps;
+    u.total_steps = estimate_total && done < 2 ? 0 : t->options().total_steps;  // 0: not known yet
     u.loss = loss;
     u.tokens_per_s = tps;
     u.elapsed_s = elapsed;
