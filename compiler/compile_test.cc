@@ -160,8 +160,11 @@ TEST(CompileTest, SeveralTrainingStepsMatchTheInterpreter) {
     EXPECT_NEAR(m->loss, ref->at("loss").data[0], 1e-4 * std::abs(ref->at("loss").data[0])) << "step " << it;
     EXPECT_EQ(m->step, it + 1);
     (it == 0 ? first_loss : last_loss) = m->loss;
+    // f32 kernels (vectorized Eigen GEMMs at -O2 sum in another order) against the f64
+    // interpreter; AdamW's m/sqrt(v) amplifies the last bits of tiny gradients, so the moments and
+    // weights agree to ~3e-4 after two steps. A wrong formula is off by O(1).
     for (const auto& [name, value] : state) {
-      EXPECT_LT(sg::testing::RelativeError(ReadValue(*step, name), value.data), 2e-4)
+      EXPECT_LT(sg::testing::RelativeError(ReadValue(*step, name), value.data), 1e-3)
           << name << " after step " << it;
     }
   }

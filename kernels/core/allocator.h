@@ -36,9 +36,10 @@ class Allocator {
   virtual void ReleaseCache() = 0;
 
   // CUDA graph capture: kernels captured in a graph keep using the addresses they were given, at
-  // every replay, even after their scratch is "freed". Between BeginHoldingFrees() and
-  // EndHoldingFrees(), freed blocks are held (still counted in use, never handed out again); the
-  // returned blocks must be given back with ReleaseHeld() when the graph is destroyed.
+  // every replay, even after their scratch is "freed". Blocks freed between BeginHoldingFrees()
+  // and EndHoldingFrees() may be reused inside the capture (stream order holds there), and the ones
+  // still free at the end are held (counted in use, never handed out again) until ReleaseHeld(),
+  // when the graph is destroyed. No cudaMalloc may happen during a capture: warm up eagerly first.
   virtual void BeginHoldingFrees() {}
   virtual std::vector<void*> EndHoldingFrees() { return {}; }
   virtual void ReleaseHeld(const std::vector<void*>& blocks) {
