@@ -233,4 +233,40 @@ absl::StatusOr<Request> ProcessGroup::Recv(const TensorView& t, int peer, uint64
   return r;
 }
 
+absl::StatusOr<std::pair<Request, Request>> ProcessGroup::SendRecv(const TensorView& send, int send_peer,
+                                                                   const TensorView& recv, int recv_peer,
+                                                                   uint64_t tag, const Stream& stream) {
+  SG_RETURN_IF_ERROR(CheckTensor(send, "sendrecv", "send tensor", false));
+  SG_RETURN_IF_ERROR(CheckTensor(recv, "sendrecv", "receive tensor", false));
+  SG_CHECK_ARG(send.device() == recv.device(), name_, " sendrecv: send and receive tensors must share a device, found ",
+               send.device().ToString(), " and ", recv.device().ToString());
+  SG_CHECK_ARG(send_peer >= 0 && send_peer < size() && recv_peer >= 0 && recv_peer < size(), name_,
+               " sendrecv: peers must be in [0, ", size(), "), found ", send_peer, " and ", recv_peer);
+  SG_CHECK_ARG(tag <= kMaxUserTag, name_, " sendrecv: tag must be below 2^40, found ", tag);
+  SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(send, "sendrecv"));
+  SG_RETURN_IF_ERROR(OrderBefore(tr, stream));
+  const uint64_t full_tag = (group_id_ << kGroupShift) | tag;
+  std::pair<Request, Request> r;
+  SG_RETURN_IF_ERROR(tr->GroupStart());
+  auto s = tr->ISend(members_[size_t(send_peer)], full_tag, send.raw(), size_t(send.nbytes()));
+  auto v = s.ok() ? tr->IRecv(members_[size_t(recv_peer)], full_tag, recv.raw(), size_t(recv.nbytes()))
+                  : absl::StatusOr<std::unique_ptr<TransportRequest>>(s.status());
+  absl::Status end = tr->GroupEnd();
+  SG_RETURN_IF_ERROR(s.status());
+  SG_RETURN_IF_ERROR(v.status());
+  SG_RETURN_IF_ERROR(end);
+  r.first.req_ = std::move(*s);
+  r.second.req_ = std::move(*v);
+  return r;
+}
+
+absl::Status ProcessGroup::OrderAfterP2P(const Stream& stream) {
+  if (device_ == nullptr || device_->stream() == nullptr || stream.native() == nullptr) {
+    return absl::OkStatus();
+  }
+  SG_ASSIGN_OR_RETURN(Event e, Event::Create(device_->device()));
+  SG_RETURN_IF_ERROR(e.Record(*device_->stream()));
+  return e.Block(stream);
+}
+
 }  // namespace sg::comm

@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -77,6 +78,18 @@ class ProcessGroup {
   // between two ranks with the same tag match in order; tags are below 2^40.
   absl::StatusOr<Request> Send(const TensorView& t, int peer, uint64_t tag);
   absl::StatusOr<Request> Recv(const TensorView& t, int peer, uint64_t tag);
+  // A send of `send` to `send_peer` and a receive into `recv` from `recv_peer`, started together:
+  // one ring step's exchange (one NCCL group on the device path, so every rank sending first
+  // cannot deadlock). Device tensors: the exchange runs after the work queued on `stream` so far
+  // (it may read what that work wrote); OrderAfterP2P(stream) later makes `stream` wait for it.
+  // Returns {send request, receive request}. Both tensors on the same device.
+  absl::StatusOr<std::pair<Request, Request>> SendRecv(const TensorView& send, int send_peer,
+                                                       const TensorView& recv, int recv_peer,
+                                                       uint64_t tag, const Stream& stream = Stream::Cpu());
+  // Device: makes `stream` wait (on the device, the host does not block) for every point-to-point
+  // operation issued so far on the device transport. A no-op without one or for a CPU stream
+  // (host requests are waited with Request::Wait).
+  absl::Status OrderAfterP2P(const Stream& stream);
 
   // In place over `t` (f32 or bf16; bf16 is reduced in f32 and rounded once per hop).
   absl::Status AllReduce(const TensorView& t, ReduceOp op, const Stream& stream = Stream::Cpu());

@@ -1,7 +1,8 @@
 #include "compiler/compile.h"
 
 #include "absl/strings/str_cat.h"
-#include "compiler/compile_cache.h"
+#include "compiler/distributed.h"
+#include "graph/cache.h"
 #include "graph/ops.h"
 #include "graph/pipeline.h"
 #include "kernels/elementwise/elementwise.h"
@@ -9,7 +10,6 @@
 #include "kernels/core/status.h"
 
 namespace sg::compiler {
-namespace {
 
 const char* StrategyName(Strategy s) {
   switch (s) {
@@ -21,6 +21,8 @@ const char* StrategyName(Strategy s) {
   }
   return "?";
 }
+
+namespace {
 
 // Everything that changes the prepared training graph (not the binding or the device: the cached
 // graph is symbolic and device-independent).
@@ -34,13 +36,9 @@ graph::PipelineOptions Pipeline(const CompileOptions& o) {
   return p;
 }
 
-std::string OptionsText(const CompileOptions& o) {
-  std::string s = absl::StrCat("precision=", int(o.precision));
-  for (const auto& [k, v] : Pipeline(o).CacheOptions()) absl::StrAppend(&s, ";", k, "=", v);
-  return s;
-}
+}  // namespace
 
-absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions& o) {
+absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o) {
   if (IsTrainingGraph(g)) return g;
   graph::Graph forward = g;
   if (o.precision == Precision::kBF16Mixed) {
@@ -49,7 +47,42 @@ absl::StatusOr<graph::Graph> Prepare(const graph::Graph& g, const CompileOptions
   return graph::OptimizeTrainStep(forward, Pipeline(o));
 }
 
-bool RuntimeOwned(const std::string& input) { return input == kStepName || input == kLrName; }
+namespace {
+
+// The prepared training graph through graph/cache.h: keyed by the forward graph's fingerprint and
+// every option that changes the prepared graph. The graph stays symbolic and device-independent,
+// so every symbol is symbolic and the target is "any": one entry serves every binding and device.
+absl::StatusOr<graph::Graph> PrepareCached(const graph::Graph& g, const CompileOptions& o, bool* hit) {
+  graph::CompileCache::Options co;
+  co.dir = o.cache_dir;
+  SG_ASSIGN_OR_RETURN(std::unique_ptr<graph::CompileCache> cache, graph::CompileCache::Open(co));
+  graph::CacheRequest req = graph::CacheRequest::For(g);
+  req.device = "any";
+  req.arch = "any";
+  req.options = Pipeline(o).CacheOptions();
+  req.options["precision"] = absl::StrCat(int(o.precision));
+  req.compiler_version = absl::StrCat(graph::kGraphCompilerVersion, "+sg-compiler-1");
+  graph::Graph prepared;
+  bool compiled = false;
+  SG_ASSIGN_OR_RETURN(std::shared_ptr<const graph::Artifact> art,
+                      cache->GetOrCompile(req, o.binding, [&](const graph::Specialization&)
+                                                              -> absl::StatusOr<graph::Artifact> {
+                        compiled = true;
+                        SG_ASSIGN_OR_RETURN(prepared, PrepareTrainingGraph(g, o));
+                        return graph::Artifact{graph::ToText(prepared), ""};
+                      }));
+  *hit = !compiled;
+  if (compiled) return prepared;
+  auto parsed = graph::ParseText(art->graph_text);
+  if (!parsed.ok()) {
+    return absl::DataLossError(absl::StrCat("compile cache entry does not parse: ", parsed.status().message()));
+  }
+  return parsed;
+}
+
+bool RuntimeOwned(const std::string& input) {
+  return input == kStepName || input == kLrName || input == kLossScaleName;
+}
 
 absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, const TensorView& host) {
   if (dev.dtype() != host.dtype() || dev.numel() != host.numel()) {
@@ -62,28 +95,14 @@ absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, cons
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, const CompileOptions& o) {
-  if (o.strategy != Strategy::kNone) {
-    return absl::UnimplementedError(absl::StrCat(
-        "Compile: strategy '", StrategyName(o.strategy),
-        "' is not lowered yet (needs comm's ProcessGroup and the sharding planner); use Strategy::kNone"));
-  }
+  if (o.strategy != Strategy::kNone) return CompileDistributed(g, o);
   SG_RETURN_IF_ERROR(graph::Verify(g));
   std::unique_ptr<CompiledStep> step(new CompiledStep());
   graph::Graph train;
-  std::string key;
-  if (!o.cache_dir.empty()) {
-    key = CacheKey(graph::CanonicalText(g), OptionsText(o));
-    auto cached = LoadCachedGraph(o.cache_dir, key);
-    if (cached.ok()) {
-      train = *std::move(cached);
-      step->cache_hit_ = true;
-    } else if (!absl::IsNotFound(cached.status()) && !absl::IsDataLoss(cached.status())) {
-      return cached.status();
-    }
-  }
-  if (!step->cache_hit_) {
-    SG_ASSIGN_OR_RETURN(train, Prepare(g, o));
-    if (!o.cache_dir.empty()) SG_RETURN_IF_ERROR(StoreCachedGraph(o.cache_dir, key, train));
+  if (o.cache_dir.empty()) {
+    SG_ASSIGN_OR_RETURN(train, PrepareTrainingGraph(g, o));
+  } else {
+    SG_ASSIGN_OR_RETURN(train, PrepareCached(g, o, &step->cache_hit_));
   }
   for (const graph::Node& n : train.nodes()) {
     if (n.op == graph::OpKind::kParameter && graph::AttrBool(n, "trainable")) {
@@ -109,7 +128,18 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
     SG_RETURN_IF_ERROR(step->executor_->Synchronize());
   }
   SG_RETURN_IF_ERROR(step->AddStepCounter());
+  std::map<std::string, TensorView> inputs;
+  for (const std::string& name : step->program_->input_names) {
+    if (!RuntimeOwned(name)) inputs[name] = step->program_->sources.at(name);
+  }
+  SG_ASSIGN_OR_RETURN(step->staging_, InputStaging::Create(o.device, inputs));
   return step;
+}
+
+absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOptions& o) {
+  SG_RETURN_IF_ERROR(graph::Verify(g));
+  SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
+  return PlanStepMemory(std::move(train), o.binding, o.device);
 }
 
 // The step counter lives in device memory and is advanced by the step itself (first update uses
@@ -147,6 +177,9 @@ absl::Status CompiledStep::Write(const std::string& name, const TensorView& host
   SG_RETURN_IF_ERROR(CheckHostMatch(absl::StrCat("Write '", name, "'"), s->second, host));
   SG_ASSIGN_OR_RETURN(TensorView dst, s->second.Reshape(host.shape()));
   SG_RETURN_IF_ERROR(CopyTensor(host, dst, executor_->compute_stream()));
+  for (const auto& [master, copy] : program_->weight_copies) {
+    if (master.raw() == dst.raw()) SG_RETURN_IF_ERROR(kernels::Cast(master, copy, executor_->compute_stream()));
+  }
   if (name == kStepName && program_->adamw_counter.bytes() > 0) {
     // The multi-tensor AdamW counts completed steps in its own i64; restore it with the source.
     SG_RETURN_IF_ERROR(executor_->Synchronize());
@@ -191,7 +224,7 @@ absl::Status CompiledStep::CopyInputs(const std::map<std::string, TensorView>& b
       return absl::InvalidArgumentError(absl::StrCat("Run: input '", name, "': expected ", DTypeName(dst.dtype()),
                                                      ShapeToString(dst.shape()), ", found ", it->second.ToString()));
     }
-    SG_RETURN_IF_ERROR(CopyTensor(it->second, dst, executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(staging_.Stage(name, it->second, dst, executor_->compute_stream()));
   }
   return absl::OkStatus();
 }

@@ -15,7 +15,8 @@
 // when given a forward graph; then lowering
 // to a schedule over one memory-planned arena (compiler/lowering.h) and an executor that replays
 // it as a CUDA graph after warm-up (compiler/executor.h). The prepared training graph is cached
-// on disk under cache_dir, so a second process start skips autodiff and the passes.
+// on disk under cache_dir (graph/cache.h's CompileCache), so a second process start skips
+// autodiff and the passes.
 //
 // The model graph never changes with the strategy: distribution is an option here.
 #ifndef SGTRAIN_COMPILER_COMPILE_H_
@@ -28,6 +29,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/executor.h"
+#include "compiler/input_staging.h"
 #include "compiler/lowering.h"
 #include "compiler/trace.h"
 #include "compiler/training_graph.h"
@@ -38,14 +40,21 @@
 
 namespace sg::compiler {
 
+// kNone: one device. kFsdp (ZeRO-3 over every mesh dim), kHybridShard (2-D mesh: replicate across
+// dim 0, shard within dim 1), kTensorParallel, kAuto (sharding::ChooseStrategy picks): the job's
+// processes (see compiler/distributed.h).
 enum class Strategy : uint8_t { kNone, kFsdp, kHybridShard, kTensorParallel, kAuto };
+const char* StrategyName(Strategy s);
 // graph/passes/passes.h: kNone, kSelective (recompute norms, rope, elementwise), kFull (keep only
 // values crossing a layer boundary).
 using RecomputePolicy = graph::RecomputePolicy;
 
 struct CompileOptions {
   Strategy strategy = Strategy::kNone;
-  std::vector<int64_t> mesh;  // device mesh shape for distributed strategies, e.g. {2, 2}
+  // Device mesh shape for distributed strategies, e.g. {2, 2} ("dp" x "tp"); empty: {world size}.
+  // The binding below is then per rank (each rank's share of the batch).
+  std::vector<int64_t> mesh;
+  int64_t comm_timeout_s = 300;  // deadline of every collective (a dead peer fails the step)
   Precision precision = Precision::kF32;
   RecomputePolicy recompute = RecomputePolicy::kNone;
   bool overlap = true;  // communication on its own stream, overlapped with compute
@@ -70,23 +79,27 @@ struct StepMetrics {
 
 class CompiledStep {
  public:
+  virtual ~CompiledStep() = default;
   // Enqueues one training step: copies `batch` (every graph input by name, host or device
-  // tensors with the bound shapes) into the step's static input buffers, then runs forward,
-  // backward and the optimizer. Does not synchronize. InvalidArgument naming a missing, unknown
+  // tensors with the bound shapes) into the step's static input buffers (host tensors through
+  // pinned staging buffers, compiler/input_staging.h), then runs forward, backward and the
+  // optimizer. Does not synchronize the device. InvalidArgument naming a missing, unknown
   // or ill-shaped input.
-  absl::Status Run(const std::map<std::string, TensorView>& batch);
+  virtual absl::Status Run(const std::map<std::string, TensorView>& batch);
   // Waits for the last step and reads its loss, gradient norm and step counter.
-  absl::StatusOr<StepMetrics> ReadMetrics() const;
+  virtual absl::StatusOr<StepMetrics> ReadMetrics() const;
   // Sets the learning rate the next steps use (device memory the captured step reads).
-  absl::Status SetLearningRate(float lr);
+  virtual absl::Status SetLearningRate(float lr);
 
   // Copies into / out of any source: parameters by model name, "opt.m.<param>",
   // "opt.v.<param>", "step" (updates done), "lr". `host` must match dtype and element
   // count. Read also accepts graph outputs ("loss", "grad_norm", "grad:<param>").
-  absl::Status Write(const std::string& name, const TensorView& host);
-  absl::Status Read(const std::string& name, const TensorView& host) const;
+  // Distributed steps take and give the FULL (global) tensors: Write keeps this rank's shard,
+  // Read gathers the shards (collective: every rank calls it in the same order).
+  virtual absl::Status Write(const std::string& name, const TensorView& host);
+  virtual absl::Status Read(const std::string& name, const TensorView& host) const;
   // The device view of a source or output (valid while the step lives). NotFound names it.
-  absl::StatusOr<TensorView> View(const std::string& name) const;
+  virtual absl::StatusOr<TensorView> View(const std::string& name) const;
 
   // Trainable parameters, in graph order.
   const std::vector<std::string>& parameter_names() const { return parameter_names_; }
@@ -98,9 +111,13 @@ class CompiledStep {
 
   // Runs one step eagerly with per-step timestamps (a real training step: it updates the
   // weights) and returns its timeline; see compiler/trace.h.
-  absl::StatusOr<StepTrace> TraceStep(const std::map<std::string, TensorView>& batch);
+  virtual absl::StatusOr<StepTrace> TraceStep(const std::map<std::string, TensorView>& batch);
 
- private:
+  // Distributed steps: which strategy runs and why (the planner's explanation for kAuto, the
+  // sharding plan's collectives); "" for a single device.
+  const std::string& explanation() const { return explanation_; }
+
+ protected:
   friend absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph&, const CompileOptions&);
   CompiledStep() = default;
   absl::Status CopyInputs(const std::map<std::string, TensorView>& batch);
@@ -111,6 +128,8 @@ class CompiledStep {
   std::vector<std::string> parameter_names_;
   bool cache_hit_ = false;
   DeviceMemory one_;  // f32 1.0, added to "step" at the start of every step
+  std::string explanation_;
+  InputStaging staging_;  // pinned double buffers for host batches
 };
 
 // Compiles `graph`: a forward graph (with a floating scalar output options.loss and no
@@ -119,6 +138,12 @@ class CompiledStep {
 // uninitialized until written. Errors: InvalidArgument for a bad graph or binding, Unimplemented
 // for a strategy or an op the current build cannot run on the device (naming them).
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph, const CompileOptions& options);
+
+// The memory plan Compile would allocate at options.binding on options.device (arena and state
+// sizes, steps per impl), allocating nothing: e.g. the 1b step's activation peak, and that every
+// op has a CUDA kernel, checked on a machine without a GPU. Single-device (options.strategy is
+// ignored).
+absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& graph, const CompileOptions& options);
 
 }  // namespace sg::compiler
 

@@ -160,8 +160,11 @@ TEST(CompileTest, SeveralTrainingStepsMatchTheInterpreter) {
     EXPECT_NEAR(m->loss, ref->at("loss").data[0], 1e-4 * std::abs(ref->at("loss").data[0])) << "step " << it;
     EXPECT_EQ(m->step, it + 1);
     (it == 0 ? first_loss : last_loss) = m->loss;
+    // f32 kernels (vectorized Eigen GEMMs at -O2 sum in another order) against the f64
+    // interpreter; AdamW's m/sqrt(v) amplifies the last bits of tiny gradients, so the moments and
+    // weights agree to ~3e-4 after two steps. A wrong formula is off by O(1).
     for (const auto& [name, value] : state) {
-      EXPECT_LT(sg::testing::RelativeError(ReadValue(*step, name), value.data), 2e-4)
+      EXPECT_LT(sg::testing::RelativeError(ReadValue(*step, name), value.data), 1e-3)
           << name << " after step " << it;
     }
   }
@@ -278,7 +281,9 @@ TEST(CompileTest, BadInputIsAClearError) {
   EXPECT_TRUE(absl::IsInvalidArgument(Compile(f.forward, o).status()));
   o = Options();
   o.strategy = Strategy::kFsdp;
-  EXPECT_TRUE(absl::IsUnimplemented(Compile(f.forward, o).status()));
+  // Distributed strategies need the launcher's variables (RANK, WORLD_SIZE, ...); see
+  // distributed_test.cc for the multi-process runs.
+  EXPECT_TRUE(absl::IsNotFound(Compile(f.forward, o).status())) << Compile(f.forward, o).status();
 }
 
 TEST(CompileTest, TraceIsChromeJsonWithASummary) {
@@ -312,15 +317,32 @@ TEST(CompileTest, TraceSummaryCountsOnlyUncoveredCommunication) {
 // GPU: the captured CUDA graph's replays give what eager execution gives.
 TEST(CompileTest, CudaGraphReplayEqualsEager) {
   SG_SKIP_WITHOUT_CUDA();
-  Fixture f = MakeFixture();
+  // head_dim 64 and a vocabulary that is a multiple of 8: the CUDA kernels' bf16 cases.
+  Fixture f;
+  testing::TinyLlamaConfig c;
+  c.vocab = 64;
+  c.dim = 128;
+  c.heads = 2;
+  c.kv_heads = 1;
+  c.ffn = 256;
+  auto g = testing::TinyLlama(c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  f.forward = *g;
+  f.params = testing::RandomParameters(f.forward, sg::testing::Rng());
+  for (auto& [name, h] : f.params) {
+    if (h.shape.size() == 2) {
+      for (double& v : h.data) v *= 0.1;
+    }
+  }
+  f.batch = testing::RandomBatch(kBatch, kSeq, c.vocab, sg::testing::Rng());
   std::vector<std::vector<double>> results[2];
   for (int captured = 0; captured < 2; ++captured) {
     CompileOptions o = Options(Device::Cuda(0));
     o.precision = Precision::kBF16Mixed;
     o.cuda_graph = captured == 1;
     auto step = Compile(f.forward, o);
-    if (absl::IsUnimplemented(step.status())) GTEST_SKIP() << step.status();
-    ASSERT_TRUE(step.ok()) << step.status();
+    ASSERT_TRUE(step.ok()) << step.status();  // every op has a CUDA kernel
+    for (const Step& s : (*step)->program().schedule.steps) EXPECT_NE(s.impl, "reference") << s.name;
     for (const auto& [name, h] : f.params) ASSERT_TRUE((*step)->Write(name, ToDevice(h, Device::Cpu())).ok());
     ASSERT_TRUE((*step)->SetLearningRate(1e-2f).ok());
     auto batch = BatchOn(f.batch, Device::Cuda(0));
@@ -328,7 +350,8 @@ TEST(CompileTest, CudaGraphReplayEqualsEager) {
     EXPECT_EQ((*step)->executor().replaying_graph(), captured == 1);
     for (const std::string& name : (*step)->parameter_names()) results[captured].push_back(ReadValue(**step, name));
   }
-  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_LT(sg::testing::RelativeError(results[1][i], results[0][i]), 1e-6);
+  // Attention's backward accumulates dq with atomics, so runs may differ in the last bits.
+  for (size_t i = 0; i < results[0].size(); ++i) EXPECT_LT(sg::testing::RelativeError(results[1][i], results[0][i]), 1e-4);
 }
 
 }  // namespace

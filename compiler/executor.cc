@@ -1,5 +1,7 @@
 #include "compiler/executor.h"
 
+#include "kernels/core/allocator.h"
+
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
@@ -22,6 +24,15 @@ absl::Status Executor::RunEager() {
   return absl::OkStatus();
 }
 
+Executor::~Executor() {
+  if (held_blocks_.empty()) return;
+  (void)compute_.Synchronize();  // the last replay may still use the held scratch
+  graph_ = CudaGraph();
+  if (absl::StatusOr<Allocator*> alloc = AllocatorFor(program_->device); alloc.ok()) {
+    (*alloc)->ReleaseHeld(held_blocks_);
+  }
+}
+
 absl::Status Executor::Run() {
   const bool cuda = program_->device.is_cuda();
   if (!cuda || !options_.cuda_graph) {
@@ -32,7 +43,13 @@ absl::Status Executor::Run() {
     SG_RETURN_IF_ERROR(RunEager());
   } else {
     // Capture records the work without running it; launch the capture for this step's result.
-    SG_ASSIGN_OR_RETURN(graph_, CudaGraph::Capture(compute_, [this] { return RunEager(); }));
+    // Scratch freed inside the capture stays reserved for the graph's lifetime.
+    SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(program_->device));
+    alloc->BeginHoldingFrees();
+    absl::StatusOr<CudaGraph> captured = CudaGraph::Capture(compute_, [this] { return RunEager(); });
+    held_blocks_ = alloc->EndHoldingFrees();
+    SG_RETURN_IF_ERROR(captured.status());
+    graph_ = std::move(captured).value();
     SG_RETURN_IF_ERROR(graph_.Launch(compute_));
   }
   ++runs_;

@@ -10,6 +10,7 @@
 #define SGTRAIN_COMPILER_EXECUTOR_H_
 
 #include <memory>
+#include <vector>
 #include <optional>
 
 #include "absl/status/statusor.h"
@@ -27,6 +28,7 @@ struct ExecutorOptions {
 
 class Executor {
  public:
+  ~Executor();
   static absl::StatusOr<std::unique_ptr<Executor>> Create(const Program* program, const ExecutorOptions& options);
 
   // Enqueues one run of the schedule on the compute stream.
@@ -37,6 +39,7 @@ class Executor {
   absl::Status Synchronize() const { return compute_.Synchronize(); }
 
   const Stream& compute_stream() const { return compute_; }
+  const Stream& comm_stream() const { return comm_; }
   bool replaying_graph() const { return graph_.valid(); }
   int64_t runs() const { return runs_; }
 
@@ -50,6 +53,8 @@ class Executor {
   Stream compute_;
   Stream comm_;
   CudaGraph graph_;
+  // Scratch blocks the captured graph still uses (kernels/core/allocator.h), given back with it.
+  std::vector<void*> held_blocks_;
   int64_t runs_ = 0;
 };
 

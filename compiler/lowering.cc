@@ -1,12 +1,14 @@
 #include "compiler/lowering.h"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
+#include "compiler/lowering_fusion.h"
 #include "compiler/op_lowering.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
@@ -67,19 +69,23 @@ bool ReadsOnlyAt(const Node& n, int k, int src) {
 
 class Lowerer {
  public:
-  Lowerer(Program* p) : p_(p), g_(p->graph) {}
+  Lowerer(Program* p, const LowerOptions& o) : p_(p), g_(p->graph), o_(o) {}
 
   absl::Status Run() {
     SG_RETURN_IF_ERROR(graph::Verify(g_));
     SG_RETURN_IF_ERROR(graph::CheckBinding(g_, p_->binding));
     SG_RETURN_IF_ERROR(Shapes());
+    fusions_ = FindLoweringFusions(g_);
     Roots();
     SG_RETURN_IF_ERROR(Updates());
+    InPlace();
     Slots();
     SG_RETURN_IF_ERROR(Allocate());
     SG_RETURN_IF_ERROR(BatchAdamW());
     return Steps();
   }
+
+  void set_allocate(bool a) { allocate_ = a; }
 
  private:
   int64_t Bytes(int v) const { return NumElements(shape_[v]) * SizeOf(g_.type(v).dtype); }
@@ -93,12 +99,22 @@ class Lowerer {
     return absl::OkStatus();
   }
 
-  // Alias roots (reshape shares its input's buffer) and last readers per root.
+  // Values with a buffer outside the arena: sources (except transient ones) and the bf16 weight
+  // copies.
+  bool Persistent(int v) const {
+    const Node& n = g_.nodes()[g_.value(v).producer];
+    return (IsSource(n.op) && TransientFrom(n) < 0) || fusions_.weight_copy.count(v) > 0;
+  }
+
+  // Alias roots (reshape shares its input's buffer; a folded cast's input is its f32 output) and
+  // last readers per root.
   void Roots() {
     const int nv = g_.num_value_ids();
     root_.resize(nv);
     std::iota(root_.begin(), root_.end(), 0);
     const auto& nodes = g_.nodes();
+    for (const auto& [v, f32] : fusions_.folded_cast) root_[v] = f32;
+    for (const auto& [dup, copy] : fusions_.duplicate_copy) root_[dup] = copy;
     for (int i = 0; i < int(nodes.size()); ++i) {
       if (nodes[i].op == OpKind::kReshape) root_[nodes[i].outputs[0]] = root_[nodes[i].inputs[0]];
     }
@@ -106,7 +122,18 @@ class Lowerer {
     for (int i = 0; i < int(nodes.size()); ++i) {
       for (int v : nodes[i].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], i);
     }
-    for (const graph::GraphOutput& o : g_.outputs()) last_use_[root_[o.value]] = int(nodes.size());
+    for (const graph::GraphOutput& o : g_.outputs()) {
+      auto until = o_.output_live_until.find(o.name);
+      const int last = until == o_.output_live_until.end() ? int(nodes.size()) : until->second;
+      last_use_[root_[o.value]] = std::max(last_use_[root_[o.value]], last);
+    }
+  }
+
+  // The node index from which a transient source must be live, or -1 for a state source.
+  int TransientFrom(const Node& n) const {
+    if (n.op != OpKind::kParameter && n.op != OpKind::kInput) return -1;
+    auto it = o_.transient_sources.find(graph::AttrString(n, "name"));
+    return it == o_.transient_sources.end() ? -1 : it->second;
   }
 
   // "update:<source>" outputs: in place when safe, else a write-back copy at the end.
@@ -142,40 +169,82 @@ class Lowerer {
     return absl::OkStatus();
   }
 
-  // Arena slots: one per non-source root, plus side buffers (saved statistics and scratch).
+  // An output overwrites an input (lowering_fusion.h lists the kernels that allow it) when its
+  // producer is the input buffer's last reader and the buffer is an arena value.
+  void InPlace() {
+    for (const auto& [out, in] : fusions_.in_place) {
+      const int r = root_[in], producer = g_.value(out).producer;
+      if (root_[out] != out || Persistent(r) || last_use_[r] != producer || Bytes(out) != Bytes(r)) continue;
+      root_[out] = r;
+      last_use_[r] = std::max(last_use_[r], last_use_[out]);
+    }
+  }
+
+  // Arena slots: one per non-persistent root, live from its first writer (a fused cross-entropy
+  // writes dlogits at the forward node) to its last reader; plus side buffers.
   void Slots() {
     const auto& nodes = g_.nodes();
-    slot_.assign(g_.num_value_ids(), -1);
+    const int nv = g_.num_value_ids();
+    std::vector<int> first(nv, INT32_MAX);
     for (int i = 0; i < int(nodes.size()); ++i) {
+      if (const int from = TransientFrom(nodes[i]); from >= 0) {  // an arena source (fsdp.h)
+        first[nodes[i].outputs[0]] = from;
+        continue;
+      }
       if (IsSource(nodes[i].op)) continue;
-      for (int v : nodes[i].outputs) {
-        if (root_[v] != v) continue;
-        slot_[v] = planner_.Add(Bytes(v), i, std::max(i, last_use_[v]));
+      for (int v : nodes[i].outputs) first[root_[v]] = std::min(first[root_[v]], i);
+    }
+    for (const auto& [fwd, bwd] : fusions_.cross_entropy) {
+      const int d = root_[nodes[bwd].outputs[0]];
+      first[d] = std::min(first[d], fwd);
+    }
+    slot_.assign(nv, -1);
+    for (int v = 0; v < nv; ++v) {
+      if (first[v] == INT32_MAX || root_[v] != v || Persistent(v)) continue;
+      slot_[v] = planner_.Add(Bytes(v), first[v], std::max(first[v], last_use_[v]));
+    }
+    side_ = PlanSideBuffers(g_, shape_, fusions_, &planner_);
+  }
+
+  // State: sources then weight copies, each aligned, in graph order.
+  int64_t StateBytes(std::vector<int64_t>* offsets) const {
+    int64_t bytes = 0;
+    for (const Node& n : g_.nodes()) {
+      for (int v : n.outputs) {
+        if (!Persistent(v)) continue;
+        if (offsets != nullptr) (*offsets)[v] = bytes;
+        bytes += AlignUp(std::max<int64_t>(Bytes(v), 1));
       }
     }
-    side_ = PlanSideBuffers(g_, shape_, &planner_);
+    return bytes;
   }
 
   absl::Status Allocate() {
-    // State: sources, each aligned, in graph order.
     std::vector<int64_t> state_offset(g_.num_value_ids(), -1);
-    int64_t state_bytes = 0;
-    for (const Node& n : g_.nodes()) {
-      if (!IsSource(n.op)) continue;
-      state_offset[n.outputs[0]] = state_bytes;
-      state_bytes += AlignUp(std::max<int64_t>(Bytes(n.outputs[0]), 1));
-    }
+    const int64_t state_bytes = StateBytes(&state_offset);
     p_->plan = planner_.Plan();
     p_->state_bytes = state_bytes;
-    SG_ASSIGN_OR_RETURN(p_->state, DeviceMemory::Allocate(p_->device, state_bytes));
-    SG_ASSIGN_OR_RETURN(p_->arena, DeviceMemory::Allocate(p_->device, p_->plan.arena_bytes));
+    char *state = nullptr, *arena = nullptr;
+    if (allocate_) {
+      SG_ASSIGN_OR_RETURN(p_->state, DeviceMemory::Allocate(p_->device, state_bytes));
+      SG_ASSIGN_OR_RETURN(p_->arena, DeviceMemory::Allocate(p_->device, p_->plan.arena_bytes));
+      state = p_->state.data();
+      arena = p_->arena.data();
+    } else {
+      // Planning only: views get addresses that are never dereferenced (no launch runs).
+      state = reinterpret_cast<char*>(uintptr_t{1} << 40);
+      arena = reinterpret_cast<char*>(uintptr_t{1} << 44);
+    }
     p_->values.assign(g_.num_value_ids(), TensorView());
     for (int v = 0; v < g_.num_value_ids(); ++v) {
       if (!g_.has_value(v)) continue;
       const int r = root_[v];
-      char* base = state_offset[r] >= 0 ? p_->state.data() + state_offset[r]
-                                        : p_->arena.data() + p_->plan.offsets[slot_[r]];
+      char* base = state_offset[r] >= 0 ? state + state_offset[r] : arena + p_->plan.offsets[slot_[r]];
       p_->values[v] = TensorView(base, g_.type(v).dtype, shape_[v], p_->device);
+    }
+    for (const auto& [v, f32] : fusions_.folded_cast) p_->values[v] = p_->values[f32];
+    for (const auto& [copy, param] : fusions_.weight_copy) {
+      p_->weight_copies.push_back({p_->values[param], p_->values[copy]});
     }
     for (const Node& n : g_.nodes()) {
       if (!IsSource(n.op)) continue;
@@ -185,7 +254,7 @@ class Lowerer {
     }
     for (const graph::GraphOutput& o : g_.outputs()) p_->outputs[o.name] = p_->values[o.value];
     side_views_.clear();
-    for (int s = 0; s < planner_.size(); ++s) side_views_.push_back(p_->arena.data() + p_->plan.offsets[s]);
+    for (int s = 0; s < planner_.size(); ++s) side_views_.push_back(arena + p_->plan.offsets[s]);
     return absl::OkStatus();
   }
 
@@ -199,6 +268,12 @@ class Lowerer {
     if (nodes.empty()) return absl::OkStatus();
     const Node& first = g_.nodes()[nodes[0]];
     std::vector<kernels::AdamWParam> params;
+    // bf16 copies the AdamW pass can write: nothing reads them after the optimizer starts.
+    std::map<int, int> copy_of;  // parameter value -> its copy
+    for (const auto& [copy, param] : fusions_.weight_copy) {
+      if (last_use_[root_[copy]] < nodes[0]) copy_of[param] = copy;
+    }
+    std::set<int> copies;  // the cast nodes the AdamW pass replaces
     for (int i : nodes) {
       const Node& n = g_.nodes()[i];
       for (int k = 0; k < 3; ++k) {
@@ -213,6 +288,11 @@ class Lowerer {
       }
       if (g_.type(n.inputs[0]).dtype != DType::kF32) return absl::OkStatus();
       kernels::AdamWParam p;
+      auto copy = copy_of.find(n.inputs[0]);
+      if (copy != copy_of.end()) {
+        p.param_copy = p_->values[copy->second];
+        copies.insert(g_.value(copy->second).producer);
+      }
       p.param = p_->values[n.inputs[0]];
       p.grad = p_->values[n.inputs[1]];
       p.m = p_->values[n.inputs[2]];
@@ -221,9 +301,16 @@ class Lowerer {
       params.push_back(p);
       batch_grads_.insert(n.inputs[1]);
     }
+    if (!allocate_) {  // planning only: the batched launch is never run
+      copy_casts_ = std::move(copies);
+      adamw_first_ = nodes[0];
+      adamw_launch_ = [](const Stream&) { return absl::OkStatus(); };
+      return absl::OkStatus();
+    }
     auto list = kernels::AdamWTensorList::Create(params);
     if (!list.ok()) return absl::OkStatus();  // e.g. mixed devices: per-node lowering reports it
     auto shared = std::make_shared<kernels::AdamWTensorList>(*std::move(list));
+    copy_casts_ = std::move(copies);
     p_->adamw_list = shared;
     SG_ASSIGN_OR_RETURN(p_->adamw_counter, DeviceMemory::Allocate(p_->device, 8));
     TensorView counter(p_->adamw_counter.data(), DType::kI64, {}, p_->device);
@@ -245,6 +332,7 @@ class Lowerer {
     for (int i = 0; i < int(nodes.size()); ++i) {
       const Node& n = nodes[i];
       if (IsSource(n.op) || n.op == OpKind::kReshape) continue;
+      if (fusions_.fused_away.count(i) || copy_casts_.count(i)) continue;
       if (n.op == OpKind::kAdamW && adamw_launch_) {
         if (i == adamw_first_) {
           Step st;
@@ -260,6 +348,7 @@ class Lowerer {
       if (n.op == OpKind::kGradNorm && adamw_launch_ &&
           std::set<int>(n.inputs.begin(), n.inputs.end()) == batch_grads_ && n.inputs.size() == batch_grads_.size()) {
         auto list = std::static_pointer_cast<kernels::AdamWTensorList>(p_->adamw_list);
+        if (!list) list = std::make_shared<kernels::AdamWTensorList>();  // planning only
         const float max_norm = float(graph::AttrFloat(n, "max_norm"));
         TensorView norm = p_->values[n.outputs[0]], clip = p_->values[n.outputs[1]];
         Step st;
@@ -279,7 +368,10 @@ class Lowerer {
       for (int s : side_.ForNode(i)) {
         nv.side.push_back(side_views_[s]);
       }
-      SG_ASSIGN_OR_RETURN(LoweredOp op, LowerNode(n, nv, side_, i, p_->device));
+      if (auto ce = fusions_.cross_entropy.find(i); ce != fusions_.cross_entropy.end()) {
+        nv.fused_out.push_back(p_->values[nodes[ce->second].outputs[0]]);
+      }
+      SG_ASSIGN_OR_RETURN(LoweredOp op, LowerNode(n, nv, side_, fusions_, i, p_->device));
       if (!op.launch) {
         ++missing[graph::OpName(n.op)];
         continue;
@@ -313,6 +405,7 @@ class Lowerer {
 
   Program* p_;
   const Graph& g_;
+  const LowerOptions& o_;
   std::vector<Shape> shape_;
   std::vector<int> root_, last_use_, slot_;
   std::map<std::string, int> source_of_name_;
@@ -321,20 +414,42 @@ class Lowerer {
   SideBuffers side_;
   std::vector<char*> side_views_;
   std::set<int> batch_grads_;
+  LoweringFusions fusions_;
+  std::set<int> copy_casts_;
+  bool allocate_ = true;
   int adamw_first_ = -1;
   std::function<absl::Status(const Stream&)> adamw_launch_;
 };
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding& binding, Device device) {
+absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding& binding, Device device,
+                                               const LowerOptions& options) {
   auto p = std::make_unique<Program>();
   p->graph = std::move(graph);
   p->binding = binding;
   p->device = device;
-  Lowerer l(p.get());
+  Lowerer l(p.get(), options);
   SG_RETURN_IF_ERROR(l.Run());
   return p;
+}
+
+absl::StatusOr<PlannedMemory> PlanStepMemory(Graph graph, const graph::Binding& binding, Device device) {
+  Program p;
+  p.graph = std::move(graph);
+  p.binding = binding;
+  p.device = device;
+  Lowerer l(&p, LowerOptions());
+  l.set_allocate(false);
+  SG_RETURN_IF_ERROR(l.Run());
+  PlannedMemory m;
+  m.arena_bytes = p.plan.arena_bytes;
+  m.arena_without_reuse_bytes = p.plan.sum_bytes;
+  m.state_bytes = p.state_bytes;
+  for (const Step& s : p.schedule.steps) {
+    if (s.node >= 0) ++m.impls[s.impl];
+  }
+  return m;
 }
 
 }  // namespace sg::compiler

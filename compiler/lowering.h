@@ -19,7 +19,11 @@
 //    backward without its forward (e.g. after recompute rewiring) recomputes them into scratch.
 //  - all AdamW nodes (when each updates its parameter and moments in place) become one
 //    multi-tensor kernels/adamw launch at the first AdamW node, and grad_norm over the same
-//    gradients becomes kernels/adamw's GradNorm on the same tensor list.
+//    gradients becomes kernels/adamw's GradNorm on the same tensor list;
+//  - cross-node fusions (compiler/lowering_fusion.h): cross-entropy loss + dlogits in one launch
+//    (dlogits over the logits), weight gradients written in f32 by their producers (no bf16 copy
+//    and cast), bf16 weight copies kept in the state and rewritten by the AdamW pass, and outputs
+//    overwriting a dead input in place (residual stream, residual gradient, adds).
 #ifndef SGTRAIN_COMPILER_LOWERING_H_
 #define SGTRAIN_COMPILER_LOWERING_H_
 
@@ -86,13 +90,40 @@ struct Program {
   // batched into one kernels/adamw launch; kept equal to the "step" source by the runtime.
   DeviceMemory adamw_counter;
   std::shared_ptr<void> adamw_list;  // kernels::AdamWTensorList, alive as long as the schedule
+  // (f32 master, bf16 copy) pairs: the copy is persistent state, written by the AdamW pass (or by
+  // the cast step when the AdamW nodes are not batched); refresh it after writing the master.
+  std::vector<std::pair<TensorView, TensorView>> weight_copies;
+};
+
+// What a step needs on the device, from the memory plan, without allocating it.
+struct PlannedMemory {
+  int64_t arena_bytes = 0;                // activations, gradients, scratch: one arena
+  int64_t arena_without_reuse_bytes = 0;  // the same buffers without lifetime-based reuse
+  int64_t state_bytes = 0;                // parameters, optimizer state, inputs, weight copies
+  std::map<std::string, int> impls;       // schedule steps per Step::impl ("kernel", "reference")
+};
+
+// Options for distributed runtimes that own some buffers' lifetimes (compiler/fsdp.h):
+//  - transient_sources: sources (by name) that live in the arena instead of the state, from node
+//    index `live_from` (e.g. where an all-gather into them is issued) to their last reader;
+//  - output_live_until: graph outputs (by name) whose buffer may be reused after node index k
+//    instead of living to the end of the step (e.g. a gradient once it is reduce-scattered).
+struct LowerOptions {
+  std::map<std::string, int> transient_sources;
+  std::map<std::string, int> output_live_until;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the
 // symbols' constraints, or an "update:<name>" output naming no source; Unimplemented listing the
 // ops that have no kernel on `device` (on the CPU every op has at least the reference fallback).
 absl::StatusOr<std::unique_ptr<Program>> Lower(graph::Graph graph, const graph::Binding& binding,
-                                               Device device);
+                                               Device device, const LowerOptions& options = {});
+
+// Runs the whole lowering for `binding` and `device` (fusions, in-place decisions, memory plan, a
+// lowering rule for every node) but allocates and launches nothing: the 1b step's plan, and whether
+// every op has a kernel on a CUDA device, can be checked on a machine without that device. The
+// same errors as Lower (Unimplemented listing ops without a kernel on `device`).
+absl::StatusOr<PlannedMemory> PlanStepMemory(graph::Graph graph, const graph::Binding& binding, Device device);
 
 }  // namespace sg::compiler
 

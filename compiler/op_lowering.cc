@@ -5,7 +5,9 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/reference_kernel.h"
 #include "graph/ops.h"
+#include "kernels/add_rmsnorm/add_rmsnorm.h"
 #include "kernels/attention/attention.h"
+#include "kernels/cross_entropy/cross_entropy.h"
 #include "kernels/core/status.h"
 #include "kernels/elementwise/elementwise.h"
 #include "kernels/embedding/embedding.h"
@@ -32,8 +34,12 @@ TensorView AsMatrix(const TensorView& t) {
   return TensorView(t.raw(), t.dtype(), {Rows(t.shape()), t.shape().empty() ? 1 : t.shape().back()}, t.device());
 }
 
-// matmul {trans_a, trans_b, epilogue, prologue} onto kernels/gemm. The prologue is a fusion
-// marker that does not change the result (the fused RMSNorm+GEMM kernel is not used yet).
+// matmul {trans_a, trans_b, epilogue, prologue} onto kernels/gemm. The prologue="rmsnorm" marker
+// is deliberately ignored (kernels/gemm_rmsnorm is not used): in Llama every norm output feeds two
+// or three GEMMs (wq/wk/wv, w1/w3), so the fused form would fold each weight every step, recompute
+// rstd per consumer, write xhat once per consumer in the backward and need a sum of the per-GEMM
+// dx; that is more traffic than writing the norm output once, and the memory it would save (the
+// stored norm output) the selective recompute policy saves too.
 LoweredOp Matmul(const Node& n, const NodeViews& v) {
   kernels::GemmArgs g;
   g.trans_a = graph::AttrBool(n, "trans_a");
@@ -83,7 +89,7 @@ absl::StatusOr<LoweredOp> RmsNormBackward(const Node& n, const NodeViews& v, boo
   size_t next = 1;
   TensorView y_scratch;
   if (!matched) y_scratch = TensorView(v.side[next++], x.dtype(), x.shape(), d);
-  const bool cast_dw = w.dtype() != DType::kF32;
+  const bool cast_dw = dw.dtype() != DType::kF32;
   TensorView dw_f32 = cast_dw ? TensorView(v.side[next], DType::kF32, w.shape(), d) : dw;
   return LoweredOp{"kernel", [=](const Stream& s) -> absl::Status {
                      if (!matched) SG_RETURN_IF_ERROR(kernels::RmsNormForward(x, w, eps, y_scratch, rstd, s));
@@ -91,6 +97,73 @@ absl::StatusOr<LoweredOp> RmsNormBackward(const Node& n, const NodeViews& v, boo
                      if (cast_dw) return kernels::Cast(dw_f32, dw, s);
                      return absl::OkStatus();
                    }};
+}
+
+// add_rmsnorm(x, residual, w) -> (y, h = x + residual) onto kernels/add_rmsnorm.
+LoweredOp AddRmsNorm(const Node& n, const NodeViews& v) {
+  const float eps = float(graph::AttrFloat(n, "eps"));
+  TensorView x = v.in[0], res = v.in[1], w = v.in[2], y = v.out[0], h = v.out[1];
+  TensorView rstd(v.side[0], DType::kF32, {Rows(x.shape())}, x.device());
+  return {"kernel", [=](const Stream& s) { return kernels::AddRmsNormForward(x, res, w, eps, h, y, rstd, s); }};
+}
+
+// add_rmsnorm_backward(dy, dh, h, w) -> (dx = dh + RMSNormBackward(dy), dw). Without the
+// forward's rstd (recompute rewired the backward) it is recomputed from h first.
+LoweredOp AddRmsNormBackward(const Node& n, const NodeViews& v, bool matched) {
+  const float eps = float(graph::AttrFloat(n, "eps"));
+  TensorView dy = v.in[0], dh = v.in[1], h = v.in[2], w = v.in[3], dx = v.out[0], dw = v.out[1];
+  const Device d = h.device();
+  TensorView rstd(v.side[0], DType::kF32, {Rows(h.shape())}, d);
+  size_t next = 1;
+  TensorView y_scratch;
+  if (!matched) y_scratch = TensorView(v.side[next++], h.dtype(), h.shape(), d);
+  const bool cast_dw = dw.dtype() != DType::kF32;
+  TensorView dw_f32 = cast_dw ? TensorView(v.side[next], DType::kF32, w.shape(), d) : dw;
+  return {"kernel", [=](const Stream& s) -> absl::Status {
+            if (!matched) SG_RETURN_IF_ERROR(kernels::RmsNormForward(h, w, eps, y_scratch, rstd, s));
+            SG_RETURN_IF_ERROR(kernels::AddRmsNormBackward(dy, dh, h, w, rstd, dx, dw_f32, s));
+            if (cast_dw) return kernels::Cast(dw_f32, dw, s);
+            return absl::OkStatus();
+          }};
+}
+
+// Targets flattened to one row per token, logits to [tokens, vocab].
+TensorView Flat(const TensorView& t) { return TensorView(t.raw(), t.dtype(), {t.numel()}, t.device()); }
+
+// softmax_cross_entropy onto kernels/cross_entropy: the loss only, or (fused with its backward)
+// the loss and dlogits in one pass. The loss stays on the device: no host sync.
+LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions& f, int index) {
+  kernels::CrossEntropyOptions o;
+  o.ignore_index = graph::AttrInt(n, "ignore_index");
+  TensorView logits = AsMatrix(v.in[0]), targets = Flat(v.in[1]), loss = v.out[0];
+  TensorView valid(v.side[0], DType::kI32, {}, logits.device());
+  auto pair = f.cross_entropy.find(index);
+  if (pair == f.cross_entropy.end()) {
+    return {"kernel", [=](const Stream& s) {
+              return kernels::CrossEntropyForward(logits, targets, loss, valid, o, s);
+            }};
+  }
+  o.grad_scale = f.cross_entropy_scale.at(pair->second);
+  TensorView dlogits = AsMatrix(v.fused_out[0]);
+  return {"kernel", [=](const Stream& s) {
+            return kernels::CrossEntropyForwardBackward(logits, targets, loss, valid, dlogits, o, s);
+          }};
+}
+
+// An unfused softmax_cross_entropy_backward with a constant loss cotangent: the fused kernel with
+// the loss written to scratch. A loss cotangent computed on the device has no kernel (the CE
+// kernel takes its scale from the host), so it uses the reference on the CPU.
+LoweredOp CrossEntropyBackward(const Node& n, const NodeViews& v, const LoweringFusions& f, int index) {
+  auto scale = f.cross_entropy_scale.find(index);
+  if (scale == f.cross_entropy_scale.end()) return {};
+  kernels::CrossEntropyOptions o;
+  o.ignore_index = graph::AttrInt(n, "ignore_index");
+  o.grad_scale = scale->second;
+  TensorView logits = AsMatrix(v.in[1]), targets = Flat(v.in[2]), dlogits = AsMatrix(v.out[0]);
+  TensorView loss(v.side[0], DType::kF32, {}, logits.device()), valid(v.side[1], DType::kI32, {}, logits.device());
+  return {"kernel", [=](const Stream& s) {
+            return kernels::CrossEntropyForwardBackward(logits, targets, loss, valid, dlogits, o, s);
+          }};
 }
 
 LoweredOp Attention(const Node& n, const NodeViews& v) {
@@ -114,14 +187,20 @@ LoweredOp AttentionBackward(const Node& n, const NodeViews& v, bool matched) {
 
 }  // namespace
 
-SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, MemoryPlanner* planner) {
+SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, const LoweringFusions& fusions,
+                            MemoryPlanner* planner) {
   SideBuffers sb;
   const auto& nodes = g.nodes();
   const int nn = int(nodes.size());
   auto bytes = [&](int v) { return NumElements(shapes[v]) * SizeOf(g.type(v).dtype); };
+  // Whether output value v is written as f32 (natively or through a folded cast).
+  auto f32 = [&](int v) { return g.type(v).dtype == DType::kF32 || fusions.folded_cast.count(v) > 0; };
   auto matches = [&](const Node& f, const Node& b) {
     if (f.op == OpKind::kRmsNorm) {
       return b.op == OpKind::kRmsNormBackward && b.inputs[1] == f.inputs[0] && b.inputs[2] == f.inputs[1];
+    }
+    if (f.op == OpKind::kAddRmsNorm) {
+      return b.op == OpKind::kAddRmsNormBackward && b.inputs[2] == f.outputs[1] && b.inputs[3] == f.inputs[2];
     }
     return f.op == OpKind::kAttention && b.op == OpKind::kAttentionBackward && b.inputs[4] == f.outputs[0] &&
            b.inputs[1] == f.inputs[0] && b.inputs[2] == f.inputs[1] && b.inputs[3] == f.inputs[2];
@@ -130,7 +209,10 @@ SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, Me
   // values (after recompute that is the recomputed copy, not the original).
   std::map<int, std::vector<int>> readers;  // forward node -> backward nodes
   for (int j = 0; j < nn; ++j) {
-    if (nodes[j].op != OpKind::kRmsNormBackward && nodes[j].op != OpKind::kAttentionBackward) continue;
+    if (nodes[j].op != OpKind::kRmsNormBackward && nodes[j].op != OpKind::kAttentionBackward &&
+        nodes[j].op != OpKind::kAddRmsNormBackward) {
+      continue;
+    }
     for (int i = j - 1; i >= 0; --i) {
       if (matches(nodes[i], nodes[j])) {
         readers[i].push_back(j);
@@ -141,9 +223,13 @@ SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, Me
   }
   for (int i = 0; i < nn; ++i) {
     const Node& n = nodes[i];
-    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kAttention) continue;
+    if (n.op == OpKind::kSoftmaxCrossEntropy) {
+      sb.slots[i] = {planner->Add(4, i, i)};
+      continue;
+    }
+    if (n.op != OpKind::kRmsNorm && n.op != OpKind::kAttention && n.op != OpKind::kAddRmsNorm) continue;
     const Shape& xs = shapes[n.inputs[0]];
-    const int64_t stat = n.op == OpKind::kRmsNorm ? Rows(xs) * 4 : NumElements(LseShape(xs)) * 4;
+    const int64_t stat = n.op == OpKind::kAttention ? NumElements(LseShape(xs)) * 4 : Rows(xs) * 4;
     int last = i;
     for (int j : readers[i]) last = std::max(last, j);
     const int slot = planner->Add(stat, i, last);
@@ -153,12 +239,15 @@ SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, Me
   for (int j = 0; j < nn; ++j) {
     const Node& b = nodes[j];
     const bool matched = sb.matched.count(j) > 0;
-    if (b.op == OpKind::kRmsNormBackward) {
+    if (b.op == OpKind::kRmsNormBackward || b.op == OpKind::kAddRmsNormBackward) {
       std::vector<int>& s = sb.slots[j];
-      const int x = b.inputs[1], w = b.inputs[2];
+      const bool add = b.op == OpKind::kAddRmsNormBackward;
+      const int x = b.inputs[add ? 2 : 1], w = b.inputs[add ? 3 : 2];
       if (!matched) s = {planner->Add(Rows(shapes[x]) * 4, j, j), planner->Add(bytes(x), j, j)};
-      if (g.type(w).dtype != DType::kF32) s.push_back(planner->Add(NumElements(shapes[w]) * 4, j, j));
-    } else if (b.op == OpKind::kEmbeddingBackward && g.type(b.outputs[0]).dtype != DType::kF32) {
+      if (!f32(b.outputs[1])) s.push_back(planner->Add(NumElements(shapes[w]) * 4, j, j));
+    } else if (b.op == OpKind::kSoftmaxCrossEntropyBackward && !fusions.fused_away.count(j)) {
+      sb.slots[j] = {planner->Add(4, j, j), planner->Add(4, j, j)};
+    } else if (b.op == OpKind::kEmbeddingBackward && !f32(b.outputs[0])) {
       sb.slots[j] = {planner->Add(NumElements(shapes[b.outputs[0]]) * 4, j, j)};
     } else if (b.op == OpKind::kAttentionBackward && !matched) {
       const int q = b.inputs[1], out = b.inputs[4];
@@ -168,8 +257,8 @@ SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, Me
   return sb;
 }
 
-absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const SideBuffers& side, int index,
-                                    Device device) {
+absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const SideBuffers& side,
+                                    const LoweringFusions& fusions, int index, Device device) {
   auto matched = [&] {
     auto it = side.matched.find(index);
     return it != side.matched.end() && it->second;
@@ -179,6 +268,17 @@ absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const Sid
       return RmsNorm(n, v);
     case OpKind::kRmsNormBackward:
       return RmsNormBackward(n, v, matched());
+    case OpKind::kAddRmsNorm:
+      return AddRmsNorm(n, v);
+    case OpKind::kAddRmsNormBackward:
+      return AddRmsNormBackward(n, v, matched());
+    case OpKind::kSoftmaxCrossEntropy:
+      return CrossEntropy(n, v, fusions, index);
+    case OpKind::kSoftmaxCrossEntropyBackward: {
+      LoweredOp op = CrossEntropyBackward(n, v, fusions, index);
+      if (!op.launch) return Reference(n, v, device);
+      return op;
+    }
     case OpKind::kAttention:
       // The CUDA kernels cover bf16 with head_dim 64/128; other cases use the reference on the CPU.
       if (device.is_cpu() || (v.in[0].dtype() == DType::kBF16 && (v.in[0].dim(3) == 64 || v.in[0].dim(3) == 128))) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/lowering_fusion.h"
 #include "compiler/memory_plan.h"
 #include "graph/ir.h"
 #include "kernels/core/stream.h"
@@ -18,9 +19,11 @@
 namespace sg::compiler {
 
 // Side buffers per node, as memory-plan slots, in the order the node's rule expects them:
-//   rmsnorm:            [rstd f32[rows]]                              (live until its backward)
-//   rmsnorm_backward:   [rstd of the matching forward] or, without one, [rstd, y scratch];
-//                       then [dweight f32[dim]] when the weight is not f32
+//   rmsnorm, add_rmsnorm: [rstd f32[rows]]                          (live until its backward)
+//   (add_)rmsnorm_backward: [rstd of the matching forward] or, without one, [rstd, y scratch];
+//                       then [dweight f32[dim]] when the weight gradient is not written in f32
+//   embedding_backward: [dtable f32] when the table gradient is not written in f32
+//   softmax_cross_entropy: [valid i32]; its unfused backward: [loss f32, valid i32]
 //   attention:          [lse f32[b,h,s]]                              (live until its backward)
 //   attention_backward: [lse of the matching forward] or, without one, [lse, out scratch]
 struct SideBuffers {
@@ -32,13 +35,16 @@ struct SideBuffers {
   }
 };
 
-// Adds the side buffers of every node of `g` to `planner` (shapes: concrete shape per value id).
+// Adds the side buffers of every node of `g` to `planner` (shapes: concrete shape per value id;
+// values in fusions.folded_cast are written in f32).
 SideBuffers PlanSideBuffers(const graph::Graph& g, const std::vector<Shape>& shapes,
-                            MemoryPlanner* planner);
+                            const LoweringFusions& fusions, MemoryPlanner* planner);
 
 struct NodeViews {
   std::vector<TensorView> in, out;
   std::vector<char*> side;  // base pointers of the node's side slots
+  // A fused cross-entropy forward: the backward node's dlogits, written by this node's launch.
+  std::vector<TensorView> fused_out;
 };
 
 struct LoweredOp {
@@ -48,7 +54,8 @@ struct LoweredOp {
 
 // The launch for node `index`. An empty launch means the op has no kernel on `device` yet.
 absl::StatusOr<LoweredOp> LowerNode(const graph::Node& node, const NodeViews& views,
-                                    const SideBuffers& side, int index, Device device);
+                                    const SideBuffers& side, const LoweringFusions& fusions, int index,
+                                    Device device);
 
 }  // namespace sg::compiler
 

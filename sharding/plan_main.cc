@@ -18,7 +18,8 @@
 ABSL_FLAG(std::string, model, "7b", "tiny, 124m, 1b or 7b");
 ABSL_FLAG(std::string, mesh, "2x4", "device mesh: 2x4 (dp x tp) or dp=2,tp=4");
 ABSL_FLAG(std::string, strategy, "auto",
-          "auto, or one of replicate (ddp), fsdp, hybrid_shard, tp, fsdp_tp");
+          "auto, or one of replicate (ddp), fsdp, hybrid_shard, tp, fsdp_tp, cp (context parallel "
+          "over the mesh's last dim), pp (pipeline stages over the mesh's last dim)");
 ABSL_FLAG(int64_t, batch, 16, "global batch, sequences per step");
 ABSL_FLAG(int64_t, seq, 2048, "sequence length");
 ABSL_FLAG(double, memory_gb, 140, "per-device memory budget, GB");
@@ -36,7 +37,12 @@ absl::Status Run() {
   SG_ASSIGN_OR_RETURN(DeviceMesh mesh, DeviceMesh::Parse(absl::GetFlag(FLAGS_mesh)));
   PlannerOptions options;
   const std::string strategy = absl::GetFlag(FLAGS_strategy);
-  if (strategy != "auto") {
+  if (strategy == "auto") {
+    options.context_parallel = options.pipeline = true;
+  } else if (strategy == "cp" || strategy == "pp") {
+    options.placement = false;
+    (strategy == "cp" ? options.context_parallel : options.pipeline) = true;
+  } else {
     SG_ASSIGN_OR_RETURN(StrategyKind k, ParseStrategy(strategy));
     options.candidates = {k};
   }
@@ -56,7 +62,7 @@ absl::Status Run() {
             << binding.at("seq") << ", " << step.nodes().size() << " graph nodes\n\n";
   SG_ASSIGN_OR_RETURN(PlannerResult r, ChooseStrategy(step, mesh, binding, options));
   for (const Candidate& c : r.candidates) {
-    std::cout << StrategyName(c.strategy.kind);
+    std::cout << c.Name();
     if (!c.skipped.empty()) {
       std::cout << ": not applicable (" << c.skipped << ")\n\n";
       continue;

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "graph/ops.h"
+#include "sharding/parallel_cost.h"
 
 namespace sg::sharding {
 namespace {
@@ -28,6 +29,35 @@ std::string NotApplicable(StrategyKind kind, const DeviceMesh& mesh, const graph
   return "";
 }
 
+// Context- and pipeline-parallel candidates over the mesh's last dimension (dp = the rest).
+absl::Status AddCutCandidates(const graph::Graph& g, const DeviceMesh& mesh, const graph::Binding& binding,
+                              const PlannerOptions& options, PlannerResult& r) {
+  if (!options.context_parallel && !options.pipeline) return absl::OkStatus();
+  absl::StatusOr<PlanCost> single = SingleDeviceCost(g, binding, options.cost);
+  if (!single.ok()) return single.status();
+  const int n = mesh.ndim() == 0 ? 1 : mesh.dim_size(mesh.ndim() - 1);
+  const int dp = mesh.size() / n;
+  for (int which = 0; which < 2; ++which) {
+    if (which == 0 && !options.context_parallel) continue;
+    if (which == 1 && !options.pipeline) continue;
+    Candidate c;
+    c.label = absl::StrCat(which == 0 ? "cp=" : "pp=", n, dp > 1 ? absl::StrCat(" x dp=", dp) : "");
+    absl::StatusOr<PlanCost> cost =
+        which == 0 ? EstimateContextParallelCost(g, binding, {n, dp}, *single, options.cost)
+                   : EstimatePipelineCost(g, binding, {n, dp}, *single, options.cost);
+    if (cost.ok()) {
+      c.cost = *std::move(cost);
+      c.fits = double(c.cost.memory.Total()) <= options.memory_budget_bytes;
+    } else if (cost.status().code() == absl::StatusCode::kInvalidArgument) {
+      c.skipped = std::string(cost.status().message());
+    } else {
+      return cost.status();
+    }
+    r.candidates.push_back(std::move(c));
+  }
+  return absl::OkStatus();
+}
+
 std::string Ms(double s) { return absl::StrFormat("%.2f ms", s * 1e3); }
 
 std::string Explain(const PlannerResult& r, const DeviceMesh& mesh, double budget) {
@@ -35,7 +65,7 @@ std::string Explain(const PlannerResult& r, const DeviceMesh& mesh, double budge
   const PlanCost& k = c.cost;
   std::string s = absl::StrCat(
       r.fits ? "chose " : "nothing fits the memory budget; least memory is ",
-      StrategyName(c.strategy.kind), " over ", mesh.ToString(), ": ",
+      c.Name(), " over ", mesh.ToString(), ": ",
       HumanBytes(double(k.memory.Total())), "/rank (params ", HumanBytes(double(k.memory.parameters)),
       ", budget ", HumanBytes(budget), "), ");
   const double hidden = std::min(k.overlappable_comm_s, k.compute_s);
@@ -46,7 +76,7 @@ std::string Explain(const PlannerResult& r, const DeviceMesh& mesh, double budge
                   "), modelled step ", Ms(k.step_s), ".");
   for (const Candidate& o : r.candidates) {
     if (&o == &c) continue;
-    absl::StrAppend(&s, "\n  ", StrategyName(o.strategy.kind), ": ");
+    absl::StrAppend(&s, "\n  ", o.Name(), ": ");
     if (!o.skipped.empty()) {
       absl::StrAppend(&s, "not applicable (", o.skipped, ")");
     } else if (!o.fits) {
@@ -63,12 +93,17 @@ std::string Explain(const PlannerResult& r, const DeviceMesh& mesh, double budge
 
 }  // namespace
 
+std::string Candidate::Name() const {
+  return label.empty() ? std::string(StrategyName(strategy.kind)) : label;
+}
+
 absl::StatusOr<PlannerResult> ChooseStrategy(const graph::Graph& g, const DeviceMesh& mesh,
                                              const graph::Binding& binding,
                                              const PlannerOptions& options) {
   PlannerResult r;
   std::vector<StrategyKind> kinds = options.candidates;
   if (kinds.empty()) kinds.assign(std::begin(kAllStrategies), std::end(kAllStrategies));
+  if (!options.placement) kinds.clear();
   for (StrategyKind kind : kinds) {
     Candidate c;
     c.strategy.kind = kind;
@@ -83,6 +118,10 @@ absl::StatusOr<PlannerResult> ChooseStrategy(const graph::Graph& g, const Device
       c.fits = double(c.cost.memory.Total()) <= options.memory_budget_bytes;
     }
     r.candidates.push_back(std::move(c));
+  }
+  {
+    absl::Status s = AddCutCandidates(g, mesh, binding, options, r);
+    if (!s.ok()) return s;
   }
   // Fastest that fits; if none fits, the smallest.
   for (int i = 0; i < int(r.candidates.size()); ++i) {

@@ -29,12 +29,23 @@ namespace sg::sharding {
 
 struct PlannerOptions {
   std::vector<StrategyKind> candidates;  // empty: every strategy the mesh allows
+  bool placement = true;  // consider the placement strategies above
+  // Also consider context parallelism / pipeline parallelism (parallel_cost.h) over the mesh's
+  // last dimension, the other dimensions data parallel. Off by default: they have no ShardingPlan
+  // (the compiler runs them through compiler/context_parallel and compiler/pipeline), so a caller
+  // that executes the chosen plan must not get one unasked.
+  bool context_parallel = false;
+  bool pipeline = false;
   double memory_budget_bytes = 140e9;    // per device (H200: 141 GB)
   CostParams cost;
 };
 
 struct Candidate {
   Strategy strategy;
+  // "cp=4" or "pp=4" for a context/pipeline-parallel candidate (its `plan` is empty and
+  // `strategy` meaningless); empty for a placement strategy.
+  std::string label;
+  std::string Name() const;  // the label, or StrategyName(strategy.kind)
   std::string skipped;  // non-empty: why this strategy does not apply (then plan/cost are empty)
   ShardingPlan plan;
   PlanCost cost;

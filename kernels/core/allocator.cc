@@ -3,9 +3,11 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/status.h"
@@ -123,9 +125,35 @@ class CudaCachingAllocator final : public CountingAllocator {
     absl::MutexLock l(&mu_);
     auto it = in_use_.find(p);
     if (it == in_use_.end()) return;
+    if (holding_) capture_freed_.insert(p);
     current_ -= it->second;
     free_.emplace(it->second, p);
     in_use_.erase(it);
+  }
+
+  void BeginHoldingFrees() override {
+    absl::MutexLock l(&mu_);
+    holding_ = true;
+  }
+  // Blocks freed during the capture may be reused within it (the graph replays in stream order),
+  // but none may be handed out after it: each one still free at the end is taken back out of the
+  // cache and held for the graph.
+  std::vector<void*> EndHoldingFrees() override {
+    absl::MutexLock l(&mu_);
+    holding_ = false;
+    std::vector<void*> held;
+    for (auto it = free_.begin(); it != free_.end();) {
+      if (capture_freed_.contains(it->second)) {
+        in_use_[it->second] = it->first;
+        CountAlloc(it->first);
+        held.push_back(it->second);
+        it = free_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    capture_freed_.clear();
+    return held;
   }
 
   Device device() const override { return Device::Cuda(ordinal_); }
@@ -157,6 +185,8 @@ class CudaCachingAllocator final : public CountingAllocator {
   std::multimap<int64_t, void*> free_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<void*, int64_t> in_use_ ABSL_GUARDED_BY(mu_);
   int64_t reserved_ ABSL_GUARDED_BY(mu_) = 0;
+  bool holding_ ABSL_GUARDED_BY(mu_) = false;
+  absl::flat_hash_set<void*> capture_freed_ ABSL_GUARDED_BY(mu_);
 };
 #endif
 

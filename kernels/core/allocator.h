@@ -7,6 +7,7 @@
 #define SGTRAIN_KERNELS_CORE_ALLOCATOR_H_
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/core/device.h"
@@ -33,6 +34,17 @@ class Allocator {
   virtual void ResetPeak() = 0;
   // Returns cached, unused blocks to the device.
   virtual void ReleaseCache() = 0;
+
+  // CUDA graph capture: kernels captured in a graph keep using the addresses they were given, at
+  // every replay, even after their scratch is "freed". Blocks freed between BeginHoldingFrees()
+  // and EndHoldingFrees() may be reused inside the capture (stream order holds there), and the ones
+  // still free at the end are held (counted in use, never handed out again) until ReleaseHeld(),
+  // when the graph is destroyed. No cudaMalloc may happen during a capture: warm up eagerly first.
+  virtual void BeginHoldingFrees() {}
+  virtual std::vector<void*> EndHoldingFrees() { return {}; }
+  virtual void ReleaseHeld(const std::vector<void*>& blocks) {
+    for (void* p : blocks) Free(p);
+  }
 };
 
 // The process-wide allocator for a device: CPU (64-byte aligned heap) or a caching CUDA allocator

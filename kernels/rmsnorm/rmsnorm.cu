@@ -140,6 +140,29 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   for (int64_t row = int64_t(blockIdx.x) * kWarpsPerBlock + warp; row < rows; row += total_warps) {
     const T* xr = x + row * dim;
     const T* dyr = dy + row * dim;
+    // Up to 8 vectors per lane, the row's x and dy are read once and kept as raw 16-byte vectors
+    // for both passes; wider rows would spill, so they re-read the row (from L1/L2) instead.
+    constexpr bool kKeepRow = kVecs <= 8;
+    constexpr int kKept = kKeepRow ? kVecs : 1;
+    uint4 xraw[kKept] = {}, dyraw[kKept] = {};
+    auto load_x = [&](int j, int vi) -> uint4 {
+      if constexpr (kKeepRow) return xraw[j];
+      return *reinterpret_cast<const uint4*>(xr + vi * N);
+    };
+    auto load_dy = [&](int j, int vi) -> uint4 {
+      if constexpr (kKeepRow) return dyraw[j];
+      return *reinterpret_cast<const uint4*>(dyr + vi * N);
+    };
+    if constexpr (kKeepRow) {
+#pragma unroll
+      for (int j = 0; j < kVecs; ++j) {
+        const int vi = lane + 32 * j;
+        if (vi < nvec) {
+          xraw[j] = __ldcs(reinterpret_cast<const uint4*>(xr + vi * N));
+          dyraw[j] = __ldcs(reinterpret_cast<const uint4*>(dyr + vi * N));
+        }
+      }
+    }
     const float rs = rstd[row];
     float dot = 0.f;
 #pragma unroll
@@ -147,8 +170,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       const int vi = lane + 32 * j;
       if (vi < nvec) {
         float xv[N], dv[N], wv[N];
-        Vec<T>::Load(xr + vi * N, xv);
-        Vec<T>::Load(dyr + vi * N, dv);
+        Unpack<T>(load_x(j, vi), xv);
+        Unpack<T>(load_dy(j, vi), dv);
         Vec<T>::Load(w + vi * N, wv);
 #pragma unroll
         for (int k = 0; k < N; ++k) {
@@ -163,8 +186,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       const int vi = lane + 32 * j;
       if (vi < nvec) {
         float xv[N], dv[N], wv[N], out[N];
-        Vec<T>::Load(xr + vi * N, xv);  // second read of the row: from L1/L2
-        Vec<T>::Load(dyr + vi * N, dv);
+        Unpack<T>(load_x(j, vi), xv);
+        Unpack<T>(load_dy(j, vi), dv);
         Vec<T>::Load(w + vi * N, wv);
 #pragma unroll
         for (int k = 0; k < N; ++k) out[k] = rs * (wv[k] * dv[k] - xv[k] * rs * rs * mean);

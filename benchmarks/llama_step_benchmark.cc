@@ -1,0 +1,233 @@
+// The compiled single-device Llama training step at the peer's shapes (shared/BASELINES.md):
+// prints one JSON line like benchmarks/llama_peer.py's, so compare_llama.sh can print ratios.
+//
+//   bazel-bin/benchmarks/llama_step_benchmark --config=1b                      # first CUDA device
+//   bazel-bin/benchmarks/llama_step_benchmark --config=tiny --device=cpu --steps=3
+//
+// Flags: --config=124m|1b|7b|tiny, --device=cuda|cpu (default cuda when present), --steps=30,
+// --warmup=10, --recompute=auto|none|selective|full, --memory_budget_gib (auto: the least recompute
+// whose planned arena + state fits the budget; default 0.8x the peer's peak: 124m 10, 1b 32,
+// 7b 42), --lr=3e-4, --cuda_graph=1,
+// --trace=<path> (a Chrome trace of one extra eager step, plus its summary line on stderr).
+// Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
+// pinned buffers, a fresh random batch per step); the median step after warm-up. Memory: the
+// caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "compiler/compile.h"
+#include "compiler/llama_step.h"
+#include "compiler/trace.h"
+#include "graph/models/llama.h"
+#include "kernels/core/allocator.h"
+#include "kernels/core/device.h"
+#include "kernels/core/status.h"
+#include "kernels/core/stream.h"
+#include "nlohmann/json.hpp"
+
+namespace sg::compiler {
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kH200BF16Flops = 989e12;
+
+struct Flags {
+  std::string config = "1b", device, recompute = "auto", trace;
+  double memory_budget_gib = 0;
+  int steps = 30, warmup = 10;
+  bool cuda_graph = true;
+  float lr = 3e-4f;
+};
+
+absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    const size_t eq = a.find('=');
+    if (a.rfind("--", 0) != 0 || eq == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("expected --flag=value, found '", a, "'"));
+    }
+    const std::string k = a.substr(2, eq - 2), v = a.substr(eq + 1);
+    if (k == "config") f.config = v;
+    else if (k == "device") f.device = v;
+    else if (k == "recompute") f.recompute = v;
+    else if (k == "trace") f.trace = v;
+    else if (k == "steps") f.steps = std::stoi(v);
+    else if (k == "warmup") f.warmup = std::stoi(v);
+    else if (k == "cuda_graph") f.cuda_graph = v != "0";
+    else if (k == "lr") f.lr = std::stof(v);
+    else if (k == "memory_budget_gib") f.memory_budget_gib = std::stod(v);
+    else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", k));
+  }
+  if (f.steps < 1 || f.warmup < 0) return absl::InvalidArgumentError("--steps must be >= 1 and --warmup >= 0");
+  return f;
+}
+
+absl::StatusOr<RecomputePolicy> ParseRecompute(const std::string& s) {
+  if (s == "none") return RecomputePolicy::kNone;
+  if (s == "selective") return RecomputePolicy::kSelective;
+  if (s == "full") return RecomputePolicy::kFull;
+  return absl::InvalidArgumentError(absl::StrCat("--recompute: expected none|selective|full, found '", s, "'"));
+}
+
+// The issue-10 memory targets (0.8x the torch.compile peak), leaving room for kernel scratch.
+double DefaultBudgetGiB(const std::string& config) {
+  if (config == "124m") return 10;
+  if (config == "1b") return 32;
+  if (config == "7b") return 42;
+  return 1;
+}
+
+// --recompute=auto: none, then selective, then full, the first whose plan fits (full otherwise).
+absl::StatusOr<RecomputePolicy> AutoRecompute(const graph::Graph& fwd, const LlamaBenchConfig& c, Device device,
+                                              double budget_gib) {
+  for (RecomputePolicy rp : {RecomputePolicy::kNone, RecomputePolicy::kSelective}) {
+    SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, LlamaStepOptions(c, device, rp)));
+    if ((plan.arena_bytes + plan.state_bytes) / kGiB <= budget_gib) return rp;
+  }
+  return RecomputePolicy::kFull;
+}
+
+absl::StatusOr<Device> PickDevice(const std::string& s) {
+  if (s == "cpu") return Device::Cpu();
+  if (s == "cuda" || s.empty()) {
+    if (CudaDeviceCount() > 0) return Device::Cuda(0);
+    if (s == "cuda") return absl::FailedPreconditionError("--device=cuda: no CUDA device");
+    return Device::Cpu();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--device: expected cuda|cpu, found '", s, "'"));
+}
+
+std::map<std::string, TensorView> Views(const std::map<std::string, Tensor>& t) {
+  std::map<std::string, TensorView> v;
+  for (const auto& [k, x] : t) v[k] = x.view();
+  return v;
+}
+
+// Seconds per step for steps [warmup, steps): event (or host clock) deltas between Run() calls.
+absl::StatusOr<std::vector<double>> TimedSteps(CompiledStep& step, const Flags& f,
+                                               const std::vector<std::map<std::string, Tensor>>& batches,
+                                               std::vector<float>* losses) {
+  const Device d = step.program().device;
+  const int total = f.warmup + f.steps;
+  std::vector<Event> marks;
+  std::vector<std::chrono::steady_clock::time_point> host_marks;
+  const Stream& s = step.executor().compute_stream();
+  for (int i = 0; i <= total; ++i) {
+    if (i >= f.warmup) {
+      if (d.is_cuda()) {
+        SG_ASSIGN_OR_RETURN(Event e, Event::Create(d, /*timing=*/true));
+        SG_RETURN_IF_ERROR(e.Record(s));
+        marks.push_back(std::move(e));
+      } else {
+        host_marks.push_back(std::chrono::steady_clock::now());
+      }
+    }
+    if (i == total) break;
+    SG_RETURN_IF_ERROR(step.Run(Views(batches[size_t(i) % batches.size()])));
+    if (i == 0 || i == total - 1) {  // a sync outside the timed window's steady state
+      SG_ASSIGN_OR_RETURN(StepMetrics m, step.ReadMetrics());
+      losses->push_back(m.loss);
+    }
+  }
+  SG_RETURN_IF_ERROR(step.executor().Synchronize());
+  std::vector<double> secs;
+  for (int i = 0; i + 1 < int(d.is_cuda() ? marks.size() : host_marks.size()); ++i) {
+    if (d.is_cuda()) {
+      SG_ASSIGN_OR_RETURN(float ms, marks[i + 1].ElapsedMsSince(marks[i]));
+      secs.push_back(ms / 1e3);
+    } else {
+      secs.push_back(std::chrono::duration<double>(host_marks[i + 1] - host_marks[i]).count());
+    }
+  }
+  return secs;
+}
+
+absl::Status Main(int argc, char** argv) {
+  SG_ASSIGN_OR_RETURN(Flags f, ParseFlags(argc, argv));
+  SG_ASSIGN_OR_RETURN(Device device, PickDevice(f.device));
+  SG_ASSIGN_OR_RETURN(LlamaBenchConfig c, LlamaBenchConfigNamed(f.config));
+  SG_ASSIGN_OR_RETURN(graph::Graph fwd, graph::BuildLlamaForward(c.model));
+  RecomputePolicy rp;
+  if (f.recompute == "auto") {
+    const double budget = f.memory_budget_gib > 0 ? f.memory_budget_gib : DefaultBudgetGiB(c.name);
+    SG_ASSIGN_OR_RETURN(rp, AutoRecompute(fwd, c, device, budget));
+  } else {
+    SG_ASSIGN_OR_RETURN(rp, ParseRecompute(f.recompute));
+  }
+  CompileOptions o = LlamaStepOptions(c, device, rp);
+  o.cuda_graph = f.cuda_graph;
+  o.warmup_steps = 2;
+  SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, o));
+  std::cerr << absl::StrFormat("planned: arena %.2f GiB (%.2f without reuse), state %.2f GiB\n",
+                               plan.arena_bytes / kGiB, plan.arena_without_reuse_bytes / kGiB,
+                               plan.state_bytes / kGiB);
+  SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(device));
+  const auto t0 = std::chrono::steady_clock::now();
+  SG_ASSIGN_OR_RETURN(std::unique_ptr<CompiledStep> step, Compile(fwd, o));
+  const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  SG_RETURN_IF_ERROR(InitLlamaParameters(*step, 1234));
+  SG_RETURN_IF_ERROR(step->SetLearningRate(f.lr));
+  std::vector<std::map<std::string, Tensor>> batches;
+  // A fresh random batch for every step, as the peer draws one per step: with a repeated batch the
+  // model memorizes it and the loss curve says nothing about matching the peer's behaviour.
+  for (int64_t seed = 1; seed <= f.warmup + f.steps; ++seed) {
+    SG_ASSIGN_OR_RETURN(auto b, RandomTokenBatch(c, uint64_t(seed)));
+    batches.push_back(std::move(b));
+  }
+  std::vector<float> losses;
+  SG_ASSIGN_OR_RETURN(std::vector<double> secs, TimedSteps(*step, f, batches, &losses));
+  std::vector<double> sorted = secs;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted[sorted.size() / 2];
+  const double tokens = double(c.batch * c.seq);
+  const double tok_s = tokens / median;
+  nlohmann::json j;
+  j["system"] = "sgtrain";
+  j["config"] = c.name;
+  j["device"] = device.ToString();
+  j["recompute"] = std::string(graph::RecomputePolicyName(rp));
+  j["cuda_graph"] = step->executor().replaying_graph();
+  j["tokens_per_s_per_gpu"] = std::round(tok_s * 10) / 10;
+  j["step_ms_median"] = median * 1e3;
+  j["step_ms_min"] = sorted.front() * 1e3;
+  j["mfu"] = tok_s * c.FlopsPerToken() / kH200BF16Flops;
+  j["peak_gib"] = alloc->PeakBytes() / kGiB;
+  j["planned_arena_gib"] = plan.arena_bytes / kGiB;
+  j["planned_state_gib"] = plan.state_bytes / kGiB;
+  j["params"] = c.Parameters();
+  j["loss_first"] = losses.front();
+  j["loss_last"] = losses.back();
+  j["ln_vocab"] = std::log(double(c.model.vocab));
+  j["steps"] = f.steps;
+  j["warmup"] = f.warmup;
+  j["compile_s"] = compile_s;
+  j["schedule_steps"] = step->program().schedule.steps.size();
+  std::cout << j.dump() << std::endl;
+  if (!f.trace.empty()) {
+    SG_ASSIGN_OR_RETURN(StepTrace t, step->TraceStep(Views(batches[0])));
+    std::ofstream(f.trace) << ToChromeTraceJson(t);
+    std::cerr << SummaryLine(t) << "\n";
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace sg::compiler
+
+int main(int argc, char** argv) {
+  const absl::Status s = sg::compiler::Main(argc, argv);
+  if (!s.ok()) {
+    std::cerr << "llama_step_benchmark: " << s << "\n";
+    return 1;
+  }
+  return 0;
+}

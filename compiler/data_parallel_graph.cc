@@ -1,0 +1,170 @@
+#include "compiler/data_parallel_graph.h"
+
+#include <map>
+#include <set>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "graph/builder.h"
+#include "graph/ops.h"
+#include "kernels/core/status.h"
+
+namespace sg::compiler {
+namespace {
+
+using graph::Builder;
+using graph::Graph;
+using graph::Node;
+using graph::OpKind;
+using graph::Value;
+
+bool IsLossBackward(OpKind op) {
+  return op == OpKind::kSoftmaxCrossEntropyBackward || op == OpKind::kNllLossBackward;
+}
+
+// The input source a value is a reshape of, or "".
+std::string InputSourceOf(const Graph& g, int v) {
+  while (g.has_value(v)) {
+    const Node& n = g.nodes()[g.value(v).producer];
+    if (n.op == OpKind::kInput) return graph::AttrString(n, "name");
+    if (n.op != OpKind::kReshape) return "";
+    v = n.inputs[0];
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string UnitOf(const std::string& param) {
+  std::vector<std::string> parts = absl::StrSplit(param, '.');
+  if (parts.size() >= 2 && parts[0] == "layers") return absl::StrCat(parts[0], ".", parts[1]);
+  return parts[0];
+}
+
+absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::string& loss) {
+  DataParallelGraph dp;
+  const auto& nodes = train.nodes();
+  std::map<int, int> param_of_value;  // parameter value id -> index in dp.params
+  std::set<int> dead;
+  bool any_adamw = false;
+  for (int i = 0; i < int(nodes.size()); ++i) {
+    const Node& n = nodes[i];
+    if (n.op == OpKind::kGradNorm) {
+      dp.max_grad_norm = graph::AttrFloat(n, "max_norm");
+      dead.insert(i);
+    }
+    if (n.op != OpKind::kAdamW) continue;
+    any_adamw = true;
+    dead.insert(i);
+    const Node& p = nodes[train.value(n.inputs[0]).producer];
+    if (p.op != OpKind::kParameter) {
+      return absl::InvalidArgumentError(absl::StrCat("adamw node ", i, " updates a ", graph::OpName(p.op),
+                                                     ", expected a parameter"));
+    }
+    param_of_value[n.inputs[0]] = int(dp.params.size());
+    dp.params.push_back({graph::AttrString(p, "name"), graph::AttrFloat(n, "weight_decay")});
+    dp.beta1 = graph::AttrFloat(n, "beta1");
+    dp.beta2 = graph::AttrFloat(n, "beta2");
+    dp.eps = graph::AttrFloat(n, "eps");
+  }
+  if (!any_adamw) return absl::InvalidArgumentError("SplitOptimizer: the graph has no adamw nodes");
+
+  // Kept outputs: the loss and every updated parameter's gradient.
+  const int loss_index = train.FindOutput(loss);
+  if (loss_index < 0) return absl::InvalidArgumentError(absl::StrCat("SplitOptimizer: no output '", loss, "'"));
+  const int loss_value = train.outputs()[loss_index].value;
+  const Node& loss_node = nodes[train.value(loss_value).producer];
+  if (loss_node.op != OpKind::kSoftmaxCrossEntropy && loss_node.op != OpKind::kNllLoss) {
+    return absl::UnimplementedError(absl::StrCat(
+        "distributed training needs the loss '", loss, "' to be a softmax_cross_entropy or nll_loss output "
+        "(to normalize by the global token count), found ", graph::OpName(loss_node.op)));
+  }
+  dp.ignore_index = graph::AttrInt(loss_node, "ignore_index");
+  dp.targets = InputSourceOf(train, loss_node.inputs[1]);
+  if (dp.targets.empty()) {
+    return absl::UnimplementedError("distributed training needs the loss targets to be a graph input (or a reshape of one)");
+  }
+  std::vector<graph::GraphOutput> kept = {{loss, loss_value}};
+  for (const DataParallelParam& p : dp.params) {
+    const int o = train.FindOutput("grad:" + p.name);
+    if (o < 0) return absl::InvalidArgumentError(absl::StrCat("SplitOptimizer: no output 'grad:", p.name, "'"));
+    kept.push_back(train.outputs()[o]);
+  }
+
+  // Dead code: the optimizer nodes and whatever only they read (moments, step, lr, ...).
+  std::vector<int> uses(train.num_value_ids(), 0);
+  for (const graph::GraphOutput& o : kept) ++uses[o.value];
+  for (int i = int(nodes.size()) - 1; i >= 0; --i) {
+    const Node& n = nodes[i];
+    bool live = !dead.count(i);
+    if (live && n.op != OpKind::kParameter) {
+      live = false;
+      for (int v : n.outputs) live = live || uses[v] > 0;
+    }
+    if (!live) {
+      dead.insert(i);
+      continue;
+    }
+    for (int v : n.inputs) ++uses[v];
+  }
+
+  Graph start;
+  for (const graph::SymbolInfo& s : train.symbols()) SG_RETURN_IF_ERROR(start.AddSymbol(s));
+  Builder b(std::move(start));
+  std::vector<Value> map(train.num_value_ids());
+  std::map<int, Value> bwd_copy;
+  Value loss_scale;
+  int seeds = 0;
+  for (int i = 0; i < int(nodes.size()); ++i) {
+    const Node& n = nodes[i];
+    if (dead.count(i)) continue;
+    auto scope = b.EnterScope(n.scope);
+    b.set_phase(n.phase);
+    if (n.op == OpKind::kParameter) {
+      map[n.outputs[0]] = b.Parameter(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
+                                      graph::AttrShape(n, "shape"), graph::AttrBool(n, "trainable"));
+      continue;
+    }
+    if (n.op == OpKind::kInput) {
+      map[n.outputs[0]] = b.Input(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
+                                  graph::AttrShape(n, "shape"));
+      continue;
+    }
+    std::vector<Value> ins;
+    for (int k = 0; k < int(n.inputs.size()); ++k) {
+      const int v = n.inputs[k];
+      if (IsLossBackward(n.op) && k == 0 && nodes[train.value(v).producer].op == OpKind::kFill) {
+        if (!loss_scale.valid()) loss_scale = b.Input(kLossScaleName, DType::kF32, {});
+        ins.push_back(loss_scale);
+        ++seeds;
+        continue;
+      }
+      auto p = param_of_value.find(v);
+      if (p != param_of_value.end() && n.phase != graph::Phase::kForward) {
+        auto c = bwd_copy.find(v);
+        if (c == bwd_copy.end()) {
+          const Node& src = nodes[train.value(v).producer];
+          c = bwd_copy.emplace(v, b.Parameter(graph::AttrString(src, "name") + kBackwardSuffix,
+                                              graph::AttrDType(src, "dtype"), graph::AttrShape(src, "shape"),
+                                              /*trainable=*/false)).first;
+        }
+        ins.push_back(c->second);
+        continue;
+      }
+      ins.push_back(map[v]);
+    }
+    std::vector<Value> outs = b.Emit(n.op, ins, n.attrs);
+    SG_RETURN_IF_ERROR(b.status());
+    for (size_t k = 0; k < outs.size(); ++k) map[n.outputs[k]] = outs[k];
+  }
+  if (seeds != 1) {
+    return absl::UnimplementedError(absl::StrCat("distributed training expects exactly one constant seed into the "
+                                                 "loss's backward, found ", seeds));
+  }
+  for (const graph::GraphOutput& o : kept) b.Output(o.name, map[o.value]);
+  SG_ASSIGN_OR_RETURN(dp.graph, b.Finish());
+  return dp;
+}
+
+}  // namespace sg::compiler

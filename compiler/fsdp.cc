@@ -1,0 +1,597 @@
+#include "compiler/fsdp.h"
+
+#include <algorithm>
+#include <climits>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "graph/ops.h"
+#include "kernels/adamw/adamw.h"
+#include "kernels/core/status.h"
+#include "sharding/placement.h"
+
+namespace sg::compiler {
+
+using graph::Phase;
+
+struct ShardedDataParallelStep::Param {
+  std::string name;
+  int unit = 0;
+  int64_t rows = 0, row = 0, chunk = 0;  // dim-0 extent, elements per row, ceil(rows / P)
+  sharding::ChunkRange mine;             // this rank's rows
+  int64_t pack_offset = 0;               // in the unit's per-rank bucket block (elements)
+  double weight_decay = 0;
+  TensorView full_fwd, full_bwd, grad_full;  // lowered program buffers (full_bwd may be empty)
+  TensorView shard, grad, m, v;              // this rank's rows, flat f32
+};
+
+struct ShardedDataParallelStep::Unit {
+  std::string name;
+  std::vector<int> params;
+  int64_t block = 0;  // elements per rank in a bucket: sum of chunk * row
+  int fwd_at = INT_MAX, fwd_first = INT_MAX, bwd_at = INT_MAX, bwd_first = INT_MAX;
+  int grad_done = -1, rs_at = INT_MAX, rs_wait_at = INT_MAX;
+  std::unique_ptr<Event> fwd_done, bwd_done, rs_done;
+};
+
+namespace {
+
+TensorView Flat(const TensorView& base, int64_t offset, int64_t n) {
+  return TensorView(static_cast<char*>(base.raw()) + offset * SizeOf(base.dtype()), base.dtype(), {n},
+                    base.device());
+}
+
+absl::Status CheckFull(const std::string& name, int64_t numel, const TensorView& host) {
+  if (host.dtype() != DType::kF32 || host.numel() != numel) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "': expected f32 with ", numel,
+                                                   " elements (the full tensor), found ", host.ToString()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+ShardedDataParallelStep::~ShardedDataParallelStep() {
+  // The executor's steps point into this object's buffers: stop it first.
+  if (executor_ != nullptr) (void)executor_->Synchronize();
+  executor_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<ShardedDataParallelStep>> ShardedDataParallelStep::Create(
+    const graph::Graph& train, const CompileOptions& options, DataParallelLayout layout,
+    std::shared_ptr<DistContext> context, std::string explanation) {
+  std::unique_ptr<ShardedDataParallelStep> s(new ShardedDataParallelStep());
+  s->layout_ = layout;
+  s->context_ = std::move(context);
+  s->explanation_ = std::move(explanation);
+  s->shard_size_ = layout.shard ? layout.shard->size() : 1;
+  s->shard_rank_ = layout.shard ? layout.shard->rank() : 0;
+  s->world_size_ = layout.world ? layout.world->size() : 1;
+  SG_RETURN_IF_ERROR(s->Build(train, options));
+  return s;
+}
+
+// Analysis of the forward+backward graph: units, where each collective is issued and waited
+// for, then lowering with the parameters as transient buffers.
+absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const CompileOptions& o) {
+  SG_ASSIGN_OR_RETURN(dp_, SplitOptimizer(train, o.loss));
+  const graph::Graph& g = dp_.graph;
+  const int num_nodes = int(g.nodes().size());
+  const std::vector<std::vector<int>> users = g.Users();
+  int first_backward = num_nodes;
+  for (int i = 0; i < num_nodes; ++i) {
+    if (g.nodes()[i].phase != Phase::kForward) {
+      first_backward = i;
+      break;
+    }
+  }
+  std::map<std::string, int> unit_of;
+  for (const DataParallelParam& dpp : dp_.params) {
+    auto p = std::make_unique<Param>();
+    p->name = dpp.name;
+    p->weight_decay = dpp.weight_decay;
+    const std::string unit = UnitOf(dpp.name);
+    auto [it, added] = unit_of.emplace(unit, int(units_.size()));
+    if (added) {
+      units_.push_back(std::make_unique<Unit>());
+      units_.back()->name = unit;
+    }
+    p->unit = it->second;
+    Unit& u = *units_[p->unit];
+    u.params.push_back(int(params_.size()));
+    for (const bool bwd : {false, true}) {
+      const int v = g.FindSource(bwd ? dpp.name + kBackwardSuffix : dpp.name);
+      if (v < 0) continue;
+      for (int n : users[v]) (bwd ? u.bwd_first : u.fwd_first) = std::min(bwd ? u.bwd_first : u.fwd_first, n);
+    }
+    const int go = g.FindOutput("grad:" + dpp.name);
+    u.grad_done = std::max(u.grad_done, g.value(g.outputs()[go].value).producer);
+    param_index_[p->name] = int(params_.size());
+    params_.push_back(std::move(p));
+  }
+  // Issue points: each unit's gather when the previous unit (in use order) starts computing.
+  auto order_by = [&](int Unit::*key) {
+    std::vector<Unit*> order;
+    for (auto& u : units_) {
+      if (u.get()->*key != INT_MAX && u.get()->*key >= 0) order.push_back(u.get());
+    }
+    std::stable_sort(order.begin(), order.end(), [&](Unit* a, Unit* b) { return a->*key < b->*key; });
+    return order;
+  };
+  std::vector<Unit*> fwd = order_by(&Unit::fwd_first), bwd = order_by(&Unit::bwd_first),
+                     grads = order_by(&Unit::grad_done);
+  for (size_t k = 0; k < fwd.size(); ++k) fwd[k]->fwd_at = k == 0 ? 0 : fwd[k - 1]->fwd_first;
+  for (size_t k = 0; k < bwd.size(); ++k) {
+    bwd[k]->bwd_at = k == 0 ? std::min(first_backward, bwd[0]->bwd_first) : bwd[k - 1]->bwd_first;
+  }
+  for (size_t k = 0; k < grads.size(); ++k) grads[k]->rs_at = grads[k]->grad_done + 1;
+  for (size_t k = 0; k < grads.size(); ++k) {
+    grads[k]->rs_wait_at = k + 1 < grads.size() ? std::max(grads[k + 1]->rs_at, grads[k]->rs_at) : num_nodes;
+  }
+  LowerOptions lo;
+  for (const auto& p : params_) {
+    const Unit& u = *units_[p->unit];
+    if (u.fwd_at != INT_MAX) lo.transient_sources[p->name] = u.fwd_at;
+    if (u.bwd_at != INT_MAX) lo.transient_sources[p->name + kBackwardSuffix] = u.bwd_at;
+    if (u.rs_wait_at < num_nodes) lo.output_live_until["grad:" + p->name] = u.rs_wait_at;
+  }
+  SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, o.binding, o.device, lo));
+  for (const auto& p : params_) parameter_names_.push_back(p->name);
+  SG_RETURN_IF_ERROR(Allocate());
+  SG_RETURN_IF_ERROR(Schedule());
+  ExecutorOptions eo;
+  // The ring collectives' device path synchronizes its own reduce stream with the host; it is not
+  // capturable yet, so distributed steps run eagerly.
+  eo.cuda_graph = false;
+  SG_ASSIGN_OR_RETURN(executor_, Executor::Create(program_.get(), eo));
+  std::map<std::string, TensorView> inputs;
+  for (const std::string& name : program_->input_names) {
+    if (name != kLossScaleName) inputs[name] = program_->sources.at(name);
+  }
+  SG_ASSIGN_OR_RETURN(CompiledStep::staging_, InputStaging::Create(o.device, inputs));
+  const Stream& s = executor_->compute_stream();
+  SG_RETURN_IF_ERROR(ZeroTensor(TensorView(shards_.data(), DType::kF32, {shards_.bytes() / 4}, o.device), s));
+  SG_RETURN_IF_ERROR(ZeroTensor(TensorView(scalars_.data(), DType::kF32, {scalars_.bytes() / 4}, o.device), s));
+  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  return absl::OkStatus();
+}
+
+absl::Status ShardedDataParallelStep::Allocate() {
+  const Device d = program_->device;
+  const int P = shard_size_;
+  int64_t shard_bytes = 0, staging = 0;
+  std::vector<int64_t> offsets;
+  for (auto& p : params_) {
+    const TensorView full = program_->sources.count(p->name) ? program_->sources.at(p->name)
+                                                             : program_->sources.at(p->name + kBackwardSuffix);
+    if (full.dtype() != DType::kF32) {
+      return absl::UnimplementedError(absl::StrCat("sharded data parallel: parameter '", p->name,
+                                                   "' is ", DTypeName(full.dtype()), ", expected f32 master weights"));
+    }
+    p->rows = full.shape().empty() ? 1 : full.shape()[0];
+    p->row = p->rows == 0 ? 0 : full.numel() / p->rows;
+    p->chunk = sharding::MaxChunk(p->rows, P);
+    p->mine = sharding::Chunk(p->rows, P, shard_rank_);
+    auto src = program_->sources.find(p->name);
+    if (src != program_->sources.end()) p->full_fwd = src->second;
+    src = program_->sources.find(p->name + kBackwardSuffix);
+    if (src != program_->sources.end()) p->full_bwd = src->second;
+    p->grad_full = program_->outputs.at("grad:" + p->name);
+    if (p->grad_full.dtype() != DType::kF32) {
+      return absl::UnimplementedError(absl::StrCat("sharded data parallel: gradient of '", p->name, "' is ",
+                                                   DTypeName(p->grad_full.dtype()), ", expected f32"));
+    }
+    Unit& u = *units_[p->unit];
+    p->pack_offset = u.block;
+    u.block += p->chunk * p->row;
+    offsets.push_back(shard_bytes);
+    shard_bytes += 4 * AlignUp(p->mine.length * p->row * 4);
+  }
+  for (auto& u : units_) staging = std::max(staging, u->block * P);
+  SG_ASSIGN_OR_RETURN(shards_, DeviceMemory::Allocate(d, shard_bytes));
+  SG_ASSIGN_OR_RETURN(buckets_, DeviceMemory::Allocate(d, 2 * AlignUp(std::max<int64_t>(staging, 1) * 4)));
+  send_ = TensorView(buckets_.data(), DType::kF32, {staging}, d);
+  recv_ = TensorView(buckets_.data() + AlignUp(std::max<int64_t>(staging, 1) * 4), DType::kF32, {staging}, d);
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = *params_[i];
+    const int64_t n = p.mine.length * p.row, step = AlignUp(n * 4);
+    char* base = shards_.data() + offsets[i];
+    p.shard = TensorView(base, DType::kF32, {n}, d);
+    p.grad = TensorView(base + step, DType::kF32, {n}, d);
+    p.m = TensorView(base + 2 * step, DType::kF32, {n}, d);
+    p.v = TensorView(base + 3 * step, DType::kF32, {n}, d);
+  }
+  // Scalars: lr, counter (i64), local norm, P norms, norm, clip, world losses, 3 dummies of P.
+  const int64_t W = world_size_;
+  const int64_t slots[] = {1, 2, 1, P, 1, 1, W, P, P, P};
+  int64_t total = 0;
+  for (int64_t n : slots) total += AlignUp(n * 4);
+  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, total));
+  char* at = scalars_.data();
+  auto take = [&](int64_t n, DType t = DType::kF32) {
+    TensorView v(at, t, {n}, d);
+    at += AlignUp(n * 4);
+    return v;
+  };
+  lr_ = take(1);
+  counter_ = TensorView(at, DType::kI64, {}, d);
+  at += AlignUp(8);
+  norm_local_ = take(1);
+  norms_ = take(P);
+  norm_ = take(1);
+  clip_ = take(1);
+  losses_ = take(W);
+  for (TensorView& x : dummy_) x = take(P);
+  std::vector<kernels::AdamWParam> local;
+  for (const auto& p : params_) {
+    if (p->mine.length == 0) continue;
+    kernels::AdamWParam a;
+    a.param = p->shard;
+    a.grad = p->grad;
+    a.m = p->m;
+    a.v = p->v;
+    a.weight_decay = float(p->weight_decay);
+    local.push_back(a);
+  }
+  if (local.empty()) {
+    return absl::UnimplementedError(absl::StrCat("sharded data parallel: rank ", shard_rank_,
+                                                 " of the shard group holds no parameter rows (model too small for ",
+                                                 P, " shards)"));
+  }
+  SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList list, kernels::AdamWTensorList::Create(local));
+  local_list_ = std::make_shared<kernels::AdamWTensorList>(std::move(list));
+  kernels::AdamWParam n;
+  n.param = dummy_[0];
+  n.grad = norms_;
+  n.m = dummy_[1];
+  n.v = dummy_[2];
+  SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList nl, kernels::AdamWTensorList::Create({n}));
+  norm_list_ = std::make_shared<kernels::AdamWTensorList>(std::move(nl));
+  for (auto& u : units_) {
+    for (auto* e : {&u->fwd_done, &u->bwd_done, &u->rs_done}) {
+      SG_ASSIGN_OR_RETURN(Event ev, Event::Create(d));
+      *e = std::make_unique<Event>(std::move(ev));
+    }
+  }
+  for (auto* e : {&ready_, &comm_done_, &norms_done_}) {
+    SG_ASSIGN_OR_RETURN(Event ev, Event::Create(d));
+    *e = std::make_unique<Event>(std::move(ev));
+  }
+  return absl::OkStatus();
+}
+
+Step ShardedDataParallelStep::CommStep(std::string name, Phase phase,
+                                       std::function<absl::Status(const Stream&)> body, Event* done) {
+  Step st;
+  st.kind = Step::Kind::kCollective;
+  st.name = std::move(name);
+  st.phase = phase;
+  st.stream = 1;
+  st.impl = "collective";
+  st.launch = [this, body = std::move(body), done](const Stream& comm) -> absl::Status {
+    SG_RETURN_IF_ERROR(ready_->Record(executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(ready_->Block(comm));
+    SG_RETURN_IF_ERROR(body(comm));
+    return done->Record(comm);
+  };
+  return st;
+}
+
+Step ShardedDataParallelStep::WaitStep(std::string name, Phase phase, const Event* done) {
+  Step st;
+  st.name = std::move(name);
+  st.phase = phase;
+  st.impl = "wait";
+  st.launch = [done](const Stream& s) { return done->Block(s); };
+  return st;
+}
+
+absl::Status ShardedDataParallelStep::Gather(const Unit& u, bool backward, const Stream& s) {
+  const int P = shard_size_;
+  bool padded = false;
+  for (int i : u.params) padded = padded || params_[i]->mine.length < params_[i]->chunk;
+  if (padded) SG_RETURN_IF_ERROR(ZeroTensor(Flat(send_, 0, u.block), s));
+  for (int i : u.params) {
+    const Param& p = *params_[i];
+    if (p.mine.length > 0) SG_RETURN_IF_ERROR(CopyTensor(p.shard, Flat(send_, p.pack_offset, p.shard.numel()), s));
+  }
+  if (layout_.shard != nullptr) {
+    SG_RETURN_IF_ERROR(layout_.shard->AllGather(Flat(send_, 0, u.block), Flat(recv_, 0, u.block * P), s));
+  } else {
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(send_, 0, u.block), Flat(recv_, 0, u.block), s));
+  }
+  for (int k = 0; k < P; ++k) {
+    for (int i : u.params) {
+      const Param& p = *params_[i];
+      const TensorView& full = backward ? p.full_bwd : p.full_fwd;
+      const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
+      if (full.raw() == nullptr || r.length == 0) continue;
+      SG_RETURN_IF_ERROR(CopyTensor(Flat(recv_, k * u.block + p.pack_offset, r.length * p.row),
+                                    Flat(full, r.offset * p.row, r.length * p.row), s));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, const Stream& s) {
+  const int P = shard_size_;
+  SG_RETURN_IF_ERROR(ZeroTensor(Flat(send_, 0, u.block * P), s));
+  for (int k = 0; k < P; ++k) {
+    for (int i : u.params) {
+      const Param& p = *params_[i];
+      const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
+      if (r.length == 0) continue;
+      SG_RETURN_IF_ERROR(CopyTensor(Flat(p.grad_full, r.offset * p.row, r.length * p.row),
+                                    Flat(send_, k * u.block + p.pack_offset, r.length * p.row), s));
+    }
+  }
+  if (layout_.shard != nullptr) {
+    SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(Flat(send_, 0, u.block * P), Flat(recv_, 0, u.block),
+                                                    comm::ReduceOp::kSum, s));
+  } else {
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(send_, 0, u.block), Flat(recv_, 0, u.block), s));
+  }
+  if (layout_.replicate != nullptr) {
+    SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(Flat(recv_, 0, u.block), comm::ReduceOp::kSum, s));
+  }
+  for (int i : u.params) {
+    const Param& p = *params_[i];
+    if (p.mine.length > 0) SG_RETURN_IF_ERROR(CopyTensor(Flat(recv_, p.pack_offset, p.grad.numel()), p.grad, s));
+  }
+  return absl::OkStatus();
+}
+
+// Inserts the collectives into the lowered schedule, keyed by the node index they precede.
+absl::Status ShardedDataParallelStep::Schedule() {
+  const int num_nodes = int(program_->graph.nodes().size());
+  std::multimap<int, Step> before;  // node index -> steps issued before it (in insertion order)
+  for (auto& up : units_) {
+    Unit* u = up.get();
+    if (u->fwd_at != INT_MAX) {
+      before.emplace(u->fwd_at, CommStep(absl::StrCat("all-gather ", u->name), Phase::kForward,
+                                         [this, u](const Stream& s) { return Gather(*u, false, s); },
+                                         u->fwd_done.get()));
+      before.emplace(u->fwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name), Phase::kForward,
+                                            u->fwd_done.get()));
+    }
+    if (u->bwd_at != INT_MAX) {
+      before.emplace(u->bwd_at, CommStep(absl::StrCat("all-gather ", u->name, " (backward)"), Phase::kBackward,
+                                         [this, u](const Stream& s) { return Gather(*u, true, s); },
+                                         u->bwd_done.get()));
+      before.emplace(u->bwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name, " (backward)"),
+                                            Phase::kBackward, u->bwd_done.get()));
+    }
+    if (u->rs_at != INT_MAX) {
+      before.emplace(u->rs_at, CommStep(absl::StrCat("reduce-scatter grads ", u->name), Phase::kBackward,
+                                        [this, u](const Stream& s) { return ReduceScatter(*u, s); },
+                                        u->rs_done.get()));
+      before.emplace(u->rs_wait_at, WaitStep(absl::StrCat("wait reduce-scatter ", u->name), Phase::kBackward,
+                                             u->rs_done.get()));
+    }
+  }
+  // Issues before waits at the same node, so a prefetch is never queued behind a wait.
+  auto emit = [&](std::vector<Step>* out, int upto) {
+    std::vector<Step> waits;
+    while (!before.empty() && before.begin()->first <= upto) {
+      Step st = std::move(before.begin()->second);
+      before.erase(before.begin());
+      (st.stream == 1 ? *out : waits).push_back(std::move(st));
+    }
+    for (Step& w : waits) out->push_back(std::move(w));
+  };
+  std::vector<Step> steps;
+  for (Step& st : program_->schedule.steps) {
+    if (st.node >= 0) emit(&steps, st.node);
+    steps.push_back(std::move(st));
+  }
+  emit(&steps, INT_MAX);
+
+  // The optimizer on the local shards, after the last reduce-scatter.
+  const Phase opt = Phase::kOptimizer;
+  const TensorView loss = program_->outputs.at(dp_.graph.outputs()[0].name);
+  steps.push_back(CommStep("all-gather losses", opt, [this, loss](const Stream& s) -> absl::Status {
+    if (world_size_ == 1) return CopyTensor(Flat(loss, 0, 1), losses_, s);
+    return layout_.world->AllGather(Flat(loss, 0, 1), losses_, s);
+  }, comm_done_.get()));
+  auto local = std::static_pointer_cast<kernels::AdamWTensorList>(local_list_);
+  auto norms = std::static_pointer_cast<kernels::AdamWTensorList>(norm_list_);
+  Step ln;
+  ln.name = "grad_norm (local shards)";
+  ln.phase = opt;
+  ln.impl = "kernel";
+  ln.launch = [this, local](const Stream& s) { return kernels::GradNorm(*local, 0.f, norm_local_, TensorView(), s); };
+  steps.push_back(std::move(ln));
+  steps.push_back(CommStep("all-gather local grad norms", opt, [this](const Stream& s) -> absl::Status {
+    if (layout_.shard == nullptr) return CopyTensor(norm_local_, norms_, s);
+    return layout_.shard->AllGather(norm_local_, norms_, s);
+  }, norms_done_.get()));
+  steps.push_back(WaitStep("wait grad norms", opt, norms_done_.get()));
+  const float max_norm = float(dp_.max_grad_norm);
+  Step gn;
+  gn.name = "grad_norm (global)";
+  gn.phase = opt;
+  gn.impl = "kernel";
+  gn.launch = [this, norms, max_norm](const Stream& s) { return kernels::GradNorm(*norms, max_norm, norm_, clip_, s); };
+  steps.push_back(std::move(gn));
+  const kernels::AdamWConfig c{float(dp_.beta1), float(dp_.beta2), float(dp_.eps)};
+  Step ad;
+  ad.name = absl::StrCat("adamw (multi-tensor, local shards of ", params_.size(), " parameters)");
+  ad.phase = opt;
+  ad.impl = "kernel";
+  ad.launch = [this, local, c](const Stream& s) { return kernels::AdamWStep(*local, c, lr_, counter_, clip_, s); };
+  steps.push_back(std::move(ad));
+  steps.push_back(WaitStep("join comm stream", opt, comm_done_.get()));
+  (void)num_nodes;
+  program_->schedule.steps = std::move(steps);
+  return absl::OkStatus();
+}
+
+absl::Status ShardedDataParallelStep::PrepareBatch(const std::map<std::string, TensorView>& batch) {
+  auto t = batch.find(dp_.targets);
+  if (t == batch.end()) {
+    return absl::InvalidArgumentError(absl::StrCat("Run: missing input '", dp_.targets, "' (the loss's targets)"));
+  }
+  Tensor host;
+  TensorView targets = t->second;
+  if (!targets.device().is_cpu()) {
+    SG_ASSIGN_OR_RETURN(host, Tensor::Empty(targets.shape(), targets.dtype(), Device::Cpu()));
+    SG_RETURN_IF_ERROR(CopyTensor(targets, host.view(), executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    targets = host.view();
+  }
+  int64_t count = 0;
+  for (int64_t i = 0; i < targets.numel(); ++i) {
+    int64_t id = targets.dtype() == DType::kI64 ? static_cast<const int64_t*>(targets.raw())[i]
+                                                : static_cast<const int32_t*>(targets.raw())[i];
+    count += id != dp_.ignore_index;
+  }
+  counts_.assign(size_t(world_size_), 0);
+  counts_[0] = count;
+  if (world_size_ > 1) {
+    int64_t mine = count;
+    SG_RETURN_IF_ERROR(layout_.world->AllGather(TensorView(&mine, DType::kI64, {1}, Device::Cpu()),
+                                                TensorView(counts_.data(), DType::kI64, {world_size_}, Device::Cpu())));
+  }
+  int64_t total = 0;
+  for (int64_t c : counts_) total += c;
+  loss_scale_host_ = total > 0 ? float(double(count) / double(total)) : 0.f;
+  SG_RETURN_IF_ERROR(CopyTensor(TensorView(&loss_scale_host_, DType::kF32, {}, Device::Cpu()),
+                                program_->sources.at(kLossScaleName), executor_->compute_stream()));
+  return CopyInputs(batch);
+}
+
+absl::Status ShardedDataParallelStep::Run(const std::map<std::string, TensorView>& batch) {
+  SG_RETURN_IF_ERROR(PrepareBatch(batch));
+  return executor_->Run();
+}
+
+absl::StatusOr<StepTrace> ShardedDataParallelStep::TraceStep(const std::map<std::string, TensorView>& batch) {
+  SG_RETURN_IF_ERROR(PrepareBatch(batch));
+  return executor_->RunTraced();
+}
+
+absl::StatusOr<StepMetrics> ShardedDataParallelStep::ReadMetrics() const {
+  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  std::vector<float> losses(size_t(world_size_), 0.f);
+  StepMetrics m;
+  int64_t step = 0;
+  const Stream& s = executor_->compute_stream();
+  SG_RETURN_IF_ERROR(CopyTensor(losses_, TensorView(losses.data(), DType::kF32, {world_size_}, Device::Cpu()), s));
+  SG_RETURN_IF_ERROR(CopyTensor(norm_, TensorView(&m.grad_norm, DType::kF32, {1}, Device::Cpu()), s));
+  SG_RETURN_IF_ERROR(CopyTensor(counter_, TensorView(&step, DType::kI64, {}, Device::Cpu()), s));
+  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  double total = 0, sum = 0;
+  for (size_t r = 0; r < losses.size() && r < counts_.size(); ++r) {
+    sum += double(losses[r]) * double(counts_[r]);
+    total += double(counts_[r]);
+  }
+  m.loss = total > 0 ? float(sum / total) : 0.f;
+  m.step = step;
+  return m;
+}
+
+absl::Status ShardedDataParallelStep::SetLearningRate(float lr) {
+  SG_RETURN_IF_ERROR(CopyTensor(TensorView(&lr, DType::kF32, {1}, Device::Cpu()), lr_, executor_->compute_stream()));
+  return executor_->Synchronize();
+}
+
+const ShardedDataParallelStep::Param* ShardedDataParallelStep::FindParam(const std::string& name,
+                                                                         TensorView Param::*which,
+                                                                         const std::string& prefix) const {
+  (void)which;
+  if (!absl::StartsWith(name, prefix)) return nullptr;
+  auto it = param_index_.find(name.substr(prefix.size()));
+  return it == param_index_.end() ? nullptr : params_[it->second].get();
+}
+
+absl::StatusOr<TensorView> ShardedDataParallelStep::View(const std::string& name) const {
+  struct Kind {
+    const char* prefix;
+    TensorView Param::*which;
+  };
+  for (const Kind& k : {Kind{"", &Param::shard}, Kind{"opt.m.", &Param::m}, Kind{"opt.v.", &Param::v},
+                        Kind{"grad:", &Param::grad}}) {
+    if (const Param* p = FindParam(name, k.which, k.prefix)) return p->*k.which;
+  }
+  if (name == "lr") return lr_;
+  if (name == "grad_norm") return norm_;
+  return CompiledStep::View(name);
+}
+
+absl::Status ShardedDataParallelStep::Write(const std::string& name, const TensorView& host) {
+  const Stream& s = executor_->compute_stream();
+  if (name == kLrName) return SetLearningRate(*static_cast<const float*>(host.raw()));
+  if (name == kStepName) {
+    SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
+    int64_t n = int64_t(*static_cast<const float*>(host.raw()));
+    SG_RETURN_IF_ERROR(CopyTensor(TensorView(&n, DType::kI64, {}, Device::Cpu()), counter_, s));
+    return executor_->Synchronize();
+  }
+  for (const char* prefix : {"", "opt.m.", "opt.v."}) {
+    const Param* p = FindParam(name, nullptr, prefix);
+    if (p == nullptr) continue;
+    SG_RETURN_IF_ERROR(CheckFull(name, p->rows * p->row, host));
+    const TensorView dst = std::string(prefix).empty() ? p->shard : (prefix[4] == 'm' ? p->m : p->v);
+    if (p->mine.length > 0) {
+      const TensorView src(static_cast<char*>(host.raw()) + p->mine.offset * p->row * 4, DType::kF32,
+                           {p->mine.length * p->row}, host.device());
+      SG_RETURN_IF_ERROR(CopyTensor(src, dst, s));
+    }
+    return executor_->Synchronize();
+  }
+  return CompiledStep::Write(name, host);
+}
+
+// Every rank's rows of a sharded tensor into the full `host` (collective over the shard group).
+absl::Status ShardedDataParallelStep::GatherRows(const TensorView& shard, const Param& p, const TensorView& host) const {
+  SG_RETURN_IF_ERROR(CheckFull(p.name, p.rows * p.row, host));
+  const int P = shard_size_;
+  const int64_t block = p.chunk * p.row;
+  const Device d = program_->device;
+  SG_ASSIGN_OR_RETURN(Tensor send, Tensor::Empty({std::max<int64_t>(block, 1)}, DType::kF32, d));
+  SG_ASSIGN_OR_RETURN(Tensor recv, Tensor::Empty({std::max<int64_t>(block * P, 1)}, DType::kF32, d));
+  const Stream& s = executor_->compute_stream();
+  SG_RETURN_IF_ERROR(ZeroTensor(send.view(), s));
+  if (shard.numel() > 0) SG_RETURN_IF_ERROR(CopyTensor(shard, Flat(send.view(), 0, shard.numel()), s));
+  if (layout_.shard != nullptr) {
+    SG_RETURN_IF_ERROR(layout_.shard->AllGather(Flat(send.view(), 0, block), Flat(recv.view(), 0, block * P), s));
+  } else {
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(send.view(), 0, block), Flat(recv.view(), 0, block), s));
+  }
+  for (int k = 0; k < P; ++k) {
+    const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
+    if (r.length == 0) continue;
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(recv.view(), k * block, r.length * p.row),
+                                  TensorView(static_cast<char*>(host.raw()) + r.offset * p.row * 4, DType::kF32,
+                                             {r.length * p.row}, host.device()), s));
+  }
+  return executor_->Synchronize();
+}
+
+absl::Status ShardedDataParallelStep::Read(const std::string& name, const TensorView& host) const {
+  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  struct Kind {
+    const char* prefix;
+    TensorView Param::*which;
+  };
+  for (const Kind& k : {Kind{"", &Param::shard}, Kind{"opt.m.", &Param::m}, Kind{"opt.v.", &Param::v},
+                        Kind{"grad:", &Param::grad}}) {
+    if (const Param* p = FindParam(name, k.which, k.prefix)) return GatherRows(p->*k.which, *p, host);
+  }
+  if (name == "loss" || name == "grad_norm") {
+    SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
+    SG_ASSIGN_OR_RETURN(StepMetrics m, ReadMetrics());
+    *static_cast<float*>(host.raw()) = name == "loss" ? m.loss : m.grad_norm;
+    return absl::OkStatus();
+  }
+  if (name == kStepName) {
+    SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
+    SG_ASSIGN_OR_RETURN(StepMetrics m, ReadMetrics());
+    *static_cast<float*>(host.raw()) = float(m.step);
+    return absl::OkStatus();
+  }
+  if (name == kLrName) return CopyTensor(lr_, host, executor_->compute_stream());
+  return CompiledStep::Read(name, host);
+}
+
+}  // namespace sg::compiler

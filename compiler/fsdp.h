@@ -1,0 +1,108 @@
+// The sharded data-parallel runtime behind FSDP (ZeRO-3), HYBRID_SHARD and DDP: one lowered
+// forward + backward (compiler/data_parallel_graph.h) whose parameter buffers are transient arena
+// slots, plus the collectives and the optimizer on this rank's shards.
+//
+//   SG_ASSIGN_OR_RETURN(auto step, ShardedDataParallelStep::Create(train, options, layout, ctx, why));
+//   step->Write("layers.0.attention.wq.weight", full_host);   // keeps rows of this rank's chunk
+//   step->Run(my_batch);                                       // like CompiledStep::Run
+//
+// Per parameter p of dim-0 extent n over a shard group of size P: this rank keeps rows
+// torch.chunk(n, P)[rank] (uneven chunks allowed, possibly empty) of p, its gradient, AdamW m and
+// v (f32 master weights). The schedule, per FSDP unit (a transformer block; compiler/UnitOf):
+//   forward   all-gather(unit k+1) is issued on the comm stream when unit k's compute starts
+//             (prefetch), into transient buffers live from there to the unit's last forward use;
+//   backward  the same into separate "@bwd" buffers, one unit ahead in backward order;
+//   gradients once a unit's last gradient exists: one bucketed reduce-scatter (sum) of the whole
+//             unit over the shard group, then an all-reduce (sum) over the replicate group;
+//             compute waits for it only before the next unit's reduce-scatter is issued, so the
+//             full gradient buffers are reused after that;
+//   optimizer global grad norm (local sums of squares, the P local norms all-gathered over the
+//             shard group) for clipping, then one multi-tensor AdamW over the local shards.
+// Collectives run on the executor's comm stream ordered against compute by events (on the CPU
+// both are the host thread, in schedule order). Uneven chunks are zero-padded to ceil(n/P) rows
+// inside each bucket. The loss is each rank's mean over its non-ignored tokens; Run counts them,
+// all-gathers the counts, and seeds backward with local/global count; the reported loss is the
+// count-weighted mean of the all-gathered local losses: the global mean.
+#ifndef SGTRAIN_COMPILER_FSDP_H_
+#define SGTRAIN_COMPILER_FSDP_H_
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "comm/process_group.h"
+#include "compiler/compile.h"
+#include "compiler/data_parallel_graph.h"
+#include "compiler/dist_context.h"
+#include "kernels/core/stream.h"
+
+namespace sg::compiler {
+
+// Which ranks a sharded data-parallel step talks to. Null groups are this rank alone.
+struct DataParallelLayout {
+  comm::ProcessGroup* shard = nullptr;      // parameters are split over it
+  comm::ProcessGroup* replicate = nullptr;  // holds identical shards (HYBRID_SHARD, DDP)
+  comm::ProcessGroup* world = nullptr;      // every rank with a share of the batch
+};
+
+class ShardedDataParallelStep : public CompiledStep {
+ public:
+  // `train`: the prepared training step (adamw nodes, "grad:<p>" outputs). Collective: every
+  // rank calls it with the same graph and options.
+  static absl::StatusOr<std::unique_ptr<ShardedDataParallelStep>> Create(const graph::Graph& train,
+                                                                        const CompileOptions& options,
+                                                                        DataParallelLayout layout,
+                                                                        std::shared_ptr<DistContext> context,
+                                                                        std::string explanation);
+
+  absl::Status Run(const std::map<std::string, TensorView>& batch) override;
+  absl::StatusOr<StepMetrics> ReadMetrics() const override;
+  absl::Status SetLearningRate(float lr) override;
+  // Parameters, "opt.m.<p>", "opt.v.<p>" take and "grad:<p>" also gives full tensors (Read gathers:
+  // collective over the shard group); "loss" and "grad_norm" are the global values.
+  absl::Status Write(const std::string& name, const TensorView& host) override;
+  absl::Status Read(const std::string& name, const TensorView& host) const override;
+  // This rank's shard of a parameter, its optimizer state or "grad:<p>"; otherwise as the base.
+  absl::StatusOr<TensorView> View(const std::string& name) const override;
+  absl::StatusOr<StepTrace> TraceStep(const std::map<std::string, TensorView>& batch) override;
+
+  ~ShardedDataParallelStep() override;
+
+ private:
+  struct Param;
+  struct Unit;
+  ShardedDataParallelStep() = default;
+  absl::Status Build(const graph::Graph& train, const CompileOptions& options);
+  absl::Status Allocate();
+  absl::Status Schedule();
+  absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
+  absl::Status Gather(const Unit& u, bool backward, const Stream& s);
+  absl::Status ReduceScatter(const Unit& u, const Stream& s);
+  // A step on the comm stream that first waits for everything enqueued on compute so far, runs
+  // `body`, and records `done`.
+  Step CommStep(std::string name, graph::Phase phase, std::function<absl::Status(const Stream&)> body, Event* done);
+  Step WaitStep(std::string name, graph::Phase phase, const Event* done);
+  absl::Status GatherRows(const TensorView& shard, const Param& p, const TensorView& host) const;
+  const Param* FindParam(const std::string& name, TensorView Param::*which, const std::string& prefix) const;
+
+  DataParallelLayout layout_;
+  std::shared_ptr<DistContext> context_;
+  DataParallelGraph dp_;
+  int shard_size_ = 1, shard_rank_ = 0, world_size_ = 1;
+  std::vector<std::unique_ptr<Param>> params_;
+  std::vector<std::unique_ptr<Unit>> units_;
+  std::map<std::string, int> param_index_;
+  DeviceMemory shards_, buckets_, scalars_;
+  TensorView send_, recv_;  // staging, f32
+  TensorView lr_, counter_, norm_local_, norms_, norm_, clip_, losses_, dummy_[3];
+  std::shared_ptr<void> local_list_, norm_list_;  // kernels::AdamWTensorList
+  std::unique_ptr<Event> ready_, comm_done_, norms_done_;
+  std::vector<int64_t> counts_;  // non-ignored tokens per world rank, last Run
+  float loss_scale_host_ = 0;
+};
+
+}  // namespace sg::compiler
+
+#endif  // SGTRAIN_COMPILER_FSDP_H_

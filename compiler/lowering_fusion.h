@@ -1,0 +1,48 @@
+// Decisions the lowering makes across nodes of a training graph, beyond "one node, one kernel"
+// (internal to the compiler). Pure graph analysis, so it is tested without running anything:
+//
+//   LoweringFusions f = FindLoweringFusions(train_graph);
+//   if (f.fused_away.count(i)) { /* node i has no step: another node's launch computes it */ }
+//
+//  - Cross-entropy: softmax_cross_entropy and its backward on the same logits/targets, with the
+//    loss cotangent a constant fill (autodiff's seed), become ONE kernels/cross_entropy launch at
+//    the forward node writing the loss and dlogits in one pass (grad_scale = the constant). The
+//    backward node then has no step; dlogits overwrites the logits when nothing else reads them.
+//  - Folded casts: a bf16 value whose only use is a cast to f32 (a weight gradient under mixed
+//    precision: matmul dW, norm dweight, embedding dtable) is written in f32 directly by its
+//    producer (cuBLASLt accumulates in f32 anyway); the cast has no step and no bf16 buffer exists.
+//  - Weight copies: a cast of a trainable f32 parameter to bf16 (the compute copy made by
+//    ToMixedPrecision) is a persistent buffer the multi-tensor AdamW rewrites in the same pass as
+//    the master weights, instead of a cast at the start of every forward. A second cast of the
+//    same parameter (recompute clones casts into the backward) reads that copy: no step, no buffer.
+//  - In place: outputs that may overwrite an input whose last reader they are (kernel contracts
+//    allow it): add_rmsnorm's residual h over x, add_rmsnorm_backward's dx over the incoming
+//    residual gradient, an elementwise add over its first operand. The lowering checks the
+//    last-reader condition; this only lists the candidates.
+#ifndef SGTRAIN_COMPILER_LOWERING_FUSION_H_
+#define SGTRAIN_COMPILER_LOWERING_FUSION_H_
+
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "graph/ir.h"
+
+namespace sg::compiler {
+
+struct LoweringFusions {
+  std::map<int, int> cross_entropy;             // forward node -> its fused backward node
+  std::map<int, float> cross_entropy_scale;     // backward node -> constant loss cotangent
+  std::map<int, int> folded_cast;               // bf16 value -> the f32 cast output it is written as
+  std::map<int, int> weight_copy;               // bf16 cast output -> the f32 parameter value
+  std::map<int, int> duplicate_copy;            // a recomputed cast of a parameter -> its weight copy
+  std::vector<std::pair<int, int>> in_place;    // (output value, input value), in node order
+  std::set<int> fused_away;                     // nodes without a step of their own (CE backward, folded casts)
+};
+
+LoweringFusions FindLoweringFusions(const graph::Graph& g);
+
+}  // namespace sg::compiler
+
+#endif  // SGTRAIN_COMPILER_LOWERING_FUSION_H_

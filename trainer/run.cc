@@ -1,0 +1,378 @@
+#include "trainer/run.h"
+
+#include <sys/stat.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "kernels/core/allocator.h"
+#include "kernels/core/status.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/io/file_io.h"
+#include "trainer/progress/loss_curve_svg.h"
+#include "trainer/progress/metrics_log.h"
+#include "trainer/progress/progress_bar.h"
+#include "trainer/train_data.h"
+#include "trainer/train_loop.h"
+
+namespace sg::trainer {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+bool Exists(const std::string& p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0;
+}
+
+int EnvInt(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  int out;
+  return v != nullptr && absl::SimpleAtoi(v, &out) ? out : fallback;
+}
+
+absl::StatusOr<compiler::Strategy> ParseStrategy(const std::string& s) {
+  if (s == "none") return compiler::Strategy::kNone;
+  if (s == "fsdp") return compiler::Strategy::kFsdp;
+  if (s == "hybrid") return compiler::Strategy::kHybridShard;
+  if (s == "tp") return compiler::Strategy::kTensorParallel;
+  if (s == "auto") return compiler::Strategy::kAuto;
+  return absl::InvalidArgumentError(absl::StrCat("--strategy: expected none, fsdp, hybrid, tp or auto, found '", s, "'"));
+}
+
+absl::StatusOr<std::vector<int64_t>> ParseMesh(const std::string& s) {
+  std::vector<int64_t> mesh;
+  if (s.empty()) return mesh;
+  for (absl::string_view part : absl::StrSplit(s, 'x')) {
+    int64_t d;
+    if (!absl::SimpleAtoi(part, &d) || d < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--mesh: expected sizes like 2x2, found '", s, "'"));
+    }
+    mesh.push_back(d);
+  }
+  return mesh;
+}
+
+absl::StatusOr<Device> ParseDevice(const std::string& s) {
+  if (s == "cpu") return Device::Cpu();
+  if (s == "cuda") {
+    if (!CudaAvailable()) return absl::FailedPreconditionError("--device=cuda: no CUDA device is available");
+    return Device::Cuda(0);
+  }
+  if (s == "auto") return CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
+  return absl::InvalidArgumentError(absl::StrCat("--device: expected auto, cpu or cuda, found '", s, "'"));
+}
+
+// Training defaults per model size; the tiny ones are tuned for two CPU cores and two minutes.
+struct Recipe {
+  int64_t batch, seq, warmup;
+  double lr;
+};
+Recipe DefaultRecipe(const LlamaConfig& c) {
+  if (ParameterCount(c) < 5'000'000) return {8, 128, 30, 3e-3};
+  if (ParameterCount(c) < 500'000'000) return {8, 1024, 200, 6e-4};
+  return {4, 2048, 500, 3e-4};
+}
+
+// Reads a number the checkpoint's notes recorded, or `fallback`.
+double Note(const Checkpoint& c, const std::string& key, double fallback) {
+  auto it = c.state.extra.find(key);
+  double v;
+  return it != c.state.extra.end() && absl::SimpleAtod(it->second, &v) ? v : fallback;
+}
+
+struct Setup {
+  LlamaConfig config;
+  std::string run_dir;
+  std::unique_ptr<Checkpoint> resume;     // the checkpoint to continue
+  std::unique_ptr<Checkpoint> hf_init;    // Hugging Face weights to start from
+};
+
+absl::StatusOr<Setup> ResolveRun(const RunFlags& f) {
+  Setup s;
+  const bool from_hf = !f.init_from_hf.empty();
+  if (!f.hf_config.empty()) {
+    SG_ASSIGN_OR_RETURN(s.config, ReadHfConfig(f.hf_config));
+  } else if (from_hf) {
+    SG_ASSIGN_OR_RETURN(s.config, ReadHfConfig(JoinPath(f.init_from_hf, kConfigFile)));
+  } else {
+    SG_ASSIGN_OR_RETURN(s.config, LlamaPreset(f.preset));
+  }
+  const std::string name = !f.name.empty() ? f.name : (!f.hf_config.empty() || from_hf) ? "hf" : f.preset;
+  s.run_dir = JoinPath("runs", name);
+  if (from_hf) {
+    SG_ASSIGN_OR_RETURN(Checkpoint c, LoadHfModel(f.init_from_hf));
+    s.hf_init = std::make_unique<Checkpoint>(std::move(c));
+  }
+  if (!f.resume.empty()) {
+    std::string dir = f.resume;
+    if (dir == "latest") {
+      absl::StatusOr<std::string> latest = FindLatestCheckpoint(s.run_dir);
+      if (!latest.ok()) {
+        return absl::NotFoundError(absl::StrCat("--resume: no checkpoint under ", s.run_dir,
+                                                " (run without --resume first, or pass --resume=<checkpoint dir>)"));
+      }
+      dir = *latest;
+    }
+    SG_ASSIGN_OR_RETURN(Checkpoint c, LoadCheckpoint(dir));
+    // The checkpoint defines the model; a config.json given explicitly must agree with it.
+    if (!f.hf_config.empty() && c.config != s.config) {
+      return absl::InvalidArgumentError(absl::StrCat(dir, "/", kConfigFile, ": the checkpoint's model (",
+                                                     LlamaConfigToString(c.config), ") differs from ", f.hf_config,
+                                                     " (", LlamaConfigToString(s.config), ")"));
+    }
+    s.config = c.config;
+    s.resume = std::make_unique<Checkpoint>(std::move(c));
+    s.run_dir = DirName(dir);
+  }
+  return s;
+}
+
+absl::StatusOr<TrainingData> LoadData(const RunFlags& f, const Setup& s, const std::string& run_dir) {
+  DataOptions d;
+  d.paths = f.data;
+  d.tokenizer = f.tokenizer;
+  d.tokenizer_model = f.tokenizer_model;
+  d.sp_vocab = f.sp_vocab;
+  d.out_dir = run_dir;
+  d.vocab_size = s.config.vocab_size;
+  if (s.resume != nullptr) {
+    auto it = s.resume->extra_files.find("tokenizer.model");
+    if (it != s.resume->extra_files.end()) {
+      d.tokenizer = "sentencepiece";
+      d.tokenizer_model = it->second;
+    }
+  }
+  return LoadTrainingData(d);
+}
+
+// The preset's vocabulary follows the tokenizer (a trained SentencePiece model); a given
+// config.json must already cover it.
+absl::Status FitVocabulary(const RunFlags& f, const TrainingData& data, Setup& s) {
+  if (data.tokenizer == nullptr) return absl::OkStatus();
+  const int64_t v = data.tokenizer->vocab_size();
+  const bool preset = f.hf_config.empty() && f.init_from_hf.empty() && s.resume == nullptr;
+  if (preset && s.config.vocab_size != v) {
+    s.config.vocab_size = v;
+    s.config.bos_token_id = data.tokenizer->bos_id();
+    s.config.eos_token_id = data.tokenizer->eos_id();
+  }
+  if (v > s.config.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat("config vocab_size is ", s.config.vocab_size, " but the tokenizer (",
+                                                   data.tokenizer->Describe(), ") produces ids up to ", v - 1));
+  }
+  return absl::OkStatus();
+}
+
+// Model FLOPs per token of a training step (forward + backward): 6 per weight plus attention.
+double FlopsPerToken(const LlamaConfig& c, int64_t seq) {
+  return 6.0 * double(ParameterCount(c) - c.vocab_size * c.dim) + 6.0 * double(c.n_layers * seq * c.dim);
+}
+
+int64_t MemoryBytes(Device d) {
+  if (d.is_cuda()) {
+    absl::StatusOr<Allocator*> a = AllocatorFor(d);
+    return a.ok() ? (*a)->PeakBytes() : -1;
+  }
+  return CurrentRssBytes();
+}
+
+}  // namespace
+
+absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
+  const int rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1);
+  const bool lead = rank == 0;
+  const bool talk = lead && !f.quiet;
+  SG_ASSIGN_OR_RETURN(Setup s, ResolveRun(f));
+  SG_ASSIGN_OR_RETURN(compiler::Strategy strategy, ParseStrategy(f.strategy));
+  SG_ASSIGN_OR_RETURN(std::vector<int64_t> mesh, ParseMesh(f.mesh));
+  SG_ASSIGN_OR_RETURN(Device device, ParseDevice(f.device));
+
+  // A fresh run never mixes its checkpoints with an earlier run's.
+  if (lead && s.resume == nullptr && Exists(s.run_dir)) {
+    const std::string aside = s.run_dir + ".previous";
+    SG_RETURN_IF_ERROR(RemoveAll(aside));
+    if (std::rename(s.run_dir.c_str(), aside.c_str()) != 0) {
+      return absl::InternalError(absl::StrCat("cannot move the earlier run ", s.run_dir, " aside to ", aside));
+    }
+    if (talk) std::fprintf(stderr, "note: moved the earlier run in %s to %s\n", s.run_dir.c_str(), aside.c_str());
+  }
+  SG_RETURN_IF_ERROR(MakeDirectories(s.run_dir));
+  SG_ASSIGN_OR_RETURN(TrainingData data, LoadData(f, s, s.run_dir));
+  SG_RETURN_IF_ERROR(FitVocabulary(f, data, s));
+
+  const Recipe recipe = DefaultRecipe(s.config);
+  const Checkpoint* r = s.resume.get();
+  TrainOptions o;
+  o.config = s.config;
+  o.batch = f.batch > 0 ? f.batch : int64_t(r ? Note(*r, "batch", recipe.batch) : recipe.batch);
+  o.seq = f.seq > 0 ? f.seq : int64_t(r ? Note(*r, "seq", recipe.seq) : std::min(recipe.seq, s.config.max_seq_len));
+  o.grad_accum = f.grad_accum > 1 ? f.grad_accum : int64_t(r ? Note(*r, "grad_accum", 1) : 1);
+  o.lr = f.lr > 0 ? f.lr : (r ? Note(*r, "lr", recipe.lr) : recipe.lr);
+  o.min_lr = f.min_lr >= 0 ? f.min_lr : (r ? Note(*r, "min_lr", o.lr / 10) : o.lr / 10);
+  o.warmup = f.warmup >= 0 ? f.warmup : int64_t(r ? Note(*r, "warmup", recipe.warmup) : recipe.warmup);
+  o.grad_clip = f.grad_clip;
+  o.weight_decay = f.weight_decay;
+  o.seed = f.seed;
+  o.device = device;
+  o.precision = (f.precision == "bf16" || (f.precision.empty() && device.is_cuda())) ? compiler::Precision::kBF16Mixed
+                                                                                     : compiler::Precision::kF32;
+  if (!f.precision.empty() && f.precision != "bf16" && f.precision != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat("--precision: expected f32 or bf16, found '", f.precision, "'"));
+  }
+  o.strategy = strategy;
+  o.mesh = mesh;
+  o.rank = rank;
+  o.world_size = world;
+  const double budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);
+  // Until the second step is timed, a time-budgeted run assumes a long schedule (the warm-up
+  // does not depend on it).
+  const int64_t resumed_total = r ? int64_t(Note(*r, "total_steps", 0)) : 0;
+  o.total_steps = f.steps > 0 ? f.steps : (resumed_total > (r ? r->state.step : 0) ? resumed_total : 1'000'000);
+  const bool estimate_total = f.steps <= 0 && !(resumed_total > (r ? r->state.step : 0));
+
+  SG_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::Create(o, data.split));
+  if (s.hf_init != nullptr) {
+    SG_RETURN_IF_ERROR(t->SetWeights(s.hf_init->model, f.init_from_hf + "/model.safetensors"));
+  }
+  if (r != nullptr) {
+    SG_RETURN_IF_ERROR(t->Restore(*r));
+  }
+
+  RunSummary sum;
+  sum.run_dir = s.run_dir;
+  sum.first_step = t->step();
+  if (talk) {
+    std::fprintf(stderr, "model   : Llama %s, %.2fM parameters\n", LlamaConfigToString(o.config).c_str(),
+                 double(ParameterCount(o.config)) / 1e6);
+    std::fprintf(stderr, "data    : %s\n", data.description.c_str());
+    std::fprintf(stderr, "training: %s, %s, batch %ld x seq %ld x accum %ld x ranks %d = %ld tokens/step, lr %g -> %g "
+                 "(warm-up %ld, cosine)%s\n", device.ToString().c_str(),
+                 o.precision == compiler::Precision::kF32 ? "f32" : "bf16 mixed", long(o.batch), long(o.seq),
+                 long(o.grad_accum), world, long(t->tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
+                 budget > 0 ? absl::StrFormat(", time budget %.0f s", budget).c_str() : "");
+    if (r != nullptr) std::fprintf(stderr, "resumed : step %ld from %s\n", long(t->step()), f.resume.c_str());
+    std::fprintf(stderr, "outputs : %s\n", s.run_dir.c_str());
+  }
+
+  const std::string metrics_path = !f.metrics.empty() ? f.metrics : JoinPath(s.run_dir, "metrics.jsonl");
+  std::unique_ptr<MetricsLog> log;
+  if (lead) {
+    SG_ASSIGN_OR_RETURN(log, MetricsLog::Open(metrics_path, /*append=*/r != nullptr));
+  }
+  ProgressBar bar = f.quiet ? ProgressBar(stderr, false, 1e300) : ProgressBar::ForStderr(5.0);
+  std::map<std::string, std::string> extra_files;
+  if (!data.tokenizer_file.empty()) extra_files["tokenizer.model"] = data.tokenizer_file;
+  auto save = [&](const std::string& dir, double loss) -> absl::Status {
+    if (!lead) return absl::OkStatus();
+    std::map<std::string, std::string> notes = {
+        {"loss", absl::StrCat(loss)},           {"batch", absl::StrCat(o.batch)},
+        {"seq", absl::StrCat(o.seq)},           {"grad_accum", absl::StrCat(o.grad_accum)},
+        {"lr", absl::StrCat(o.lr)},             {"min_lr", absl::StrCat(o.min_lr)},
+        {"warmup", absl::StrCat(o.warmup)},     {"total_steps", absl::StrCat(t->options().total_steps)},
+        {"tokenizer", data.tokenizer ? data.tokenizer->Describe() : "pre-tokenized shards"}};
+    SG_RETURN_IF_ERROR(t->Save(dir, notes, extra_files));
+    return PruneCheckpoints(s.run_dir, 3);
+  };
+
+  const Clock::time_point start = Clock::now();
+  Clock::time_point rate_start = start;
+  int64_t rate_tokens = 0, done = 0;
+  double loss = 0;
+  while (t->step() < t->options().total_steps && !(budget > 0 && Since(start) >= budget)) {
+    SG_ASSIGN_OR_RETURN(StepResult step, t->Step());
+    ++done;
+    loss = step.loss;
+    if (!std::isfinite(loss)) {
+      return absl::InternalError(absl::StrCat("the loss became ", loss, " at step ", step.step, " (lr ", step.lr,
+                                              "); try a smaller --lr"));
+    }
+    if (done == 1) {
+      sum.first_loss = loss;
+      rate_start = Clock::now();  // the first step includes warm-up work (allocation, capture)
+    } else {
+      rate_tokens += step.tokens;
+    }
+    const double elapsed = Since(start);
+    const double tps = done > 1 ? double(rate_tokens) / std::max(1e-9, Since(rate_start)) : 0.0;
+    if (estimate_total && done == 2) {
+      const double per_step = Since(rate_start);
+      const int64_t fit = int64_t((budget - elapsed) / std::max(per_step, 1e-6));
+      t->SetTotalSteps(t->step() + std::max<int64_t>(fit, 1));
+    }
+    std::map<std::string, double> m = {{"loss", loss}, {"lr", step.lr}, {"grad_norm", step.grad_norm},
+                                       {"tokens_per_s", tps}, {"memory_bytes", double(MemoryBytes(device))}};
+    if (device.is_cuda()) {
+      const double peak = o.precision == compiler::Precision::kF32 ? 67e12 : 989e12;  // H200 dense
+      m["mfu"] = tps * FlopsPerToken(o.config, o.seq) / peak;
+    }
+    if (f.eval_every > 0 && step.step % f.eval_every == 0) {
+      SG_ASSIGN_OR_RETURN(const double val, t->ValidationLoss(f.eval_batches));
+      m["val_loss"] = val;
+    }
+    if (log != nullptr) SG_RETURN_IF_ERROR(log->Write(step.step, m));
+    ProgressUpdate u;
+    u.step = step.step;
+    u.total_steps = estimate_total && done < 2 ? 0 : t->options().total_steps;  // 0: not known yet
+    u.loss = loss;
+    u.tokens_per_s = tps;
+    u.elapsed_s = elapsed;
+    u.memory_bytes = MemoryBytes(device);
+    u.memory_label = device.is_cuda() ? "gpu" : "mem";
+    if (talk) bar.Update(u);
+    if (f.checkpoint_every > 0 && step.step % f.checkpoint_every == 0) {
+      SG_RETURN_IF_ERROR(save(StepDir(s.run_dir, step.step), loss));
+    }
+  }
+  if (talk) bar.Finish();
+  sum.train_seconds = Since(start);
+  sum.steps = t->step();
+  sum.last_loss = loss;
+  sum.tokens_per_s = done > 1 ? double(rate_tokens) / std::max(1e-9, Since(rate_start)) : 0.0;
+
+  const bool small = ParameterCount(o.config) <= 50'000'000;  // the forward-only path is f64 on the CPU
+  if (small) {
+    SG_ASSIGN_OR_RETURN(sum.val_loss, t->ValidationLoss(f.eval_batches));
+    if (log != nullptr) {
+      SG_RETURN_IF_ERROR(log->Write(t->step(), {{"val_loss", sum.val_loss}}));
+    }
+  }
+  if (talk) {
+    std::fprintf(stderr, "trained %ld steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s\n",
+                 long(sum.steps - sum.first_step), sum.train_seconds, sum.first_loss, sum.last_loss, sum.tokens_per_s);
+    if (small) std::fprintf(stderr, "validation loss: %.4f nats/token\n", sum.val_loss);
+  }
+  if (small && data.tokenizer != nullptr && !f.quiet) {
+    std::vector<int32_t> prompt = {data.tokenizer->bos_id()};
+    SG_ASSIGN_OR_RETURN(std::vector<int32_t> p, data.tokenizer->Encode(f.prompt));
+    prompt.insert(prompt.end(), p.begin(), p.end());
+    const int64_t n = f.sample_tokens > 0 ? f.sample_tokens : (data.tokenizer->vocab_size() <= 258 ? 200 : 80);
+    SG_ASSIGN_OR_RETURN(std::vector<int32_t> gen, t->Sample(prompt, n, f.temperature));
+    SG_ASSIGN_OR_RETURN(std::string text, data.tokenizer->Decode(gen));
+    sum.sample = f.prompt + text;
+    if (talk) std::fprintf(stderr, "sample (temperature %g):\n----\n%s\n----\n", f.temperature, sum.sample.c_str());
+  }
+  sum.checkpoint = StepDir(s.run_dir, t->step());
+  SG_RETURN_IF_ERROR(save(sum.checkpoint, loss));
+  if (lead) {
+    SG_ASSIGN_OR_RETURN(auto train_curve, ReadMetric(metrics_path, "loss"));
+    SG_ASSIGN_OR_RETURN(auto val_curve, ReadMetric(metrics_path, "val_loss"));
+    SG_RETURN_IF_ERROR(WriteLossCurveSvg(JoinPath(s.run_dir, "loss.svg"),
+                                         {{"train loss", train_curve, ""}, {"validation loss", val_curve, ""}}));
+  }
+  if (talk) {
+    std::fprintf(stderr, "checkpoint: %s\nmetrics   : %s\nloss curve: %s\n", sum.checkpoint.c_str(),
+                 metrics_path.c_str(), JoinPath(s.run_dir, "loss.svg").c_str());
+  }
+  return sum;
+}
+
+}  // namespace sg::trainer

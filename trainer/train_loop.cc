@@ -1,0 +1,341 @@
+#include "trainer/train_loop.h"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "graph/interpreter.h"
+#include "kernels/core/status.h"
+#include "trainer/model/llama_model.h"
+#include "trainer/safetensors/hf_llama_names.h"
+
+namespace sg::trainer {
+namespace {
+
+// Optimizer slots in optimizer.safetensors, named "<HF parameter>.<slot>" (PyTorch's AdamW names).
+constexpr char kSlotM[] = "exp_avg";
+constexpr char kSlotV[] = "exp_avg_sq";
+// training_state.json note holding the data loader's permutation seed.
+constexpr char kDataSeedNote[] = "data_seed";
+
+absl::StatusOr<Tensor> HostF32(const Shape& shape) { return Tensor::Empty(shape, DType::kF32, Device::Cpu()); }
+
+// A host tensor as f32 (F32, BF16 or F16 input).
+absl::StatusOr<Tensor> ToF32(const Tensor& t, absl::string_view what) {
+  if (t.dtype() == DType::kF32) {
+    SG_ASSIGN_OR_RETURN(Tensor out, HostF32(t.shape()));
+    std::copy_n(t.data<float>(), t.numel(), out.data<float>());
+    return out;
+  }
+  SG_ASSIGN_OR_RETURN(Tensor out, HostF32(t.shape()));
+  float* d = out.data<float>();
+  if (t.dtype() == DType::kBF16) {
+    for (int64_t i = 0; i < t.numel(); ++i) d[i] = t.data<BFloat16>()[i].ToFloat();
+  } else if (t.dtype() == DType::kF16) {
+    for (int64_t i = 0; i < t.numel(); ++i) d[i] = t.data<Half>()[i].ToFloat();
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": expected a floating dtype (F32, BF16, F16), found ", DTypeName(t.dtype())));
+  }
+  return out;
+}
+
+graph::HostTensor ToHost(const TensorView& t) {
+  graph::HostTensor h;
+  h.dtype = t.dtype();
+  h.shape = t.shape();
+  h.data.resize(t.numel());
+  if (t.dtype() == DType::kI32) {
+    std::copy_n(t.data<int32_t>(), t.numel(), h.data.begin());
+  } else {
+    std::copy_n(t.data<float>(), t.numel(), h.data.begin());
+  }
+  return h;
+}
+
+// The step counter is a scalar of the compiler's choosing (f32 today); written as a number.
+absl::Status WriteScalar(compiler::CompiledStep& s, const std::string& name, double value) {
+  SG_ASSIGN_OR_RETURN(TensorView v, s.View(name));
+  switch (v.dtype()) {
+    case DType::kF32: { float x = float(value); return s.Write(name, TensorView(&x, v.dtype(), v.shape(), Device::Cpu())); }
+    case DType::kI32: { int32_t x = int32_t(value); return s.Write(name, TensorView(&x, v.dtype(), v.shape(), Device::Cpu())); }
+    case DType::kI64: { int64_t x = int64_t(value); return s.Write(name, TensorView(&x, v.dtype(), v.shape(), Device::Cpu())); }
+    default: return absl::UnimplementedError(absl::StrCat("'", name, "' has dtype ", DTypeName(v.dtype())));
+  }
+}
+
+absl::Status ValidateOptions(const TrainOptions& o) {
+  SG_RETURN_IF_ERROR(ValidateLlamaConfig(o.config));
+  SG_CHECK_ARG(o.batch > 0, "--batch: expected a positive number of sequences, found ", o.batch);
+  SG_CHECK_ARG(o.seq > 0 && o.seq <= o.config.max_seq_len, "--seq: expected 1..", o.config.max_seq_len,
+               " (the config's max_position_embeddings), found ", o.seq);
+  SG_CHECK_ARG(o.grad_accum > 0, "--grad_accum: expected >= 1, found ", o.grad_accum);
+  SG_CHECK_ARG(o.total_steps > 0, "--steps: expected > 0, found ", o.total_steps);
+  SG_CHECK_ARG(o.lr > 0 && std::isfinite(o.lr), "--lr: expected a positive number, found ", o.lr);
+  SG_CHECK_ARG(o.min_lr >= 0 && o.min_lr <= o.lr, "--min_lr: expected 0..lr (", o.lr, "), found ", o.min_lr);
+  SG_CHECK_ARG(o.warmup >= 0, "--warmup: expected >= 0, found ", o.warmup);
+  SG_CHECK_ARG(o.weight_decay >= 0, "--weight_decay: expected >= 0, found ", o.weight_decay);
+  SG_CHECK_ARG(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "rank ", o.rank,
+               " is outside the world of size ", o.world_size);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+double ScheduledLearningRate(int64_t step, const TrainOptions& o) {
+  if (o.warmup > 0 && step < o.warmup) return o.lr * double(step + 1) / double(o.warmup);
+  if (step >= o.total_steps) return o.min_lr;
+  const double span = double(std::max<int64_t>(1, o.total_steps - o.warmup));
+  const double progress = double(step - o.warmup) / span;
+  return o.min_lr + 0.5 * (o.lr - o.min_lr) * (1.0 + std::cos(M_PI * progress));
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& options, const TokenSplit& data) {
+  SG_RETURN_IF_ERROR(ValidateOptions(options));
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->options_ = options;
+  t->data_ = data;
+  t->rng_.seed(options.seed);
+
+  DataLoaderOptions lo;
+  lo.batch_size = options.batch * options.grad_accum;
+  lo.seq_len = options.seq;
+  lo.rank = options.rank;
+  lo.world_size = options.world_size;
+  lo.seed = options.seed;
+  SG_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data.train, lo));
+  t->loader_ = std::make_unique<DataLoader>(std::move(loader));
+
+  SG_ASSIGN_OR_RETURN(graph::Graph forward, BuildTrainForward(options.config));
+  SG_ASSIGN_OR_RETURN(t->eval_graph_, BuildEvalForward(options.config));
+  compiler::CompileOptions co;
+  co.device = options.device;
+  co.precision = options.precision;
+  co.strategy = options.strategy;
+  co.mesh = options.mesh;
+  co.cache_dir = options.cache_dir;
+  co.binding = {{"batch", options.batch * options.grad_accum}, {"seq", options.seq}};
+  co.adamw.beta1 = options.beta1;
+  co.adamw.beta2 = options.beta2;
+  co.adamw.weight_decay = options.weight_decay;
+  co.adamw.max_grad_norm = options.grad_clip;
+  SG_ASSIGN_OR_RETURN(t->compiled_, compiler::Compile(forward, co));
+
+  SG_RETURN_IF_ERROR(t->SetWeights(InitialWeights(options.config, options.seed), "initial weights"));
+  return t;
+}
+
+int64_t Trainer::tokens_per_step() const {
+  return options_.batch * options_.grad_accum * options_.seq * options_.world_size;
+}
+
+absl::Status Trainer::SetWeights(const std::vector<NamedTensor>& hf, absl::string_view source) {
+  SG_RETURN_IF_ERROR(CheckHfLlamaTensors(TensorShapes(hf), options_.config, source));
+  for (const NamedTensor& w : hf) {
+    absl::StatusOr<std::string> g = GraphParameterName(w.name);
+    if (!g.ok()) continue;  // ignored extras (rotary inv_freq buffers), already vetted above
+    SG_ASSIGN_OR_RETURN(Tensor f32, ToF32(w.tensor, absl::StrCat(source, ": tensor '", w.name, "'")));
+    SG_RETURN_IF_ERROR(compiled_->Write(*g, f32.view()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<NamedTensor>> Trainer::Weights() const {
+  std::vector<NamedTensor> out;
+  for (const HfParameter& p : HfLlamaParameters(options_.config)) {
+    SG_ASSIGN_OR_RETURN(std::string g, GraphParameterName(p.name));
+    SG_ASSIGN_OR_RETURN(Tensor t, HostF32(p.shape));
+    SG_RETURN_IF_ERROR(compiled_->Read(g, t.view()));
+    out.push_back({p.name, std::move(t)});
+  }
+  return out;
+}
+
+absl::Status Trainer::Save(const std::string& dir, const std::map<std::string, std::string>& notes,
+                           const std::map<std::string, std::string>& extra_files) const {
+  SG_ASSIGN_OR_RETURN(std::vector<NamedTensor> model, Weights());
+  std::vector<NamedTensor> optimizer;
+  for (const NamedTensor& w : model) {
+    SG_ASSIGN_OR_RETURN(std::string g, GraphParameterName(w.name));
+    SG_ASSIGN_OR_RETURN(Tensor m, HostF32(w.tensor.shape()));
+    SG_ASSIGN_OR_RETURN(Tensor v, HostF32(w.tensor.shape()));
+    SG_RETURN_IF_ERROR(compiled_->Read(compiler::AdamMName(g), m.view()));
+    SG_RETURN_IF_ERROR(compiled_->Read(compiler::AdamVName(g), v.view()));
+    optimizer.push_back({absl::StrCat(w.name, ".", kSlotM), std::move(m)});
+    optimizer.push_back({absl::StrCat(w.name, ".", kSlotV), std::move(v)});
+  }
+  CheckpointContents c;
+  c.config = options_.config;
+  for (const NamedTensor& t : model) c.model.push_back({t.name, t.tensor.view()});
+  for (const NamedTensor& t : optimizer) c.optimizer.push_back({t.name, t.tensor.view()});
+  c.state.step = step_;
+  c.state.data = loader_->position();
+  std::ostringstream rng;
+  rng << rng_;
+  c.state.rng = rng.str();
+  c.state.world_size = options_.world_size;
+  c.state.extra = notes;
+  c.state.extra[kDataSeedNote] = absl::StrCat(loader_->options().seed);
+  c.extra_files = extra_files;
+  return SaveCheckpoint(dir, c);
+}
+
+absl::Status Trainer::Restore(const Checkpoint& ckpt) {
+  if (ckpt.config != options_.config) {
+    return absl::InvalidArgumentError(absl::StrCat("checkpoint config (", LlamaConfigToString(ckpt.config),
+                                                   ") differs from the run's (", LlamaConfigToString(options_.config),
+                                                   ")"));
+  }
+  SG_RETURN_IF_ERROR(SetWeights(ckpt.model, "checkpoint model.safetensors"));
+  std::map<std::string, const Tensor*> opt;
+  for (const NamedTensor& t : ckpt.optimizer) opt[t.name] = &t.tensor;
+  for (const HfParameter& p : HfLlamaParameters(options_.config)) {
+    SG_ASSIGN_OR_RETURN(std::string g, GraphParameterName(p.name));
+    for (const auto& [slot, source] : {std::pair<const char*, std::string>{kSlotM, compiler::AdamMName(g)},
+                                       std::pair<const char*, std::string>{kSlotV, compiler::AdamVName(g)}}) {
+      const std::string name = absl::StrCat(p.name, ".", slot);
+      auto it = opt.find(name);
+      if (it == opt.end()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat(kOptimizerFile, ": missing tensor '", name, "' (AdamW state for '", p.name, "')"));
+      }
+      SG_ASSIGN_OR_RETURN(Tensor f32, ToF32(*it->second, absl::StrCat(kOptimizerFile, ": tensor '", name, "'")));
+      SG_RETURN_IF_ERROR(compiled_->Write(source, f32.view()));
+    }
+  }
+  SG_RETURN_IF_ERROR(WriteScalar(*compiled_, compiler::kStepName, double(ckpt.state.step)));
+  // The data order belongs to the checkpoint: continue its permutation even under another --seed.
+  auto seed_note = ckpt.state.extra.find(kDataSeedNote);
+  uint64_t data_seed;
+  if (seed_note != ckpt.state.extra.end() && absl::SimpleAtoi(seed_note->second, &data_seed) &&
+      data_seed != loader_->options().seed) {
+    DataLoaderOptions lo = loader_->options();
+    lo.seed = data_seed;
+    SG_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data_.train, lo));
+    *loader_ = std::move(loader);
+  }
+  // The data position is global (windows consumed by all ranks), so it also resumes under another
+  // world size; only bit-exactness needs the same one.
+  SG_RETURN_IF_ERROR(loader_->Seek(ckpt.state.data));
+  if (!ckpt.state.rng.empty()) {
+    std::istringstream in(ckpt.state.rng);
+    in >> rng_;
+    if (in.fail()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(kStateFile, ": field 'rng': expected a serialized std::mt19937_64, found '",
+                       ckpt.state.rng.substr(0, 40), "...'"));
+    }
+  }
+  step_ = ckpt.state.step;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepResult> Trainer::Step() {
+  StepResult r;
+  r.lr = ScheduledLearningRate(step_, options_);
+  SG_RETURN_IF_ERROR(compiled_->SetLearningRate(float(r.lr)));
+  SG_ASSIGN_OR_RETURN(Tensor batch, loader_->Next());
+  const int64_t b = batch.shape()[0], s = options_.seq;
+  SG_ASSIGN_OR_RETURN(Tensor tokens, Tensor::Empty({b, s}, DType::kI32, Device::Cpu()));
+  SG_ASSIGN_OR_RETURN(Tensor targets, Tensor::Empty({b, s}, DType::kI32, Device::Cpu()));
+  for (int64_t i = 0; i < b; ++i) {
+    const int32_t* row = batch.data<int32_t>() + i * (s + 1);
+    std::copy_n(row, s, tokens.data<int32_t>() + i * s);
+    std::copy_n(row + 1, s, targets.data<int32_t>() + i * s);
+  }
+  SG_RETURN_IF_ERROR(compiled_->Run({{"tokens", tokens.view()}, {"targets", targets.view()}}));
+  SG_ASSIGN_OR_RETURN(compiler::StepMetrics m, compiled_->ReadMetrics());
+  ++step_;
+  r.step = step_;
+  r.loss = m.loss;
+  r.grad_norm = m.grad_norm;
+  r.tokens = tokens_per_step();
+  return r;
+}
+
+absl::StatusOr<graph::Feeds> Trainer::WeightFeeds() const {
+  graph::Feeds feeds;
+  SG_ASSIGN_OR_RETURN(std::vector<NamedTensor> w, Weights());
+  for (const NamedTensor& t : w) {
+    SG_ASSIGN_OR_RETURN(std::string g, GraphParameterName(t.name));
+    feeds[g] = ToHost(t.tensor.view());
+  }
+  return feeds;
+}
+
+absl::StatusOr<std::pair<double, std::vector<double>>> Trainer::Forward(const Tensor& tokens,
+                                                                        const Tensor& targets) const {
+  SG_ASSIGN_OR_RETURN(graph::Feeds feeds, WeightFeeds());
+  feeds["tokens"] = ToHost(tokens.view());
+  feeds["targets"] = ToHost(targets.view());
+  SG_ASSIGN_OR_RETURN(graph::Feeds out, graph::Interpret(eval_graph_, feeds));
+  return std::make_pair(out.at("loss").data[0], std::move(out.at("logits").data));
+}
+
+absl::StatusOr<double> Trainer::ValidationLoss(int64_t max_batches) const {
+  DataLoaderOptions lo;
+  lo.batch_size = options_.batch;
+  lo.seq_len = options_.seq;
+  lo.shuffle = false;
+  SG_ASSIGN_OR_RETURN(DataLoader val, DataLoader::Create(data_.val, lo));
+  SG_ASSIGN_OR_RETURN(graph::Feeds feeds, WeightFeeds());
+  const int64_t n = std::max<int64_t>(1, std::min(max_batches, val.steps_per_epoch()));
+  double sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    SG_ASSIGN_OR_RETURN(Tensor batch, val.Next());
+    const int64_t b = batch.shape()[0], s = options_.seq;
+    graph::HostTensor tok = graph::HostTensor::Zeros({b, s}, DType::kI32);
+    graph::HostTensor tgt = graph::HostTensor::Zeros({b, s}, DType::kI32);
+    for (int64_t r = 0; r < b; ++r) {
+      for (int64_t j = 0; j < s; ++j) {
+        tok.data[r * s + j] = batch.data<int32_t>()[r * (s + 1) + j];
+        tgt.data[r * s + j] = batch.data<int32_t>()[r * (s + 1) + j + 1];
+      }
+    }
+    feeds["tokens"] = std::move(tok);
+    feeds["targets"] = std::move(tgt);
+    SG_ASSIGN_OR_RETURN(graph::Feeds out, graph::Interpret(eval_graph_, feeds));
+    sum += out.at("loss").data[0];
+  }
+  return sum / double(n);
+}
+
+absl::StatusOr<std::vector<int32_t>> Trainer::Sample(const std::vector<int32_t>& prompt, int64_t n,
+                                                     double temperature) {
+  SG_CHECK_ARG(!prompt.empty(), "Sample: the prompt needs at least one token (e.g. BOS)");
+  SG_ASSIGN_OR_RETURN(graph::Feeds feeds, WeightFeeds());
+  std::vector<int32_t> seq = prompt;
+  const int64_t vocab = options_.config.vocab_size;
+  for (int64_t k = 0; k < n; ++k) {
+    const int64_t len = std::min<int64_t>(int64_t(seq.size()), options_.seq);
+    graph::HostTensor tok = graph::HostTensor::Zeros({1, len}, DType::kI32);
+    for (int64_t j = 0; j < len; ++j) tok.data[j] = seq[seq.size() - len + j];
+    feeds["tokens"] = tok;
+    feeds["targets"] = graph::HostTensor::Zeros({1, len}, DType::kI32);
+    SG_ASSIGN_OR_RETURN(graph::Feeds out, graph::Interpret(eval_graph_, feeds));
+    const double* logits = out.at("logits").data.data() + (len - 1) * vocab;
+    int32_t next = 0;
+    if (temperature <= 0) {
+      next = int32_t(std::max_element(logits, logits + vocab) - logits);
+    } else {
+      const double top = *std::max_element(logits, logits + vocab);
+      std::vector<double> p(vocab);
+      double total = 0;
+      for (int64_t v = 0; v < vocab; ++v) total += p[v] = std::exp((logits[v] - top) / temperature);
+      double u = double(rng_() >> 11) * (1.0 / 9007199254740992.0) * total;
+      next = int32_t(vocab - 1);
+      for (int64_t v = 0; v < vocab; ++v) {
+        if ((u -= p[v]) < 0) {
+          next = int32_t(v);
+          break;
+        }
+      }
+    }
+    seq.push_back(next);
+  }
+  return std::vector<int32_t>(seq.begin() + prompt.size(), seq.end());
+}
+
+}  // namespace sg::trainer

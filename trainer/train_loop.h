@@ -1,0 +1,143 @@
+// The training loop's state machine: one compiled training step (compiler/compile.h) plus the
+// data loader, the learning-rate schedule, checkpoints and a forward-only path for validation and
+// sampling. The `llama` binary (llama_main.cc) drives it; tests drive it the same way.
+//
+//   TrainOptions o;  o.config = LlamaPreset("tiny").value();  o.total_steps = 100;
+//   SG_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::Create(o, split));
+//   while (t->step() < o.total_steps) { SG_ASSIGN_OR_RETURN(StepResult r, t->Step()); }
+//   SG_ASSIGN_OR_RETURN(double val, t->ValidationLoss(/*max_batches=*/4));
+//   SG_RETURN_IF_ERROR(t->Save(StepDir("runs/x", t->step())));
+//
+// Determinism: weights come from InitialWeights(config, seed), batches from a DataLoader seeded
+// with `seed`, and the compiled CPU step is deterministic, so a run resumed from a checkpoint
+// (weights, AdamW moments and step counter, data position, RNG) continues bit-exactly at the same
+// world size.
+//
+// Gradient accumulation: the compiler has no micro-batch accumulation yet, so `grad_accum` k
+// compiles one step over a k times larger batch. The update is the same (the loss is the mean over
+// all k * batch * seq tokens), but activation memory is that of the large batch. True micro-batching
+// needs a compiler option that keeps f32 gradient buffers across k Run() calls (MatmulBackward
+// already accumulates with beta = 1) and gates the clip + AdamW nodes on the k-th call.
+//
+// Forward-only path: the compiler has no eval mode, so ValidationLoss and Sample run the same
+// model's forward graph (BuildEvalForward) through the f64 reference interpreter
+// (graph/interpreter.h) on weights read back from the step. Fine for the CPU-sized presets, slow
+// for large ones (the binary skips it above ~50M parameters).
+#ifndef SGTRAIN_TRAINER_TRAIN_LOOP_H_
+#define SGTRAIN_TRAINER_TRAIN_LOOP_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/compile.h"
+#include "graph/interpreter.h"
+#include "graph/ir.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/config/llama_config.h"
+#include "trainer/data/data_loader.h"
+#include "trainer/safetensors/safetensors.h"
+
+namespace sg::trainer {
+
+struct TrainOptions {
+  LlamaConfig config;
+  int64_t batch = 8;  // sequences per rank per micro-batch
+  int64_t seq = 128;
+  int64_t grad_accum = 1;
+  // Length of the schedule (warm-up + cosine decay to min_lr); Step() may run past it at min_lr.
+  int64_t total_steps = 1000;
+  double lr = 1e-3;
+  double min_lr = 1e-4;
+  int64_t warmup = 20;
+  double grad_clip = 1.0;  // <= 0: no clipping
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  uint64_t seed = 1;
+  Device device = Device::Cpu();
+  compiler::Precision precision = compiler::Precision::kF32;
+  compiler::Strategy strategy = compiler::Strategy::kNone;
+  std::vector<int64_t> mesh;
+  int rank = 0;
+  int world_size = 1;
+  std::string cache_dir;  // the compiler's cache; "" = none
+};
+
+// The learning rate for optimizer update number `step` (0-based): linear warm-up from lr/warmup
+// to lr over `warmup` updates, then cosine decay to min_lr at total_steps, min_lr afterwards.
+double ScheduledLearningRate(int64_t step, const TrainOptions& o);
+
+struct StepResult {
+  int64_t step = 0;  // updates done after this one
+  double loss = 0;
+  double grad_norm = 0;
+  double lr = 0;
+  int64_t tokens = 0;  // tokens in this update over all ranks
+};
+
+class Trainer {
+ public:
+  // Validates the options, compiles the step, creates the data loader over `data.train`
+  // (sharded by rank) and writes InitialWeights(config, seed). Errors name the option or the
+  // compiler's reason (e.g. Unimplemented for a strategy the compiler cannot run yet).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const TrainOptions& options, const TokenSplit& data);
+
+  // Replaces the weights with `hf` (Hugging Face names, host tensors of any float dtype that
+  // converts to f32), after checking every name and shape against the config (the error names
+  // `source`, the tensor, the shape found and the shape expected).
+  absl::Status SetWeights(const std::vector<NamedTensor>& hf, absl::string_view source);
+  // The current weights under Hugging Face names (f32 host tensors, HfLlamaParameters order).
+  absl::StatusOr<std::vector<NamedTensor>> Weights() const;
+
+  // Restores a checkpoint saved by Save(): weights, AdamW moments, step counter, data position and
+  // RNG. FailedPrecondition when it was saved at another world size (resharding is not supported
+  // yet) or lacks an optimizer tensor (naming it).
+  absl::Status Restore(const Checkpoint& ckpt);
+  // Saves a checkpoint directory atomically (checkpoint.h). `notes` go to training_state.json's
+  // extra, `extra_files` are copied in (e.g. the tokenizer model).
+  absl::Status Save(const std::string& dir, const std::map<std::string, std::string>& notes = {},
+                    const std::map<std::string, std::string>& extra_files = {}) const;
+
+  // One optimizer update: sets the scheduled learning rate, feeds the next batch, runs the
+  // compiled step and reads its metrics.
+  absl::StatusOr<StepResult> Step();
+
+  // Mean cross-entropy over the first `max_batches` batches of `data.val` (in stream order, the
+  // same windows every call), through the forward-only path.
+  absl::StatusOr<double> ValidationLoss(int64_t max_batches) const;
+  // Continues `prompt` by `n` tokens: greedy when temperature <= 0, else sampling from
+  // softmax(logits / temperature) with the trainer's RNG. The context is the last `seq` tokens.
+  absl::StatusOr<std::vector<int32_t>> Sample(const std::vector<int32_t>& prompt, int64_t n, double temperature);
+  // Loss and logits of the forward-only path on `tokens`/`targets` (i32 [b, s]), for tests.
+  absl::StatusOr<std::pair<double, std::vector<double>>> Forward(const Tensor& tokens, const Tensor& targets) const;
+
+  // Changes the schedule's length (a time-budgeted run sets it once the first steps are timed).
+  void SetTotalSteps(int64_t n) { options_.total_steps = n; }
+
+  int64_t step() const { return step_; }
+  DataPosition data_position() const { return loader_->position(); }
+  const TrainOptions& options() const { return options_; }
+  int64_t tokens_per_step() const;
+  compiler::CompiledStep& compiled() { return *compiled_; }
+
+ private:
+  Trainer() = default;
+  absl::StatusOr<graph::Feeds> WeightFeeds() const;
+
+  TrainOptions options_;
+  TokenSplit data_;
+  std::unique_ptr<DataLoader> loader_;
+  std::unique_ptr<compiler::CompiledStep> compiled_;
+  graph::Graph eval_graph_;
+  std::mt19937_64 rng_;
+  int64_t step_ = 0;
+};
+
+}  // namespace sg::trainer
+
+#endif  // SGTRAIN_TRAINER_TRAIN_LOOP_H_

@@ -1,0 +1,194 @@
+#include "trainer/train_loop.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "gtest/gtest.h"
+#include "kernels/core/testing.h"
+#include "trainer/checkpoint/checkpoint.h"
+#include "trainer/data/text_corpus.h"
+#include "trainer/data/tokenizer.h"
+#include "trainer/model/llama_model.h"
+#include "trainer/safetensors/hf_llama_names.h"
+
+namespace sg::trainer {
+namespace {
+
+// Small enough for a few dozen steps in seconds on two cores, big enough to learn byte statistics.
+LlamaConfig SmallConfig() {
+  LlamaConfig c;
+  c.dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 64;
+  c.vocab_size = 258;
+  c.max_seq_len = 64;
+  c.bos_token_id = ByteTokenizer::kBos;
+  c.eos_token_id = ByteTokenizer::kEos;
+  return c;
+}
+
+TrainOptions SmallOptions(uint64_t seed) {
+  TrainOptions o;
+  o.config = SmallConfig();
+  o.batch = 4;
+  o.seq = 32;
+  o.total_steps = 40;
+  o.lr = 1e-2;
+  o.min_lr = 1e-3;
+  o.warmup = 5;
+  o.seed = seed;
+  return o;
+}
+
+const TokenSplit& DefaultCorpusTokens() {
+  static const TokenSplit* split = [] {
+    TextCorpus corpus = LoadDefaultCorpus().value();
+    return new TokenSplit(TokenizeCorpus(corpus, ByteTokenizer(), 0.05).value());
+  }();
+  return *split;
+}
+
+std::string TempDir(const std::string& name) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return std::string(t != nullptr ? t : "/tmp") + "/" + name;
+}
+
+TEST(ScheduleTest, WarmupCosineAndFloor) {
+  TrainOptions o;
+  o.lr = 1.0;
+  o.min_lr = 0.1;
+  o.warmup = 10;
+  o.total_steps = 110;
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(0, o), 0.1);   // 1/10 of the peak
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(9, o), 1.0);   // end of warm-up
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(10, o), 1.0);  // cosine starts at the peak
+  EXPECT_NEAR(ScheduledLearningRate(60, o), 0.55, 1e-12);  // half-way: (lr + min_lr) / 2
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(110, o), 0.1);
+  EXPECT_DOUBLE_EQ(ScheduledLearningRate(500, o), 0.1);
+  for (int64_t s = 10; s < 110; ++s) EXPECT_GE(ScheduledLearningRate(s, o), ScheduledLearningRate(s + 1, o));
+}
+
+TEST(ModelNamesTest, EveryHfParameterMapsBothWaysAndCoversTheGraph) {
+  const LlamaConfig c = SmallConfig();
+  for (const HfParameter& p : HfLlamaParameters(c)) {
+    absl::StatusOr<std::string> g = GraphParameterName(p.name);
+    ASSERT_TRUE(g.ok()) << g.status();
+    EXPECT_EQ(HfParameterName(*g).value(), p.name);
+  }
+  EXPECT_EQ(GraphParameterName("model.layers.0.self_attn.q_proj.weight").value(), "layers.0.attention.wq.weight");
+  EXPECT_EQ(GraphParameterName("model.layers.1.mlp.up_proj.weight").value(), "layers.1.feed_forward.w3.weight");
+  EXPECT_FALSE(GraphParameterName("model.layers.x.mlp.up_proj.weight").ok());
+  EXPECT_FALSE(HfParameterName("layers.0.attention.wz.weight").ok());
+
+  std::unique_ptr<Trainer> t = Trainer::Create(SmallOptions(1), DefaultCorpusTokens()).value();
+  EXPECT_EQ(t->compiled().parameter_names().size(), HfLlamaParameters(c).size());
+}
+
+TEST(TrainLoopTest, LossFallsOnTheDefaultCorpus) {
+  std::unique_ptr<Trainer> t = Trainer::Create(SmallOptions(testing::Rng()()), DefaultCorpusTokens()).value();
+  std::vector<double> losses;
+  while (t->step() < t->options().total_steps) losses.push_back(t->Step().value().loss);
+  // Uniform over 258 bytes is ln 258 = 5.55 nats; 40 small steps learn the unigram/bigram statistics.
+  EXPECT_NEAR(losses.front(), std::log(258.0), 0.3);
+  double tail = 0;
+  for (size_t i = losses.size() - 5; i < losses.size(); ++i) tail += losses[i] / 5;
+  EXPECT_LT(tail, 3.6) << "first " << losses.front() << ", last five average " << tail;
+  const double val = t->ValidationLoss(2).value();
+  EXPECT_LT(val, 3.7);
+}
+
+TEST(TrainLoopTest, ResumeFromCheckpointIsBitExact) {
+  const uint64_t seed = testing::Rng()();
+  TrainOptions o = SmallOptions(seed);
+  o.total_steps = 8;
+  std::unique_ptr<Trainer> straight = Trainer::Create(o, DefaultCorpusTokens()).value();
+  std::vector<float> expected;
+  for (int i = 0; i < 8; ++i) expected.push_back(float(straight->Step().value().loss));
+
+  std::unique_ptr<Trainer> first = Trainer::Create(o, DefaultCorpusTokens()).value();
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(float(first->Step().value().loss), expected[i]);
+  const std::string dir = TempDir("resume_ckpt");
+  ASSERT_TRUE(first->Save(dir).ok());
+  std::map<std::string, std::vector<char>> state;
+  for (const auto& [name, v] : first->compiled().program().sources) {
+    std::vector<char> bytes(v.nbytes());
+    ASSERT_TRUE(CopyTensor(v, TensorView(bytes.data(), v.dtype(), v.shape(), Device::Cpu()), Stream::Cpu()).ok());
+    state[name] = bytes;
+  }
+  first.reset();
+
+  // A fresh trainer (other initial weights) takes everything from the checkpoint.
+  TrainOptions o2 = o;
+  o2.seed = seed + 1;
+  std::unique_ptr<Trainer> resumed = Trainer::Create(o2, DefaultCorpusTokens()).value();
+  absl::StatusOr<Checkpoint> ckpt = LoadCheckpoint(dir, &o.config);
+  ASSERT_TRUE(ckpt.ok()) << ckpt.status();
+  ASSERT_TRUE(resumed->Restore(*ckpt).ok());
+  EXPECT_EQ(resumed->step(), 4);
+  // Every piece of state the step keeps (weights, AdamW moments, step counter) is restored; the
+  // inputs and the learning rate are set by the next Step().
+  for (const auto& [name, v] : resumed->compiled().program().sources) {
+    if (name == "tokens" || name == "targets" || name == compiler::kLrName) continue;
+    std::vector<char> bytes(v.nbytes());
+    ASSERT_TRUE(CopyTensor(v, TensorView(bytes.data(), v.dtype(), v.shape(), Device::Cpu()), Stream::Cpu()).ok());
+    EXPECT_TRUE(bytes == state[name]) << "source " << name;
+  }
+  for (int i = 4; i < 8; ++i) EXPECT_EQ(float(resumed->Step().value().loss), expected[i]) << "step " << i + 1;
+  const std::vector<NamedTensor> a = straight->Weights().value(), b = resumed->Weights().value();
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(std::memcmp(a[i].tensor.data<float>(), b[i].tensor.data<float>(), a[i].tensor.view().nbytes()), 0)
+        << a[i].name;
+  }
+}
+
+TEST(TrainLoopTest, SafetensorsRoundTripGivesIdenticalLogits) {
+  TrainOptions o = SmallOptions(testing::Rng()());
+  std::unique_ptr<Trainer> t = Trainer::Create(o, DefaultCorpusTokens()).value();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(t->Step().ok());
+  const std::string dir = TempDir("roundtrip_ckpt");
+  ASSERT_TRUE(t->Save(dir).ok());
+
+  // The file is a Hugging Face Llama checkpoint: HF names and shapes only.
+  SafetensorsFile f = SafetensorsFile::Open(dir + "/" + kModelFile).value();
+  EXPECT_TRUE(CheckHfLlamaTensors(TensorShapes(f), o.config, f.path()).ok());
+  EXPECT_NE(f.Find("model.layers.1.self_attn.k_proj.weight"), nullptr);
+
+  o.seed += 7;  // different initial weights, replaced by the file's
+  std::unique_ptr<Trainer> loaded = Trainer::Create(o, DefaultCorpusTokens()).value();
+  ASSERT_TRUE(loaded->SetWeights(f.LoadAll().value(), f.path()).ok());
+
+  std::mt19937_64& rng = testing::Rng();
+  Tensor tokens = Tensor::Empty({2, 16}, DType::kI32, Device::Cpu()).value();
+  Tensor targets = Tensor::Empty({2, 16}, DType::kI32, Device::Cpu()).value();
+  for (int i = 0; i < 32; ++i) {
+    tokens.data<int32_t>()[i] = int32_t(rng() % 258);
+    targets.data<int32_t>()[i] = int32_t(rng() % 258);
+  }
+  const auto [loss_a, logits_a] = t->Forward(tokens, targets).value();
+  const auto [loss_b, logits_b] = loaded->Forward(tokens, targets).value();
+  EXPECT_EQ(loss_a, loss_b);
+  ASSERT_EQ(logits_a.size(), size_t(2 * 16 * 258));
+  EXPECT_EQ(logits_a, logits_b);
+  // Not a vacuous comparison: the logits vary and the initial weights of `loaded` differed.
+  EXPECT_NE(logits_a[0], logits_a[1]);
+  std::unique_ptr<Trainer> fresh = Trainer::Create(o, DefaultCorpusTokens()).value();
+  EXPECT_NE(fresh->Forward(tokens, targets).value().first, loss_a);
+}
+
+TEST(TrainLoopTest, WeightsOfAnotherShapeAreRefusedByName) {
+  std::unique_ptr<Trainer> t = Trainer::Create(SmallOptions(1), DefaultCorpusTokens()).value();
+  LlamaConfig other = SmallConfig();
+  other.ffn_dim = 96;
+  absl::Status s = t->SetWeights(InitialWeights(other, 1), "other.safetensors");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("other.safetensors"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("mlp.gate_proj.weight"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("[96,32]"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("[64,32]"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace sg::trainer
