@@ -161,6 +161,10 @@ absl::Status CompiledStep::AddStepCounter() {
   return absl::OkStatus();
 }
 
+CompiledStep::~CompiledStep() {
+  if (executor_ != nullptr) (void)executor_->Synchronize();
+}
+
 absl::StatusOr<TensorView> CompiledStep::View(const std::string& name) const {
   auto s = program_->sources.find(name);
   if (s != program_->sources.end()) return s->second;

@@ -79,7 +79,8 @@ struct StepMetrics {
 
 class CompiledStep {
  public:
-  virtual ~CompiledStep() = default;
+  // Waits for the queued steps before the step's memory is freed.
+  virtual ~CompiledStep();
   // Enqueues one training step: copies `batch` (every graph input by name, host or device
   // tensors with the bound shapes) into the step's static input buffers (host tensors through
   // pinned staging buffers, compiler/input_staging.h), then runs forward, backward and the
@@ -99,6 +100,8 @@ class CompiledStep {
   virtual absl::Status Write(const std::string& name, const TensorView& host);
   virtual absl::Status Read(const std::string& name, const TensorView& host) const;
   // The device view of a source or output (valid while the step lives). NotFound names it.
+  // Steps write it on executor().compute_stream() (a non-blocking stream): call
+  // executor().Synchronize() before reading it another way (Read does).
   virtual absl::StatusOr<TensorView> View(const std::string& name) const;
 
   // Trainable parameters, in graph order.

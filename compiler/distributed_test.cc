@@ -32,14 +32,30 @@ struct Data {
   std::vector<Feeds> batches;  // global batches, one per step
 };
 
-// The same on every rank: seeded from the parent's random seed.
-Data MakeData() {
+// The same on every rank: seeded from the parent's random seed. The CUDA model has head_dim 64
+// and a vocabulary that is a multiple of 8 (the CUDA attention and cross-entropy kernels' bf16
+// cases) and matrices scaled down so bf16 logits stay moderate.
+Data MakeData(bool cuda = false) {
   std::mt19937_64 rng(uint64_t(comm::testing::EnvInt("SG_DIST_SEED", 1)));
   Data d;
   testing::TinyLlamaConfig c;
   c.ffn = 25;  // w1/w3 have 25 rows: uneven chunks over 2 and 4 ranks
+  if (cuda) {
+    c.vocab = 64;
+    c.dim = 128;
+    c.heads = 2;
+    c.kv_heads = 1;
+    c.ffn = 256;
+  }
   d.forward = *testing::TinyLlama(c);
   d.params = testing::RandomParameters(d.forward, rng);
+  if (cuda) {
+    for (auto& [name, h] : d.params) {
+      if (h.shape.size() == 2) {
+        for (double& v : h.data) v *= 0.1;
+      }
+    }
+  }
   for (int s = 0; s < kSteps; ++s) {
     Feeds b = testing::RandomBatch(kGlobalBatch, kSeq, c.vocab, rng);
     b["targets"].data[1] = -100;  // an ignored token: the global mean must count tokens, not rows
@@ -89,19 +105,24 @@ std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
 }
 
 // The whole comparison, on every rank of a job of `world` processes. On CUDA each rank uses GPU
-// `rank` for both its distributed share and the single-GPU reference.
+// `rank` for both its distributed share and the single-GPU reference, both in bf16 mixed precision
+// (f32 master weights and gradients, bf16 activations: the CUDA attention kernels' case).
 void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool cuda = false) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const Device device = cuda ? Device::Cuda(rank) : Device::Cpu();
-  // cuBLASLt f32 GEMMs and atomics-free but differently blocked reductions on the GPU.
-  const double tol = cuda ? 1e-3 : 1e-4, scalar_tol = cuda ? 2e-4 : 2e-5;
-  Data d = MakeData();
+  // CUDA: bf16 activations from GEMMs at another M (cuBLASLt may pick another algorithm, so a bf16
+  // rounding flips here and there) and attention's atomic dq: bf16-level agreement.
+  const double tol = cuda ? 2e-2 : 1e-4, param_tol = cuda ? 1e-2 : 1e-4, scalar_tol = cuda ? 2e-3 : 2e-5;
+  const Precision precision = cuda ? Precision::kBF16Mixed : Precision::kF32;
+  Data d = MakeData(cuda);
   CompileOptions ref_opt;
+  ref_opt.precision = precision;
   ref_opt.device = device;
   ref_opt.binding = {{"batch", kGlobalBatch}, {"seq", kSeq}};
   std::unique_ptr<CompiledStep> ref = CompileAndInit(d, ref_opt);
   CompileOptions dist_opt;
   dist_opt.strategy = strategy;
+  dist_opt.precision = precision;
   dist_opt.device = device;
   dist_opt.mesh = mesh;
   dist_opt.comm_timeout_s = 30;
@@ -130,14 +151,18 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
         const int64_t n = d.params.at(name).numel();
         std::vector<double> want = ReadFull(*ref, "grad:" + name, n);
         std::vector<double> got = ReadFull(*dist, "grad:" + name, n);
-        EXPECT_LT(sg::testing::RelativeError(got, want), tol) << "grad:" << name;
+        const double err = sg::testing::RelativeError(got, want);
+        if (cuda) std::cout << "rank " << rank << " grad:" << name << " relative error " << err << "\n";
+        EXPECT_LT(err, tol) << "grad:" << name;
       }
     }
   }
   for (const std::string& name : ref->parameter_names()) {
     const int64_t n = d.params.at(name).numel();
     std::vector<double> want = ReadFull(*ref, name, n), got = ReadFull(*dist, name, n);
-    EXPECT_LT(sg::testing::RelativeError(got, want), tol) << name << " after " << kSteps << " steps";
+    const double err = sg::testing::RelativeError(got, want);
+    if (cuda) std::cout << "rank " << rank << " " << name << " relative error " << err << " after " << kSteps << " steps\n";
+    EXPECT_LT(err, param_tol) << name << " after " << kSteps << " steps";
     EXPECT_GT(sg::testing::MaxAbsError(want, d.params.at(name).data), 1e-3) << name << " did not train";
   }
 

@@ -25,17 +25,21 @@ absl::Status Executor::RunEager() {
 }
 
 Executor::~Executor() {
-  if (held_blocks_.empty()) return;
-  (void)compute_.Synchronize();  // the last replay may still use the held scratch
+  // Queued steps may still read and write the program's memory (and the held scratch): let them
+  // finish before anything is freed and handed out again.
+  (void)compute_.Synchronize();
+  (void)comm_.Synchronize();
   graph_ = CudaGraph();
+  if (held_blocks_.empty()) return;
   if (absl::StatusOr<Allocator*> alloc = AllocatorFor(program_->device); alloc.ok()) {
     (*alloc)->ReleaseHeld(held_blocks_);
   }
+  held_blocks_.clear();
 }
 
 absl::Status Executor::Run() {
   const bool cuda = program_->device.is_cuda();
-  if (!cuda || !options_.cuda_graph) {
+  if (!cuda || !options_.cuda_graph || !program_->capturable) {
     SG_RETURN_IF_ERROR(RunEager());
   } else if (graph_.valid()) {
     SG_RETURN_IF_ERROR(graph_.Launch(compute_));

@@ -135,6 +135,8 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     if (u.bwd_at != INT_MAX) lo.transient_sources[p->name + kBackwardSuffix] = u.bwd_at;
     if (u.rs_wait_at < num_nodes) lo.output_live_until["grad:" + p->name] = u.rs_wait_at;
   }
+  // The loss's backward seed is set on the host by PrepareBatch before each (eager) step.
+  lo.host_scalars[kLossScaleName] = &loss_scale_host_;
   SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, o.binding, o.device, lo));
   for (const auto& p : params_) parameter_names_.push_back(p->name);
   SG_RETURN_IF_ERROR(Allocate());

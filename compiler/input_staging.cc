@@ -44,8 +44,12 @@ absl::Status InputStaging::Stage(const std::string& name, const TensorView& src,
   slot.next ^= 1;
   if (slot.used[k]) SG_RETURN_IF_ERROR(slot.done[k]->Synchronize());
   std::memcpy(slot.pinned[k].get(), src.raw(), size_t(src.nbytes()));
-  TensorView pinned(slot.pinned[k].get(), dst.dtype(), dst.shape(), Device::Cpu());
-  SG_RETURN_IF_ERROR(CopyTensor(pinned, dst, stream));
+#ifdef SG_WITH_CUDA
+  // Not CopyTensor: it synchronizes the stream after any copy with a host side (pageable memory).
+  // The pinned buffer is not refilled before done[k] has passed, so the copy may stay queued.
+  SG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.raw(), slot.pinned[k].get(), size_t(src.nbytes()),
+                                          cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream.native())));
+#endif
   SG_RETURN_IF_ERROR(slot.done[k]->Record(stream));
   slot.used[k] = true;
   return absl::OkStatus();

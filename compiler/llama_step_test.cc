@@ -63,7 +63,9 @@ std::unique_ptr<CompiledStep> CompileWithParams(const graph::Graph& fwd, const C
   return *std::move(step);
 }
 
-std::vector<double> Read(const CompiledStep& s, const std::string& name) {
+// Synchronizes first: the step writes View's memory on its non-blocking compute stream.
+std::vector<double> Read(CompiledStep& s, const std::string& name) {
+  EXPECT_TRUE(s.executor().Synchronize().ok());
   auto v = s.View(name);
   EXPECT_TRUE(v.ok()) << v.status();
   return v.ok() ? sg::testing::ToHost(*v) : std::vector<double>{};

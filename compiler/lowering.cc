@@ -76,6 +76,7 @@ class Lowerer {
     SG_RETURN_IF_ERROR(graph::CheckBinding(g_, p_->binding));
     SG_RETURN_IF_ERROR(Shapes());
     fusions_ = FindLoweringFusions(g_);
+    HostScalarSeeds();
     Roots();
     SG_RETURN_IF_ERROR(Updates());
     InPlace();
@@ -88,6 +89,23 @@ class Lowerer {
   void set_allocate(bool a) { allocate_ = a; }
 
  private:
+  // softmax_cross_entropy_backward nodes seeded by an input the runtime mirrors on the host.
+  void HostScalarSeeds() {
+    const auto& nodes = g_.nodes();
+    for (int j = 0; j < int(nodes.size()); ++j) {
+      const Node& b = nodes[j];
+      if (b.op != OpKind::kSoftmaxCrossEntropyBackward || fusions_.cross_entropy_scale.count(j)) continue;
+      const Node& seed = nodes[g_.value(b.inputs[0]).producer];
+      if (seed.op != OpKind::kInput || g_.type(b.inputs[0]).dtype != DType::kF32 || g_.type(b.inputs[0]).rank() != 0) {
+        continue;
+      }
+      auto it = o_.host_scalars.find(graph::AttrString(seed, "name"));
+      if (it == o_.host_scalars.end() || it->second == nullptr) continue;
+      fusions_.cross_entropy_host_scale[j] = it->second;
+      p_->capturable = false;
+    }
+  }
+
   int64_t Bytes(int v) const { return NumElements(shape_[v]) * SizeOf(g_.type(v).dtype); }
 
   absl::Status Shapes() {
@@ -405,7 +423,7 @@ class Lowerer {
 
   Program* p_;
   const Graph& g_;
-  const LowerOptions& o_;
+  const LowerOptions o_;  // a copy: PlanStepMemory passes a temporary
   std::vector<Shape> shape_;
   std::vector<int> root_, last_use_, slot_;
   std::map<std::string, int> source_of_name_;

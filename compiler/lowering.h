@@ -93,6 +93,9 @@ struct Program {
   // (f32 master, bf16 copy) pairs: the copy is persistent state, written by the AdamW pass (or by
   // the cast step when the AdamW nodes are not batched); refresh it after writing the master.
   std::vector<std::pair<TensorView, TensorView>> weight_copies;
+  // False when a step reads a host value at launch (LowerOptions::host_scalars): the executor then
+  // never captures the schedule into a CUDA graph, whose replays would keep the captured value.
+  bool capturable = true;
 };
 
 // What a step needs on the device, from the memory plan, without allocating it.
@@ -107,10 +110,15 @@ struct PlannedMemory {
 //  - transient_sources: sources (by name) that live in the arena instead of the state, from node
 //    index `live_from` (e.g. where an all-gather into them is issued) to their last reader;
 //  - output_live_until: graph outputs (by name) whose buffer may be reused after node index k
-//    instead of living to the end of the step (e.g. a gradient once it is reduce-scattered).
+//    instead of living to the end of the step (e.g. a gradient once it is reduce-scattered);
+//  - host_scalars: f32 scalar inputs (by name) whose current value the runtime also keeps at a host
+//    address, set before each Run: a softmax_cross_entropy_backward seeded by one of them (the
+//    data-parallel "loss_scale", compiler/data_parallel_graph.h) lowers onto kernels/cross_entropy
+//    with grad_scale read from that address at launch. The program is then not capturable.
 struct LowerOptions {
   std::map<std::string, int> transient_sources;
   std::map<std::string, int> output_live_until;
+  std::map<std::string, const float*> host_scalars;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the

@@ -34,6 +34,9 @@ namespace sg::compiler {
 struct LoweringFusions {
   std::map<int, int> cross_entropy;             // forward node -> its fused backward node
   std::map<int, float> cross_entropy_scale;     // backward node -> constant loss cotangent
+  // backward node -> host address of its loss cotangent (LowerOptions::host_scalars; filled by the
+  // lowering, not by FindLoweringFusions), read at each launch
+  std::map<int, const float*> cross_entropy_host_scale;
   std::map<int, int> folded_cast;               // bf16 value -> the f32 cast output it is written as
   std::map<int, int> weight_copy;               // bf16 cast output -> the f32 parameter value
   std::map<int, int> duplicate_copy;            // a recomputed cast of a parameter -> its weight copy

@@ -150,19 +150,29 @@ LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions&
           }};
 }
 
-// An unfused softmax_cross_entropy_backward with a constant loss cotangent: the fused kernel with
-// the loss written to scratch. A loss cotangent computed on the device has no kernel (the CE
-// kernel takes its scale from the host), so it uses the reference on the CPU.
+// An unfused softmax_cross_entropy_backward: the fused kernel with the loss written to scratch,
+// scaled by a constant loss cotangent, or by one the runtime keeps at a host address and sets
+// before each step (read at launch: eager execution only, Program::capturable is false then). A
+// cotangent computed on the device has no kernel (the CE kernel takes its scale from the host):
+// the reference runs it on the CPU.
 LoweredOp CrossEntropyBackward(const Node& n, const NodeViews& v, const LoweringFusions& f, int index) {
   auto scale = f.cross_entropy_scale.find(index);
-  if (scale == f.cross_entropy_scale.end()) return {};
+  auto host_scale = f.cross_entropy_host_scale.find(index);
+  if (scale == f.cross_entropy_scale.end() && host_scale == f.cross_entropy_host_scale.end()) return {};
   kernels::CrossEntropyOptions o;
   o.ignore_index = graph::AttrInt(n, "ignore_index");
-  o.grad_scale = scale->second;
+  const float* seed = nullptr;
+  if (scale != f.cross_entropy_scale.end()) {
+    o.grad_scale = scale->second;
+  } else {
+    seed = host_scale->second;
+  }
   TensorView logits = AsMatrix(v.in[1]), targets = Flat(v.in[2]), dlogits = AsMatrix(v.out[0]);
   TensorView loss(v.side[0], DType::kF32, {}, logits.device()), valid(v.side[1], DType::kI32, {}, logits.device());
   return {"kernel", [=](const Stream& s) {
-            return kernels::CrossEntropyForwardBackward(logits, targets, loss, valid, dlogits, o, s);
+            kernels::CrossEntropyOptions launch = o;
+            if (seed != nullptr) launch.grad_scale = *seed;
+            return kernels::CrossEntropyForwardBackward(logits, targets, loss, valid, dlogits, launch, s);
           }};
 }
 
