@@ -338,19 +338,18 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   sum.last_loss = loss;
   sum.tokens_per_s = done > 1 ? double(rate_tokens) / std::max(1e-9, Since(rate_start)) : 0.0;
 
-  const bool small = ParameterCount(o.config) <= 50'000'000;  // the forward-only path is f64 on the CPU
-  if (small) {
-    SG_ASSIGN_OR_RETURN(sum.val_loss, t->ValidationLoss(f.eval_batches));
-    if (log != nullptr) {
-      SG_RETURN_IF_ERROR(log->Write(t->step(), {{"val_loss", sum.val_loss}}));
-    }
+  SG_ASSIGN_OR_RETURN(sum.val_loss, t->ValidationLoss(f.eval_batches));
+  if (log != nullptr) {
+    SG_RETURN_IF_ERROR(log->Write(t->step(), {{"val_loss", sum.val_loss}}));
   }
+  // Sampling runs one forward pass per token: minutes for a large model on the CPU.
+  const bool sample = device.is_cuda() || ParameterCount(o.config) <= 50'000'000;
   if (talk) {
     std::fprintf(stderr, "trained %ld steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s\n",
                  long(sum.steps - sum.first_step), sum.train_seconds, sum.first_loss, sum.last_loss, sum.tokens_per_s);
-    if (small) std::fprintf(stderr, "validation loss: %.4f nats/token\n", sum.val_loss);
+    std::fprintf(stderr, "validation loss: %.4f nats/token\n", sum.val_loss);
   }
-  if (small && data.tokenizer != nullptr && !f.quiet) {
+  if (sample && data.tokenizer != nullptr && !f.quiet) {
     std::vector<int32_t> prompt = {data.tokenizer->bos_id()};
     SG_ASSIGN_OR_RETURN(std::vector<int32_t> p, data.tokenizer->Encode(f.prompt));
     prompt.insert(prompt.end(), p.begin(), p.end());

@@ -274,30 +274,41 @@ absl::StatusOr<std::pair<double, std::vector<double>>> Trainer::Forward(const Te
   return std::make_pair(out.at("loss").data[0], std::move(out.at("logits").data));
 }
 
+absl::StatusOr<compiler::EvalStep*> Trainer::EvalStepWithWeights(int64_t batch) const {
+  std::unique_ptr<compiler::EvalStep>& step = eval_steps_[batch];
+  if (step == nullptr) {
+    compiler::CompileOptions co;
+    co.device = options_.device;
+    co.precision = options_.precision;
+    co.binding = {{"batch", batch}, {"seq", options_.seq}};
+    SG_ASSIGN_OR_RETURN(step, compiler::CompileForward(eval_graph_, co));
+  }
+  SG_RETURN_IF_ERROR(step->CopyParametersFrom(*compiled_, options_.strategy != compiler::Strategy::kNone));
+  return step.get();
+}
+
 absl::StatusOr<double> Trainer::ValidationLoss(int64_t max_batches) const {
   DataLoaderOptions lo;
   lo.batch_size = options_.batch;
   lo.seq_len = options_.seq;
   lo.shuffle = false;
   SG_ASSIGN_OR_RETURN(DataLoader val, DataLoader::Create(data_.val, lo));
-  SG_ASSIGN_OR_RETURN(graph::Feeds feeds, WeightFeeds());
+  SG_ASSIGN_OR_RETURN(compiler::EvalStep * eval, EvalStepWithWeights(options_.batch));
   const int64_t n = std::max<int64_t>(1, std::min(max_batches, val.steps_per_epoch()));
+  const int64_t b = options_.batch, s = options_.seq;
+  SG_ASSIGN_OR_RETURN(Tensor tokens, Tensor::Empty({b, s}, DType::kI32, Device::Cpu()));
+  SG_ASSIGN_OR_RETURN(Tensor targets, Tensor::Empty({b, s}, DType::kI32, Device::Cpu()));
   double sum = 0;
   for (int64_t i = 0; i < n; ++i) {
     SG_ASSIGN_OR_RETURN(Tensor batch, val.Next());
-    const int64_t b = batch.shape()[0], s = options_.seq;
-    graph::HostTensor tok = graph::HostTensor::Zeros({b, s}, DType::kI32);
-    graph::HostTensor tgt = graph::HostTensor::Zeros({b, s}, DType::kI32);
     for (int64_t r = 0; r < b; ++r) {
-      for (int64_t j = 0; j < s; ++j) {
-        tok.data[r * s + j] = batch.data<int32_t>()[r * (s + 1) + j];
-        tgt.data[r * s + j] = batch.data<int32_t>()[r * (s + 1) + j + 1];
-      }
+      const int32_t* row = batch.data<int32_t>() + r * (s + 1);
+      std::copy_n(row, s, tokens.data<int32_t>() + r * s);
+      std::copy_n(row + 1, s, targets.data<int32_t>() + r * s);
     }
-    feeds["tokens"] = std::move(tok);
-    feeds["targets"] = std::move(tgt);
-    SG_ASSIGN_OR_RETURN(graph::Feeds out, graph::Interpret(eval_graph_, feeds));
-    sum += out.at("loss").data[0];
+    SG_RETURN_IF_ERROR(eval->Run({{"tokens", tokens.view()}, {"targets", targets.view()}}));
+    SG_ASSIGN_OR_RETURN(float loss, eval->ReadLoss());
+    sum += loss;
   }
   return sum / double(n);
 }
@@ -305,22 +316,28 @@ absl::StatusOr<double> Trainer::ValidationLoss(int64_t max_batches) const {
 absl::StatusOr<std::vector<int32_t>> Trainer::Sample(const std::vector<int32_t>& prompt, int64_t n,
                                                      double temperature) {
   SG_CHECK_ARG(!prompt.empty(), "Sample: the prompt needs at least one token (e.g. BOS)");
-  SG_ASSIGN_OR_RETURN(graph::Feeds feeds, WeightFeeds());
+  SG_ASSIGN_OR_RETURN(compiler::EvalStep * eval, EvalStepWithWeights(1));
+  SG_ASSIGN_OR_RETURN(TensorView logits_view, eval->View("logits"));
+  const int64_t vocab = options_.config.vocab_size, s = options_.seq;
+  SG_ASSIGN_OR_RETURN(Tensor tokens, Tensor::Empty({1, s}, DType::kI32, Device::Cpu()));
+  SG_ASSIGN_OR_RETURN(Tensor targets, Tensor::Empty({1, s}, DType::kI32, Device::Cpu()));
+  std::fill_n(targets.data<int32_t>(), s, 0);
+  SG_ASSIGN_OR_RETURN(Tensor row, Tensor::Empty({vocab}, logits_view.dtype(), Device::Cpu()));
+  std::vector<double> logits(static_cast<size_t>(vocab));
   std::vector<int32_t> seq = prompt;
-  const int64_t vocab = options_.config.vocab_size;
   for (int64_t k = 0; k < n; ++k) {
-    const int64_t len = std::min<int64_t>(int64_t(seq.size()), options_.seq);
-    graph::HostTensor tok = graph::HostTensor::Zeros({1, len}, DType::kI32);
-    for (int64_t j = 0; j < len; ++j) tok.data[j] = seq[seq.size() - len + j];
-    feeds["tokens"] = tok;
-    feeds["targets"] = graph::HostTensor::Zeros({1, len}, DType::kI32);
-    SG_ASSIGN_OR_RETURN(graph::Feeds out, graph::Interpret(eval_graph_, feeds));
-    const double* logits = out.at("logits").data.data() + (len - 1) * vocab;
+    const int64_t len = std::min<int64_t>(int64_t(seq.size()), s);
+    std::fill_n(tokens.data<int32_t>(), s, 0);
+    std::copy_n(seq.end() - len, len, tokens.data<int32_t>());
+    SG_RETURN_IF_ERROR(eval->Run({{"tokens", tokens.view()}, {"targets", targets.view()}}));
+    SG_RETURN_IF_ERROR(eval->ReadSlice("logits", (len - 1) * vocab, row.view()));
+    SG_ASSIGN_OR_RETURN(Tensor f32, ToF32(row, "logits"));
+    std::copy_n(f32.data<float>(), vocab, logits.begin());
     int32_t next = 0;
     if (temperature <= 0) {
-      next = int32_t(std::max_element(logits, logits + vocab) - logits);
+      next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
     } else {
-      const double top = *std::max_element(logits, logits + vocab);
+      const double top = *std::max_element(logits.begin(), logits.end());
       std::vector<double> p(vocab);
       double total = 0;
       for (int64_t v = 0; v < vocab; ++v) total += p[v] = std::exp((logits[v] - top) / temperature);

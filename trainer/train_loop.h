@@ -19,10 +19,13 @@
 // needs a compiler option that keeps f32 gradient buffers across k Run() calls (MatmulBackward
 // already accumulates with beta = 1) and gates the clip + AdamW nodes on the k-th call.
 //
-// Forward-only path: the compiler has no eval mode, so ValidationLoss and Sample run the same
-// model's forward graph (BuildEvalForward) through the f64 reference interpreter
-// (graph/interpreter.h) on weights read back from the step. Fine for the CPU-sized presets, slow
-// for large ones (the binary skips it above ~50M parameters).
+// Forward-only path: ValidationLoss and Sample run the same model's forward graph with a "logits"
+// output (BuildEvalForward) through compiler::CompileForward (compiler/eval_step.h) on the
+// training device and precision, with the weights copied from the training step at each call.
+// The eval steps are compiled on first use: one at [batch, seq] for validation and one at
+// [1, seq] for sampling (a shorter context is left-aligned and right-padded; causal attention
+// makes the padding invisible to the last real position). Forward() keeps the f64 reference
+// interpreter (graph/interpreter.h), for tests.
 #ifndef SGTRAIN_TRAINER_TRAIN_LOOP_H_
 #define SGTRAIN_TRAINER_TRAIN_LOOP_H_
 
@@ -35,6 +38,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/compile.h"
+#include "compiler/eval_step.h"
 #include "graph/interpreter.h"
 #include "graph/ir.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -113,7 +117,7 @@ class Trainer {
   // Continues `prompt` by `n` tokens: greedy when temperature <= 0, else sampling from
   // softmax(logits / temperature) with the trainer's RNG. The context is the last `seq` tokens.
   absl::StatusOr<std::vector<int32_t>> Sample(const std::vector<int32_t>& prompt, int64_t n, double temperature);
-  // Loss and logits of the forward-only path on `tokens`/`targets` (i32 [b, s]), for tests.
+  // Loss and logits of the f64 reference interpreter on `tokens`/`targets` (i32 [b, s]), for tests.
   absl::StatusOr<std::pair<double, std::vector<double>>> Forward(const Tensor& tokens, const Tensor& targets) const;
 
   // Changes the schedule's length (a time-budgeted run sets it once the first steps are timed).
@@ -128,12 +132,15 @@ class Trainer {
  private:
   Trainer() = default;
   absl::StatusOr<graph::Feeds> WeightFeeds() const;
+  // The eval step at [batch, seq] (compiled on first use) holding the current weights.
+  absl::StatusOr<compiler::EvalStep*> EvalStepWithWeights(int64_t batch) const;
 
   TrainOptions options_;
   TokenSplit data_;
   std::unique_ptr<DataLoader> loader_;
   std::unique_ptr<compiler::CompiledStep> compiled_;
   graph::Graph eval_graph_;
+  mutable std::map<int64_t, std::unique_ptr<compiler::EvalStep>> eval_steps_;  // by batch size
   std::mt19937_64 rng_;
   int64_t step_ = 0;
 };

@@ -1,5 +1,6 @@
 #include "trainer/train_loop.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -176,6 +177,52 @@ TEST(TrainLoopTest, SafetensorsRoundTripGivesIdenticalLogits) {
   EXPECT_NE(logits_a[0], logits_a[1]);
   std::unique_ptr<Trainer> fresh = Trainer::Create(o, DefaultCorpusTokens()).value();
   EXPECT_NE(fresh->Forward(tokens, targets).value().first, loss_a);
+}
+
+// The compiled forward-only path (validation, sampling) against the f64 interpreter on the same
+// trained weights: the mean loss over the same validation windows, and a greedy continuation.
+TEST(TrainLoopTest, ValidationAndSamplingMatchTheInterpreter) {
+  TrainOptions o = SmallOptions(testing::Rng()());
+  std::unique_ptr<Trainer> t = Trainer::Create(o, DefaultCorpusTokens()).value();
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(t->Step().ok());
+  const double val = t->ValidationLoss(2).value();
+
+  const std::vector<int32_t>& v = *DefaultCorpusTokens().val;
+  double want = 0;
+  for (int64_t batch = 0; batch < 2; ++batch) {
+    Tensor tokens = Tensor::Empty({o.batch, o.seq}, DType::kI32, Device::Cpu()).value();
+    Tensor targets = Tensor::Empty({o.batch, o.seq}, DType::kI32, Device::Cpu()).value();
+    for (int64_t r = 0; r < o.batch; ++r) {
+      const int64_t start = (batch * o.batch + r) * o.seq;  // unshuffled windows, in stream order
+      std::copy_n(v.begin() + start, o.seq, tokens.data<int32_t>() + r * o.seq);
+      std::copy_n(v.begin() + start + 1, o.seq, targets.data<int32_t>() + r * o.seq);
+    }
+    want += t->Forward(tokens, targets).value().first / 2;
+  }
+  EXPECT_GT(want, 1.0);
+  EXPECT_NEAR(val, want, 1e-4 * want);
+  // After more updates the validation path sees the new weights.
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(t->Step().ok());
+  EXPECT_NE(t->ValidationLoss(2).value(), val);
+
+  // Greedy sampling: each token is the argmax of the interpreter's last-position logits.
+  const std::vector<int32_t> prompt = {ByteTokenizer::kBos, 'T', 'h', 'e'};
+  const std::vector<int32_t> got = t->Sample(prompt, 6, /*temperature=*/0).value();
+  ASSERT_EQ(got.size(), 6u);
+  std::vector<int32_t> seq = prompt;
+  for (int32_t next : got) {
+    const int64_t len = int64_t(seq.size());
+    Tensor tokens = Tensor::Empty({1, len}, DType::kI32, Device::Cpu()).value();
+    Tensor targets = Tensor::Empty({1, len}, DType::kI32, Device::Cpu()).value();
+    std::copy(seq.begin(), seq.end(), tokens.data<int32_t>());
+    std::fill_n(targets.data<int32_t>(), len, 0);
+    const std::vector<double> logits = t->Forward(tokens, targets).value().second;
+    const double* last = logits.data() + (len - 1) * 258;
+    const int64_t best = std::max_element(last, last + 258) - last;
+    // Ties aside (f32 vs f64), the compiled path picks the same token.
+    EXPECT_NEAR(last[next], last[best], 1e-4) << "after " << len << " tokens";
+    seq.push_back(next);
+  }
 }
 
 TEST(TrainLoopTest, WeightsOfAnotherShapeAreRefusedByName) {

@@ -1,5 +1,6 @@
 #include "trainer/data/data_loader.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -25,19 +26,32 @@ absl::StatusOr<TokenSplit> TokenizeCorpus(const TextCorpus& corpus, const Tokeni
                                           double val_fraction) {
   SG_CHECK_ARG(val_fraction >= 0.0 && val_fraction <= 0.5, "val_fraction is ", val_fraction,
                ", expected a value in [0, 0.5]");
-  const int64_t every = val_fraction > 0 ? std::max<int64_t>(2, std::llround(1.0 / val_fraction)) : 0;
+  std::vector<int32_t> all;
+  for (const TextDocument& d : corpus.documents) {
+    SG_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(d.text));
+    all.push_back(tokenizer.bos_id());
+    all.insert(all.end(), ids.begin(), ids.end());
+    all.push_back(tokenizer.eos_id());
+  }
+  const int64_t n = int64_t(all.size());
+  if (val_fraction == 0) {
+    SG_CHECK_ARG(n > 0, "the corpus (", corpus.description, ") gave no training tokens");
+    return TokenSplit{std::make_shared<const std::vector<int32_t>>(std::move(all)),
+                      std::make_shared<const std::vector<int32_t>>()};
+  }
+  const int64_t every = std::max<int64_t>(2, std::llround(1.0 / val_fraction));
+  // Chunks of kValChunkTokens, or shorter when the stream holds fewer than `every` of them.
+  const int64_t chunk = std::min<int64_t>(kValChunkTokens, n / every);
+  SG_CHECK_ARG(chunk > 0, "the corpus (", corpus.description, ") has only ", n, " tokens: too few for a ",
+               "validation split of ", val_fraction, " (expected at least ", every, ")");
   auto train = std::make_shared<std::vector<int32_t>>();
   auto val = std::make_shared<std::vector<int32_t>>();
-  for (size_t i = 0; i < corpus.documents.size(); ++i) {
-    SG_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer.Encode(corpus.documents[i].text));
-    std::vector<int32_t>& out = (every > 0 && int64_t(i) % every == every - 1) ? *val : *train;
-    out.push_back(tokenizer.bos_id());
-    out.insert(out.end(), ids.begin(), ids.end());
-    out.push_back(tokenizer.eos_id());
+  train->reserve(size_t(n - n / every));
+  val->reserve(size_t(n / every + chunk));
+  for (int64_t begin = 0, c = 0; begin < n; begin += chunk, ++c) {
+    std::vector<int32_t>& out = (c % every == every - 1) ? *val : *train;
+    out.insert(out.end(), all.begin() + begin, all.begin() + std::min(n, begin + chunk));
   }
-  SG_CHECK_ARG(!train->empty(), "the corpus (", corpus.description, ") gave no training tokens");
-  SG_CHECK_ARG(every == 0 || !val->empty(), "the corpus (", corpus.description, ") has ", corpus.documents.size(),
-               " document(s): too few for a validation split of ", val_fraction);
   return TokenSplit{train, val};
 }
 

@@ -34,9 +34,14 @@ struct TokenSplit {
   TokenStream val;
 };
 
-// Tokenizes every document as BOS + Encode(text) + EOS. Every k-th document (k = round(1 /
-// val_fraction)) goes to validation, so both splits sample the whole corpus; val_fraction 0 puts
-// everything in train. InvalidArgument when val_fraction is outside [0, 0.5] or a split is empty.
+// Tokenizes every document as BOS + Encode(text) + EOS into one stream, cuts it into chunks of
+// kValChunkTokens (shorter when the stream has fewer than k such chunks) and sends every k-th chunk
+// (k = round(1 / val_fraction)) to validation: both splits sample the whole corpus, whatever the
+// number of documents (one long file works as well as 15,000 fortunes), and the split depends only
+// on the tokens. val_fraction 0 puts everything in train. InvalidArgument when val_fraction is
+// outside [0, 0.5] or the stream has fewer than k tokens. Whether a split holds a whole batch is
+// DataLoader::Create's check.
+inline constexpr int64_t kValChunkTokens = 2048;
 absl::StatusOr<TokenSplit> TokenizeCorpus(const TextCorpus& corpus, const Tokenizer& tokenizer,
                                           double val_fraction);
 

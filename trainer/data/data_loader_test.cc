@@ -133,27 +133,66 @@ TEST(DataLoaderTest, BadOptionsAreExplained) {
   EXPECT_NE(rank.status().message().find("rank 2 is not in [0, world_size = 2)"), std::string::npos);
 }
 
-TEST(TokenizeCorpusTest, WrapsDocumentsAndSplitsEveryKth) {
+TEST(TokenizeCorpusTest, WrapsDocumentsAndSendsEveryKthChunkToValidation) {
   TextCorpus corpus;
-  for (int i = 0; i < 40; ++i) corpus.documents.push_back({"d", std::string(size_t(1 + i), char('a' + i % 26))});
+  auto& rng = testing::Rng();
+  std::vector<int32_t> stream;  // BOS + bytes + EOS per document, the independent expectation
+  for (int i = 0; i < 40; ++i) {
+    std::string text(size_t(200 + rng() % 300), ' ');
+    for (char& c : text) c = char('a' + rng() % 26);
+    corpus.documents.push_back({"d", text});
+    stream.push_back(256);
+    for (char c : text) stream.push_back(int32_t(uint8_t(c)));
+    stream.push_back(257);
+  }
   ByteTokenizer bytes;
   auto split = TokenizeCorpus(corpus, bytes, 0.1);
   ASSERT_TRUE(split.ok()) << split.status();
+  // ~14k tokens: at least 10 chunks of kValChunkTokens do not fit, so chunks are n / 10 tokens.
+  const int64_t n = int64_t(stream.size()), chunk = std::min<int64_t>(kValChunkTokens, n / 10);
   std::vector<int32_t> want_train, want_val;
-  for (int i = 0; i < 40; ++i) {
-    std::vector<int32_t>& w = (i % 10 == 9) ? want_val : want_train;
-    w.push_back(256);
-    for (int k = 0; k <= i; ++k) w.push_back('a' + i % 26);
-    w.push_back(257);
-  }
+  for (int64_t i = 0; i < n; ++i) ((i / chunk) % 10 == 9 ? want_val : want_train).push_back(stream[size_t(i)]);
   EXPECT_EQ(*split->train, want_train);
   EXPECT_EQ(*split->val, want_val);
   EXPECT_FALSE(TokenizeCorpus(corpus, bytes, 0.9).ok());
+  auto all_train = TokenizeCorpus(corpus, bytes, 0.0);
+  ASSERT_TRUE(all_train.ok()) << all_train.status();
+  EXPECT_EQ(*all_train->train, stream);
+  EXPECT_TRUE(all_train->val->empty());
   TextCorpus one;
   one.documents.push_back({"d", "x"});
   auto tiny = TokenizeCorpus(one, bytes, 0.1);
   ASSERT_FALSE(tiny.ok());
   EXPECT_NE(tiny.status().message().find("too few for a validation split"), std::string::npos) << tiny.status();
+}
+
+// The GPU machine's default corpus is a handful of license files: a few long documents must still
+// give a validation split that holds whole batches, the same one on every call.
+TEST(TokenizeCorpusTest, FewLongDocumentsSplitForValidation) {
+  TextCorpus corpus;
+  auto& rng = testing::Rng();
+  for (int i = 0; i < 3; ++i) {
+    std::string text(size_t(30000 + rng() % 5000), ' ');
+    for (char& c : text) c = char('a' + rng() % 26);
+    corpus.documents.push_back({"license" + std::to_string(i), text});
+  }
+  ByteTokenizer bytes;
+  auto split = TokenizeCorpus(corpus, bytes, 0.05);
+  ASSERT_TRUE(split.ok()) << split.status();
+  const int64_t n = int64_t(split->train->size() + split->val->size());
+  EXPECT_EQ(n, int64_t(corpus.total_bytes()) + 6);
+  EXPECT_NEAR(double(split->val->size()) / double(n), 0.05, 0.02);
+  auto again = TokenizeCorpus(corpus, bytes, 0.05);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(*again->val, *split->val);
+  EXPECT_EQ(*again->train, *split->train);
+  auto val = DataLoader::Create(split->val, Options(8, 128, 0, 1, 0));
+  ASSERT_TRUE(val.ok()) << val.status();
+  auto batch = val->Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->shape(), Shape({8, 129}));
+  auto train = DataLoader::Create(split->train, Options(8, 128, 0, 1, 0));
+  ASSERT_TRUE(train.ok()) << train.status();
 }
 
 }  // namespace
