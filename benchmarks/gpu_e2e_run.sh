@@ -14,9 +14,9 @@ t() {  # name timeout binary args...
   echo "$name rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.log" | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]|Failure' "$out/$name.log" | head -5
 }
-t llama_step_test 150 compiler/llama_step_test
+t llama_step_test 150 compiler/llama_step_test --gtest_filter=${LLAMA_TEST_FILTER:-*}
 t compile_test_cuda 90 compiler/compile_test --gtest_filter='*Cuda*'
-[[ -x .gpu/bin/compiler/distributed_test ]] && t distributed_gpu 120 compiler/distributed_test --gtest_filter='*Gpu*'
+[[ -x .gpu/bin/compiler/distributed_test ]] && t distributed_gpu 120 compiler/distributed_test --gtest_filter='DistributedTest.FsdpOnTwoGpusEqualsOneGpu'
 [[ -x .gpu/bin/compiler/context_parallel/ring_attention_device_test ]] && t ring_attention_gpu 120 compiler/context_parallel/ring_attention_device_test
 for cfg in ${CONFIGS:-124m 1b}; do
   CUDA_VISIBLE_DEVICES=1 timeout 300 python3 benchmarks/llama_peer.py --config "$cfg" --compile \
@@ -29,6 +29,6 @@ for cfg in ${CONFIGS:-124m 1b}; do
 done
 if [[ -x .gpu/bin/trainer/llama ]]; then  # the main job on the GPU, briefly
   (cd "$out" && timeout 150 "$OLDPWD/.gpu/run" trainer/llama --steps=${TRAIN_STEPS:-300} --device=cuda \
-     --name=gpu --time_budget=60 > trainer.log 2>&1; echo "trainer rc=$?"; grep -vE '^\s*$' trainer.log | tail -8)
+     --name=gpu --time_budget=${TRAIN_SECONDS:-60} > trainer.log 2>&1; echo "trainer rc=$?"; grep -vE '^\s*$' trainer.log | tail -8)
 fi
 echo "== done $(date -u +%FT%TZ)"
