@@ -149,10 +149,12 @@ TEST(LlamaConfigTest, BadConfigsNameFileFieldExpectedAndFound) {
 
 TEST(LlamaConfigTest, ValidateNamesTheBrokenRelation) {
   LlamaConfig c = *LlamaPreset("tiny");
+  c.n_heads = 4;
   c.n_kv_heads = 3;
   absl::Status s = ValidateLlamaConfig(c);
   EXPECT_NE(s.message().find("n_heads (4) must be divisible by n_kv_heads (3)"), std::string::npos) << s;
   c = *LlamaPreset("tiny");
+  c.n_heads = 4;
   c.dim = 130;
   s = ValidateLlamaConfig(c);
   EXPECT_NE(s.message().find("dim (130)"), std::string::npos) << s;
