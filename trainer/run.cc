@@ -272,7 +272,8 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   std::map<std::string, std::string> extra_files;
   if (!data.tokenizer_file.empty()) extra_files["tokenizer.model"] = data.tokenizer_file;
   auto save = [&](const std::string& dir, double loss) -> absl::Status {
-    if (!lead) return absl::OkStatus();
+    // Every rank reads the (possibly sharded) weights: the reads are collective. Rank 0 writes.
+    if (!lead) return t->Save(dir, {}, {}, /*write=*/false);
     std::map<std::string, std::string> notes = {
         {"loss", absl::StrCat(loss)},           {"batch", absl::StrCat(o.batch)},
         {"seq", absl::StrCat(o.seq)},           {"grad_accum", absl::StrCat(o.grad_accum)},

@@ -154,7 +154,7 @@ absl::StatusOr<std::vector<NamedTensor>> Trainer::Weights() const {
 }
 
 absl::Status Trainer::Save(const std::string& dir, const std::map<std::string, std::string>& notes,
-                           const std::map<std::string, std::string>& extra_files) const {
+                           const std::map<std::string, std::string>& extra_files, bool write) const {
   SG_ASSIGN_OR_RETURN(std::vector<NamedTensor> model, Weights());
   std::vector<NamedTensor> optimizer;
   for (const NamedTensor& w : model) {
@@ -166,6 +166,7 @@ absl::Status Trainer::Save(const std::string& dir, const std::map<std::string, s
     optimizer.push_back({absl::StrCat(w.name, ".", kSlotM), std::move(m)});
     optimizer.push_back({absl::StrCat(w.name, ".", kSlotV), std::move(v)});
   }
+  if (!write) return absl::OkStatus();
   CheckpointContents c;
   c.config = options_.config;
   for (const NamedTensor& t : model) c.model.push_back({t.name, t.tensor.view()});

@@ -103,9 +103,10 @@ class Trainer {
   // yet) or lacks an optimizer tensor (naming it).
   absl::Status Restore(const Checkpoint& ckpt);
   // Saves a checkpoint directory atomically (checkpoint.h). `notes` go to training_state.json's
-  // extra, `extra_files` are copied in (e.g. the tokenizer model).
+  // extra, `extra_files` are copied in (e.g. the tokenizer model). Distributed runs: every rank
+  // must call it (reading sharded weights is collective); only the one with `write` set writes.
   absl::Status Save(const std::string& dir, const std::map<std::string, std::string>& notes = {},
-                    const std::map<std::string, std::string>& extra_files = {}) const;
+                    const std::map<std::string, std::string>& extra_files = {}, bool write = true) const;
 
   // One optimizer update: sets the scheduled learning rate, feeds the next batch, runs the
   // compiled step and reads its metrics.
