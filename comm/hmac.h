@@ -1,5 +1,5 @@
-// Internal: SHA-256 and HMAC-SHA-256 (FIPS 180-4, RFC 2104), for the store's challenge-response
-// authentication. Not a general crypto library: no streaming API, inputs are in memory.
+// Internal: HMAC-SHA-256 (RFC 2104) over kernels/core/sha256.h, for the store's challenge-response
+// authentication. Not a general crypto library: inputs are in memory.
 //
 //   std::string mac = HmacSha256(secret, nonce);   // 32 raw bytes
 //   bool same = ConstantTimeEqual(mac, received);
@@ -11,9 +11,6 @@
 #include "absl/strings/string_view.h"
 
 namespace sg::comm {
-
-// The 32-byte SHA-256 digest of `data` (raw bytes).
-std::string Sha256(absl::string_view data);
 
 // The 32-byte HMAC-SHA-256 of `message` under `key` (raw bytes).
 std::string HmacSha256(absl::string_view key, absl::string_view message);

@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "graph/sha256.h"
+#include "kernels/core/sha256.h"
 #include "graph/text.h"
 #include "kernels/core/status.h"
 #include "nlohmann/json.hpp"

@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "graph/builder.h"
-#include "graph/sha256.h"
+#include "kernels/core/sha256.h"
 #include "gtest/gtest.h"
 #include "kernels/core/testing.h"
 

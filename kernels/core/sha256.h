@@ -1,17 +1,18 @@
 // SHA-256 (FIPS 180-4), for stable content hashes that agree across processes and machines
-// (the compile cache's keys and checksums). absl::Hash is per-process and must not be persisted.
+// (the compile cache's keys and checksums, the store's HMAC authentication). absl::Hash is
+// per-process and must not be persisted.
 //
-//   std::string hex = sg::graph::Sha256Hex("abc");  // "ba7816bf8f01cfea..."
+//   std::string hex = sg::Sha256Hex("abc");  // "ba7816bf8f01cfea..."
 //   Sha256 h; h.Update(part1); h.Update(part2); std::string digest = h.Finish();  // 32 bytes
-#ifndef SGTRAIN_GRAPH_SHA256_H_
-#define SGTRAIN_GRAPH_SHA256_H_
+#ifndef SGTRAIN_KERNELS_CORE_SHA256_H_
+#define SGTRAIN_KERNELS_CORE_SHA256_H_
 
 #include <cstdint>
 #include <string>
 
 #include "absl/strings/string_view.h"
 
-namespace sg::graph {
+namespace sg {
 
 class Sha256 {
  public:
@@ -28,10 +29,11 @@ class Sha256 {
   uint64_t total_ = 0;
 };
 
-// Lower-case hex of the digest of `data`.
+// The 32-byte digest of `data`, and its lower-case hex.
+std::string Sha256Digest(absl::string_view data);
 std::string Sha256Hex(absl::string_view data);
 std::string ToHex(absl::string_view bytes);
 
-}  // namespace sg::graph
+}  // namespace sg
 
-#endif  // SGTRAIN_GRAPH_SHA256_H_
+#endif  // SGTRAIN_KERNELS_CORE_SHA256_H_

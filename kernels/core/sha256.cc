@@ -1,8 +1,8 @@
-#include "graph/sha256.h"
+#include "kernels/core/sha256.h"
 
 #include <cstring>
 
-namespace sg::graph {
+namespace sg {
 namespace {
 
 constexpr uint32_t kK[64] = {
@@ -97,10 +97,16 @@ std::string ToHex(absl::string_view bytes) {
   return s;
 }
 
+std::string Sha256Digest(absl::string_view data) {
+  Sha256 h;
+  h.Update(data);
+  return h.Finish();
+}
+
 std::string Sha256Hex(absl::string_view data) {
   Sha256 h;
   h.Update(data);
   return ToHex(h.Finish());
 }
 
-}  // namespace sg::graph
+}  // namespace sg
