@@ -1,6 +1,7 @@
 #include "sharding/cost_model.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -80,25 +81,40 @@ absl::StatusOr<PlanCost> EstimateCost(const graph::Graph& g, const ShardingPlan&
       }
     }
   }
+  // Gradients: each adamw's gradient input, in the parameter's placement.
+  std::vector<bool> is_gradient(g.num_value_ids(), false);
+  int64_t full_gradients = 0;
   for (const graph::Node& n : g.nodes()) {
     if (n.op != OpKind::kAdamW) continue;
+    const int grad = n.inputs[1];
     SG_ASSIGN_OR_RETURN(int64_t bytes,
-                        LocalBytes(g, n.inputs[1], plan.placements[n.inputs[0]], mesh, binding));
+                        LocalBytes(g, grad, plan.placements[n.inputs[0]], mesh, binding));
     cost.memory.gradients += bytes;
+    if (!is_gradient[grad]) {
+      is_gradient[grad] = true;
+      SG_ASSIGN_OR_RETURN(int64_t full, LocalBytes(g, grad, Replicated(mesh.ndim()), mesh, binding));
+      full_gradients += full;
+    }
   }
-  // Activations: the planned peak of the unsharded graph, scaled by the mean shard fraction.
+  // Activations: the planned arena peak of the unsharded graph holds every non-source value, the
+  // gradients included (they are all live at once where clipping reads them), so the gradients,
+  // counted above, come out of it; the rest is scaled by the mean shard fraction of the other
+  // non-source values.
   SG_ASSIGN_OR_RETURN(graph::MemoryPlan mp, graph::PlanMemory(g, binding));
   double global = 0, local = 0;
   for (const graph::Node& n : g.nodes()) {
     if (graph::Schema(n.op).is_source) continue;
     for (int v : n.outputs) {
+      if (is_gradient[v]) continue;
       SG_ASSIGN_OR_RETURN(int64_t full, LocalBytes(g, v, Replicated(mesh.ndim()), mesh, binding));
       SG_ASSIGN_OR_RETURN(int64_t mine, LocalBytes(g, v, plan.placements[v], mesh, binding));
       global += double(full);
       local += double(mine);
     }
   }
-  cost.memory.activations = int64_t(double(mp.arena_bytes) * (global > 0 ? local / global : 1.0));
+  const int64_t non_gradient_arena = std::max<int64_t>(0, mp.arena_bytes - full_gradients);
+  cost.memory.activations =
+      int64_t(double(non_gradient_arena) * (global > 0 ? local / global : 1.0));
   // Communication.
   int64_t largest_gathered_param = 0;
   for (const ValueRedistribution& r : plan.redistributions) {
