@@ -53,7 +53,7 @@ void ReadHost(const TensorView& t, std::vector<double>& v) {
 Tensor HostCopy(const TensorView& t) {
   Tensor h = Tensor::Empty(t.shape(), t.dtype(), Device::Cpu()).value();
   if (t.device().is_cpu()) {
-    std::memcpy(h.view().raw(), t.raw(), size_t(t.nbytes()));
+    if (t.nbytes() > 0) std::memcpy(h.view().raw(), t.raw(), size_t(t.nbytes()));  // empty: null data
   } else {
     Stream s = Stream::Cpu();
     absl::Status st = CopyTensor(t, h, s);
@@ -99,7 +99,7 @@ Tensor RandomTensor(const Shape& shape, DType dtype, Device device, std::mt19937
 void Poison(const TensorView& t) {
   const int byte = IsFloating(t.dtype()) ? 0xff : 0x7f;  // all-ones is NaN in every float type
   if (t.device().is_cpu()) {
-    std::memset(t.raw(), byte, size_t(t.nbytes()));
+    if (t.nbytes() > 0) std::memset(t.raw(), byte, size_t(t.nbytes()));
     return;
   }
   Tensor h = Tensor::Empty(t.shape(), t.dtype(), Device::Cpu()).value();
