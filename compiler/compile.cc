@@ -166,11 +166,7 @@ CompiledStep::~CompiledStep() {
 }
 
 absl::StatusOr<TensorView> CompiledStep::View(const std::string& name) const {
-  auto s = program_->sources.find(name);
-  if (s != program_->sources.end()) return s->second;
-  auto o = program_->outputs.find(name);
-  if (o != program_->outputs.end()) return o->second;
-  return absl::NotFoundError(absl::StrCat("compiled step has no source or output named '", name, "'"));
+  return FindSourceOrOutput(*program_, name, "compiled step");
 }
 
 absl::Status CompiledStep::Write(const std::string& name, const TensorView& host) {

@@ -70,11 +70,7 @@ absl::StatusOr<std::unique_ptr<EvalStep>> CompileForward(const graph::Graph& g, 
 }
 
 absl::StatusOr<TensorView> EvalStep::View(const std::string& name) const {
-  auto s = program_->sources.find(name);
-  if (s != program_->sources.end()) return s->second;
-  auto o = program_->outputs.find(name);
-  if (o != program_->outputs.end()) return o->second;
-  return absl::NotFoundError(absl::StrCat("eval step has no source or output named '", name, "'"));
+  return FindSourceOrOutput(*program_, name, "eval step");
 }
 
 absl::Status EvalStep::Write(const std::string& name, const TensorView& src) {

@@ -470,4 +470,11 @@ absl::StatusOr<PlannedMemory> PlanStepMemory(Graph graph, const graph::Binding& 
   return m;
 }
 
+absl::StatusOr<TensorView> FindSourceOrOutput(const Program& program, const std::string& name,
+                                              absl::string_view owner) {
+  if (auto s = program.sources.find(name); s != program.sources.end()) return s->second;
+  if (auto o = program.outputs.find(name); o != program.outputs.end()) return o->second;
+  return absl::NotFoundError(absl::StrCat(owner, " has no source or output named '", name, "'"));
+}
+
 }  // namespace sg::compiler

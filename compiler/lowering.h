@@ -133,6 +133,11 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(graph::Graph graph, const graph::
 // same errors as Lower (Unimplemented listing ops without a kernel on `device`).
 absl::StatusOr<PlannedMemory> PlanStepMemory(graph::Graph graph, const graph::Binding& binding, Device device);
 
+// The device view of a program's source or output called `name`; NotFound names `owner` (e.g.
+// "compiled step") and `name`.
+absl::StatusOr<TensorView> FindSourceOrOutput(const Program& program, const std::string& name,
+                                              absl::string_view owner);
+
 }  // namespace sg::compiler
 
 #endif  // SGTRAIN_COMPILER_LOWERING_H_
