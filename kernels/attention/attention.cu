@@ -1,7 +1,8 @@
 // CUDA flash attention, variant v1 (FlashAttention-2 structure, the first correct version; kept as
 // the fallback selected by SG_ATTENTION_KERNEL=v1), plus the kernels both variants share: delta, dq
 // conversion, merge; and the entry points that pick the variant. v2 lives in attention_fwd_v2.cu and
-// attention_bwd_v2.cu, v3's backward in attention_bwd_v3.cu (its forward is v2's).
+// attention_bwd_v2.cu, v3's forward in attention_fwd_v2.cu (v2's kernel with two switches) and its
+// backward in attention_bwd_v3.cu.
 //
 // v1 forward: one block per (128-query tile, head, batch), 8 warps of 16 query rows each, looping
 //   over 64-key tiles. Causal grids start with the heaviest (last) query tiles.
@@ -488,7 +489,10 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
   SG_ASSIGN_OR_RETURN(Problem pr, MakeProblem(p));
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (variant == AttentionKernel::kV2 || variant == AttentionKernel::kV3) {  // v3 reuses v2's forward
+  if (variant == AttentionKernel::kV3) {
+    return LaunchForwardV3(pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
+  }
+  if (variant == AttentionKernel::kV2) {
     return LaunchForwardV2(pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
   }
   if (p.head_dim == 64) return LaunchForward<64>(pr, int(p.batch), q, k, v, out, lse, s);
@@ -531,6 +535,9 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
     return absl::OkStatus();
   }
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
+  if (variant == AttentionKernel::kV3 && (p.seq_k + kBwdV3BlockN - 1) / kBwdV3BlockN > 65535) {
+    variant = AttentionKernel::kV2;  // v3's grid holds at most 65535 key blocks (seq_k <= 8M)
+  }
   if (variant == AttentionKernel::kV3) {  // its own workspace layout and dq conversion
     SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(DqWorkspaceElems(p)) * sizeof(float), s));
     // seq_k = 0 (nk = 0): no key blocks; the conversion alone writes dq = 0.

@@ -214,6 +214,10 @@ absl::Status LaunchBackwardV2(const Problem& pr, int head_dim, int batch, const 
                               const float* delta, float* dq_accum, void* dk, void* dv,
                               cudaStream_t stream);
 
+// Variant v3's forward (attention_fwd_v2.cu: the v2 kernel with its kV3 switches; scale <= 0 runs
+// v2's), arguments as LaunchForwardV2.
+absl::Status LaunchForwardV3(const Problem& pr, int head_dim, int batch, const void* q, const void* k,
+                             const void* v, void* out, float* lse, cudaStream_t stream);
 // Variant v3 (attention_bwd_v3.cu): the backward kernel and the dq conversion. dq_accum holds
 // DqAccumElems floats (zeroed by the caller) in v3's tile layout; dq is written here.
 absl::Status LaunchBackwardV3(const Problem& pr, int head_dim, int batch, const void* q,
