@@ -147,7 +147,7 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
 
   for (int it = 0; it < iters; ++it) {
     const int stage = it & 1;
-    const int h = head_of(it), m0 = row_of(it);
+    const int m0 = row_of(it);
     const QTile sq{q_stages + stage * QTile::kElems}, sdo{do_stages + stage * QTile::kElems};
     CpAsyncWait<0>();
     // This iteration's tiles are visible; every thread is done with the previous iteration (its
