@@ -489,7 +489,7 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
   SG_ASSIGN_OR_RETURN(Problem pr, MakeProblem(p));
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (variant == AttentionKernel::kV3) {
+  if (variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a) {
     return LaunchForwardV3(pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
   }
   if (variant == AttentionKernel::kV2) {
@@ -535,14 +535,14 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
     return absl::OkStatus();
   }
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
-  if (variant == AttentionKernel::kV3 && (p.seq_k + kBwdV3BlockN - 1) / kBwdV3BlockN > 65535) {
+  const bool v3 = variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a;
+  if (v3 && (p.seq_k + kBwdV3BlockN - 1) / kBwdV3BlockN > 65535) {
     variant = AttentionKernel::kV2;  // v3's grid holds at most 65535 key blocks (seq_k <= 8M)
-  }
-  if (variant == AttentionKernel::kV3) {  // its own workspace layout and dq conversion
+  } else if (v3) {  // its own workspace layout and dq conversion
     SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(DqWorkspaceElems(p)) * sizeof(float), s));
     // seq_k = 0 (nk = 0): no key blocks; the conversion alone writes dq = 0.
     return LaunchBackwardV3(pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse, delta, dq_accum,
-                            dq, dk, dv, s);
+                            dq, dk, dv, /*bulk_dq=*/variant == AttentionKernel::kV3, s);
   }
   SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(nq) * sizeof(float), s));
   if (nk > 0 && variant == AttentionKernel::kV2) {

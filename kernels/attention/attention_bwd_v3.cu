@@ -71,7 +71,9 @@ __device__ __forceinline__ int DqSwizzle(int row, int col) {
   return row * kD + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
 }
 
-template <int kD>
+// kBulkDq false (variant v3a, a diagnostic): the dQ tile goes to the same workspace positions by
+// per-thread red.global.add.v2.f32, as v2 does, instead of through shared memory and the TMA unit.
+template <int kD, bool kBulkDq>
 __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
     AttentionBackwardV3Kernel(Problem pr, int m_pad, const bf16* __restrict__ q,
                               const bf16* __restrict__ k, const bf16* __restrict__ v,
@@ -153,7 +155,7 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
     // This iteration's tiles are visible; every thread is done with the previous iteration (its
     // Q/dO stage, P/dS, and its dQ tile writes, fenced for the bulk reduction issued next).
     __syncthreads();
-    if (threadIdx.x == 0 && it > 0) reduce_dq(it - 1);
+    if (kBulkDq && threadIdx.x == 0 && it > 0) reduce_dq(it - 1);
     if (it + 1 < iters) load_q(it + 1, stage ^ 1);
     CpAsyncCommit();
 
@@ -246,7 +248,7 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
     }
     // The previous dQ tile's bulk reduction has finished reading s_dq before anyone passes the
     // barrier below, so phase 3 may overwrite it.
-    if (threadIdx.x == 0) BulkWaitRead<0>();
+    if (kBulkDq && threadIdx.x == 0) BulkWaitRead<0>();
     __syncthreads();  // P and dS complete
 
     // Phase 2: dV += P^T dO, dK += dS^T Q for 32 keys x kDvCols (contraction over the queries).
@@ -294,6 +296,7 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
           }
         }
       }
+      float* const dst = kBulkDq ? s_dq : dq_accum + ((int64_t(b) * pr.heads + head_of(it)) * m_pad + m0) * kD;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -302,16 +305,20 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
 #pragma unroll
           for (int nt = 0; nt < kDqTiles; ++nt) {
             const int col = p3_d + nt * 8 + 2 * (lane % 4);
-            *reinterpret_cast<float2*>(s_dq + DqSwizzle<kD>(row, col)) =
-                make_float2(dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+            const float2 val = make_float2(dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
+            if constexpr (kBulkDq) {
+              *reinterpret_cast<float2*>(dst + DqSwizzle<kD>(row, col)) = val;
+            } else {
+              atomicAdd(reinterpret_cast<float2*>(dst + DqSwizzle<kD>(row, col)), val);
+            }
           }
         }
       }
-      FenceProxyAsyncShared();  // these generic-proxy writes before the TMA reads them
+      if constexpr (kBulkDq) FenceProxyAsyncShared();  // these writes before the TMA reads them
     }
   }
   CpAsyncWait<0>();  // no query tiles: the K/V copies may still be in flight
-  if (iters > 0) {
+  if (kBulkDq && iters > 0) {
     __syncthreads();  // the last dQ tile is complete
     if (threadIdx.x == 0) {
       reduce_dq(iters - 1);
@@ -362,19 +369,19 @@ __global__ void ConvertDqV3Kernel(int64_t n8, int seq, int heads, int m_pad, flo
   reinterpret_cast<uint4*>(dq)[i] = out;
 }
 
-template <int kD>
+template <int kD, bool kBulkDq>
 absl::Status Launch(const Problem& pr, int batch, const void* q, const void* k, const void* v,
                     const void* dout, const float* lse, const float* delta, float* dq_accum,
                     void* dq, void* dk, void* dv, cudaStream_t stream) {
   using C = BwdV3Config<kD>;
   const int m_pad = int(DqAccumRows(pr.seq_q));
   if (pr.seq_k > 0) {
-    SG_RETURN_IF_ERROR(AllowSmem(AttentionBackwardV3Kernel<kD>, C::kSmemBytes));
+    SG_RETURN_IF_ERROR(AllowSmem(AttentionBackwardV3Kernel<kD, kBulkDq>, C::kSmemBytes));
     const int n_blocks = (pr.seq_k + C::kBlockN - 1) / C::kBlockN;
     SG_CHECK_ARG(n_blocks <= 65535, "CUDA attention backward v3: seq_k ", pr.seq_k,
                  " needs more than 65535 key blocks (the grid's y limit); use v2");
     const dim3 grid(pr.kv_heads, n_blocks, batch);
-    AttentionBackwardV3Kernel<kD><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+    AttentionBackwardV3Kernel<kD, kBulkDq><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
         pr, m_pad, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
         static_cast<const bf16*>(v), static_cast<const bf16*>(dout), lse, delta, dq_accum,
         static_cast<bf16*>(dk), static_cast<bf16*>(dv));
@@ -393,11 +400,13 @@ absl::Status Launch(const Problem& pr, int batch, const void* q, const void* k, 
 absl::Status LaunchBackwardV3(const Problem& pr, int head_dim, int batch, const void* q,
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
-                              cudaStream_t stream) {
+                              bool bulk_dq, cudaStream_t stream) {
   if (head_dim == 64) {
-    return Launch<64>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
+    return bulk_dq ? Launch<64, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
+                   : Launch<64, false>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
   }
-  return Launch<128>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
+  return bulk_dq ? Launch<128, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
+                 : Launch<128, false>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
 }
 
 }  // namespace sg::kernels::internal::attention_device

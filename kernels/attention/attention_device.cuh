@@ -219,11 +219,12 @@ absl::Status LaunchBackwardV2(const Problem& pr, int head_dim, int batch, const 
 absl::Status LaunchForwardV3(const Problem& pr, int head_dim, int batch, const void* q, const void* k,
                              const void* v, void* out, float* lse, cudaStream_t stream);
 // Variant v3 (attention_bwd_v3.cu): the backward kernel and the dq conversion. dq_accum holds
-// DqAccumElems floats (zeroed by the caller) in v3's tile layout; dq is written here.
+// DqWorkspaceElems floats (zeroed by the caller) in v3's tile layout; dq is written here.
+// bulk_dq: dQ tiles added by the TMA unit (v3); false adds them with per-thread atomics (v3a).
 absl::Status LaunchBackwardV3(const Problem& pr, int head_dim, int batch, const void* q,
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
-                              cudaStream_t stream);
+                              bool bulk_dq, cudaStream_t stream);
 
 }  // namespace attention_device
 }  // namespace sg::kernels::internal

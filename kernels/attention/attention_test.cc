@@ -245,6 +245,8 @@ TEST(AttentionCpuTest, KernelVariantFromEnvironment) {
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV2);
   setenv("SG_ATTENTION_KERNEL", "v3", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3);
+  setenv("SG_ATTENTION_KERNEL", "v3a", 1);
+  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3a);
   setenv("SG_ATTENTION_KERNEL", "fast", 1);
   const auto bad = internal::AttentionKernelFromEnv();
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -523,7 +525,7 @@ class ScopedKernelVariant {
   std::string saved_;
 };
 
-constexpr const char* kVariants[] = {"v1", "v2", "v3"};
+constexpr const char* kVariants[] = {"v1", "v2", "v3", "v3a"};
 
 TEST_P(AttentionCudaTest, MatchesCpuReference) {
   SG_SKIP_WITHOUT_CUDA();
