@@ -68,9 +68,15 @@ __global__ void __launch_bounds__(FwdV2Config<kD>::kThreads, 2)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   // v2: grid (query tile, head, batch); v3: (head, query tile, batch), so blocks are issued per
   // batch, query tiles heaviest first, heads fastest.
-  const int m_slot = kV3 ? blockIdx.y : blockIdx.x, m_slots = kV3 ? gridDim.y : gridDim.x;
-  const int m_block = pr.causal ? m_slots - 1 - m_slot : m_slot;
-  const int h = kV3 ? blockIdx.x : blockIdx.y, b = blockIdx.z, kh = h / (pr.heads / pr.kv_heads);
+  int m_block, h;
+  if constexpr (kV3) {
+    m_block = pr.causal ? int(gridDim.y) - 1 - int(blockIdx.y) : int(blockIdx.y);
+    h = blockIdx.x;
+  } else {
+    m_block = pr.causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+    h = blockIdx.y;
+  }
+  const int b = blockIdx.z, kh = h / (pr.heads / pr.kv_heads);
   const int m0 = m_block * kBlockM;
   const int64_t q_row = int64_t(pr.heads) * kD, k_row = int64_t(pr.kv_heads) * kD;
   const bf16* q_base = q + (int64_t(b) * pr.seq_q + m0) * q_row + h * kD;
