@@ -1,5 +1,5 @@
 // CUDA flash attention backward, variant v3 (SG_ATTENTION_KERNEL=v3): v2's three-phase
-// decomposition (see attention_bwd_v2.cu) with three changes aimed at the measured gap to
+// decomposition (see attention_bwd_v2.cu) with four changes aimed at the measured gap to
 // FlashAttention-2 (H200, B=8 S=2048 H=32 KV=8 causal: v2 172 / 206 TFLOP/s at D = 64 / 128, SDPA
 // 200 / 229):
 //
@@ -8,7 +8,8 @@
 //    tile (f32) to shared memory and one thread hands the whole tile (32 KB) to the TMA unit with a
 //    single cp.reduce.async.bulk .add.f32 into a tile-contiguous workspace [batch, heads, m_pad, D]
 //    (row r's 8-float chunks XOR-swizzled by r % 8, so the fragment stores are conflict-free); the
-//    warps go straight on. ConvertDqV3Kernel turns the workspace into bf16 dq.
+//    warps go straight on. ConvertDqV3Kernel turns the workspace into bf16 dq. (Variant v3a keeps
+//    everything else and adds the tile with v2's per-thread atomics: a diagnostic for this change.)
 // 2. D64 uses 128 x 128 tiles (FlashAttention-2's choice for head_dim 64; v2 used 64 x 128 for
 //    both). Per 128-key block and 128 queries: 8 warps x {phase 1: 64 q x 32 k, phase 2: 32 k x 32
 //    d, phase 3: 32 q x 32 d} read 1152 ldmatrix.x4 for 2560 MMAs (0.45 per MMA; v2 at D64: 1408
@@ -16,15 +17,15 @@
 //    half as often.
 // 3. P is exponentiated and packed to bf16 before dP is computed, so S and dP are never live
 //    together (v2 at D128 spilled at 255 registers; v3 does not).
-// 4. Grid order (kv head, key block, batch): blocks are issued per batch, key blocks heaviest first
-//    (under a causal mask key block j sees S - 128 j queries), kv heads fastest. v2's (block, kv head, batch)
-//    grid runs each head's blocks heaviest first but mixes heavy and light blocks in the last
-//    wave: a list-scheduling model of the causal benchmark (1024 blocks on 132 SMs) puts v2's
-//    makespan 15% over the ideal, this order 3%. One batch in flight at a time keeps the L2
-//    working set (Q, dO, dq workspace of 32 heads) the size v2's order had.
+// 4. Grid order (kv head, key block, batch): blocks are issued per batch, key blocks heaviest
+//    first (under a causal mask key block j sees S - 128 j queries), kv heads fastest. v2's
+//    (block, kv head, batch) grid runs each head's blocks heaviest first but mixes heavy and
+//    light blocks in the last wave: a list-scheduling model of the causal benchmark (1024 blocks
+//    on 132 SMs) puts v2's makespan 15% over the ideal, this order 3%. One batch in flight at a
+//    time keeps the L2 working set (Q, dO, dq workspace of 32 heads) the size v2's order had.
 //
 // Occupancy: one block of 8 warps per SM (launch bound 256 threads, 1 block; shared memory
-// 203 KB at D128, 210 KB at D64; registers in the report of `nvcc -Xptxas -v`, zero spills).
+// 203 KB at D128, 210 KB at D64; ptxas: 255 registers, zero spills, both head dims).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
