@@ -200,7 +200,7 @@ absl::Status Main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   SG_ASSIGN_OR_RETURN(std::unique_ptr<CompiledStep> step, Compile(fwd, o));
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  SG_RETURN_IF_ERROR(InitLlamaParameters(*step, 1234));
+  SG_RETURN_IF_ERROR(InitLlamaParameters(*step, fwd, 1234));
   SG_RETURN_IF_ERROR(step->SetLearningRate(f.lr));
   std::vector<std::map<std::string, Tensor>> batches;
   // A fresh random batch for every step, as the peer draws one per step: with a repeated batch the

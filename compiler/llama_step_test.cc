@@ -269,7 +269,7 @@ TEST(LlamaStepTest, CudaGraphReplayAt124mShapes) {
     o.cuda_graph = captured == 1;
     auto step = Compile(fwd, o);
     ASSERT_TRUE(step.ok()) << step.status();
-    ASSERT_TRUE(InitLlamaParameters(**step, 3).ok());
+    ASSERT_TRUE(InitLlamaParameters(**step, fwd, 3).ok());
     ASSERT_TRUE((*step)->SetLearningRate(3e-4f).ok());
     for (int it = 0; it < 5; ++it) {
       ASSERT_TRUE((*step)->Run(Views(dev)).ok());
