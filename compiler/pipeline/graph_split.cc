@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "graph/autodiff.h"
 #include "graph/ops.h"
+#include "graph/passes/passes.h"
 #include "kernels/core/status.h"
 
 namespace sg::compiler {
@@ -18,6 +19,7 @@ namespace {
 using graph::Graph;
 using graph::Node;
 using graph::OpKind;
+using graph::Phase;
 
 constexpr int kFree = -1;  // copied into every stage that uses it
 
@@ -33,6 +35,35 @@ int64_t LayerOf(const std::string& name) {
 std::string Describe(const Graph& g, int v) {
   const Node& n = g.nodes()[size_t(g.value(v).producer)];
   return absl::StrCat("%", v, " (", graph::OpName(n.op), " @", n.scope, ")");
+}
+
+// The gradient of h_out that autodiff derives from "vjp" is `cotangent` times a broadcast one:
+// read "cotangent" directly instead and drop the helper nodes, so the stage program holds only
+// the model's ops (a mul/reduce_sum of the size of the activations, without a CUDA kernel, gone).
+absl::StatusOr<Graph> SeedWithCotangent(Graph g) {
+  const int cot = g.FindSource("cotangent");
+  if (cot < 0) return g;
+  int grad_h = -1, readers = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.phase == Phase::kBackward && n.op == OpKind::kMul &&
+        std::find(n.inputs.begin(), n.inputs.end(), cot) != n.inputs.end()) {
+      grad_h = n.outputs[0];
+      ++readers;
+    }
+  }
+  if (readers != 1 || g.type(grad_h) != g.type(cot)) return g;
+  for (Node& n : g.mutable_nodes()) {
+    for (int& v : n.inputs) {
+      if (v == grad_h) v = cot;
+    }
+  }
+  auto& outs = g.mutable_outputs();
+  outs.erase(std::remove_if(outs.begin(), outs.end(), [](const graph::GraphOutput& o) { return o.name == "vjp"; }),
+             outs.end());
+  for (graph::GraphOutput& o : outs) {
+    if (o.value == grad_h) o.value = cot;
+  }
+  return graph::Dce(g);
 }
 
 }  // namespace
@@ -188,6 +219,20 @@ absl::StatusOr<Graph> StageTrainingGraph(const StageGraph& stage) {
   SG_ASSIGN_OR_RETURN(graph::BackwardResult r, graph::AppendBackward(g, bo));
   SG_RETURN_IF_ERROR(graph::Verify(r.graph));
   return std::move(r.graph);
+}
+
+absl::StatusOr<Graph> PrepareStageStep(const StageGraph& stage, bool fuse) {
+  StageGraph s = stage;
+  if (fuse) {
+    SG_ASSIGN_OR_RETURN(s.forward, graph::FuseForKernels(s.forward));
+  }
+  SG_ASSIGN_OR_RETURN(Graph g, StageTrainingGraph(s));
+  SG_ASSIGN_OR_RETURN(g, SeedWithCotangent(std::move(g)));
+  if (fuse) {
+    SG_ASSIGN_OR_RETURN(g, graph::FuseForKernels(g));
+  }
+  SG_ASSIGN_OR_RETURN(g, graph::Cse(g));
+  return graph::Dce(g);
 }
 
 }  // namespace sg::compiler

@@ -42,6 +42,11 @@ absl::StatusOr<std::vector<StageGraph>> SplitIntoStages(const graph::Graph& forw
 // respect to the parameters and h_in: outputs "grad:<param>", "grad:h_in" (not on stage 0).
 absl::StatusOr<graph::Graph> StageTrainingGraph(const StageGraph& stage);
 
+// The stage program the pipeline lowers: kernel fusion of the stage's forward (when `fuse`),
+// StageTrainingGraph, the cotangent fed straight in as h_out's gradient (the helper "vjp" nodes
+// dropped, so only the model's ops remain), fusion of the backward epilogues, CSE and DCE.
+absl::StatusOr<graph::Graph> PrepareStageStep(const StageGraph& stage, bool fuse);
+
 }  // namespace sg::compiler
 
 #endif  // SGTRAIN_COMPILER_PIPELINE_GRAPH_SPLIT_H_

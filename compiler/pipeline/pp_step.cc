@@ -9,7 +9,6 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/training_graph.h"
 #include "graph/ops.h"
-#include "graph/passes/passes.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/status.h"
 #include "kernels/elementwise/elementwise.h"
@@ -36,35 +35,6 @@ TensorView Rows(const TensorView& t, int64_t i, int64_t b) {
   Shape s = t.shape();
   s[0] = b;
   return TensorView(static_cast<char*>(t.raw()) + i * b * row * SizeOf(t.dtype()), t.dtype(), s, t.device());
-}
-
-// The gradient of h_out that autodiff derives from "vjp" is `cotangent` times a broadcast one:
-// read "cotangent" directly instead and drop the helper nodes, so the stage program holds only
-// the model's ops (a mul/reduce_sum of the size of the activations, without a CUDA kernel, gone).
-absl::StatusOr<graph::Graph> SeedWithCotangent(graph::Graph g) {
-  const int cot = g.FindSource("cotangent");
-  if (cot < 0) return g;
-  int grad_h = -1, readers = 0;
-  for (const graph::Node& n : g.nodes()) {
-    if (n.phase == Phase::kBackward && n.op == OpKind::kMul &&
-        std::find(n.inputs.begin(), n.inputs.end(), cot) != n.inputs.end()) {
-      grad_h = n.outputs[0];
-      ++readers;
-    }
-  }
-  if (readers != 1 || g.type(grad_h) != g.type(cot)) return g;
-  for (graph::Node& n : g.mutable_nodes()) {
-    for (int& v : n.inputs) {
-      if (v == grad_h) v = cot;
-    }
-  }
-  auto& outs = g.mutable_outputs();
-  outs.erase(std::remove_if(outs.begin(), outs.end(), [](const graph::GraphOutput& o) { return o.name == "vjp"; }),
-             outs.end());
-  for (graph::GraphOutput& o : outs) {
-    if (o.value == grad_h) o.value = cot;
-  }
-  return graph::Dce(g);
 }
 
 }  // namespace
@@ -130,16 +100,7 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
   if (spec_.last() && targets_name_.empty()) {
     return absl::UnimplementedError("pipeline: the loss must be softmax_cross_entropy / nll_loss of an input's targets");
   }
-  if (o.fuse) {
-    SG_ASSIGN_OR_RETURN(mine.forward, graph::FuseForKernels(mine.forward));
-  }
-  SG_ASSIGN_OR_RETURN(graph::Graph train, StageTrainingGraph(mine));
-  SG_ASSIGN_OR_RETURN(train, SeedWithCotangent(std::move(train)));
-  if (o.fuse) {
-    SG_ASSIGN_OR_RETURN(train, graph::FuseForKernels(train));
-  }
-  SG_ASSIGN_OR_RETURN(train, graph::Cse(train));
-  SG_ASSIGN_OR_RETURN(train, graph::Dce(train));
+  SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareStageStep(mine, o.fuse));
   graph::Binding binding = o.binding;
   binding["batch"] = micro_batch_;
   SG_ASSIGN_OR_RETURN(program_, Lower(std::move(train), binding, o.device));

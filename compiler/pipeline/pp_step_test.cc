@@ -8,6 +8,8 @@
 #include "absl/strings/str_cat.h"
 #include "comm/multiprocess_testing.h"
 #include "compiler/compile.h"
+#include "compiler/llama_step.h"
+#include "compiler/training_graph.h"
 #include "compiler/pipeline/graph_split.h"
 #include "compiler/pipeline/pp_step.h"
 #include "compiler/testing/tiny_llama.h"
@@ -180,6 +182,31 @@ TEST(GraphSplitTest, ChainedStagesGiveTheWholeLoss) {
     EXPECT_EQ(params_seen, params.size()) << "every parameter on exactly one stage";
   }
   EXPECT_FALSE(SplitIntoStages(*g, 5).ok()) << "more stages than layers";
+}
+
+// The 124m model's stage programs in bf16 mixed precision lower onto CUDA kernels only (planning:
+// nothing allocated), with no helper op left from the cotangent seeding.
+TEST(GraphSplitTest, StageProgramsOf124mLowerOntoCudaKernels) {
+  auto c = LlamaBenchConfigNamed("124m");
+  ASSERT_TRUE(c.ok());
+  auto fwd = graph::BuildLlamaForward(c->model);
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  auto mixed = ToMixedPrecision(*fwd);
+  ASSERT_TRUE(mixed.ok()) << mixed.status();
+  auto split = SplitIntoStages(*mixed, 4);
+  ASSERT_TRUE(split.ok()) << split.status();
+  for (const StageGraph& s : *split) {
+    auto step = PrepareStageStep(s, /*fuse=*/true);
+    ASSERT_TRUE(step.ok()) << step.status();
+    for (const graph::Node& n : step->nodes()) {
+      EXPECT_NE(n.op, graph::OpKind::kReduceSum) << "stage " << s.spec.stage << ": helper vjp node left";
+    }
+    EXPECT_GE(step->FindOutput("grad:" + s.parameters[0]), 0);
+    EXPECT_EQ(step->FindOutput("grad:h_in") >= 0, !s.spec.first());
+    auto plan = PlanStepMemory(*step, {{"batch", 1}, {"seq", 1024}}, Device::Cuda(0));
+    ASSERT_TRUE(plan.ok()) << "stage " << s.spec.stage << ": " << plan.status();
+    EXPECT_EQ(plan->impls.count("reference"), 0u) << "stage " << s.spec.stage;
+  }
 }
 
 }  // namespace
