@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "compiler/dist_context.h"
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -385,6 +386,12 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   if (talk) {
     std::fprintf(stderr, "checkpoint: %s\nmetrics   : %s\nloss curve: %s\n", sum.checkpoint.c_str(),
                  metrics_path.c_str(), JoinPath(s.run_dir, "loss.svg").c_str());
+  }
+  if (strategy != compiler::Strategy::kNone && world > 1) {
+    // Rank 0 hosts the store: it waits for every rank before exiting, so a rank still in its last
+    // collective (a checkpoint read) keeps the store.
+    SG_ASSIGN_OR_RETURN(std::shared_ptr<compiler::DistContext> ctx, compiler::DistContext::FromEnv(device, {}));
+    SG_RETURN_IF_ERROR(ctx->Finalize(absl::Now() + absl::Seconds(60)));
   }
   return sum;
 }

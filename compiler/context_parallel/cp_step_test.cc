@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/multiprocess_testing.h"
 #include "compiler/compile.h"
+#include "compiler/dist_context.h"
 #include "compiler/context_parallel/cp_step.h"
 #include "compiler/testing/tiny_llama.h"
 #include "gtest/gtest.h"
@@ -87,7 +88,8 @@ std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
 }
 
 // On every rank of the job: mesh {cp} or {dp, cp}; batch is the global batch.
-void CompareWithSingleProcess(std::vector<int64_t> mesh, int64_t batch, int64_t seq, bool fsdp) {
+void CompareWithSingleProcess(std::vector<int64_t> mesh, int64_t batch, int64_t seq, bool fsdp,
+                              RecomputePolicy recompute = RecomputePolicy::kNone) {
   const int rank = int(comm::testing::EnvInt("RANK", 0));
   const int dp = mesh.size() == 2 ? int(mesh[0]) : 1, cp = int(mesh.back());
   const int dp_rank = rank / cp;
@@ -99,6 +101,7 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, int64_t batch, int64_t 
   o.strategy = Strategy::kContextParallel;
   o.mesh = mesh;
   o.context_parallel_fsdp = fsdp;
+  o.recompute = recompute;
   o.comm_timeout_s = 30;
   o.binding = {{"batch", batch / dp}, {"seq", seq}};
   std::unique_ptr<CompiledStep> dist = CompileAndInit(d, o);
@@ -107,7 +110,9 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, int64_t batch, int64_t 
   if (rank == 0) std::cout << dist->explanation() << "\n";
   int ring_steps = 0;
   for (const Step& st : dist->program().schedule.steps) ring_steps += st.impl == "ring";
-  EXPECT_EQ(ring_steps, 2 * 2) << "every attention forward and backward of the 2 layers goes around the ring";
+  // Every attention forward and backward of the 2 layers goes around the ring (full recompute: the
+  // attention forward once more in the backward).
+  EXPECT_EQ(ring_steps, recompute == RecomputePolicy::kFull ? 2 * 3 : 2 * 2);
 
   for (int s = 0; s < kSteps; ++s) {
     ASSERT_TRUE(ref->Run(Views(Rows(d.batches[s], 0, 1))).ok());
@@ -135,11 +140,16 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, int64_t batch, int64_t 
     EXPECT_LT(sg::testing::RelativeError(got, want), 1e-4) << name << " after " << kSteps << " steps";
     EXPECT_GT(sg::testing::MaxAbsError(want, d.params.at(name).data), 1e-3) << name << " did not train";
   }
+  // Rank 0 hosts the store: it waits for every rank before exiting.
+  auto ctx = DistContext::FromEnv(Device::Cpu(), {});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_TRUE((*ctx)->Finalize(absl::Now() + absl::Seconds(30)).ok());
 }
 
 TEST(Workers, DISABLED_Cp2) { CompareWithSingleProcess({2}, 2, 13, false); }
 TEST(Workers, DISABLED_Cp4) { CompareWithSingleProcess({4}, 2, 13, false); }
 TEST(Workers, DISABLED_DpCpFsdp) { CompareWithSingleProcess({2, 2}, 2, 10, true); }
+TEST(Workers, DISABLED_Cp2FullRecompute) { CompareWithSingleProcess({2}, 1, 11, false, RecomputePolicy::kFull); }
 
 TEST(CpStepTest, TwoRanksOddSequenceEqualsOneProcess) {
   auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_Cp2", {SeedEnv()}, absl::Seconds(100));
@@ -149,6 +159,12 @@ TEST(CpStepTest, TwoRanksOddSequenceEqualsOneProcess) {
 
 TEST(CpStepTest, FourRanksOddSequenceEqualsOneProcess) {
   auto run = comm::testing::RunWorkers(4, "Workers.DISABLED_Cp4", {SeedEnv()}, absl::Seconds(100));
+  EXPECT_TRUE(run.AllPassed()) << run.Summary();
+  std::cout << run.outputs[0];
+}
+
+TEST(CpStepTest, FullRecomputeRunsTheRingAgainInTheBackward) {
+  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_Cp2FullRecompute", {SeedEnv()}, absl::Seconds(100));
   EXPECT_TRUE(run.AllPassed()) << run.Summary();
   std::cout << run.outputs[0];
 }

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/multiprocess_testing.h"
 #include "compiler/compile.h"
+#include "compiler/dist_context.h"
 #include "compiler/llama_step.h"
 #include "compiler/training_graph.h"
 #include "compiler/pipeline/graph_split.h"
@@ -133,6 +134,10 @@ void CompareWithSingleProcess(int64_t batch, int micro) {
     EXPECT_LT(sg::testing::RelativeError(got, want), 1e-4) << name << " after " << kSteps << " steps";
     EXPECT_GT(sg::testing::MaxAbsError(want, d.params.at(name).data), 1e-3) << name << " did not train";
   }
+  // Rank 0 hosts the store: it waits for every rank before exiting.
+  auto ctx = DistContext::FromEnv(Device::Cpu(), {});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_TRUE((*ctx)->Finalize(absl::Now() + absl::Seconds(30)).ok());
 }
 
 TEST(Workers, DISABLED_Pp2) { CompareWithSingleProcess(4, 4); }
