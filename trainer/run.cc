@@ -237,14 +237,13 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   o.rank = rank;
   o.world_size = world;
   // Context and pipeline parallel ranks share one batch: the data is sharded over the data-parallel
-  // dim only (a {dp, cp} mesh's first dim; none for pp).
-  if (strategy == compiler::Strategy::kContextParallel) {
-    const int cp = mesh.empty() ? world : int(mesh.back());
-    o.world_size = world / std::max(cp, 1);
-    o.rank = rank / std::max(cp, 1);
-  } else if (strategy == compiler::Strategy::kPipeline) {
-    o.world_size = 1;
-    o.rank = 0;
+  // dim only (the first dim of a {dp, cp} or {dp, pp} mesh).
+  if (strategy == compiler::Strategy::kContextParallel || strategy == compiler::Strategy::kPipeline) {
+    const int cut = std::max(1, mesh.empty() ? world : int(mesh.back()));
+    o.world_size = world / cut;
+    o.rank = rank / cut;
+  }
+  if (strategy == compiler::Strategy::kPipeline) {
     o.micro_batches = int(f.micro_batches > 0 ? f.micro_batches : o.batch * o.grad_accum);
   }
   const double budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);

@@ -57,16 +57,25 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
   timeout_ = po.timeout;
   SG_ASSIGN_OR_RETURN(context_, DistContext::FromEnv(o.device, po));
   const int world = context_->world_size();
-  if (!(o.mesh.empty() || (o.mesh.size() == 1 && o.mesh[0] == world))) {
-    return absl::UnimplementedError(absl::StrCat("pipeline: mesh must be {pp} = {", world,
-                                                 "} (a dp/fsdp dim beside pp is not implemented yet), found ",
-                                                 o.mesh.size(), " dims"));
-  }
+  const std::vector<int64_t> shape = o.mesh.empty() ? std::vector<int64_t>{world} : o.mesh;
+  SG_CHECK_ARG(shape.size() <= 2, "pipeline: mesh must be {pp} or {dp, pp}, found ", shape.size(), " dims");
+  const std::vector<int> sizes(shape.begin(), shape.end());
+  SG_ASSIGN_OR_RETURN(sharding::DeviceMesh mesh, shape.size() == 1 ? sharding::DeviceMesh::Create({"pp"}, sizes)
+                                                                   : sharding::DeviceMesh::Create({"dp", "pp"}, sizes));
+  SG_CHECK_ARG(mesh.size() == world, "pipeline: mesh ", mesh.ToString(), " has ", mesh.size(), " ranks, the job has ",
+               world, " (WORLD_SIZE)");
   if (o.recompute != RecomputePolicy::kNone) {
     return absl::UnimplementedError("pipeline: stages always recompute their forward in the backward; set recompute = kNone");
   }
-  pp_ = &context_->world();
-  micro_ = o.micro_batches;
+  const int stages = int(shape.back());
+  SG_ASSIGN_OR_RETURN(pp_, context_->Group(mesh, {int(shape.size()) - 1}));
+  if (pp_ == nullptr) {
+    SG_CHECK_ARG(world == 1, "pipeline: the pp dim needs at least 2 ranks, found mesh ", mesh.ToString());
+    pp_ = &context_->world();
+  }
+  if (shape.size() == 2) {
+    SG_ASSIGN_OR_RETURN(dp_, context_->Group(mesh, {0}));
+  }  micro_ = o.micro_batches;
   auto batch = o.binding.find("batch");
   SG_CHECK_ARG(batch != o.binding.end(), "pipeline: the binding must give 'batch'");
   SG_CHECK_ARG(micro_ >= 1 && batch->second % micro_ == 0, "pipeline: batch ", batch->second,
@@ -79,15 +88,15 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
   if (o.precision == Precision::kBF16Mixed) {
     SG_ASSIGN_OR_RETURN(g, ToMixedPrecision(forward));
   }
-  SG_ASSIGN_OR_RETURN(std::vector<StageGraph> stages, SplitIntoStages(g, world, o.loss));
-  for (const StageGraph& sg : stages) {
+  SG_ASSIGN_OR_RETURN(std::vector<StageGraph> split, SplitIntoStages(g, stages, o.loss));
+  for (const StageGraph& sg : split) {
     for (const graph::Node& n : sg.forward.nodes()) {
       if (n.op != OpKind::kParameter || !graph::AttrBool(n, "trainable")) continue;
       SG_ASSIGN_OR_RETURN(Shape shape, graph::Evaluate(graph::AttrShape(n, "shape"), o.binding));
       owner_[graph::AttrString(n, "name")] = {sg.spec.stage, NumElements(shape)};
     }
   }
-  StageGraph& mine = stages[size_t(context_->rank())];
+  StageGraph& mine = split[size_t(pp_->rank())];
   spec_ = mine.spec;
   // The loss's targets and ignore index, for the token-count weights (last stage).
   for (const graph::Node& n : mine.forward.nodes()) {
@@ -165,6 +174,9 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
                               spec_.first_layer, ", ", spec_.end_layer, "), ", params_.size(), " parameters), 1F1B over ",
                               micro_, " micro-batches of ", micro_batch_, ", bubble (p-1)/(m+p-1) = ",
                               OneFOneBBubbleTheory(spec_.num_stages, micro_));
+  if (dp_ != nullptr) {
+    absl::StrAppend(&explanation_, "; ", dp_->size(), " data-parallel replicas (gradients all-reduced per stage)");
+  }
   if (context_->rank() == 0) std::cerr << "[sg::compiler] " << explanation_ << "\n";
   return absl::OkStatus();
 }
@@ -246,6 +258,11 @@ absl::Status PipelineStep::Run(const std::map<std::string, TensorView>& batch) {
         ++count[size_t(k / per)];
         ++total;
       }
+    }
+    if (dp_ != nullptr) {  // the loss is the mean over every replica's tokens
+      float t32 = float(total);
+      SG_RETURN_IF_ERROR(dp_->AllReduce(TensorView(&t32, DType::kF32, {1}, Device::Cpu()), comm::ReduceOp::kSum));
+      total = int64_t(t32);
     }
     for (int i = 0; i < m; ++i) weight[size_t(i)] = total > 0 ? float(double(count[size_t(i)]) / double(total)) : 0.f;
   }
@@ -370,6 +387,10 @@ absl::Status PipelineStep::Run(const std::map<std::string, TensorView>& batch) {
 absl::Status PipelineStep::Optimize() {
   const Stream& st = executor_->compute_stream();
   auto list = std::static_pointer_cast<kernels::AdamWTensorList>(list_);
+  if (dp_ != nullptr) {
+    for (auto& p : params_) SG_RETURN_IF_ERROR(dp_->AllReduce(p->acc.view(), comm::ReduceOp::kSum, st));
+    SG_RETURN_IF_ERROR(dp_->AllReduce(TensorView(&loss_, DType::kF32, {1}, Device::Cpu()), comm::ReduceOp::kSum));
+  }
   SG_RETURN_IF_ERROR(kernels::GradNorm(*list, 0.f, norm_, TensorView(), st));
   float local = 0;
   SG_RETURN_IF_ERROR(CopyTensor(norm_, TensorView(&local, DType::kF32, {1}, Device::Cpu()), st));

@@ -13,7 +13,8 @@
 //   SG_RETURN_IF_ERROR(step->Run(batch));    // every rank passes the same batch (stage 0 reads
 //                                            // "tokens", the last stage "targets")
 //
-// Rank s of the world (mesh {pp}) runs stage s. Per step:
+// Mesh {pp} (default: every rank) or {dp, pp}: rank r runs stage r % pp of replica r / pp, and
+// each replica takes its own batch (the binding's batch is per replica, as under FSDP). Per step:
 //  - forward of micro-batch i: the stage program's forward-phase steps; h_out is sent to s+1;
 //  - backward of i: the whole stage program again (forward recomputed: a stage keeps only its
 //    input per micro-batch in flight, at most p-s of them) with the cotangent from s+1; the
@@ -21,15 +22,18 @@
 //    and backward together at F(i) (1F1B puts B(i) right after it) and sends at B(i);
 //  - loss = the global token mean: micro-batch i's loss and gradients are weighted by its share of
 //    the non-ignored targets, so any micro-batch count trains exactly like one device;
-//  - optimizer: the global gradient norm (local sums of squares all-reduced over the stages) for
-//    clipping, then one multi-tensor AdamW over the stage's parameters.
+//  - optimizer: with replicas, the accumulated gradients all-reduced over the dp group (the
+//    micro-batch weights count every replica's tokens); the global gradient norm (local sums of
+//    squares all-reduced over the stages) for clipping, then one multi-tensor AdamW over the
+//    stage's parameters.
 // Activations cross stages through host buffers (UCX); on CUDA each action synchronizes the
 // device before its send. Run returns after the step (it synchronizes).
 // Write/Read take full tensors by model name on every rank: Write keeps what the stage owns, Read
 // broadcasts from the owner (collective: every rank calls it in the same order).
-// Not yet: a data-parallel or FSDP dim beside "pp" (the design: the accumulated gradients are
-// reduced over the dp group, or reduce-scattered per stage unit, before the norm), recompute
-// policies other than the full recompute above, CUDA-graph capture of the stage program.
+// Not yet: FSDP within a stage (the design: the stage program's parameters become transient
+// sources gathered per unit as in compiler/fsdp.h, and the dp all-reduce of the accumulated
+// gradients a reduce-scatter into shards), recompute policies other than the full recompute above,
+// CUDA-graph capture of the stage program.
 #ifndef SGTRAIN_COMPILER_PIPELINE_PP_STEP_H_
 #define SGTRAIN_COMPILER_PIPELINE_PP_STEP_H_
 
@@ -80,7 +84,8 @@ class PipelineStep : public CompiledStep {
   absl::Status Optimize();
 
   std::shared_ptr<DistContext> context_;
-  comm::ProcessGroup* pp_ = nullptr;
+  comm::ProcessGroup* pp_ = nullptr;  // this rank's pipeline: the ranks holding the other stages
+  comm::ProcessGroup* dp_ = nullptr;  // the ranks holding this stage in the other replicas (or null)
   StageSpec spec_;
   int micro_ = 1;
   int64_t micro_batch_ = 0;

@@ -53,9 +53,16 @@ Data MakeData(int64_t batch) {
   return d;
 }
 
-std::map<std::string, Tensor> ToTensors(const Feeds& batch) {
+// Rows [r*b, (r+1)*b) of every batch tensor (replica r of n).
+std::map<std::string, Tensor> ToTensors(const Feeds& batch, int r = 0, int n = 1) {
   std::map<std::string, Tensor> out;
-  for (const auto& [name, h] : batch) out[name] = sg::testing::FromHost(h.data, h.shape, h.dtype, Device::Cpu());
+  for (const auto& [name, h] : batch) {
+    const int64_t b = h.shape[0] / n, row = h.numel() / h.shape[0];
+    std::vector<double> v(h.data.begin() + r * b * row, h.data.begin() + (r + 1) * b * row);
+    Shape s = h.shape;
+    s[0] = b;
+    out[name] = sg::testing::FromHost(v, s, h.dtype, Device::Cpu());
+  }
   return out;
 }
 
@@ -86,8 +93,10 @@ std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
   return *std::move(step);
 }
 
-void CompareWithSingleProcess(int64_t batch, int micro) {
-  const int rank = int(comm::testing::EnvInt("RANK", 0));
+// `batch` is the global batch; mesh {dp, pp} gives each replica batch/dp of it.
+void CompareWithSingleProcess(int64_t batch, int micro, std::vector<int64_t> mesh = {}) {
+  const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
+  const int dp = mesh.size() == 2 ? int(mesh[0]) : 1, pp_size = world / dp;
   Data d = MakeData(batch);
   CompileOptions ref_opt;
   ref_opt.binding = {{"batch", batch}, {"seq", kSeq}};
@@ -95,21 +104,22 @@ void CompareWithSingleProcess(int64_t batch, int micro) {
   CompileOptions o;
   o.strategy = Strategy::kPipeline;
   o.micro_batches = micro;
+  o.mesh = mesh;
   o.comm_timeout_s = 30;
-  o.binding = {{"batch", batch}, {"seq", kSeq}};
+  o.binding = {{"batch", batch / dp}, {"seq", kSeq}};
   std::unique_ptr<CompiledStep> dist = CompileAndInit(d, o);
   ASSERT_NE(ref, nullptr);
   ASSERT_NE(dist, nullptr);
   std::cout << dist->explanation() << "\n";
   auto* pp = dynamic_cast<PipelineStep*>(dist.get());
   ASSERT_NE(pp, nullptr);
-  EXPECT_EQ(pp->stage(), rank);
+  EXPECT_EQ(pp->stage(), rank % pp_size);
   EXPECT_LT(dist->parameter_names().size(), ref->parameter_names().size()) << "each stage holds a slice";
 
   for (int s = 0; s < kSteps; ++s) {
     auto batch_tensors = ToTensors(d.batches[size_t(s)]);
     ASSERT_TRUE(ref->Run(Views(batch_tensors)).ok());
-    absl::Status st = dist->Run(Views(batch_tensors));
+    absl::Status st = dist->Run(Views(ToTensors(d.batches[size_t(s)], rank / pp_size, dp)));
     ASSERT_TRUE(st.ok()) << st;
     EXPECT_EQ(pp->last_actions().size(), size_t(2 * micro));
     auto rm = ref->ReadMetrics();
@@ -142,6 +152,7 @@ void CompareWithSingleProcess(int64_t batch, int micro) {
 
 TEST(Workers, DISABLED_Pp2) { CompareWithSingleProcess(4, 4); }
 TEST(Workers, DISABLED_Pp4) { CompareWithSingleProcess(6, 3); }
+TEST(Workers, DISABLED_DpPp) { CompareWithSingleProcess(4, 2, {2, 2}); }
 
 TEST(PpStepTest, TwoStagesFourMicroBatchesEqualOneProcess) {
   auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_Pp2", {SeedEnv()}, absl::Seconds(100));
@@ -151,6 +162,14 @@ TEST(PpStepTest, TwoStagesFourMicroBatchesEqualOneProcess) {
 
 TEST(PpStepTest, FourStagesThreeMicroBatchesEqualOneProcess) {
   auto run = comm::testing::RunWorkers(4, "Workers.DISABLED_Pp4", {SeedEnv()}, absl::Seconds(100));
+  EXPECT_TRUE(run.AllPassed()) << run.Summary();
+  std::cout << run.outputs[0];
+}
+
+// 2 replicas of a 2-stage pipeline (4 processes): gradients all-reduced per stage, the micro-batch
+// weights counting both replicas' tokens (replica 0 has the ignored targets).
+TEST(PpStepTest, TwoReplicasOfTwoStagesEqualOneProcess) {
+  auto run = comm::testing::RunWorkers(4, "Workers.DISABLED_DpPp", {SeedEnv()}, absl::Seconds(100));
   EXPECT_TRUE(run.AllPassed()) << run.Summary();
   std::cout << run.outputs[0];
 }
