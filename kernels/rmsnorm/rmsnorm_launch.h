@@ -58,40 +58,22 @@ namespace sg::kernels::rmsnorm_launch {
 namespace detail {
 
 using cuda_vec::Pack8;
+using cuda_vec::PackRounded;
+using cuda_vec::Raw8;
+using cuda_vec::Unpack;
 using cuda_vec::WarpSum;
 
-constexpr int kMaxThreads = 512;  // __launch_bounds__: leaves the compiler 128 registers a thread
-
-// Eight elements of T as raw bytes in registers: one uint4 for bf16 (half the registers of floats),
-// two for f32.
-template <typename T>
-struct Raw8 {
-  uint4 v[sizeof(T) / 2];
-};
-
-// Streaming (evict-first) 16-byte loads: every activation is read exactly once.
+// Every activation is read exactly once: streaming loads.
 template <typename T>
 __device__ __forceinline__ Raw8<T> LoadOnce(const T* p) {
-  Raw8<T> r;
-#pragma unroll
-  for (int i = 0; i < int(sizeof(T) / 2); ++i) r.v[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
-  return r;
+  return cuda_vec::LoadRawOnce(p);
 }
 template <typename T>
 __device__ __forceinline__ void Store(T* p, const Raw8<T>& r) {
-#pragma unroll
-  for (int i = 0; i < int(sizeof(T) / 2); ++i) reinterpret_cast<uint4*>(p)[i] = r.v[i];
+  cuda_vec::StoreRaw(p, r);
 }
-template <typename T>
-__device__ __forceinline__ void Unpack(const Raw8<T>& r, float (&o)[8]) {
-  Pack8<T>::Load(reinterpret_cast<const T*>(&r), o);
-}
-template <typename T>
-__device__ __forceinline__ Raw8<T> PackRounded(const float (&v)[8]) {
-  Raw8<T> r;
-  Pack8<T>::Store(reinterpret_cast<T*>(&r), v);
-  return r;
-}
+
+constexpr int kMaxThreads = 512;  // __launch_bounds__: leaves the compiler 128 registers a thread
 
 // Sums v[r] over the CTA for each r; every thread gets the totals, summed in a fixed order (warp
 // butterflies, then warps 0, 1, ...), so results do not depend on scheduling. `scratch` must not be
