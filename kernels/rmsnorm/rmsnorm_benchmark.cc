@@ -120,7 +120,8 @@ BENCHMARK(BM_RmsNormForwardBF16Batch) SG_SHAPES->UseManualTime();
 BENCHMARK(BM_RmsNormBackwardBF16Batch) SG_SHAPES->UseManualTime();
 
 // Every launch configuration, bf16, batch timing. Args: backward, rows, dim, max_threads,
-// rows_per_step, ctas_per_sm (forward: 0 = one CTA per step of rows; backward: partial rows per SM).
+// rows_per_step, ctas_per_sm (forward: 0 = one CTA per step of rows; backward: partial rows per SM),
+// overlap_sum (backward).
 void BM_RmsNormSweep(benchmark::State& state) {
   const bool backward = state.range(0) != 0;
   const int64_t rows = state.range(1), dim = state.range(2);
@@ -128,6 +129,7 @@ void BM_RmsNormSweep(benchmark::State& state) {
   cfg.max_threads = int(state.range(3));
   cfg.rows_per_step = int(state.range(4));
   (backward ? cfg.bwd_ctas_per_sm : cfg.fwd_ctas_per_sm) = int(state.range(5));
+  cfg.overlap_sum = state.range(6) != 0;
 #ifdef SG_WITH_CUDA
   if (!TheSetup().device.is_cuda()) {
     state.SkipWithError("the sweep needs a CUDA device");
@@ -151,13 +153,15 @@ void BM_RmsNormSweep(benchmark::State& state) {
 }
 
 void SweepArgs(benchmark::internal::Benchmark* bm) {
-  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm"});
+  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm", "overlap"});
   for (int bwd : {0, 1}) {
     for (auto [rows, dim] : {std::pair<int64_t, int64_t>{16384, 2048}, {8192, 4096}}) {
       for (int threads : {128, 256, 512}) {
         for (int step : {1, 2, 4}) {
           for (int ctas : bwd ? std::vector<int>{1, 2, 3, 4, 8} : std::vector<int>{0, 4, 8}) {
-            bm->Args({bwd, rows, dim, threads, step, ctas});
+            for (int overlap : bwd ? std::vector<int>{0, 1} : std::vector<int>{0}) {
+              bm->Args({bwd, rows, dim, threads, step, ctas, overlap});
+            }
           }
         }
       }

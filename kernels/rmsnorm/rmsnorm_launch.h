@@ -33,10 +33,15 @@ struct LaunchConfig {
   int rows_per_step = 4;    // rows in flight per CTA step (1, 2 or 4; fewer for f32 / wide rows)
   int fwd_ctas_per_sm = 0;  // forward grid: 0 = one CTA per step of rows, n = n persistent CTAs/SM
   int bwd_ctas_per_sm = 3;  // backward grid (and number of partial weight-gradient rows) per SM
+  // Backward: launch the partial-row sum with programmatic dependent launch (it is scheduled while
+  // the main kernel runs and waits on griddepcontrol.wait), hiding its launch latency. Off until the
+  // GPU run shows it helps and that CUDA-graph capture of it works there.
+  bool overlap_sum = false;
 
   std::string ToString() const {
     return "threads<=" + std::to_string(max_threads) + " rows/step=" + std::to_string(rows_per_step) +
-           " fwd_ctas/sm=" + std::to_string(fwd_ctas_per_sm) + " bwd_ctas/sm=" + std::to_string(bwd_ctas_per_sm);
+           " fwd_ctas/sm=" + std::to_string(fwd_ctas_per_sm) + " bwd_ctas/sm=" + std::to_string(bwd_ctas_per_sm) +
+           (overlap_sum ? " overlap_sum" : "");
   }
 };
 
@@ -185,6 +190,9 @@ __global__ void __launch_bounds__(kMaxThreads)
     BackwardKernel(const T* __restrict__ dy, const T* dh_in, const T* __restrict__ x, const T* __restrict__ w,
                    const float* __restrict__ rstd, T* dx, float* __restrict__ dw_partial, int64_t rows, int packs,
                    int64_t rows_per_cta) {
+  // Lets a dependent SumPartialsKernel launched with programmatic stream serialization be scheduled
+  // now (it waits for this grid's completion itself); a no-op otherwise.
+  asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float scratch[2][kR][32];
   const int dim = packs * 8;
   const float inv_dim = 1.f / float(dim);
@@ -276,9 +284,13 @@ __global__ void __launch_bounds__(kMaxThreads)
 // ... (coalesced 128-byte rows), then thread c of warp 0 adds the 32 warp sums in order. The order is
 // fixed, so the result is bitwise reproducible; 32 warps keep many loads in flight (this stage is
 // latency-bound: a few MB read once).
+// kAfterPrimary: launched as a programmatic dependent of BackwardKernel; waits for it to complete
+// and its writes to be visible before reading the partial rows.
 constexpr int kSumThreads = 1024;
+template <bool kAfterPrimary>
 __global__ void __launch_bounds__(kSumThreads)
     SumPartialsKernel(const float* __restrict__ partial, float* __restrict__ dw, int groups, int dim) {
+  if constexpr (kAfterPrimary) asm volatile("griddepcontrol.wait;" ::: "memory");
   __shared__ float sums[kSumThreads / 32][33];
   const int lane = int(threadIdx.x) % 32, warp = int(threadIdx.x) / 32;
   const int c = int(blockIdx.x) * 32 + lane;
@@ -495,9 +507,22 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   });
   err = cudaGetLastError();
   const char* failed = "BackwardKernel";
-  if (err == cudaSuccess) {
-    detail::SumPartialsKernel<<<unsigned((dim + 31) / 32), detail::kSumThreads, 0, stream>>>(partial, dw, int(groups),
-                                                                                             int(dim));
+  if (err == cudaSuccess && cfg.overlap_sum) {
+    cudaLaunchConfig_t lc = {};
+    lc.gridDim = dim3(unsigned((dim + 31) / 32));
+    lc.blockDim = dim3(detail::kSumThreads);
+    lc.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    lc.attrs = attr;
+    lc.numAttrs = 1;
+    err = cudaLaunchKernelEx(&lc, detail::SumPartialsKernel<true>, static_cast<const float*>(partial), dw, int(groups),
+                             int(dim));
+    failed = "SumPartialsKernel (programmatic dependent launch)";
+  } else if (err == cudaSuccess) {
+    detail::SumPartialsKernel<false><<<unsigned((dim + 31) / 32), detail::kSumThreads, 0, stream>>>(
+        partial, dw, int(groups), int(dim));
     err = cudaGetLastError();
     failed = "SumPartialsKernel";
   }

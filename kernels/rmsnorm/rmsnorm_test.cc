@@ -177,13 +177,15 @@ TEST(RmsNormCudaTest, MatchesDoubleReference) {
 }
 
 // Every launch layout the kernels support (packs per thread 1, 2, 4; rows per step 1, 2, 4; one
-// CTA per step or persistent CTAs; 1 to 8 partial weight-gradient rows per SM), on widths that
+// CTA per step or persistent CTAs; 1 to 8 partial weight-gradient rows per SM; the partial-row sum
+// launched normally or as a programmatic dependent launch), on widths that
 // reach each of them (32 threads: 256 bf16 = 1 pack per thread, 512 = 2, 1000 = 4; wider rows
 // raise the thread count) and row counts that leave partial steps and partial CTA runs.
 TEST(RmsNormCudaTest, EveryLaunchConfigMatchesReference) {
   SG_SKIP_WITHOUT_CUDA();
   std::vector<rmsnorm_internal::LaunchConfig> configs = {
       {256, 4, 0, 3}, {32, 1, 0, 1}, {32, 4, 2, 8}, {64, 2, 1, 2}, {128, 4, 0, 4}, {512, 2, 8, 1}, {512, 4, 0, 2},
+      {256, 4, 0, 3, true}, {32, 2, 0, 8, true},
   };
   const std::vector<Case> cases = {
       {37, 256, DType::kBF16},  {130, 512, DType::kBF16},  {259, 1000, DType::kBF16}, {3, 2048, DType::kBF16},
