@@ -110,7 +110,6 @@ __global__ void __launch_bounds__(kMaxThreads)
                   float* __restrict__ rstd, int64_t rows, int packs, float eps) {
   __shared__ float scratch[2][kR][32];
   const int dim = packs * 8;
-  const float inv_dim = 1.f / float(dim);
   float wv[kV][8];
 #pragma unroll
   for (int j = 0; j < kV; ++j) {
@@ -166,7 +165,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
       if (row0 + r >= rows) continue;
-      const float rs = rsqrtf(ss[r] * inv_dim + eps);
+      const float rs = rsqrtf(ss[r] / float(dim) + eps);
       if (threadIdx.x == 0) rstd[row0 + r] = rs;
 #pragma unroll
       for (int j = 0; j < kV; ++j) {
@@ -195,7 +194,6 @@ __global__ void __launch_bounds__(kMaxThreads)
   asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float scratch[2][kR][32];
   const int dim = packs * 8;
-  const float inv_dim = 1.f / float(dim);
   float wv[kV][8], acc[kV][8];
 #pragma unroll
   for (int j = 0; j < kV; ++j) {
@@ -252,7 +250,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
       if (row0 + r >= end) continue;
-      const float mean = dot[r] * inv_dim;
+      const float mean = dot[r] / float(dim);
 #pragma unroll
       for (int j = 0; j < kV; ++j) {
         const int p = int(threadIdx.x) + int(blockDim.x) * j;
