@@ -52,6 +52,7 @@ struct LaunchConfig {
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <type_traits>
 
 #include "absl/status/status.h"
@@ -483,11 +484,20 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   SG_ASSIGN_OR_RETURN(const int sms, detail::SmCount(device));
   // Contiguous runs of rows, a multiple of the step, split over ~bwd_ctas_per_sm CTAs per SM.
   // Never more CTAs than fit at once: a second wave would leave most SMs idle at the end.
+  // The occupancy query is cached per kernel and thread count (one GPU model per process assumed):
+  // it costs microseconds of host time per call otherwise.
   int resident = 1;
   cudaError_t err = cudaSuccess;
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-        &resident, detail::BackwardKernel<T, decltype(kv)::value, decltype(kr)::value, kResidual>, shape.threads, 0);
+    static std::atomic<int> cached[detail::kMaxThreads / 32 + 1] = {};
+    std::atomic<int>& slot = cached[shape.threads / 32];
+    resident = slot.load(std::memory_order_relaxed);
+    if (resident == 0) {
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+          &resident, detail::BackwardKernel<T, decltype(kv)::value, decltype(kr)::value, kResidual>, shape.threads,
+          0);
+      slot.store(resident, std::memory_order_relaxed);
+    }
   });
   SG_CUDA_RETURN_IF_ERROR(err);
   const int per_sm = std::max(1, std::min(cfg.bwd_ctas_per_sm, resident));
