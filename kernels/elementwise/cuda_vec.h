@@ -1,6 +1,7 @@
-// Device-side helpers shared by the memory-bound CUDA kernels (elementwise, SwiGLU, RoPE, embedding,
-// cross-entropy, AdamW): 8-element register packs moved with 16-byte accesses, scalar conversions,
-// warp reductions and a grid size from the SM count. Only meaningful inside nvcc-compiled files.
+// Device-side helpers shared by the memory-bound CUDA kernels (elementwise, RMSNorm and add+RMSNorm,
+// SwiGLU, RoPE, embedding, cross-entropy, AdamW): 8-element register packs moved with 16-byte
+// accesses (as floats, Pack8, or raw until used, Raw8), scalar conversions, warp reductions and a
+// grid size from the SM count. Only meaningful inside nvcc-compiled files.
 //
 //   float v[8];
 //   Pack8<__nv_bfloat16>::Load(x + i, v);   // one 16-byte load (two for f32)
