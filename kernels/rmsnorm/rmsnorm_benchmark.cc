@@ -120,7 +120,8 @@ BENCHMARK(BM_RmsNormForwardBF16Batch) SG_SHAPES->UseManualTime();
 BENCHMARK(BM_RmsNormBackwardBF16Batch) SG_SHAPES->UseManualTime();
 
 // Every launch configuration, bf16, batch timing. Args: backward, rows, dim, max_threads,
-// rows_per_step, ctas_per_sm (forward: 0 = one CTA per step of rows; backward: partial rows per SM),
+// rows_per_step, ctas_per_sm (forward: 0 = one CTA per step of rows; backward: 0 = all resident,
+// else CTAs = partial rows per SM),
 // overlap_sum (backward).
 void BM_RmsNormSweep(benchmark::State& state) {
   const bool backward = state.range(0) != 0;
@@ -158,7 +159,7 @@ void SweepArgs(benchmark::internal::Benchmark* bm) {
     for (auto [rows, dim] : {std::pair<int64_t, int64_t>{16384, 2048}, {8192, 4096}}) {
       for (int threads : {128, 256, 512}) {
         for (int step : {1, 2, 4}) {
-          for (int ctas : bwd ? std::vector<int>{1, 2, 3, 4, 8} : std::vector<int>{0, 4, 8}) {
+          for (int ctas : bwd ? std::vector<int>{0, 1, 2, 3, 4, 8} : std::vector<int>{0, 4, 8}) {
             for (int overlap : bwd ? std::vector<int>{0, 1} : std::vector<int>{0}) {
               bm->Args({bwd, rows, dim, threads, step, ctas, overlap});
             }

@@ -15,8 +15,8 @@
 // stays in registers for the CTA's lifetime, since a thread always owns the same columns.
 // Backward: each CTA sums the weight gradient of one contiguous run of rows in f32 registers and
 // writes one partial row; a second kernel sums the partial rows in a fixed order. Deterministic, no
-// atomics; the grid is `bwd_ctas_per_sm` CTAs per SM so that every CTA is resident at once (no tail
-// wave) while the partial rows stay a few MB. Other shapes take a simple block-per-row path.
+// atomics; by default the grid is as many CTAs as are resident at once (no tail wave), which also
+// keeps the partial rows to a few MB (16384 x 2048 bf16: 2 CTAs per SM, 2 MiB of partials). Other shapes take a simple block-per-row path.
 #ifndef SGTRAIN_KERNELS_RMSNORM_RMSNORM_LAUNCH_H_
 #define SGTRAIN_KERNELS_RMSNORM_RMSNORM_LAUNCH_H_
 
@@ -32,7 +32,9 @@ struct LaunchConfig {
   int max_threads = 256;    // threads per CTA at most (32..512); a row's packs are spread over them
   int rows_per_step = 4;    // rows in flight per CTA step (1, 2 or 4; fewer for f32 / wide rows)
   int fwd_ctas_per_sm = 0;  // forward grid: 0 = one CTA per step of rows, n = n persistent CTAs/SM
-  int bwd_ctas_per_sm = 3;  // backward grid (and number of partial weight-gradient rows) per SM
+  // Backward grid (and number of partial weight-gradient rows) per SM: 0 = as many CTAs as are
+  // resident at once (one wave, no tail), n = n per SM (more than fit: several waves).
+  int bwd_ctas_per_sm = 0;
   // Backward: launch the partial-row sum with programmatic dependent launch (it is scheduled while
   // the main kernel runs and waits on griddepcontrol.wait), hiding its launch latency. Off until the
   // GPU run shows it helps and that CUDA-graph capture of it works there.
@@ -482,8 +484,8 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
     return absl::OkStatus();
   }
   SG_ASSIGN_OR_RETURN(const int sms, detail::SmCount(device));
-  // Contiguous runs of rows, a multiple of the step, split over ~bwd_ctas_per_sm CTAs per SM.
-  // Never more CTAs than fit at once: a second wave would leave most SMs idle at the end.
+  // Contiguous runs of rows, a multiple of the step, split over ~bwd_ctas_per_sm CTAs per SM, by
+  // default as many as fit at once (a second, partial wave would leave SMs idle at the end).
   // The occupancy query is cached per kernel and thread count (one GPU model per process assumed):
   // it costs microseconds of host time per call otherwise.
   int resident = 1;
@@ -500,7 +502,7 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
     }
   });
   SG_CUDA_RETURN_IF_ERROR(err);
-  const int per_sm = std::max(1, std::min(cfg.bwd_ctas_per_sm, resident));
+  const int per_sm = std::max(1, cfg.bwd_ctas_per_sm > 0 ? cfg.bwd_ctas_per_sm : resident);
   const int64_t want_ctas = int64_t(per_sm) * sms;
   int64_t rows_per_cta = (rows + want_ctas - 1) / want_ctas;
   rows_per_cta = (rows_per_cta + shape.kr - 1) / shape.kr * shape.kr;
