@@ -62,7 +62,8 @@ void Run(benchmark::State& state, DType dtype, bool grad, const char* kernel = "
   unsetenv("SG_CE_KERNEL");
   state.SetBytesProcessed(state.iterations() * (logits.nbytes() * (grad ? 2 : 1) + rows * 4));
   state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() +
-                 (*kernel ? std::string(" ") + kernel : std::string(" default")) + (calls > 1 ? " batch" : " per-call"));
+                 (*kernel ? std::string(" ") + kernel : std::string(" default")) +
+                 (calls > 1 ? " batch" : " per-call"));
 }
 
 void BM_CrossEntropyForwardBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true); }

@@ -16,7 +16,8 @@
 // Backward: each CTA sums the weight gradient of one contiguous run of rows in f32 registers and
 // writes one partial row; a second kernel sums the partial rows in a fixed order. Deterministic, no
 // atomics; by default the grid is as many CTAs as are resident at once (no tail wave), which also
-// keeps the partial rows to a few MB (16384 x 2048 bf16: 2 CTAs per SM, 2 MiB of partials). Other shapes take a simple block-per-row path.
+// keeps the partial rows to a few MB (16384 x 2048 bf16: 2 CTAs per SM, 2 MiB of partials).
+// Other shapes take a simple block-per-row path.
 #ifndef SGTRAIN_KERNELS_RMSNORM_RMSNORM_LAUNCH_H_
 #define SGTRAIN_KERNELS_RMSNORM_RMSNORM_LAUNCH_H_
 

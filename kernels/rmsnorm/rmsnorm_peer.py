@@ -52,10 +52,12 @@ def main():
                          ("compile", compiled)]:
             with torch.no_grad():
                 t = bench(lambda: fn(x, w))
-            print(f"peer {name:10s} fwd bf16 {rows}x{dim}: {fwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us) batch {BATCH}")
+            print(f"peer {name:10s} fwd bf16 {rows}x{dim}: {fwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us)"
+                  f" batch {BATCH}")
             y = fn(x, w)
             t = bench(lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True))
-            print(f"peer {name:10s} bwd bf16 {rows}x{dim}: {bwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us) batch {BATCH}")
+            print(f"peer {name:10s} bwd bf16 {rows}x{dim}: {bwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us)"
+                  f" batch {BATCH}")
 
 
 if __name__ == "__main__":

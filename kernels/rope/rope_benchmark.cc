@@ -67,7 +67,8 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool table, const 
   unsetenv("SG_ROPE_KERNEL");
   state.SetBytesProcessed(state.iterations() * 2 * (q.nbytes() + k.nbytes()));
   state.SetLabel(std::string(DTypeName(dtype)) + (table ? " table@" : "@") + s.device.ToString() +
-                 (*kernel ? std::string(" ") + kernel : std::string(" default")) + (calls > 1 ? " batch" : " per-call"));
+                 (*kernel ? std::string(" ") + kernel : std::string(" default")) +
+                 (calls > 1 ? " batch" : " per-call"));
 }
 
 void BM_RopeForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false, false); }

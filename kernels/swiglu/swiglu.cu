@@ -4,10 +4,10 @@
 // latency. The packed [gate | up] form indexes by row; separate tensors are one flat row.
 //
 // Backward, two kernels selected by SG_SWIGLU_BWD (read per call) until the GPU run picks one:
-// "unrolled" (default for bf16 in the 16-byte row layout): two packs per thread per grid-stride step (6
-// 16-byte loads in flight before the first store, kept raw) and 32-bit pack indices (one 32-bit division per pack instead of a 64-bit one,
-// ~100 instructions per 8 elements) when the problem has fewer than 2^31 packs; "v1": the first
-// kernel (2.97 TB/s on H200 at 16384 x 5632 bf16).
+// "unrolled" (default for bf16 in the 16-byte layout): two packs per thread per grid-stride step (6
+// 16-byte loads in flight before the first store, kept raw) and 32-bit pack indices (one 32-bit
+// division per pack instead of a 64-bit one, ~100 instructions per 8 elements) when the problem
+// has fewer than 2^31 packs; "v1": the first kernel (2.97 TB/s on H200 at 16384 x 5632 bf16).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 

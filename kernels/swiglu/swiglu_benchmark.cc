@@ -61,7 +61,8 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const
   unsetenv("SG_SWIGLU_BWD");
   state.SetBytesProcessed(state.iterations() * rows * f * SizeOf(dtype) * (backward ? 5 : 3));
   state.SetLabel(std::string(DTypeName(dtype)) + (packed ? " packed@" : "@") + s.device.ToString() +
-                 (*kernel ? std::string(" ") + kernel : std::string(" default")) + (calls > 1 ? " batch" : " per-call"));
+                 (*kernel ? std::string(" ") + kernel : std::string(" default")) +
+                 (calls > 1 ? " batch" : " per-call"));
 }
 
 void BM_SwiGluForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false, false); }
@@ -70,7 +71,9 @@ void BM_SwiGluPackedForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, fa
 void BM_SwiGluPackedBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true, true); }
 void BM_SwiGluForwardF32(benchmark::State& st) { Run(st, DType::kF32, false, false); }
 // The backward kernels side by side (swiglu.cu), and the forward, batch timing.
-void BM_SwiGluBackwardBF16UnrolledBatch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "unrolled", kBatch); }
+void BM_SwiGluBackwardBF16UnrolledBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, false, "unrolled", kBatch);
+}
 void BM_SwiGluBackwardBF16V1Batch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "v1", kBatch); }
 void BM_SwiGluForwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "", kBatch); }
 
