@@ -1,6 +1,7 @@
 #include "compiler/compile.h"
 
 #include "absl/strings/str_cat.h"
+#include "compiler/autotune.h"
 #include "compiler/distributed.h"
 #include "graph/cache.h"
 #include "graph/ops.h"
@@ -113,6 +114,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
   eo.warmup_steps = o.warmup_steps;
+  SG_ASSIGN_OR_RETURN(eo.after_warmup, StartAutotune(o));
   SG_ASSIGN_OR_RETURN(step->executor_, Executor::Create(step->program_.get(), eo));
   // Optimizer state, step counter and learning rate start at zero (and parameters too until
   // written, so an uninitialized model is reproducible rather than garbage).

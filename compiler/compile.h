@@ -69,6 +69,11 @@ struct CompileOptions {
   bool fuse = true;  // the graph layer's kernel fusion pass
   bool cuda_graph = true;  // CUDA: capture the step after `warmup_steps` eager steps
   int warmup_steps = 1;
+  // CUDA: the warm-up step times kernel variants (the GEMMs' cuBLASLt algorithms) once per shape
+  // and device model and keeps the fastest, persisted in the compile cache under cache_dir
+  // (compiler/autotune.h). SG_AUTOTUNE=0 in the environment turns it off. Needs warmup_steps >= 1
+  // (inside a capture untuned GEMMs keep the heuristic's choice). Ignored on the CPU.
+  bool autotune = true;
 };
 
 struct StepMetrics {
