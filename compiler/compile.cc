@@ -96,7 +96,7 @@ absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, cons
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, const CompileOptions& o) {
-  if (o.strategy != Strategy::kNone) return CompileDistributed(g, o);
+  if (o.strategy != Strategy::kNone || o.micro_batches != 1) return CompileDistributed(g, o);
   SG_RETURN_IF_ERROR(graph::Verify(g));
   std::unique_ptr<CompiledStep> step(new CompiledStep());
   graph::Graph train;

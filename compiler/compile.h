@@ -74,6 +74,13 @@ struct CompileOptions {
   // (compiler/autotune.h). SG_AUTOTUNE=0 in the environment turns it off. Needs warmup_steps >= 1
   // (inside a capture untuned GEMMs keep the heuristic's choice). Ignored on the CPU.
   bool autotune = true;
+  // Gradient accumulation: the step's batch (binding "batch", per rank) runs as this many
+  // micro-batches of batch / micro_batches, each a forward + backward whose gradients are summed
+  // (weighted by token counts: the same gradients as one pass over the whole batch), then one
+  // optimizer update. Run still takes the whole batch. The data-parallel runtime runs it
+  // (compiler/fsdp.h; for kNone on a group of one, eagerly: no CUDA graph). FSDP reduce-scatters
+  // each micro-batch's gradients into the accumulated shards.
+  int micro_batches = 1;
 };
 
 struct StepMetrics {
