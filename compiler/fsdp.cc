@@ -452,17 +452,17 @@ std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std:
   for (auto& up : units_) {
     Unit* u = up.get();
     if (u->fwd_at != INT_MAX) {
-      before.emplace(u->fwd_at, CommStep(absl::StrCat("all-gather ", u->name), Phase::kForward,
+      before.emplace(u->fwd_at, CommStep(absl::StrCat("all-gather ", u->name, suffix), Phase::kForward,
                                          [this, u](const Stream& s) { return Gather(*u, false, s); },
                                          u->fwd_done.get()));
-      before.emplace(u->fwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name), Phase::kForward,
+      before.emplace(u->fwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name, suffix), Phase::kForward,
                                             u->fwd_done.get()));
     }
     if (u->bwd_at != INT_MAX) {
-      before.emplace(u->bwd_at, CommStep(absl::StrCat("all-gather ", u->name, " (backward)"), Phase::kBackward,
+      before.emplace(u->bwd_at, CommStep(absl::StrCat("all-gather ", u->name, " (backward)", suffix), Phase::kBackward,
                                          [this, u](const Stream& s) { return Gather(*u, true, s); },
                                          u->bwd_done.get()));
-      before.emplace(u->bwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name, " (backward)"),
+      before.emplace(u->bwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name, " (backward)", suffix),
                                             Phase::kBackward, u->bwd_done.get()));
     }
     if (u->rs_at != INT_MAX) {
@@ -471,7 +471,7 @@ std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std:
                                           return ReduceScatter(*u, accumulate, s);
                                         },
                                         u->rs_done.get()));
-      before.emplace(u->rs_wait_at, WaitStep(absl::StrCat("wait reduce-scatter ", u->name), Phase::kBackward,
+      before.emplace(u->rs_wait_at, WaitStep(absl::StrCat("wait reduce-scatter ", u->name, suffix), Phase::kBackward,
                                              u->rs_done.get()));
     }
   }
