@@ -30,7 +30,8 @@ namespace sg::kernels {
 //  kTuned:     the top algorithms of the heuristic are timed on this problem once per (problem,
 //              device model, cuBLASLt version) and the fastest is kept in the Tuner's table (or a
 //              choice recorded there, e.g. read from the compile cache, is reused without timing).
-// Tuning runs the candidates on a scratch copy of d (the caller's buffers are only read), and
+// Tuning runs the candidates on the call's own operands (d is written by each and then by the
+// call itself; a problem accumulating into d in place is timed on a scratch copy instead) and
 // synchronizes the stream: do it in a warm-up step. Inside a CUDA graph capture an untuned problem
 // gets the heuristic's algorithm instead.
 enum class GemmAlgo : uint8_t { kDefault, kHeuristic, kTuned };

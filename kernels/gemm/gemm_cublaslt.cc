@@ -21,8 +21,9 @@
 // capturing a CUDA graph (a warm-up step), as cudaMalloc cannot run inside a capture.
 //
 // Autotuning (GemmAlgo::kTuned, or kDefault with the process's Tuner enabled): the first call for
-// a key times the heuristic's top kTuneCandidates algorithms on a scratch d (CUDA events, a few
-// reps each), keeps the fastest in autotune::Tuner::Global() under (problem text, device model
+// a key times the heuristic's top kTuneCandidates algorithms on the call's own operands (CUDA
+// events, a few reps each; d is rewritten by the real call after, a scratch d only for in-place
+// accumulation), keeps the fastest in autotune::Tuner::Global() under (problem text, device model
 // name, cuBLASLt version) and caches it per key like the heuristic's. A choice already in the
 // Tuner (installed from the compile cache by compiler/autotune.h) is reused without timing, after
 // cublasLtMatmulAlgoCheck accepts it.
@@ -414,19 +415,19 @@ class Scratch {
   void* ptr_;
 };
 
-// Microseconds per call of `algo` on the problem, writing a scratch d (and reading it as c when the
-// problem accumulates in place). Synchronizes on its events (the stream is not capturing).
-absl::StatusOr<double> TimeAlgo(const MatmulCall& call, const cublasLtMatmulAlgo_t& algo, void* scratch_d) {
+// Microseconds per call of `algo` on the problem, writing `d` (read as c too when the problem
+// accumulates in place). Synchronizes on its events (the stream is not capturing).
+absl::StatusOr<double> TimeAlgo(const MatmulCall& call, const cublasLtMatmulAlgo_t& algo, void* d) {
   const LtPlan& l = *call.plan;
-  const void* c_ptr = l.c.ptr == l.d.ptr ? scratch_d : l.c.ptr;
-  SG_CUBLAS_RETURN_IF_ERROR(call.Run(algo, c_ptr, scratch_d));
+  const void* c_ptr = l.c.ptr == l.d.ptr ? d : l.c.ptr;
+  SG_CUBLAS_RETURN_IF_ERROR(call.Run(algo, c_ptr, d));
   cudaEvent_t start = nullptr, stop = nullptr;
   SG_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   std::unique_ptr<CUevent_st, cudaError_t (*)(cudaEvent_t)> start_owner(start, &cudaEventDestroy);
   SG_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
   std::unique_ptr<CUevent_st, cudaError_t (*)(cudaEvent_t)> stop_owner(stop, &cudaEventDestroy);
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, call.stream));
-  for (int r = 0; r < kTuneReps; ++r) SG_CUBLAS_RETURN_IF_ERROR(call.Run(algo, c_ptr, scratch_d));
+  for (int r = 0; r < kTuneReps; ++r) SG_CUBLAS_RETURN_IF_ERROR(call.Run(algo, c_ptr, d));
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, call.stream));
   SG_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
   float ms = 0;
@@ -436,20 +437,30 @@ absl::StatusOr<double> TimeAlgo(const MatmulCall& call, const cublasLtMatmulAlgo
 
 // Times the heuristic's top kTuneCandidates algorithms on the problem; the fastest as a Choice
 // (its variant: the algorithm's bytes). NotFound when the heuristic has none or all fail.
+// The candidates write the caller's d, which the real call overwrites right after (stream order),
+// so tuning needs no memory of its own; only a problem accumulating into d in place (beta != 0,
+// no separate c) is timed on a zeroed scratch copy of d's extent, as d's contents must survive.
 absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey& key) {
   SG_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> candidates,
                       Heuristic(call, key, kTuneCandidates));
   if (candidates.empty()) return absl::NotFoundError("cuBLASLt has no algorithm for this GEMM");
-  SG_ASSIGN_OR_RETURN(Scratch d, Scratch::Allocate(key.device, ExtentBytes(call.plan->d, call.plan->batch)));
-  SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(d.get(), 0, size_t(ExtentBytes(call.plan->d, call.plan->batch)),
-                                          call.stream));
+  const LtPlan& l = *call.plan;
+  std::optional<Scratch> scratch;
+  void* d = const_cast<void*>(l.d.ptr);
+  if (l.beta != 0.0f && l.c.ptr == l.d.ptr) {
+    const int64_t bytes = ExtentBytes(l.d, l.batch);
+    SG_ASSIGN_OR_RETURN(Scratch s, Scratch::Allocate(key.device, bytes));
+    SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.get(), 0, size_t(bytes), call.stream));
+    d = s.get();
+    scratch.emplace(std::move(s));
+  }
   absl::StatusOr<autotune::Choice> choice = autotune::PickFastest(
-      int(candidates.size()), [&](int i) { return TimeAlgo(call, candidates[size_t(i)].algo, d.get()); },
+      int(candidates.size()), [&](int i) { return TimeAlgo(call, candidates[size_t(i)].algo, d); },
       [&](int i) {
         return std::string(reinterpret_cast<const char*>(&candidates[size_t(i)].algo), sizeof(cublasLtMatmulAlgo_t));
       });
   // Nothing may still be writing the scratch when it goes back to the allocator.
-  SG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(call.stream));
+  if (scratch.has_value()) SG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(call.stream));
   return choice;
 }
 
