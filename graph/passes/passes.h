@@ -43,8 +43,10 @@ absl::StatusOr<Graph> FuseForKernels(const Graph& g, FusionStats* stats = nullpt
 
 // Which forward activations the backward keeps vs recomputes.
 //   kNone:      keep every forward value the backward reads.
-//   kSelective: keep outputs of expensive ops (matmul, attention, embedding, losses); recompute
-//               cheap ones (norms, rope, elementwise, swiglu, reshapes) in the backward.
+//   kSelective: keep outputs of expensive ops (matmul, attention, embedding, losses) and every
+//               value crossing a transformer-layer boundary; recompute a cheap op inside a layer
+//               (norm, swiglu, elementwise, reshape) when the backward keeps its inputs anyway,
+//               and rebuild add_rmsnorm's norm output by rmsnorm of its kept sum.
 //   kFull:      keep only values crossing a transformer-layer boundary (scope "layers.<i>");
 //               recompute everything inside a layer, matmuls and attention included.
 enum class RecomputePolicy : uint8_t { kNone, kSelective, kFull };

@@ -33,7 +33,13 @@ bool Expensive(OpKind op) {
   }
 }
 
-// Whether forward node i may be recomputed under `policy`.
+// Whether forward node i may be recomputed under `policy`. Both policies keep every value that
+// crosses a transformer-layer boundary (read by a forward node of another layer, or a graph
+// output): recomputing the residual stream would rebuild it from the embedding on. Selective
+// recompute takes a cheap node only when the backward keeps all its inputs anyway (sources, or
+// values a backward node reads): then recomputing frees its output and keeps nothing new
+// (rmsnorm of a kept sum, swiglu of the kept w1/w3 outputs), where recomputing rope from the
+// matmul output would only trade one stored tensor for another of the same size.
 std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy) {
   const auto& nodes = g.nodes();
   std::vector<bool> r(nodes.size(), false);
@@ -41,15 +47,23 @@ std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy) {
   const auto users = g.Users();
   std::vector<bool> is_output(g.num_value_ids(), false);
   for (const GraphOutput& o : g.outputs()) is_output[o.value] = true;
+  std::vector<bool> kept_for_backward(g.num_value_ids(), false);
+  for (const Node& n : nodes) {
+    if (n.phase == Phase::kForward) continue;
+    for (int in : n.inputs) kept_for_backward[in] = true;
+  }
+  auto inputs_kept = [&](const Node& n) {
+    for (int in : n.inputs) {
+      if (!kept_for_backward[in] && !Schema(nodes[g.value(in).producer].op).is_source) return false;
+    }
+    return true;
+  };
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     if (n.phase != Phase::kForward || Schema(n.op).is_source) continue;
-    if (policy == RecomputePolicy::kSelective) {
-      r[i] = !Expensive(n.op);
-      continue;
-    }
     const std::string layer = LayerOf(n.scope);
-    if (layer.empty()) continue;
+    if (policy == RecomputePolicy::kFull && layer.empty()) continue;
+    if (policy == RecomputePolicy::kSelective && (Expensive(n.op) || !inputs_kept(n))) continue;
     bool inside = true;  // no forward use outside this layer: not a layer-boundary value
     for (int o : n.outputs) {
       inside &= !is_output[o];
@@ -60,6 +74,15 @@ std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy) {
     r[i] = inside;
   }
   return r;
+}
+
+// add_rmsnorm's outputs are (y, h) with y = rmsnorm(h): when h is kept (a layer boundary), y can be
+// rebuilt from it by a plain rmsnorm, the same math on the same value.
+bool NormOutputOfKeptSum(const Graph& g, const std::vector<bool>& recomputable, RecomputePolicy policy, int v) {
+  if (policy != RecomputePolicy::kSelective) return false;
+  const int p = g.value(v).producer;
+  const Node& n = g.nodes()[p];
+  return n.op == OpKind::kAddRmsNorm && n.phase == Phase::kForward && !recomputable[p] && n.outputs[0] == v;
 }
 
 }  // namespace
@@ -92,9 +115,23 @@ absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy, int
   // recursively the producer's recomputable inputs) on first use.
   std::function<absl::StatusOr<int>(int)> Get = [&](int v) -> absl::StatusOr<int> {
     const int p = g.value(v).producer;
-    if (!recomputable[p]) return v;
     auto it = clone_of.find(v);
     if (it != clone_of.end()) return it->second;
+    if (NormOutputOfKeptSum(g, recomputable, policy, v)) {
+      const Node& fused = g.nodes()[p];
+      Node n;
+      n.op = OpKind::kRmsNorm;
+      n.inputs = {fused.outputs[1], fused.inputs[2]};
+      n.attrs = fused.attrs;
+      n.scope = fused.scope;
+      n.phase = Phase::kBackward;
+      n.outputs = {next_id};
+      clone_of[v] = next_id++;
+      SG_RETURN_IF_ERROR(out.AddNodeWithIds(std::move(n), {g.type(v)}));
+      ++clones;
+      return clone_of.at(v);
+    }
+    if (!recomputable[p]) return v;
     Node n = g.nodes()[p];
     for (int& in : n.inputs) {
       SG_ASSIGN_OR_RETURN(in, Get(in));
