@@ -52,6 +52,15 @@ absl::Status ParameterDims(const graph::Graph& train, const sharding::ShardingPl
 
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o) {
   SG_RETURN_IF_ERROR(graph::Verify(g));
+  if (o.strategy == Strategy::kNone) {
+    // One device with micro-batches: the data-parallel runtime on a group of one owns the gradient
+    // accumulation and the token-count weighting of each micro-batch.
+    SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
+    SG_ASSIGN_OR_RETURN(std::unique_ptr<ShardedDataParallelStep> step,
+                        ShardedDataParallelStep::Create(train, o, DataParallelLayout{}, nullptr,
+                                                        absl::StrCat("one device, ", o.micro_batches, " micro-batches")));
+    return std::unique_ptr<CompiledStep>(std::move(step));
+  }
   comm::ProcessGroupOptions po;
   po.timeout = absl::Seconds(o.comm_timeout_s);
   SG_ASSIGN_OR_RETURN(std::shared_ptr<DistContext> ctx, DistContext::FromEnv(o.device, po));
@@ -94,6 +103,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
           "Compile: strategy 'tensor_parallel' is not lowered yet (its plan needs sharded kernels: "
           "vocab-parallel embedding/cross-entropy and per-rank head counts); use kFsdp, kHybridShard or kAuto");
     case Strategy::kNone:
+      break;  // handled above
     case Strategy::kContextParallel:
     case Strategy::kPipeline:
       return absl::InvalidArgumentError(absl::StrCat("CompileDistributed: strategy ", StrategyName(o.strategy),

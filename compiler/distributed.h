@@ -27,7 +27,8 @@
 
 namespace sg::compiler {
 
-// Compile for options.strategy != kNone. Errors: NotFound without launcher variables,
+// Compile for options.strategy != kNone, or for kNone with options.micro_batches > 1 (the
+// data-parallel runtime on a group of one: no launcher needed). Errors: NotFound without launcher variables,
 // InvalidArgument when the mesh does not cover the job's ranks, Unimplemented for a strategy or
 // placement the runtime cannot run yet (tensor parallelism), naming it.
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o);
