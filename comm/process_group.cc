@@ -264,6 +264,7 @@ absl::Status ProcessGroup::OrderAfterP2P(const Stream& stream) {
   if (device_ == nullptr || device_->stream() == nullptr || stream.native() == nullptr) {
     return absl::OkStatus();
   }
+  SG_RETURN_IF_ERROR(device_->Flush());  // held Send/Recv must be on the stream before the event
   SG_ASSIGN_OR_RETURN(Event e, Event::Create(device_->device()));
   SG_RETURN_IF_ERROR(e.Record(*device_->stream()));
   return e.Block(stream);
