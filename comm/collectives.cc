@@ -128,7 +128,8 @@ int64_t DeviceChunkElems(const ProcessGroupOptions& o, const std::vector<int64_t
   const int64_t min_chunk = std::max<int64_t>(1, o.device_chunk_bytes / esize);
   const int64_t max_chunk = std::max(min_chunk, o.device_max_chunk_bytes / esize);
   const int64_t target = (longest + std::max(1, o.device_chunks) - 1) / std::max(1, o.device_chunks);
-  return std::min(max_chunk, std::max(min_chunk, target));
+  // Never more than the longest segment: the scratch (window x chunk) stays small for small tensors.
+  return std::min(longest, std::min(max_chunk, std::max(min_chunk, target)));
 }
 
 }  // namespace
