@@ -92,17 +92,6 @@ double DefaultBudgetGiB(const std::string& config) {
   return 1;
 }
 
-// --recompute=auto: none, then selective, then full, the first whose plan fits (full otherwise).
-// Sharded strategies hold 1/world of the state per GPU (the gathered layer buffers are small).
-absl::StatusOr<RecomputePolicy> AutoRecompute(const graph::Graph& fwd, const LlamaBenchConfig& c, Device device,
-                                              double budget_gib, int world) {
-  for (RecomputePolicy rp : {RecomputePolicy::kNone, RecomputePolicy::kSelective}) {
-    SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, LlamaStepOptions(c, device, rp)));
-    if ((plan.arena_bytes + plan.state_bytes / world) / kGiB <= budget_gib) return rp;
-  }
-  return RecomputePolicy::kFull;
-}
-
 absl::StatusOr<Strategy> ParseStrategy(const std::string& s) {
   if (s == "none") return Strategy::kNone;
   if (s == "fsdp") return Strategy::kFsdp;
@@ -180,14 +169,16 @@ absl::Status Main(int argc, char** argv) {
   }
   SG_ASSIGN_OR_RETURN(LlamaBenchConfig c, LlamaBenchConfigNamed(f.config));
   SG_ASSIGN_OR_RETURN(graph::Graph fwd, graph::BuildLlamaForward(c.model));
-  RecomputePolicy rp;
+  CompileOptions o = LlamaStepOptions(c, device, RecomputePolicy::kNone);
   if (f.recompute == "auto") {
-    const double budget = f.memory_budget_gib > 0 ? f.memory_budget_gib : DefaultBudgetGiB(c.name);
-    SG_ASSIGN_OR_RETURN(rp, AutoRecompute(fwd, c, device, budget, world));
+    // The budget less what the plan does not count (kernel scratch, library workspaces: ~0.2 GiB
+    // at 1b); sharded strategies hold 1/world of the state per GPU.
+    const double budget = (f.memory_budget_gib > 0 ? f.memory_budget_gib : DefaultBudgetGiB(c.name)) - 0.25;
+    SG_RETURN_IF_ERROR(ChooseRecompute(fwd, int64_t(budget * kGiB), world, &o).status());
   } else {
-    SG_ASSIGN_OR_RETURN(rp, ParseRecompute(f.recompute));
+    SG_ASSIGN_OR_RETURN(o.recompute, ParseRecompute(f.recompute));
   }
-  CompileOptions o = LlamaStepOptions(c, device, rp);
+  const RecomputePolicy rp = o.recompute;
   o.cuda_graph = f.cuda_graph;
   o.warmup_steps = 2;
   o.strategy = strategy;
@@ -200,7 +191,7 @@ absl::Status Main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   SG_ASSIGN_OR_RETURN(std::unique_ptr<CompiledStep> step, Compile(fwd, o));
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  SG_RETURN_IF_ERROR(InitLlamaParameters(*step, 1234));
+  SG_RETURN_IF_ERROR(InitLlamaParameters(*step, fwd, 1234));
   SG_RETURN_IF_ERROR(step->SetLearningRate(f.lr));
   std::vector<std::map<std::string, Tensor>> batches;
   // A fresh random batch for every step, as the peer draws one per step: with a repeated batch the
@@ -223,6 +214,7 @@ absl::Status Main(int argc, char** argv) {
   j["strategy"] = f.strategy;
   j["world"] = world;
   j["recompute"] = std::string(graph::RecomputePolicyName(rp));
+  j["recompute_swiglu_layers"] = o.recompute_swiglu_layers;
   j["cuda_graph"] = step->executor().replaying_graph();
   j["tokens_per_s_per_gpu"] = std::round(tok_s * 10) / 10;
   j["step_ms_median"] = median * 1e3;

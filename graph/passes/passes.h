@@ -54,8 +54,12 @@ absl::string_view RecomputePolicyName(RecomputePolicy p);  // "none", "selective
 
 // Clones the chosen forward nodes into the backward, right before their first backward use
 // (Phase::kBackward, same scope). Needs a graph with Phase::kBackward nodes (AppendBackward).
+// `swiglu_layers` (kSelective only): recompute SwiGLU only in layers [0, swiglu_layers) ("layers.<i>"
+// scopes); -1 for every layer. SwiGLU is the widest value selective recompute frees (ffn_dim per
+// token) and the costliest to rebuild, so a memory budget can take it layer by layer: the first
+// layers' activations live longest (their backward runs last).
 absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy,
-                                     int* recomputed_nodes = nullptr);
+                                     int* recomputed_nodes = nullptr, int swiglu_layers = -1);
 
 }  // namespace sg::graph
 

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "graph/ops.h"
 #include "graph/passes/passes.h"
@@ -40,7 +41,12 @@ bool Expensive(OpKind op) {
 // values a backward node reads): then recomputing frees its output and keeps nothing new
 // (rmsnorm of a kept sum, swiglu of the kept w1/w3 outputs), where recomputing rope from the
 // matmul output would only trade one stored tensor for another of the same size.
-std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy) {
+int LayerIndex(const std::string& layer) {
+  int i = -1;
+  return layer.size() > 7 && absl::SimpleAtoi(layer.substr(7), &i) ? i : -1;
+}
+
+std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy, int swiglu_layers) {
   const auto& nodes = g.nodes();
   std::vector<bool> r(nodes.size(), false);
   if (policy == RecomputePolicy::kNone) return r;
@@ -64,6 +70,10 @@ std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy) {
     const std::string layer = LayerOf(n.scope);
     if (policy == RecomputePolicy::kFull && layer.empty()) continue;
     if (policy == RecomputePolicy::kSelective && (Expensive(n.op) || !inputs_kept(n))) continue;
+    if (policy == RecomputePolicy::kSelective && n.op == OpKind::kSwiGLU && swiglu_layers >= 0 &&
+        !(LayerIndex(layer) >= 0 && LayerIndex(layer) < swiglu_layers)) {
+      continue;
+    }
     bool inside = true;  // no forward use outside this layer: not a layer-boundary value
     for (int o : n.outputs) {
       inside &= !is_output[o];
@@ -96,7 +106,8 @@ absl::string_view RecomputePolicyName(RecomputePolicy p) {
   return "?";
 }
 
-absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy, int* recomputed_nodes) {
+absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy, int* recomputed_nodes,
+                                     int swiglu_layers) {
   SG_RETURN_IF_ERROR(Verify(g));
   if (recomputed_nodes) *recomputed_nodes = 0;
   bool has_backward = false;
@@ -104,7 +115,7 @@ absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy, int
   if (!has_backward) {
     return absl::InvalidArgumentError("recompute: the graph has no backward nodes; run AppendBackward first");
   }
-  const std::vector<bool> recomputable = Recomputable(g, policy);
+  const std::vector<bool> recomputable = Recomputable(g, policy, swiglu_layers);
   Graph out;
   for (const SymbolInfo& s : g.symbols()) SG_RETURN_IF_ERROR(out.AddSymbol(s));
   int next_id = g.num_value_ids();

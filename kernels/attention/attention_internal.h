@@ -42,19 +42,20 @@ template <typename T>
 void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, const T* out_a,
                        const float* lse_a, const T* out_b, const float* lse_b, T* out, float* lse);
 
-// The CUDA kernel family. kV2 (default): 4 warps x 32 query rows (forward), FA2-style backward
-// with P and dS through shared memory. kV1: the first correct kernels (8 warps x 16 rows), kept so
-// both can be compared in one run. kV3: on trial against v2 -- v2's forward kernel with a
-// heaviest-first grid order; a backward with dq reduced tile-wise by the TMA unit and 128 x 128
-// tiles at head_dim 64 (attention_bwd_v3.cu). kV3a: a diagnostic, v3 with dq added by per-thread
-// atomics as in v2, to measure (or rule out) the TMA reduction alone. Chosen at each call by
-// SG_ATTENTION_KERNEL=v1|v2|v3|v3a (unset: v2).
+// The CUDA kernel family. kV3 (default since the H200 run of 2026-11-30, where it beat v2 in every
+// case and SDPA's backward): v2's forward kernel with a heaviest-first grid order (and the scale
+// folded into the exponent at head_dim 64); a backward with dq reduced tile-wise by the TMA unit
+// and 128 x 128 tiles at head_dim 64 (attention_bwd_v3.cu). kV2: 4 warps x 32 query rows
+// (forward), FA2-style backward with P and dS through shared memory and dq by per-thread atomics.
+// kV1: the first correct kernels (8 warps x 16 rows). kV3a: a diagnostic, v3 with dq added by
+// per-thread atomics as in v2, to measure the TMA reduction alone. Chosen at each call by
+// SG_ATTENTION_KERNEL=v1|v2|v3|v3a (unset: v3).
 enum class AttentionKernel { kV1, kV2, kV3, kV3a };
 inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
   const char* s = std::getenv("SG_ATTENTION_KERNEL");
-  if (s == nullptr || *s == '\0' || std::string(s) == "v2") return AttentionKernel::kV2;
+  if (s == nullptr || *s == '\0' || std::string(s) == "v3") return AttentionKernel::kV3;
   if (std::string(s) == "v1") return AttentionKernel::kV1;
-  if (std::string(s) == "v3") return AttentionKernel::kV3;
+  if (std::string(s) == "v2") return AttentionKernel::kV2;
   if (std::string(s) == "v3a") return AttentionKernel::kV3a;
   return absl::InvalidArgumentError(
       absl::StrCat("SG_ATTENTION_KERNEL: expected v1, v2, v3 or v3a (or unset), found '", s, "'"));

@@ -238,7 +238,7 @@ TEST(AttentionCpuTest, KernelVariantFromEnvironment) {
   const char* saved = std::getenv("SG_ATTENTION_KERNEL");
   const std::string keep = saved ? saved : "";
   unsetenv("SG_ATTENTION_KERNEL");
-  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV2);
+  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3);
   setenv("SG_ATTENTION_KERNEL", "v1", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV1);
   setenv("SG_ATTENTION_KERNEL", "v2", 1);
