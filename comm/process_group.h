@@ -83,9 +83,10 @@ class ProcessGroup {
   // Point to point (tensors contiguous, on the host or the device transport's device). Messages
   // between two ranks with the same tag match in order; tags are below 2^40. Independent requests
   // may be posted in any order before waiting: "Recv from p; Send to p; Wait both" on both ranks
-  // works (device requests posted back to back start together as one NCCL group at the first
-  // Wait/Test, collective or OrderAfterP2P). Device tensors are not ordered after any stream:
-  // make the data ready first (or use SendRecv, which takes a stream).
+  // works: device requests posted back to back are held and start together as one NCCL group at
+  // the first Wait/Test, OrderAfterP2P, SynchronizeDevice, collective or host Send/Recv (so test a
+  // request only after posting everything that must run with it). Device tensors are not ordered
+  // after any stream: make the data ready first (or use SendRecv, which takes a stream).
   absl::StatusOr<Request> Send(const TensorView& t, int peer, uint64_t tag);
   absl::StatusOr<Request> Recv(const TensorView& t, int peer, uint64_t tag);
   // A send of `send` to `send_peer` and a receive into `recv` from `recv_peer`, started together:
