@@ -129,6 +129,8 @@ void BM_RmsNormSweep(benchmark::State& state) {
   rmsnorm_internal::LaunchConfig cfg;
   cfg.max_threads = int(state.range(3));
   cfg.rows_per_step = int(state.range(4));
+  cfg.fwd_max_threads = cfg.max_threads;  // the sweep sets both directions' shape
+  cfg.fwd_rows_per_step = cfg.rows_per_step;
   (backward ? cfg.bwd_ctas_per_sm : cfg.fwd_ctas_per_sm) = int(state.range(5));
   cfg.overlap_sum = state.range(6) != 0;
 #ifdef SG_WITH_CUDA
