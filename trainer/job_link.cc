@@ -1,0 +1,119 @@
+#include "trainer/job_link.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
+
+namespace sg::trainer {
+namespace {
+
+volatile sig_atomic_t g_sigterm = 0;
+void OnSigterm(int) { g_sigterm = 1; }
+
+std::string Key(const std::string& key) { return "trainer/" + key; }
+
+// Heartbeat and check period: a tenth of the deadline, within [100 ms, 1 s].
+absl::Duration Interval(absl::Duration deadline) {
+  return std::clamp(deadline / 10, absl::Milliseconds(100), absl::Seconds(1));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<JobLink>> JobLink::Start(const JobLinkOptions& options) {
+  std::unique_ptr<JobLink> link(new JobLink());
+  link->options_ = options;
+  SG_ASSIGN_OR_RETURN(link->info_, comm::RankInfoFromEnv());
+  if (const char* a = std::getenv("SG_RESTART_COUNT"); a != nullptr && *a != '\0') link->attempt_ = a;
+  SG_ASSIGN_OR_RETURN(link->store_, comm::StoreClient::Connect(link->info_.master_addr, link->info_.master_port,
+                                                               link->info_.secret, absl::Now() + absl::Seconds(60)));
+  if (options.deadline > absl::ZeroDuration()) {
+    comm::HealthOptions h;
+    h.group = options.group;
+    h.deadline = options.deadline;
+    h.interval = Interval(options.deadline);
+    h.lag_deadline = options.straggler_deadline;
+    h.on_failure = [](const comm::RankFault& f) {
+      std::fprintf(stderr, "health: %s\n", f.ToString().c_str());
+      std::fflush(stderr);
+    };
+    SG_ASSIGN_OR_RETURN(link->health_, comm::HealthMonitor::Start(link->info_, h));
+  }
+  if (options.handle_sigterm) {
+    struct sigaction sa {};
+    sa.sa_handler = OnSigterm;
+    sigaction(SIGTERM, &sa, nullptr);
+    link->sigterm_watcher_ = std::thread([p = link.get()] { p->WatchSigterm(); });
+  }
+  return link;
+}
+
+JobLink::~JobLink() {
+  stop_ = true;
+  if (sigterm_watcher_.joinable()) sigterm_watcher_.join();
+}
+
+void JobLink::WatchSigterm() {
+  while (!stop_) {
+    if (g_sigterm == 0) {
+      absl::SleepFor(absl::Milliseconds(50));
+      continue;
+    }
+    std::optional<comm::RankFault> f;
+    if (health_ != nullptr) {
+      f = health_->WaitForReport(absl::Now() + options_.deadline + 2 * Interval(options_.deadline));
+    }
+    std::fprintf(stderr, "stopping on SIGTERM: %s\n",
+                 f.has_value() ? f->ToString().c_str() : "no rank fault seen (failure detection off or no fault)");
+    std::fflush(stdout);
+    std::fflush(stderr);
+    std::_Exit(128 + SIGTERM);
+  }
+}
+
+std::optional<comm::RankFault> JobLink::fault() const {
+  return health_ != nullptr ? health_->report() : std::nullopt;
+}
+
+absl::Status JobLink::Publish(const std::string& key, const std::string& value) {
+  return store_->Set(Key(key), value, absl::Now() + absl::Seconds(30));
+}
+
+absl::StatusOr<std::string> JobLink::Await(const std::string& key, absl::Duration timeout) {
+  const absl::Time end = absl::Now() + timeout;
+  for (;;) {
+    absl::StatusOr<std::string> v = store_->TryGet(Key(key), absl::Now() + absl::Seconds(10));
+    if (v.ok()) return v;
+    if (!absl::IsNotFound(v.status())) {
+      return absl::UnavailableError(absl::StrCat("rank ", rank(), " waiting for '", key, "': ", v.status().message()));
+    }
+    if (std::optional<comm::RankFault> f = fault()) {
+      return absl::AbortedError(absl::StrCat("rank ", rank(), " waiting for '", key, "': ", f->ToString()));
+    }
+    if (absl::Now() >= end) {
+      return absl::DeadlineExceededError(absl::StrCat("rank ", rank(), " waited ", absl::FormatDuration(timeout),
+                                                      " for '", key, "'"));
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+absl::Status JobLink::Finish(absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  if (health_ != nullptr) {
+    SG_RETURN_IF_ERROR(health_->Stop(deadline));  // kept: the SIGTERM watcher may still read it
+  }
+  SG_RETURN_IF_ERROR(Publish(absl::StrCat("finished/", rank()), "1"));
+  if (rank() == 0) {
+    for (int r = 1; r < world_size(); ++r) {
+      SG_RETURN_IF_ERROR(Await(absl::StrCat("finished/", r), deadline - absl::Now()).status());
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace sg::trainer
