@@ -17,12 +17,12 @@ void OnSigterm(int) { g_sigterm = 1; }
 
 std::string Key(const std::string& key) { return "trainer/" + key; }
 
-// Heartbeat and check period: a tenth of the deadline, within [100 ms, 1 s].
-absl::Duration Interval(absl::Duration deadline) {
-  return std::clamp(deadline / 10, absl::Milliseconds(100), absl::Seconds(1));
-}
-
 }  // namespace
+
+// Heartbeat and check period: a tenth of the deadline, within [100 ms, 1 s].
+absl::Duration JobLink::Interval() const {
+  return std::clamp(options_.deadline / 10, absl::Milliseconds(100), absl::Seconds(1));
+}
 
 absl::StatusOr<std::unique_ptr<JobLink>> JobLink::Start(const JobLinkOptions& options) {
   std::unique_ptr<JobLink> link(new JobLink());
@@ -35,7 +35,7 @@ absl::StatusOr<std::unique_ptr<JobLink>> JobLink::Start(const JobLinkOptions& op
     comm::HealthOptions h;
     h.group = options.group;
     h.deadline = options.deadline;
-    h.interval = Interval(options.deadline);
+    h.interval = link->Interval();
     h.lag_deadline = options.straggler_deadline;
     h.on_failure = [](const comm::RankFault& f) {
       std::fprintf(stderr, "health: %s\n", f.ToString().c_str());
@@ -63,12 +63,8 @@ void JobLink::WatchSigterm() {
       absl::SleepFor(absl::Milliseconds(50));
       continue;
     }
-    std::optional<comm::RankFault> f;
-    if (health_ != nullptr) {
-      f = health_->WaitForReport(absl::Now() + options_.deadline + 2 * Interval(options_.deadline));
-    }
-    std::fprintf(stderr, "stopping on SIGTERM: %s\n",
-                 f.has_value() ? f->ToString().c_str() : "no rank fault seen (failure detection off or no fault)");
+    const std::string report = ConcludeFailure();
+    std::fprintf(stderr, "stopping on SIGTERM: %s\n", report.c_str());
     std::fflush(stdout);
     std::fflush(stderr);
     std::_Exit(128 + SIGTERM);
@@ -103,6 +99,9 @@ absl::StatusOr<std::string> JobLink::Await(const std::string& key, absl::Duratio
 }
 
 absl::Status JobLink::Finish(absl::Duration timeout) {
+  std::lock_guard<std::mutex> l(conclude_mu_);
+  if (concluded_) return absl::FailedPreconditionError("JobLink::Finish after ConcludeFailure");
+  concluded_ = true;
   const absl::Time deadline = absl::Now() + timeout;
   if (health_ != nullptr) {
     SG_RETURN_IF_ERROR(health_->Stop(deadline));  // kept: the SIGTERM watcher may still read it
@@ -114,6 +113,38 @@ absl::Status JobLink::Finish(absl::Duration timeout) {
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace sg::trainer
+
+namespace sg::trainer {
+
+std::string JobLink::ConcludeFailure() {
+  std::lock_guard<std::mutex> l(conclude_mu_);
+  if (concluded_) return conclusion_;
+  concluded_ = true;
+  if (health_ == nullptr) return conclusion_ = "no rank fault seen (failure detection is off)";
+  const absl::Duration bound = options_.deadline + 2 * Interval();
+  const absl::Time start = absl::Now();
+  std::optional<comm::RankFault> f = health_->WaitForReport(start + bound);
+  // Done: the others stop watching this rank, which is exiting because of someone else.
+  (void)health_->Stop(absl::Now() + absl::Seconds(2));
+  conclusion_ = f.has_value() ? f->ToString()
+                              : absl::StrCat("no rank fault seen within ", absl::FormatDuration(bound));
+  const std::string me = absl::StrCat("reported/", rank());
+  (void)store_->Set(Key(me), conclusion_, absl::Now() + absl::Seconds(2));
+  if (rank() == 0 && f.has_value()) {
+    // Keep the store up until every other survivor has its report (or the bound passes again).
+    const absl::Time end = absl::Now() + bound;
+    for (int r = 1; r < world_size(); ++r) {
+      if (r == f->rank) continue;
+      while (absl::Now() < end &&
+             !store_->TryGet(Key(absl::StrCat("reported/", r)), absl::Now() + absl::Seconds(2)).ok()) {
+        absl::SleepFor(absl::Milliseconds(20));
+      }
+    }
+  }
+  return conclusion_;
 }
 
 }  // namespace sg::trainer

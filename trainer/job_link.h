@@ -17,10 +17,14 @@
 // Only the world group is aborted: a collective on a sub-group (HYBRID_SHARD rows) still waits
 // for its own deadline (CompileOptions::comm_timeout_s).
 //
-// SIGTERM (the launcher stopping the survivors of a lost rank): the process waits up to
-// deadline + 2 check intervals for the monitor's report, prints it ("stopping on SIGTERM: ..."),
-// and exits with 143. The launcher's grace period (--grace_s) must exceed that for the report to
-// appear.
+// Stopping on a failure (ConcludeFailure): a rank whose step failed (often because the transport
+// noticed the lost peer first) or that the launcher SIGTERMs waits up to deadline + 2 check
+// intervals for the monitor's verdict, so it names the rank at fault rather than the transport
+// error; it then marks itself finished, so that the others do not blame a rank that merely exited,
+// and publishes its report. Rank 0, whose exit takes the store down, first waits (as long again)
+// for the other survivors' reports. On SIGTERM the process prints "stopping on SIGTERM: <report>"
+// and exits with 143; the launcher's grace period (--grace_s) must exceed about twice the
+// deadline for every survivor's report to appear.
 //
 // Keys live under "trainer/" in the job's store (rank 0 hosts it).
 #ifndef SGTRAIN_TRAINER_JOB_LINK_H_
@@ -28,6 +32,7 @@
 
 #include <atomic>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -76,10 +81,14 @@ class JobLink {
   // Marks this rank finished for the monitor and the others; rank 0 (the store's host) then waits
   // for every rank to finish, so no rank loses the store before it is done with it.
   absl::Status Finish(absl::Duration timeout);
+  // Before exiting on an error (see above): the monitor's report, or a line saying none was seen.
+  // Runs once; later calls (the SIGTERM watcher racing the main thread) return the same text.
+  std::string ConcludeFailure();
 
  private:
   JobLink() = default;
   void WatchSigterm();
+  absl::Duration Interval() const;
 
   comm::RankInfo info_;
   JobLinkOptions options_;
@@ -87,6 +96,9 @@ class JobLink {
   int64_t sequence_ = 0;
   std::unique_ptr<comm::StoreClient> store_;
   std::unique_ptr<comm::HealthMonitor> health_;
+  std::mutex conclude_mu_;  // Finish and ConcludeFailure: one of them, once
+  bool concluded_ = false;
+  std::string conclusion_;
   std::atomic<bool> stop_{false};
   std::thread sigterm_watcher_;
 };

@@ -193,9 +193,8 @@ int64_t MemoryBytes(Device d) {
   return CurrentRssBytes();
 }
 
-}  // namespace
-
-absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
+// RunTraining; `link` is set once the job link starts (multi-rank runs).
+absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& link) {
   const int rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1);
   const bool lead = rank == 0;
   const bool talk = lead && !f.quiet;
@@ -256,7 +255,6 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   SG_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::Create(o, data.split));
   // Multi-rank: failure detection and checkpoint coordination, started right after the compiler's
   // rendezvous so that every rank's first heartbeat comes within moments of the others'.
-  std::unique_ptr<JobLink> link;
   if (world > 1) {
     JobLinkOptions lo;
     lo.deadline = absl::Seconds(std::max(0.0, f.health_deadline_s));
@@ -423,6 +421,17 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
                  metrics_path.c_str(), JoinPath(s.run_dir, "loss.svg").c_str());
   }
   return sum;
+}
+
+}  // namespace
+
+absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
+  std::unique_ptr<JobLink> link;
+  absl::StatusOr<RunSummary> sum = Train(f, link);
+  if (sum.ok() || link == nullptr) return sum;
+  // Often a collective that failed because a peer was lost: say which one, as the monitor saw it.
+  const std::string report = link->ConcludeFailure();
+  return absl::Status(sum.status().code(), absl::StrCat(sum.status().message(), "\nhealth: ", report));
 }
 
 }  // namespace sg::trainer
