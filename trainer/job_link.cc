@@ -31,6 +31,12 @@ absl::StatusOr<std::unique_ptr<JobLink>> JobLink::Start(const JobLinkOptions& op
   if (const char* a = std::getenv("SG_RESTART_COUNT"); a != nullptr && *a != '\0') link->attempt_ = a;
   SG_ASSIGN_OR_RETURN(link->store_, comm::StoreClient::Connect(link->info_.master_addr, link->info_.master_port,
                                                                link->info_.secret, absl::Now() + absl::Seconds(60)));
+  // Every rank's first heartbeat within moments of the others' (compile times differ), so a rank
+  // is never judged on a silence that is only its late start.
+  SG_RETURN_IF_ERROR(link->Publish(absl::StrCat("ready/", link->rank()), "1"));
+  for (int r = 0; r < link->world_size(); ++r) {
+    SG_RETURN_IF_ERROR(link->Await(absl::StrCat("ready/", r), absl::Minutes(5)).status());
+  }
   if (options.deadline > absl::ZeroDuration()) {
     comm::HealthOptions h;
     h.group = options.group;
@@ -102,6 +108,7 @@ absl::Status JobLink::Finish(absl::Duration timeout) {
   std::lock_guard<std::mutex> l(conclude_mu_);
   if (concluded_) return absl::FailedPreconditionError("JobLink::Finish after ConcludeFailure");
   concluded_ = true;
+  conclusion_ = "the run had finished";
   const absl::Time deadline = absl::Now() + timeout;
   if (health_ != nullptr) {
     SG_RETURN_IF_ERROR(health_->Stop(deadline));  // kept: the SIGTERM watcher may still read it

@@ -6,6 +6,9 @@
 //   bazel run //trainer:llama -- --resume                      # continue runs/tiny's latest checkpoint
 //   bazel run //trainer:llama -- --tokenizer=sentencepiece --steps=500 --data=notes/
 //   comm/launcher: launch --nproc=2 -- bazel-bin/trainer/llama --strategy=fsdp
+//   # elastic: per-shard checkpoints; a lost rank is reported, the job restarts on the survivors
+//   launch --nproc=4 --max_restarts=2 --min_nproc=2 --grace_s=75 -- bazel-bin/trainer/llama
+//       --strategy=fsdp --checkpoint_format=sharded --checkpoint_every=100 --resume=auto   (one line)
 #include <unistd.h>
 
 #include <algorithm>
