@@ -39,7 +39,8 @@ for r in (0, 1, 3):
                   rf"it last entered (\w+) #(\d+)", log)
     assert m, f"rank {r} did not report rank 2's death with its operation and sequence number:\n{log}"
     silent = float(m.group(1)) / (1000 if m.group(2) == "ms" else 1)
-    assert silent <= deadline + 1.0, f"rank {r} reported after {silent} s, deadline {deadline} s"
+    # The verdict comes one check interval (0.3 s) after the deadline; 2 s allow for 2 shared cores.
+    assert silent <= deadline + 2.0, f"rank {r} reported after {silent} s, deadline {deadline} s"
     print(f"rank {r}: rank 2 died, last in {m.group(3)} #{m.group(4)}, reported after {silent:.2f} s of silence")
 
 def losses(path):

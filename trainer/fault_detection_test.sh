@@ -3,6 +3,8 @@
 # checkpoints every 2 steps):
 #   hang   rank 1 SIGSTOPs itself in the middle of step 3: no process exits, yet every survivor
 #          names it (rank, collective, sequence number) and the job exits non-zero, promptly;
+#   slow   rank 2's training thread stalls before step 3 while it keeps heartbeating: the others
+#          report it as fallen behind after --straggler_deadline_s, and the job exits non-zero;
 #   save   rank 1 is SIGKILLed while the step-4 checkpoint is saved (its shard written, nothing
 #          committed): step 2 stays the newest complete checkpoint, the restart on 3 ranks
 #          resumes from it and trains to step 6;
@@ -32,6 +34,20 @@ done
 # Start-up, 2 steps, the deadline, the reports and the launcher's grace period: well under 60 s.
 [ "$took" -lt 60 ] || fail "the job with a stopped rank took $took s to exit" hang.log
 echo "hang: every survivor reported the stopped rank 1; the job exited non-zero after $took s"
+
+# slow
+start=$(date +%s)
+if "$launch" --nproc=4 --grace_s=10 -- "$llama" "${common[@]}" --name=slow --straggler_deadline_s=3 \
+     --inject_fault=sleep_in_step:2:3 > slow.log 2>&1; then
+  fail "the job with a stalled rank exited 0" slow.log
+fi
+took=$(( $(date +%s) - start ))
+for r in 0 1 3; do
+  grep -aqE "^\[rank $r\] health: rank 2 fell behind \(heartbeating, but [0-9]+ collective\(s\) behind; no progress for [0-9.]+m?s\); it last entered [a-z_]+ #[0-9]+" slow.log \
+    || fail "rank $r did not report the stalled rank 2 as fallen behind" slow.log
+done
+[ "$took" -lt 60 ] || fail "the job with a stalled rank took $took s to exit" slow.log
+echo "slow: every other rank reported rank 2 as fallen behind; the job exited non-zero after $took s"
 
 # save
 "$launch" --nproc=4 --grace_s=10 --max_restarts=1 --min_nproc=2 -- \
@@ -77,4 +93,4 @@ if "$llama" "${common[@]}" --strategy=none --steps=7 --name=bad --resume=runs/ba
 fi
 grep -aqF "shard_00001.safetensors (rank 1)" bad.log || fail "the error does not name the corrupted shard" bad.log
 echo "load: resharded 3 -> 1; the flipped byte was refused: $(grep -a 'error' bad.log | head -1)"
-echo "faults injected 2 (a hung rank, a rank lost mid-save): both detected, the second survived"
+echo "faults injected 3 (a hung rank, a straggler, a rank lost mid-save): all detected, the last survived"

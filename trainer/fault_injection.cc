@@ -20,7 +20,8 @@ absl::StatusOr<FaultPlan> FaultPlan::Parse(absl::string_view spec) {
   const std::vector<std::string> parts = absl::StrSplit(spec, ':');
   const auto bad = [&] {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--inject_fault: expected <kill_in_step|stop_in_step|kill_in_save>:<rank>:<step>, found '", spec, "'"));
+        "--inject_fault: expected <kill_in_step|stop_in_step|sleep_in_step|kill_in_save>:<rank>:<step>, found '",
+        spec, "'"));
   };
   if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &plan.rank) || !absl::SimpleAtoi(parts[2], &plan.step) ||
       plan.rank < 0 || plan.step < 1) {
@@ -30,6 +31,8 @@ absl::StatusOr<FaultPlan> FaultPlan::Parse(absl::string_view spec) {
     plan.kind = Kind::kKillInStep;
   } else if (parts[0] == "stop_in_step") {
     plan.kind = Kind::kStopInStep;
+  } else if (parts[0] == "sleep_in_step") {
+    plan.kind = Kind::kSleepInStep;
   } else if (parts[0] == "kill_in_save") {
     plan.kind = Kind::kKillInSave;
   } else {
@@ -53,6 +56,12 @@ void ArmStepFault(const FaultPlan& plan, absl::Duration delay) {
     absl::SleepFor(delay);
     ::kill(::getpid(), sig);
   }).detach();
+}
+
+void StallNow(const FaultPlan& plan) {
+  std::fprintf(stderr, "inject_fault: rank %d stalls before step %ld (heartbeat on)\n", plan.rank, long(plan.step));
+  std::fflush(stderr);
+  absl::SleepFor(absl::Minutes(10));
 }
 
 void KillSelfNow(absl::string_view why) {

@@ -1,6 +1,6 @@
 // Faults the trainer injects into itself on request (--inject_fault), so the reliability tests
-// exercise the real binary: a rank lost in the middle of a step, a hung rank, a rank lost while a
-// checkpoint is being saved.
+// exercise the real binary: a rank lost in the middle of a step, a hung rank, a straggler, a rank
+// lost while a checkpoint is being saved.
 //
 //   SG_ASSIGN_OR_RETURN(FaultPlan plan, FaultPlan::Parse("kill_in_step:2:5"));
 //   if (plan.Applies(FaultPlan::Kind::kKillInStep, rank, step)) ArmStepFault(plan, absl::Milliseconds(300));
@@ -9,6 +9,8 @@
 //   kill_in_step  the rank SIGKILLs itself `delay` into step <step> (mid-step: the others are
 //                 inside that step's collectives)
 //   stop_in_step  the same with SIGSTOP: the process stays, its heartbeat stops (a hung rank)
+//   sleep_in_step the rank's training thread stalls for 10 minutes before step <step> while its
+//                 heartbeat goes on (a straggler: stuck in compute or I/O, not dead)
 //   kill_in_save  the rank SIGKILLs itself while the checkpoint of step <step> is being saved,
 //                 after writing its shard and before the checkpoint is committed
 // A plan applies only in the launcher's first attempt (SG_RESTART_COUNT unset or 0), so a job
@@ -26,7 +28,7 @@
 namespace sg::trainer {
 
 struct FaultPlan {
-  enum class Kind { kNone, kKillInStep, kStopInStep, kKillInSave };
+  enum class Kind { kNone, kKillInStep, kStopInStep, kSleepInStep, kKillInSave };
   Kind kind = Kind::kNone;
   int rank = -1;
   int64_t step = 0;
@@ -40,6 +42,8 @@ struct FaultPlan {
 
 // Starts a thread that, after `delay`, sends the plan's signal (SIGKILL or SIGSTOP) to this process.
 void ArmStepFault(const FaultPlan& plan, absl::Duration delay);
+// Stalls the calling thread for 10 minutes (sleep_in_step); the heartbeat thread goes on.
+void StallNow(const FaultPlan& plan);
 // SIGKILLs this process now (kill_in_save).
 [[noreturn]] void KillSelfNow(absl::string_view why);
 

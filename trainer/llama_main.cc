@@ -59,7 +59,7 @@ ABSL_FLAG(double, health_deadline_s, 30,
           "0: off");
 ABSL_FLAG(double, straggler_deadline_s, 300, "multi-rank: how long a rank may stay behind the others' collectives");
 ABSL_FLAG(std::string, inject_fault, "",
-          "tests: kill_in_step|stop_in_step|kill_in_save:<rank>:<step> (first launcher attempt only)");
+          "tests: kill_in_step|stop_in_step|sleep_in_step|kill_in_save:<rank>:<step> (first launcher attempt only)");
 ABSL_FLAG(int64_t, eval_every, 0, "validation loss every N steps (0: only at the end)");
 ABSL_FLAG(int64_t, eval_batches, 4, "validation batches per evaluation");
 ABSL_FLAG(std::string, metrics, "", "JSON Lines metrics file (default: runs/<name>/metrics.jsonl)");

@@ -334,6 +334,7 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
         ArmStepFault(fault, absl::Milliseconds(last_step_s > 0 ? std::max(20.0, 500 * last_step_s) : 200.0));
       }
     }
+    if (fault.Applies(FaultPlan::Kind::kSleepInStep, rank, t->step() + 1)) StallNow(fault);
     const Clock::time_point step_start = Clock::now();
     SG_ASSIGN_OR_RETURN(StepResult step, t->Step());
     last_step_s = Since(step_start);

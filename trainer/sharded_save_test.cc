@@ -124,12 +124,14 @@ TEST(FaultPlanTest, ParsesTheThreeKindsAndRefusesOthers) {
   EXPECT_FALSE(p.Applies(FaultPlan::Kind::kKillInStep, 1, 5));
   EXPECT_FALSE(p.Applies(FaultPlan::Kind::kKillInSave, 2, 5));
   EXPECT_EQ(FaultPlan::Parse("stop_in_step:0:1").value().kind, FaultPlan::Kind::kStopInStep);
+  EXPECT_EQ(FaultPlan::Parse("sleep_in_step:1:3").value().kind, FaultPlan::Kind::kSleepInStep);
   EXPECT_EQ(FaultPlan::Parse("kill_in_save:3:4").value().kind, FaultPlan::Kind::kKillInSave);
   EXPECT_EQ(FaultPlan::Parse("").value().kind, FaultPlan::Kind::kNone);
   for (const char* bad : {"kill", "kill_in_step:2", "explode:1:2", "kill_in_step:x:2", "kill_in_step:1:0"}) {
     absl::StatusOr<FaultPlan> r = FaultPlan::Parse(bad);
     ASSERT_FALSE(r.ok()) << bad;
-    EXPECT_NE(r.status().message().find("expected <kill_in_step|stop_in_step|kill_in_save>"), absl::string_view::npos);
+    EXPECT_NE(r.status().message().find("expected <kill_in_step|stop_in_step|sleep_in_step|kill_in_save>"),
+              absl::string_view::npos);
   }
 }
 
