@@ -134,8 +134,12 @@ std::string JobLink::ConcludeFailure() {
   const absl::Duration bound = options_.deadline + 2 * Interval();
   const absl::Time start = absl::Now();
   std::optional<comm::RankFault> f = health_->WaitForReport(start + bound);
-  // Done: the others stop watching this rank, which is exiting because of someone else.
-  (void)health_->Stop(absl::Now() + absl::Seconds(2));
+  // Done only when exiting because of another rank: the others then stop watching this one. A
+  // rank at fault itself (a straggler judging itself) or without a verdict stays watched, so the
+  // others still name it.
+  if (f.has_value() && f->rank != rank()) {
+    (void)health_->Stop(absl::Now() + absl::Seconds(2));
+  }
   conclusion_ = f.has_value() ? f->ToString()
                               : absl::StrCat("no rank fault seen within ", absl::FormatDuration(bound));
   const std::string me = absl::StrCat("reported/", rank());

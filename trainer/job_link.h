@@ -20,8 +20,8 @@
 // Stopping on a failure (ConcludeFailure): a rank whose step failed (often because the transport
 // noticed the lost peer first) or that the launcher SIGTERMs waits up to deadline + 2 check
 // intervals for the monitor's verdict, so it names the rank at fault rather than the transport
-// error; it then marks itself finished, so that the others do not blame a rank that merely exited,
-// and publishes its report. Rank 0, whose exit takes the store down, first waits (as long again)
+// error; when the verdict names another rank it marks itself finished, so that the others do not
+// blame a rank that merely exited; it publishes its report. Rank 0, whose exit takes the store down, first waits (as long again)
 // for the other survivors' reports. On SIGTERM the process prints "stopping on SIGTERM: <report>"
 // and exits with 143; the launcher's grace period (--grace_s) must exceed about twice the
 // deadline for every survivor's report to appear.
