@@ -133,6 +133,7 @@ std::string JobLink::ConcludeFailure() {
   if (health_ == nullptr) return conclusion_ = "no rank fault seen (failure detection is off)";
   const absl::Duration bound = options_.deadline + 2 * Interval();
   const absl::Time start = absl::Now();
+  health_->Expedite();  // a peer that is gone is named now, not after the deadline
   std::optional<comm::RankFault> f = health_->WaitForReport(start + bound);
   // Done only when exiting because of another rank: the others then stop watching this one. A
   // rank at fault itself (a straggler judging itself) or without a verdict stays watched, so the
