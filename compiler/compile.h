@@ -57,6 +57,8 @@ struct CompileOptions {
   int64_t comm_timeout_s = 300;  // deadline of every collective (a dead peer fails the step)
   Precision precision = Precision::kF32;
   RecomputePolicy recompute = RecomputePolicy::kNone;
+  // kSelective: recompute SwiGLU only in the first n layers (-1: all); see ChooseRecompute.
+  int recompute_swiglu_layers = -1;
   bool overlap = true;  // communication on its own stream, overlapped with compute
   Device device = Device::Cpu();
   std::string cache_dir;  // "" disables the compile cache
@@ -141,6 +143,12 @@ class CompiledStep {
 // uninitialized until written. Errors: InvalidArgument for a bad graph or binding, Unimplemented
 // for a strategy or an op the current build cannot run on the device (naming them).
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph, const CompileOptions& options);
+
+// The least recompute whose plan (arena + state / state_shards) fits `budget_bytes`: none, then
+// selective with SwiGLU recomputed in 0, 1, 2, ... layers, then full. Sets options->recompute and
+// options->recompute_swiglu_layers; returns the planned bytes. Plans only (allocates nothing).
+absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t budget_bytes, int state_shards,
+                                        CompileOptions* options);
 
 // The memory plan Compile would allocate at options.binding on options.device (arena and state
 // sizes, steps per impl), allocating nothing: e.g. the 1b step's activation peak, and that every

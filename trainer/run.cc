@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "comm/env.h"
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -64,13 +65,26 @@ absl::StatusOr<std::vector<int64_t>> ParseMesh(const std::string& s) {
   return mesh;
 }
 
+// Under a launcher each process takes the GPU of its local rank (LOCAL_RANK or the like), so the
+// ranks of one host do not share a device; a single process takes GPU 0.
+absl::StatusOr<Device> LocalCudaDevice() {
+  absl::StatusOr<comm::RankInfo> info = comm::RankInfoFromEnv();
+  const int local = info.ok() ? info->local_rank : 0;
+  const int count = CudaDeviceCount();
+  if (local >= count) {
+    return absl::FailedPreconditionError(absl::StrCat("--device=cuda: local rank ", local, " needs GPU ", local,
+                                                      " but this host has ", count));
+  }
+  return Device::Cuda(local);
+}
+
 absl::StatusOr<Device> ParseDevice(const std::string& s) {
   if (s == "cpu") return Device::Cpu();
   if (s == "cuda") {
     if (!CudaAvailable()) return absl::FailedPreconditionError("--device=cuda: no CUDA device is available");
-    return Device::Cuda(0);
+    return LocalCudaDevice();
   }
-  if (s == "auto") return CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
+  if (s == "auto") return CudaAvailable() ? LocalCudaDevice() : absl::StatusOr<Device>(Device::Cpu());
   return absl::InvalidArgumentError(absl::StrCat("--device: expected auto, cpu or cuda, found '", s, "'"));
 }
 
