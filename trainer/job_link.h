@@ -20,13 +20,14 @@
 // Stopping on a failure (ConcludeFailure): a rank whose step failed (often because the transport
 // noticed the lost peer first) or that the launcher SIGTERMs expedites the monitor (a peer on this
 // host whose process is gone is named at once, HealthMonitor::Expedite) and waits up to
-// deadline + 2 check intervals for its verdict, so it names the rank at fault rather than the transport
-// error; when the verdict names another rank it marks itself finished, so that the others do not
-// blame a rank that merely exited; it publishes its report. Rank 0, whose exit takes the store down, first waits (as long again)
-// for the other survivors' reports. On SIGTERM the process prints "stopping on SIGTERM: <report>"
-// and exits with 143. A rank lost on this host is thus reported within the launcher's default
-// grace period whatever the deadline; a hung rank or one on another host takes the deadline, and
-// the grace period (--grace_s) must exceed about twice the deadline for every report to appear.
+// deadline + 2 check intervals for its verdict, so it names the rank at fault rather than the
+// transport error. When the verdict names another rank it marks itself finished, so that the
+// others do not blame a rank that merely exited; it publishes its report. Rank 0, whose exit takes
+// the store down, first waits (as long again) for the other survivors' reports. On SIGTERM the
+// process prints "stopping on SIGTERM: <report>" and exits with 143. A rank lost on this host is
+// thus reported within the launcher's default grace period whatever the deadline; a hung rank or
+// one on another host takes the deadline, and the grace period (--grace_s) must exceed about
+// twice the deadline for every report to appear.
 //
 // Keys live under "trainer/" in the job's store (rank 0 hosts it).
 #ifndef SGTRAIN_TRAINER_JOB_LINK_H_
