@@ -22,6 +22,8 @@ const char* StrategyName(Strategy s) {
     case Strategy::kHybridShard: return "hybrid_shard";
     case Strategy::kTensorParallel: return "tensor_parallel";
     case Strategy::kAuto: return "auto";
+    case Strategy::kContextParallel: return "cp";
+    case Strategy::kPipeline: return "pp";
   }
   return "?";
 }
@@ -99,7 +101,27 @@ absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, cons
 
 }  // namespace
 
+namespace {
+std::map<Strategy, StrategyCompiler>& Registry() {
+  static auto* r = new std::map<Strategy, StrategyCompiler>();
+  return *r;
+}
+}  // namespace
+
+bool RegisterStrategyCompiler(Strategy strategy, StrategyCompiler compile) {
+  Registry()[strategy] = std::move(compile);
+  return true;
+}
+
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, const CompileOptions& o) {
+  auto registered = Registry().find(o.strategy);
+  if (registered != Registry().end()) return registered->second(g, o);
+  if (o.strategy == Strategy::kContextParallel || o.strategy == Strategy::kPipeline) {
+    return absl::UnimplementedError(absl::StrCat(
+        "Compile: strategy '", StrategyName(o.strategy), "' is not linked into this binary (depend on ",
+        o.strategy == Strategy::kPipeline ? "//compiler/pipeline:pp_step" : "//compiler/context_parallel:cp_step",
+        ")"));
+  }
   if (o.strategy != Strategy::kNone) return CompileDistributed(g, o);
   SG_RETURN_IF_ERROR(graph::Verify(g));
   std::unique_ptr<CompiledStep> step(new CompiledStep());

@@ -22,6 +22,7 @@
 #ifndef SGTRAIN_COMPILER_COMPILE_H_
 #define SGTRAIN_COMPILER_COMPILE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,8 +43,10 @@ namespace sg::compiler {
 
 // kNone: one device. kFsdp (ZeRO-3 over every mesh dim), kHybridShard (2-D mesh: replicate across
 // dim 0, shard within dim 1), kTensorParallel, kAuto (sharding::ChooseStrategy picks): the job's
-// processes (see compiler/distributed.h).
-enum class Strategy : uint8_t { kNone, kFsdp, kHybridShard, kTensorParallel, kAuto };
+// processes (see compiler/distributed.h). kContextParallel (sequence sharded over the last mesh dim,
+// ring attention; compiler/context_parallel/cp_step.h) and kPipeline (layers split into stages over
+// the mesh, 1F1B; compiler/pipeline/pp_step.h) are registered by those targets (link them).
+enum class Strategy : uint8_t { kNone, kFsdp, kHybridShard, kTensorParallel, kAuto, kContextParallel, kPipeline };
 const char* StrategyName(Strategy s);
 // graph/passes/passes.h: kNone, kSelective (recompute norms, rope, elementwise), kFull (keep only
 // values crossing a layer boundary).
@@ -71,6 +74,11 @@ struct CompileOptions {
   bool fuse = true;  // the graph layer's kernel fusion pass
   bool cuda_graph = true;  // CUDA: capture the step after `warmup_steps` eager steps
   int warmup_steps = 1;
+  // kPipeline: micro-batches per step (the binding's batch is split into this many).
+  int micro_batches = 1;
+  // kContextParallel: shard parameters ZeRO-3 style over every rank (FSDP x CP) instead of
+  // replicating them (gradients all-reduced).
+  bool context_parallel_fsdp = false;
 };
 
 struct StepMetrics {
@@ -149,6 +157,12 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph,
 // options->recompute_swiglu_layers; returns the planned bytes. Plans only (allocates nothing).
 absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t budget_bytes, int state_shards,
                                         CompileOptions* options);
+// A strategy whose runtime lives in a target above this one (context and pipeline parallelism):
+// that target registers its compile function once (a static initializer; alwayslink), and Compile
+// calls it for the strategy. Compile returns Unimplemented naming the target when none is linked.
+using StrategyCompiler =
+    std::function<absl::StatusOr<std::unique_ptr<CompiledStep>>(const graph::Graph&, const CompileOptions&)>;
+bool RegisterStrategyCompiler(Strategy strategy, StrategyCompiler compile);
 
 // The memory plan Compile would allocate at options.binding on options.device (arena and state
 // sizes, steps per impl), allocating nothing: e.g. the 1b step's activation peak, and that every

@@ -94,7 +94,10 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
           "Compile: strategy 'tensor_parallel' is not lowered yet (its plan needs sharded kernels: "
           "vocab-parallel embedding/cross-entropy and per-rank head counts); use kFsdp, kHybridShard or kAuto");
     case Strategy::kNone:
-      return absl::InvalidArgumentError("CompileDistributed: strategy none");
+    case Strategy::kContextParallel:
+    case Strategy::kPipeline:
+      return absl::InvalidArgumentError(absl::StrCat("CompileDistributed: strategy ", StrategyName(o.strategy),
+                                                     " has its own runtime (see Compile)"));
   }
   absl::StrAppend(&why, "; plan: ", plan.Summary());
   std::vector<int> shard_dims, replicate_dims;

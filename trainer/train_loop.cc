@@ -121,6 +121,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.precision = options.precision;
   co.strategy = options.strategy;
   co.mesh = options.mesh;
+  co.micro_batches = options.micro_batches;
   co.cache_dir = options.cache_dir;
   co.binding = {{"batch", options.batch * options.grad_accum}, {"seq", options.seq}};
   co.adamw.beta1 = options.beta1;
