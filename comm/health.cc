@@ -129,8 +129,16 @@ void HealthMonitor::Run() {
     std::optional<RankFault> f = Check(now);
     if (f.has_value() && !report().has_value()) Latch(*std::move(f));
     std::unique_lock<std::mutex> l(mu_);
-    cv_.wait_for(l, absl::ToChronoMilliseconds(options_.interval), [&] { return stop_.load(); });
+    cv_.wait_for(l, absl::ToChronoMilliseconds(options_.interval),
+                 [&] { return stop_.load() || wake_.load(); });
+    wake_ = false;
   }
+}
+
+void HealthMonitor::Expedite() {
+  expedite_ = true;
+  wake_ = true;
+  cv_.notify_all();
 }
 
 void HealthMonitor::Latch(RankFault fault) {
@@ -225,7 +233,9 @@ std::optional<RankFault> HealthMonitor::Check(absl::Time now) {
     Peer& p = peers_[size_t(r)];
     if (p.done || r == info_.rank) continue;
     absl::Duration silent = now - p.beat_changed;
-    if (silent < options_.deadline) continue;
+    const bool gone = expedite_ && p.host == hostname_ && p.pid > 0 &&
+                      (ProcessState(p.pid) == 'X' || ProcessState(p.pid) == 'Z');
+    if (silent < options_.deadline && !gone) continue;
     RankFault f = fault_for(r, RankFault::Kind::kSilent, silent);
     if (p.host == hostname_ && p.pid > 0) {
       char s = ProcessState(p.pid);

@@ -94,6 +94,11 @@ class HealthMonitor {
   std::optional<RankFault> report() const;
   // Waits until a fault is seen or `deadline` passes.
   std::optional<RankFault> WaitForReport(absl::Time deadline) const;
+  // For a rank that already knows the job is failing (a launcher's SIGTERM, a collective that
+  // failed): checks at once, and from now on judges a peer on this host whose process is gone as
+  // dead without waiting out the deadline. Not for normal operation: it trusts pids, which a peer
+  // in another pid namespace under the same hostname would defeat.
+  void Expedite();
   int64_t heartbeats_sent() const { return beats_.load(); }
 
  private:
@@ -124,6 +129,8 @@ class HealthMonitor {
   absl::Time store_ok_;  // last successful store round trip
   std::atomic<int64_t> beats_{0};
   std::atomic<bool> stop_{false};
+  std::atomic<bool> expedite_{false};
+  std::atomic<bool> wake_{false};  // Expedite(): check now instead of after the interval
   mutable std::mutex mu_;
   mutable std::condition_variable cv_;
   std::optional<RankFault> fault_;

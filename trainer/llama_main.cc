@@ -6,6 +6,9 @@
 //   bazel run //trainer:llama -- --resume                      # continue runs/tiny's latest checkpoint
 //   bazel run //trainer:llama -- --tokenizer=sentencepiece --steps=500 --data=notes/
 //   comm/launcher: launch --nproc=2 -- bazel-bin/trainer/llama --strategy=fsdp
+//   # elastic: per-shard checkpoints; a lost rank is reported, the job restarts on the survivors
+//   launch --nproc=4 --max_restarts=2 --min_nproc=2 --grace_s=75 -- bazel-bin/trainer/llama
+//       --strategy=fsdp --checkpoint_format=sharded --checkpoint_every=100 --resume=auto   (one line)
 #include <unistd.h>
 
 #include <algorithm>
@@ -46,8 +49,18 @@ ABSL_FLAG(std::string, mesh, "", "device mesh for --strategy, e.g. 2x2");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA when present), cpu or cuda");
 ABSL_FLAG(std::string, precision, "", "f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
 ABSL_FLAG(std::string, name, "", "run name: outputs go to ./runs/<name> (default: the preset)");
-ABSL_FLAG(std::string, resume, "", "'latest' (bare --resume) for the run's latest checkpoint, or a checkpoint path");
+ABSL_FLAG(std::string, resume, "", "'latest' (bare --resume) for the run's latest checkpoint, 'auto' for the latest "
+          "if there is one (else a fresh run: what a restarting launcher needs), or a checkpoint path");
 ABSL_FLAG(int64_t, checkpoint_every, 0, "save a checkpoint every N steps (0: only at the end)");
+ABSL_FLAG(std::string, checkpoint_format, "full",
+          "full (one directory Hugging Face can load) or sharded (each rank writes its own shards; loads at any "
+          "world size)");
+ABSL_FLAG(double, health_deadline_s, 30,
+          "multi-rank: a rank silent this long is reported (rank, operation, sequence number) and the job stops; "
+          "0: off");
+ABSL_FLAG(double, straggler_deadline_s, 300, "multi-rank: how long a rank may stay behind the others' collectives");
+ABSL_FLAG(std::string, inject_fault, "",
+          "tests: kill_in_step|stop_in_step|sleep_in_step|kill_in_save:<rank>:<step> (first launcher attempt only)");
 ABSL_FLAG(int64_t, eval_every, 0, "validation loss every N steps (0: only at the end)");
 ABSL_FLAG(int64_t, eval_batches, 4, "validation batches per evaluation");
 ABSL_FLAG(std::string, metrics, "", "JSON Lines metrics file (default: runs/<name>/metrics.jsonl)");
@@ -139,6 +152,10 @@ int main(int argc, char** argv) {
   f.name = absl::GetFlag(FLAGS_name);
   f.resume = absl::GetFlag(FLAGS_resume);
   f.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
+  f.checkpoint_format = absl::GetFlag(FLAGS_checkpoint_format);
+  f.health_deadline_s = absl::GetFlag(FLAGS_health_deadline_s);
+  f.straggler_deadline_s = absl::GetFlag(FLAGS_straggler_deadline_s);
+  f.inject_fault = absl::GetFlag(FLAGS_inject_fault);
   f.eval_every = absl::GetFlag(FLAGS_eval_every);
   f.eval_batches = absl::GetFlag(FLAGS_eval_batches);
   f.metrics = absl::GetFlag(FLAGS_metrics);

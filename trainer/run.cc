@@ -17,10 +17,13 @@
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "trainer/checkpoint/checkpoint.h"
+#include "trainer/fault_injection.h"
 #include "trainer/io/file_io.h"
+#include "trainer/job_link.h"
 #include "trainer/progress/loss_curve_svg.h"
 #include "trainer/progress/metrics_log.h"
 #include "trainer/progress/progress_bar.h"
+#include "trainer/sharded_save.h"
 #include "trainer/train_data.h"
 #include "trainer/train_loop.h"
 
@@ -110,7 +113,9 @@ double Note(const Checkpoint& c, const std::string& key, double fallback) {
 struct Setup {
   LlamaConfig config;
   std::string run_dir;
-  std::unique_ptr<Checkpoint> resume;     // the checkpoint to continue
+  std::unique_ptr<Checkpoint> resume;     // the checkpoint to continue (per-shard: no tensors)
+  std::string resume_dir;
+  bool resume_sharded = false;
   std::unique_ptr<Checkpoint> hf_init;    // Hugging Face weights to start from
 };
 
@@ -132,15 +137,17 @@ absl::StatusOr<Setup> ResolveRun(const RunFlags& f) {
   }
   if (!f.resume.empty()) {
     std::string dir = f.resume;
-    if (dir == "latest") {
-      absl::StatusOr<std::string> latest = FindLatestCheckpoint(s.run_dir);
+    if (dir == "latest" || dir == "auto") {
+      absl::StatusOr<std::string> latest = FindLatestTrainerCheckpoint(s.run_dir);
+      if (!latest.ok() && dir == "auto") return s;  // nothing saved yet: a fresh run
       if (!latest.ok()) {
         return absl::NotFoundError(absl::StrCat("--resume: no checkpoint under ", s.run_dir,
                                                 " (run without --resume first, or pass --resume=<checkpoint dir>)"));
       }
       dir = *latest;
     }
-    SG_ASSIGN_OR_RETURN(Checkpoint c, LoadCheckpoint(dir));
+    s.resume_sharded = IsShardedCheckpoint(dir);
+    SG_ASSIGN_OR_RETURN(Checkpoint c, s.resume_sharded ? ReadTrainerShardState(dir) : LoadCheckpoint(dir));
     // The checkpoint defines the model; a config.json given explicitly must agree with it.
     if (!f.hf_config.empty() && c.config != s.config) {
       return absl::InvalidArgumentError(absl::StrCat(dir, "/", kConfigFile, ": the checkpoint's model (",
@@ -149,6 +156,7 @@ absl::StatusOr<Setup> ResolveRun(const RunFlags& f) {
     }
     s.config = c.config;
     s.resume = std::make_unique<Checkpoint>(std::move(c));
+    s.resume_dir = dir;
     s.run_dir = DirName(dir);
   }
   return s;
@@ -203,9 +211,8 @@ int64_t MemoryBytes(Device d) {
   return CurrentRssBytes();
 }
 
-}  // namespace
-
-absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
+// RunTraining; `link` is set once the job link starts (multi-rank runs).
+absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& link) {
   const int rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1);
   const bool lead = rank == 0;
   const bool talk = lead && !f.quiet;
@@ -213,6 +220,12 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   SG_ASSIGN_OR_RETURN(compiler::Strategy strategy, ParseStrategy(f.strategy));
   SG_ASSIGN_OR_RETURN(std::vector<int64_t> mesh, ParseMesh(f.mesh));
   SG_ASSIGN_OR_RETURN(Device device, ParseDevice(f.device));
+  SG_ASSIGN_OR_RETURN(const FaultPlan fault, FaultPlan::Parse(f.inject_fault));
+  if (f.checkpoint_format != "full" && f.checkpoint_format != "sharded") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_format: expected full or sharded, found '", f.checkpoint_format, "'"));
+  }
+  const bool sharded_save = f.checkpoint_format == "sharded";
 
   // A fresh run never mixes its checkpoints with an earlier run's.
   if (lead && s.resume == nullptr && Exists(s.run_dir)) {
@@ -268,11 +281,19 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   const bool estimate_total = f.steps <= 0 && !(resumed_total > (r ? r->state.step : 0));
 
   SG_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::Create(o, data.split));
+  // Multi-rank: failure detection and checkpoint coordination, started right after the compiler's
+  // rendezvous so that every rank's first heartbeat comes within moments of the others'.
+  if (world > 1) {
+    JobLinkOptions lo;
+    lo.deadline = absl::Seconds(std::max(0.0, f.health_deadline_s));
+    lo.straggler_deadline = absl::Seconds(f.straggler_deadline_s);
+    SG_ASSIGN_OR_RETURN(link, JobLink::Start(lo));
+  }
   if (s.hf_init != nullptr) {
     SG_RETURN_IF_ERROR(t->SetWeights(s.hf_init->model, f.init_from_hf + "/model.safetensors"));
   }
   if (r != nullptr) {
-    SG_RETURN_IF_ERROR(t->Restore(*r));
+    SG_RETURN_IF_ERROR(s.resume_sharded ? t->RestoreShards(s.resume_dir, r->state) : t->Restore(*r));
   }
 
   RunSummary sum;
@@ -287,7 +308,10 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
                  o.precision == compiler::Precision::kF32 ? "f32" : "bf16 mixed", long(o.batch), long(o.seq),
                  long(o.grad_accum), o.world_size, long(t->tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
                  budget > 0 ? absl::StrFormat(", time budget %.0f s", budget).c_str() : "");
-    if (r != nullptr) std::fprintf(stderr, "resumed : step %ld from %s\n", long(t->step()), f.resume.c_str());
+    if (r != nullptr) {
+      std::fprintf(stderr, "resumed : step %ld from %s (%s, saved on %d ranks, now %d)\n", long(t->step()),
+                   s.resume_dir.c_str(), s.resume_sharded ? "per-shard" : "full", r->state.world_size, world);
+    }
     std::fprintf(stderr, "outputs : %s\n", s.run_dir.c_str());
   }
 
@@ -299,25 +323,49 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   ProgressBar bar = f.quiet ? ProgressBar(stderr, false, 1e300) : ProgressBar::ForStderr(5.0);
   std::map<std::string, std::string> extra_files;
   if (!data.tokenizer_file.empty()) extra_files["tokenizer.model"] = data.tokenizer_file;
+  auto notes = [&](double loss) -> std::map<std::string, std::string> {
+    return {{"loss", absl::StrCat(loss)},           {"batch", absl::StrCat(o.batch)},
+            {"seq", absl::StrCat(o.seq)},           {"grad_accum", absl::StrCat(o.grad_accum)},
+            {"lr", absl::StrCat(o.lr)},             {"min_lr", absl::StrCat(o.min_lr)},
+            {"warmup", absl::StrCat(o.warmup)},     {"total_steps", absl::StrCat(t->options().total_steps)},
+            {"tokenizer", data.tokenizer ? data.tokenizer->Describe() : "pre-tokenized shards"}};
+  };
+  int64_t saved_step = -1;
   auto save = [&](const std::string& dir, double loss) -> absl::Status {
+    saved_step = t->step();
+    if (sharded_save) {
+      // Every rank writes its own shard; rank 0 commits the manifest once all are written.
+      ShardedSaveOptions so;
+      so.notes = notes(loss);
+      so.extra_files = extra_files;
+      if (fault.Applies(FaultPlan::Kind::kKillInSave, rank, t->step())) {
+        so.after_write = [&] { KillSelfNow(absl::StrCat("after writing rank ", rank, "'s shard of ", dir)); };
+      }
+      SG_RETURN_IF_ERROR(SaveTrainerShards(*t, dir, so, link.get()));
+      if (talk) std::fprintf(stderr, "\nsaved   : %s (per-shard, %d ranks)\n", dir.c_str(), world);
+      return lead ? PruneShardedCheckpoints(s.run_dir, 3, link ? link->attempt() : "0") : absl::OkStatus();
+    }
     // Every rank reads the (possibly sharded) weights: the reads are collective. Rank 0 writes.
     if (!lead) return t->Save(dir, {}, {}, /*write=*/false);
-    std::map<std::string, std::string> notes = {
-        {"loss", absl::StrCat(loss)},           {"batch", absl::StrCat(o.batch)},
-        {"seq", absl::StrCat(o.seq)},           {"grad_accum", absl::StrCat(o.grad_accum)},
-        {"lr", absl::StrCat(o.lr)},             {"min_lr", absl::StrCat(o.min_lr)},
-        {"warmup", absl::StrCat(o.warmup)},     {"total_steps", absl::StrCat(t->options().total_steps)},
-        {"tokenizer", data.tokenizer ? data.tokenizer->Describe() : "pre-tokenized shards"}};
-    SG_RETURN_IF_ERROR(t->Save(dir, notes, extra_files));
+    SG_RETURN_IF_ERROR(t->Save(dir, notes(loss), extra_files));
     return PruneCheckpoints(s.run_dir, 3);
   };
 
   const Clock::time_point start = Clock::now();
   Clock::time_point rate_start = start;
   int64_t rate_tokens = 0, done = 0;
-  double loss = 0;
+  double loss = 0, last_step_s = 0;
   while (t->step() < t->options().total_steps && !(budget > 0 && Since(start) >= budget)) {
+    for (FaultPlan::Kind k : {FaultPlan::Kind::kKillInStep, FaultPlan::Kind::kStopInStep}) {
+      // Half-way through the step (by the last one's time): the others are inside its collectives.
+      if (fault.Applies(k, rank, t->step() + 1)) {
+        ArmStepFault(fault, absl::Milliseconds(last_step_s > 0 ? std::max(20.0, 500 * last_step_s) : 200.0));
+      }
+    }
+    if (fault.Applies(FaultPlan::Kind::kSleepInStep, rank, t->step() + 1)) StallNow(fault);
+    const Clock::time_point step_start = Clock::now();
     SG_ASSIGN_OR_RETURN(StepResult step, t->Step());
+    last_step_s = Since(step_start);
     ++done;
     loss = step.loss;
     if (!std::isfinite(loss)) {
@@ -389,13 +437,14 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
     if (talk) std::fprintf(stderr, "sample (temperature %g):\n----\n%s\n----\n", f.temperature, sum.sample.c_str());
   }
   sum.checkpoint = StepDir(s.run_dir, t->step());
-  SG_RETURN_IF_ERROR(save(sum.checkpoint, loss));
+  if (!(sharded_save && saved_step == t->step())) SG_RETURN_IF_ERROR(save(sum.checkpoint, loss));
   if (lead) {
     SG_ASSIGN_OR_RETURN(auto train_curve, ReadMetric(metrics_path, "loss"));
     SG_ASSIGN_OR_RETURN(auto val_curve, ReadMetric(metrics_path, "val_loss"));
     SG_RETURN_IF_ERROR(WriteLossCurveSvg(JoinPath(s.run_dir, "loss.svg"),
                                          {{"train loss", train_curve, ""}, {"validation loss", val_curve, ""}}));
   }
+  if (link != nullptr) SG_RETURN_IF_ERROR(link->Finish(absl::Seconds(120)));
   if (talk) {
     std::fprintf(stderr, "checkpoint: %s\nmetrics   : %s\nloss curve: %s\n", sum.checkpoint.c_str(),
                  metrics_path.c_str(), JoinPath(s.run_dir, "loss.svg").c_str());
@@ -407,6 +456,17 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
     SG_RETURN_IF_ERROR(ctx->Finalize(absl::Now() + absl::Seconds(60)));
   }
   return sum;
+}
+
+}  // namespace
+
+absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
+  std::unique_ptr<JobLink> link;
+  absl::StatusOr<RunSummary> sum = Train(f, link);
+  if (sum.ok() || link == nullptr) return sum;
+  // Often a collective that failed because a peer was lost: say which one, as the monitor saw it.
+  const std::string report = link->ConcludeFailure();
+  return absl::Status(sum.status().code(), absl::StrCat(sum.status().message(), "\nhealth: ", report));
 }
 
 }  // namespace sg::trainer

@@ -9,6 +9,12 @@
 // Outputs under `runs/<name>/` (relative to the working directory): step_<N>/ checkpoints (the last
 // 3 kept), metrics.jsonl, loss.svg, and tokenizer.model when one was trained. A fresh run moves an
 // existing runs/<name> aside to runs/<name>.previous first, so checkpoints of two runs never mix.
+//
+// Multi-rank runs (under //comm:launch) also start a JobLink (trainer/job_link.h): a lost, hung or
+// lagging rank is reported by every survivor and the run exits non-zero. With
+// --checkpoint_format=sharded every rank saves its own shards; --resume=auto reloads the newest
+// checkpoint at whatever world size the job has now, which is how a `launch --max_restarts` job
+// continues after losing a rank.
 #ifndef SGTRAIN_TRAINER_RUN_H_
 #define SGTRAIN_TRAINER_RUN_H_
 
@@ -45,8 +51,12 @@ struct RunFlags {
   std::string device = "auto";
   std::string precision;
   std::string name;
-  std::string resume;  // "", "latest" or a checkpoint directory
+  std::string resume;  // "", "latest", "auto" (latest if any, else fresh) or a checkpoint directory
   int64_t checkpoint_every = 0;
+  std::string checkpoint_format = "full";  // "full" or "sharded" (per-shard, trainer/sharded_save.h)
+  double health_deadline_s = 30;       // multi-rank: heartbeat silence before a rank is reported; 0: off
+  double straggler_deadline_s = 300;   // multi-rank: how long a rank may stay behind the others
+  std::string inject_fault;            // tests: trainer/fault_injection.h
   int64_t eval_every = 0;
   int64_t eval_batches = 4;
   std::string metrics;

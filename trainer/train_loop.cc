@@ -57,7 +57,13 @@ graph::HostTensor ToHost(const TensorView& t) {
 
 // The step counter is a scalar of the compiler's choosing (f32 today); written as a number.
 absl::Status WriteScalar(compiler::CompiledStep& s, const std::string& name, double value) {
-  SG_ASSIGN_OR_RETURN(TensorView v, s.View(name));
+  absl::StatusOr<TensorView> view = s.View(name);
+  if (absl::IsNotFound(view.status())) {
+    // The distributed step keeps the counter outside its program and takes it as an f32 scalar.
+    float x = float(value);
+    return s.Write(name, TensorView(&x, DType::kF32, {}, Device::Cpu()));
+  }
+  SG_ASSIGN_OR_RETURN(TensorView v, std::move(view));
   switch (v.dtype()) {
     case DType::kF32: { float x = float(value); return s.Write(name, TensorView(&x, v.dtype(), v.shape(), Device::Cpu())); }
     case DType::kI32: { int32_t x = int32_t(value); return s.Write(name, TensorView(&x, v.dtype(), v.shape(), Device::Cpu())); }
@@ -173,16 +179,22 @@ absl::Status Trainer::Save(const std::string& dir, const std::map<std::string, s
   c.config = options_.config;
   for (const NamedTensor& t : model) c.model.push_back({t.name, t.tensor.view()});
   for (const NamedTensor& t : optimizer) c.optimizer.push_back({t.name, t.tensor.view()});
-  c.state.step = step_;
-  c.state.data = loader_->position();
-  std::ostringstream rng;
-  rng << rng_;
-  c.state.rng = rng.str();
-  c.state.world_size = options_.world_size;
-  c.state.extra = notes;
-  c.state.extra[kDataSeedNote] = absl::StrCat(loader_->options().seed);
+  c.state = Progress(notes);
   c.extra_files = extra_files;
   return SaveCheckpoint(dir, c);
+}
+
+TrainingState Trainer::Progress(const std::map<std::string, std::string>& notes) const {
+  TrainingState state;
+  state.step = step_;
+  state.data = loader_->position();
+  std::ostringstream rng;
+  rng << rng_;
+  state.rng = rng.str();
+  state.world_size = options_.world_size;
+  state.extra = notes;
+  state.extra[kDataSeedNote] = absl::StrCat(loader_->options().seed);
+  return state;
 }
 
 absl::Status Trainer::Restore(const Checkpoint& ckpt) {
@@ -208,11 +220,15 @@ absl::Status Trainer::Restore(const Checkpoint& ckpt) {
       SG_RETURN_IF_ERROR(compiled_->Write(source, f32.view()));
     }
   }
-  SG_RETURN_IF_ERROR(WriteScalar(*compiled_, compiler::kStepName, double(ckpt.state.step)));
+  return RestoreProgress(ckpt.state);
+}
+
+absl::Status Trainer::RestoreProgress(const TrainingState& state) {
+  SG_RETURN_IF_ERROR(WriteScalar(*compiled_, compiler::kStepName, double(state.step)));
   // The data order belongs to the checkpoint: continue its permutation even under another --seed.
-  auto seed_note = ckpt.state.extra.find(kDataSeedNote);
+  auto seed_note = state.extra.find(kDataSeedNote);
   uint64_t data_seed;
-  if (seed_note != ckpt.state.extra.end() && absl::SimpleAtoi(seed_note->second, &data_seed) &&
+  if (seed_note != state.extra.end() && absl::SimpleAtoi(seed_note->second, &data_seed) &&
       data_seed != loader_->options().seed) {
     DataLoaderOptions lo = loader_->options();
     lo.seed = data_seed;
@@ -221,17 +237,17 @@ absl::Status Trainer::Restore(const Checkpoint& ckpt) {
   }
   // The data position is global (windows consumed by all ranks), so it also resumes under another
   // world size; only bit-exactness needs the same one.
-  SG_RETURN_IF_ERROR(loader_->Seek(ckpt.state.data));
-  if (!ckpt.state.rng.empty()) {
-    std::istringstream in(ckpt.state.rng);
+  SG_RETURN_IF_ERROR(loader_->Seek(state.data));
+  if (!state.rng.empty()) {
+    std::istringstream in(state.rng);
     in >> rng_;
     if (in.fail()) {
       return absl::InvalidArgumentError(
           absl::StrCat(kStateFile, ": field 'rng': expected a serialized std::mt19937_64, found '",
-                       ckpt.state.rng.substr(0, 40), "...'"));
+                       state.rng.substr(0, 40), "...'"));
     }
   }
-  step_ = ckpt.state.step;
+  step_ = state.step;
   return absl::OkStatus();
 }
 

@@ -41,6 +41,7 @@
 #include "compiler/eval_step.h"
 #include "graph/interpreter.h"
 #include "graph/ir.h"
+#include "sharding/placement.h"
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/config/llama_config.h"
 #include "trainer/data/data_loader.h"
@@ -77,6 +78,14 @@ struct TrainOptions {
 // to lr over `warmup` updates, then cosine decay to min_lr at total_steps, min_lr afterwards.
 double ScheduledLearningRate(int64_t step, const TrainOptions& o);
 
+// One tensor of a per-shard checkpoint as this rank holds it: its global layout and this rank's
+// piece (an f32 host copy).
+struct LocalShard {
+  std::string name;  // Hugging Face name; AdamW moments "<name>.exp_avg" / "<name>.exp_avg_sq"
+  sharding::TensorSpec spec;
+  Tensor local;
+};
+
 struct StepResult {
   int64_t step = 0;  // updates done after this one
   double loss = 0;
@@ -109,6 +118,19 @@ class Trainer {
   absl::Status Save(const std::string& dir, const std::map<std::string, std::string>& notes = {},
                     const std::map<std::string, std::string>& extra_files = {}, bool write = true) const;
 
+  // Per-shard checkpoints (trainer/checkpoint/sharded.h, written by trainer/sharded_save.h): this
+  // rank's pieces of every parameter and AdamW moment, under the layout the compiled step keeps
+  // them in (one world rank: replicated; FSDP: S(0) over the world; HYBRID_SHARD: [R, S(0)] over
+  // the mesh). Not collective. Unimplemented for a strategy whose layout is not one of these
+  // (e.g. tensor parallelism: save the full format instead).
+  absl::StatusOr<std::vector<LocalShard>> LocalShards() const;
+  // The step counter, data position, RNG and world size a checkpoint records (`notes` go to extra).
+  TrainingState Progress(const std::map<std::string, std::string>& notes) const;
+  // Restores a per-shard checkpoint saved at any world size: this rank's pieces are read from the
+  // shards they overlap (LoadShards verifies each shard's hash and names a corrupted one), then
+  // the progress (`state`, from the manifest) as Restore does. Not collective.
+  absl::Status RestoreShards(const std::string& dir, const TrainingState& state);
+
   // One optimizer update: sets the scheduled learning rate, feeds the next batch, runs the
   // compiled step and reads its metrics.
   absl::StatusOr<StepResult> Step();
@@ -134,6 +156,10 @@ class Trainer {
  private:
   Trainer() = default;
   absl::StatusOr<graph::Feeds> WeightFeeds() const;
+  // Step counter, data seed and position, RNG: the part of Restore that follows the tensors.
+  absl::Status RestoreProgress(const TrainingState& state);
+  // The layout LocalShards / RestoreShards use for a parameter of `shape` (train_loop_shards.cc).
+  absl::StatusOr<sharding::TensorSpec> ShardLayout(const Shape& shape) const;
   // The eval step at [batch, seq] (compiled on first use) holding the current weights.
   absl::StatusOr<compiler::EvalStep*> EvalStepWithWeights(int64_t batch) const;
 
