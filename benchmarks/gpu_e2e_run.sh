@@ -1,37 +1,77 @@
 #!/usr/bin/env bash
-# One GPU-machine call (2 GPUs): the compiled step's GPU tests, then the Llama step benchmark on GPU 0
-# with the PyTorch torch.compile peer on GPU 1 at the same time (same machine, same run), per config.
-# Build first (here): ../shared/tools/gpu-bundle --flags "-c opt" //compiler:llama_step_test \
-#   //compiler:compile_test //compiler:distributed_test \
-#   //compiler/context_parallel:ring_attention_device_test //benchmarks:llama_step_benchmark \
-#   //compiler:autotune_test //compiler:micro_batch_test
+# One GPU-machine call (2 H200s) for the training step end to end:
+#  A. the single-GPU Llama step on GPU 0 (per config in CONFIGS; 1b also with --recompute=none) while
+#     the torch.compile peer runs the same configs on GPU 1;
+#  B. FSDP over both GPUs: ours (llama_step_benchmark --strategy=fsdp under comm/launch), then the
+#     FSDP2 peer under torchrun;
+#  C. the 2-GPU compiler tests (CUDA step vs CPU step, FSDP / micro-batches / context and pipeline
+#     parallel on two GPUs vs one) and the CP / PP benchmarks.
+# Every log goes into $OUT/logs.tgz (with a Chrome trace of one 1b step); a short table is printed.
+# Build first (here), then carry .gpu (or an archive of it, unpacked first):
+#   ../shared/tools/gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch \
+#     //trainer:llama //compiler:llama_step_test //compiler:distributed_test //compiler:micro_batch_test \
+#     //compiler/context_parallel:cp_step_test //compiler/pipeline:pp_step_test \
+#     //compiler/context_parallel:cp_benchmark //compiler/pipeline:pp_benchmark
 set -u
-out=${OUT:-/tmp/out}; mkdir -p "$out"
+out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
+here=$(pwd)
+steps=${STEPS:-20}
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l)"
-t() {  # name timeout binary args...
+json() { grep -h '^\(\[rank 0\] \)\?{' "$@" | sed 's/^\[rank 0\] //' | tail -1 | python3 -c 'import json,sys
+try: j=json.loads(sys.stdin.read())
+except Exception: print("(no result)"); sys.exit()
+print(" ".join(f"{k}={round(j[k],3) if isinstance(j[k],float) else j[k]}" for k in ("tokens_per_s_per_gpu","step_ms_median","peak_gib","mfu","loss_first","loss_last","recompute","recompute_swiglu_layers","world") if k in j))'; }
+t() {  # name seconds binary args...: a test binary, one summary line
   local name=$1 limit=$2; shift 2
-  timeout "$limit" .gpu/run "$@" > "$out/$name.log" 2>&1; local rc=$?
-  echo "$name rc=$rc $(grep -E '^\[  (PASSED|FAILED) ' "$out/$name.log" | tr '\n' ' ')"
-  grep -E '^\[  FAILED  \]|Failure' "$out/$name.log" | head -5
+  [[ -x .gpu/bin/$1 ]] || return
+  timeout "$limit" .gpu/run "$@" > "$logs/$name.log" 2>&1
+  echo "test $name rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/$name.log" | tr '\n' ' ')"
+  grep -E '^\[  FAILED  \]' "$logs/$name.log" | head -4
 }
-t llama_step_test 150 compiler/llama_step_test --gtest_filter=${LLAMA_TEST_FILTER:-*}
-t compile_test_cuda 90 compiler/compile_test --gtest_filter='*Cuda*'
-[[ -x .gpu/bin/compiler/distributed_test ]] && t distributed_gpu 120 compiler/distributed_test --gtest_filter='DistributedTest.FsdpOnTwoGpusEqualsOneGpu'
-[[ -x .gpu/bin/compiler/context_parallel/ring_attention_device_test ]] && t ring_attention_gpu 120 compiler/context_parallel/ring_attention_device_test
-[[ -x .gpu/bin/compiler/autotune_test ]] && t autotune_gpu 120 compiler/autotune_test --gtest_filter='AutotuneCuda.*'
-[[ -x .gpu/bin/compiler/micro_batch_test ]] && t micro_batch_gpu 150 compiler/micro_batch_test --gtest_filter='*Gpu*'
-for cfg in ${CONFIGS:-124m 1b}; do
-  CUDA_VISIBLE_DEVICES=1 timeout 300 python3 benchmarks/llama_peer.py --config "$cfg" --compile \
-    > "$out/peer_$cfg.log" 2>&1 &
-  CUDA_VISIBLE_DEVICES=0 timeout 300 .gpu/run benchmarks/llama_step_benchmark --config="$cfg" \
-    > "$out/ours_$cfg.log" 2>&1
-  wait
-  echo "ours $cfg: $(grep '^{' "$out/ours_$cfg.log" | tail -1)"; tail -2 "$out/ours_$cfg.log" | grep -v '^{'
-  echo "peer $cfg: $(grep '^{' "$out/peer_$cfg.log" | tail -1)"; grep -E 'Error|error' "$out/peer_$cfg.log" | tail -2
+
+# A. GPU 1: the peers; GPU 0: ours.
+(for cfg in ${CONFIGS:-1b 124m}; do
+   CUDA_VISIBLE_DEVICES=1 timeout 150 python3 benchmarks/llama_peer.py --config "$cfg" --compile --steps "$steps" \
+     > "$logs/peer_$cfg.log" 2>&1
+ done) &
+for run in ${RUNS:-1b:auto 1b:none 124m:auto}; do
+  cfg=${run%%:*}; rc=${run##*:}
+  extra=()
+  [[ $run == 1b:auto ]] && extra=(--trace="$logs/trace_1b.json")
+  CUDA_VISIBLE_DEVICES=0 timeout 120 .gpu/run benchmarks/llama_step_benchmark --config="$cfg" --recompute="$rc" \
+    --steps="$steps" --warmup=5 "${extra[@]}" > "$logs/ours_${cfg}_$rc.log" 2>&1
+  echo "ours $cfg $rc: $(json "$logs/ours_${cfg}_$rc.log") $(grep -E 'rror|step [0-9.]+ ms' "$logs/ours_${cfg}_$rc.log" | tail -2)"
 done
-if [[ -x .gpu/bin/trainer/llama ]]; then  # the main job on the GPU, briefly
-  (cd "$out" && timeout 150 "$OLDPWD/.gpu/run" trainer/llama --steps=${TRAIN_STEPS:-300} --device=cuda \
-     --name=gpu --time_budget=${TRAIN_SECONDS:-60} > trainer.log 2>&1; echo "trainer rc=$?"; grep -vE '^\s*$' trainer.log | tail -8)
+wait
+for cfg in ${CONFIGS:-1b 124m}; do echo "peer $cfg: $(json "$logs/peer_$cfg.log") $(grep -E 'Error' "$logs/peer_$cfg.log" | tail -1)"; done
+
+# B. FSDP on both GPUs.
+if [[ -z ${SKIP_FSDP:-} ]]; then
+  timeout 150 .gpu/run comm/launch --nproc=2 -- "$here/.gpu/bin/benchmarks/llama_step_benchmark" --config=1b \
+    --strategy=fsdp --recompute="${FSDP_RECOMPUTE:-auto}" --memory_budget_gib=25 --steps="$steps" --warmup=5 \
+    > "$logs/ours_1b_fsdp.log" 2>&1
+  echo "ours 1b fsdp x2: $(json "$logs/ours_1b_fsdp.log") $(grep -E 'rror' "$logs/ours_1b_fsdp.log" | head -2)"
+  timeout 170 torchrun --nproc_per_node 2 benchmarks/llama_peer.py --config 1b --compile --fsdp --steps "$steps" \
+    > "$logs/peer_1b_fsdp.log" 2>&1
+  echo "peer 1b fsdp x2: $(json "$logs/peer_1b_fsdp.log") $(grep -E 'Error' "$logs/peer_1b_fsdp.log" | tail -1)"
 fi
+
+# C. Tests and the CP / PP benchmarks.
+if [[ -z ${SKIP_TESTS:-} ]]; then
+  t llama_step_test 150 compiler/llama_step_test --gtest_filter='*Cuda*'
+  t distributed_gpu 120 compiler/distributed_test --gtest_filter='DistributedTest.FsdpOnTwoGpusEqualsOneGpu'
+  t micro_batch_gpu 120 compiler/micro_batch_test --gtest_filter='*Gpu*'
+  t cp_step_gpu 120 compiler/context_parallel/cp_step_test --gtest_filter='*Gpu*'
+  t pp_step_gpu 120 compiler/pipeline/pp_step_test --gtest_filter='*Gpu*'
+fi
+if [[ -z ${SKIP_CPPP:-} ]]; then
+  timeout 150 .gpu/run comm/launch --nproc=2 -- "$here/.gpu/bin/compiler/context_parallel/cp_benchmark" \
+    --benchmark_counters_tabular=true > "$logs/cp_bench.log" 2>&1; echo "cp bench rc=$?"
+  grep -E 'rank 0\].*BM_' "$logs/cp_bench.log" | cut -c1-200 | head -12
+  timeout 120 .gpu/run comm/launch --nproc=2 -- "$here/.gpu/bin/compiler/pipeline/pp_benchmark" \
+    --benchmark_counters_tabular=true > "$logs/pp_bench.log" 2>&1; echo "pp bench rc=$?"
+  grep -E 'rank 0\].*BM_' "$logs/pp_bench.log" | cut -c1-200 | head -8
+fi
+tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
 echo "== done $(date -u +%FT%TZ)"

@@ -300,9 +300,13 @@ TEST(LlamaStepTest, CudaGraphReplayAt124mShapes) {
     dev[k] = Tensor::Empty(t.shape(), t.dtype(), Device::Cuda(0)).value();
     ASSERT_TRUE(CopyTensor(t, dev[k], Stream::Cpu()).ok());
   }
-  std::vector<float> losses[2];
-  std::vector<std::vector<double>> weights[2];
-  for (int captured = 0; captured < 2; ++captured) {
+  // Runs 0 and 1 eager, run 2 captured: the two eager runs measure the run-to-run spread the
+  // nondeterministic kernels (atomic / bulk-reduced dq, embedding gradients) leave after five AdamW
+  // steps, and replay must stay within a small multiple of it.
+  std::vector<float> losses[3];
+  std::vector<std::vector<double>> weights[3];
+  for (int run = 0; run < 3; ++run) {
+    const int captured = run == 2;
     CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0));
     o.cuda_graph = captured == 1;
     auto step = Compile(fwd, o);
@@ -313,18 +317,22 @@ TEST(LlamaStepTest, CudaGraphReplayAt124mShapes) {
       ASSERT_TRUE((*step)->Run(Views(dev)).ok());
       auto m = (*step)->ReadMetrics();
       ASSERT_TRUE(m.ok()) << m.status();
-      losses[captured].push_back(m->loss);
+      losses[run].push_back(m->loss);
     }
     EXPECT_EQ((*step)->executor().replaying_graph(), captured == 1);
     for (const char* name : {"output.weight", "layers.0.attention.wq.weight", "layers.11.ffn_norm.weight"}) {
-      weights[captured].push_back(Read(**step, name));
+      weights[run].push_back(Read(**step, name));
     }
   }
   EXPECT_NEAR(losses[0][0], std::log(32000.0), 0.3);
   EXPECT_LT(losses[0].back(), losses[0][0]);  // the same batch five times: it must be learned
-  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-3 * losses[0][i]) << i;
-  // Attention's backward accumulates dq with atomics, so replays may differ in the last bits.
-  for (size_t i = 0; i < weights[0].size(); ++i) EXPECT_LT(sg::testing::RelativeError(weights[1][i], weights[0][i]), 1e-3);
+  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[2][i], losses[0][i], 1e-3 * losses[0][i]) << i;
+  for (size_t i = 0; i < weights[0].size(); ++i) {
+    const double spread = sg::testing::RelativeError(weights[1][i], weights[0][i]);
+    const double replay = sg::testing::RelativeError(weights[2][i], weights[0][i]);
+    std::cout << "weights " << i << ": eager vs eager " << spread << ", replay vs eager " << replay << "\n";
+    EXPECT_LT(replay, 3 * spread + 1e-4) << i;
+  }
 }
 
 }  // namespace

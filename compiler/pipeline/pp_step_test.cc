@@ -25,6 +25,11 @@ using graph::Feeds;
 
 constexpr int64_t kSteps = 3, kSeq = 7;
 constexpr float kLr = 1e-2f;
+// On the GPU (bf16) the runs being compared differ by rounding, and AdamW moves a weight whose
+// gradient is near zero by about lr either way whatever its size: at 1e-2 three steps part the
+// parameters by percents. A small rate keeps that divergence below the bf16 tolerances.
+constexpr float kCudaLr = 1e-4f;
+float LrFor(const Device& d) { return d.is_cuda() ? kCudaLr : kLr; }
 
 std::string SeedEnv() { return absl::StrCat("SG_PP_SEED=", sg::testing::Rng()()); }
 
@@ -104,7 +109,7 @@ std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
     absl::Status st = (*step)->Write(name, t.view());
     EXPECT_TRUE(st.ok()) << name << ": " << st;
   }
-  EXPECT_TRUE((*step)->SetLearningRate(kLr).ok());
+  EXPECT_TRUE((*step)->SetLearningRate(LrFor(o.device)).ok());
   return *std::move(step);
 }
 
@@ -165,7 +170,7 @@ void CompareWithSingleProcess(int64_t batch, int micro, std::vector<int64_t> mes
     const int64_t n = d.params.at(name).numel();
     std::vector<double> want = ReadFull(*ref, name, n), got = ReadFull(*dist, name, n);
     EXPECT_LT(sg::testing::RelativeError(got, want), param_tol) << name << " after " << kSteps << " steps";
-    EXPECT_GT(sg::testing::MaxAbsError(want, d.params.at(name).data), 1e-3) << name << " did not train";
+    EXPECT_GT(sg::testing::MaxAbsError(want, d.params.at(name).data), cuda ? 1e-4 : 1e-3) << name << " did not train";
   }
   // Rank 0 hosts the store: it waits for every rank before exiting.
   auto ctx = DistContext::FromEnv(device, {});
