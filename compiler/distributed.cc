@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/dist_context.h"
 #include "compiler/fsdp.h"
+#include "compiler/tensor_parallel.h"
 #include "graph/ops.h"
 #include "kernels/core/status.h"
 #include "sharding/planner.h"
@@ -90,9 +91,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
       break;
     }
     case Strategy::kTensorParallel:
-      return absl::UnimplementedError(
-          "Compile: strategy 'tensor_parallel' is not lowered yet (its plan needs sharded kernels: "
-          "vocab-parallel embedding/cross-entropy and per-rank head counts); use kFsdp, kHybridShard or kAuto");
+      return CompileTensorParallel(train, o, ctx, mesh);  // compiler/tensor_parallel.h
     case Strategy::kNone:
       return absl::InvalidArgumentError("CompileDistributed: strategy none");
   }
