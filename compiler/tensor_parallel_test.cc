@@ -19,6 +19,7 @@
 #include "compiler/tensor_parallel.h"
 #include "compiler/tensor_parallel_graph.h"
 #include "compiler/testing/tiny_llama.h"
+#include "graph/models/llama.h"
 #include "gtest/gtest.h"
 #include "kernels/core/status.h"
 #include "kernels/core/testing.h"
@@ -49,12 +50,27 @@ struct Data {
   std::vector<Feeds> batches;  // global batches, one per step
 };
 
-// The same on every rank: seeded from the parent's random seed.
-Data MakeData() {
+// graph/models' Llama (separate residual adds, which fusion turns into add_rmsnorm and matmul
+// epilogues): 4 query heads over 2 key/value heads, ffn 64.
+graph::LlamaConfig ModelConfig() {
+  graph::LlamaConfig c;
+  c.dim = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.n_kv_heads = 2;
+  c.ffn_dim = 64;
+  c.vocab = 32;
+  c.dtype = DType::kF32;  // f32 master weights, as the compiler trains them
+  return c;
+}
+
+// The same on every rank: seeded from the parent's random seed. `model`: graph/models' Llama
+// instead of the compiler's tiny test model.
+Data MakeData(bool model = false) {
   std::mt19937_64 rng(uint64_t(comm::testing::EnvInt("SG_DIST_SEED", 1)));
   Data d;
   const testing::TinyLlamaConfig c = TpConfig();
-  d.forward = *testing::TinyLlama(c);
+  d.forward = model ? *graph::BuildLlamaForward(ModelConfig()) : *testing::TinyLlama(c);
   d.params = testing::RandomParameters(d.forward, rng);
   for (int s = 0; s < kSteps; ++s) {
     Feeds b = testing::RandomBatch(kGlobalBatch, kSeq, c.vocab, rng);
@@ -106,10 +122,11 @@ std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
 
 // On every rank of a job: the tp step (mesh {} = tp over every rank, or {D, T}) vs the
 // single-process step on the whole batch. The reference never recomputes.
-void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompute = RecomputePolicy::kNone) {
+void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompute = RecomputePolicy::kNone,
+                              bool model = false) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const int dp = mesh.size() == 2 ? int(mesh[0]) : 1, dp_rank = rank / (world / dp);
-  Data d = MakeData();
+  Data d = MakeData(model);
   CompileOptions ref_opt;
   ref_opt.binding = {{"batch", kGlobalBatch}, {"seq", kSeq}};
   std::unique_ptr<CompiledStep> ref = CompileAndInit(d, ref_opt);
@@ -174,6 +191,7 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompu
 TEST(Workers, DISABLED_Tp) { CompareWithSingleProcess({}); }
 TEST(Workers, DISABLED_TpRecompute) { CompareWithSingleProcess({}, RecomputePolicy::kFull); }
 TEST(Workers, DISABLED_DpTp) { CompareWithSingleProcess({2, 2}); }
+TEST(Workers, DISABLED_TpModel) { CompareWithSingleProcess({}, RecomputePolicy::kSelective, /*model=*/true); }
 
 // kv heads 2 over 4 ranks: a clear error on every rank, no hang.
 TEST(Workers, DISABLED_IndivisibleHeads) {
@@ -215,6 +233,12 @@ TEST(TensorParallelTest, FullRecomputeGivesTheSameGradients) {
 
 TEST(TensorParallelTest, DataParallelTimesTensorParallelOn2x2Mesh) {
   auto run = comm::testing::RunWorkers(4, "Workers.DISABLED_DpTp", {SeedEnv()}, absl::Seconds(100));
+  EXPECT_TRUE(run.AllPassed()) << Check(run);
+  std::cout << run.outputs[0];
+}
+
+TEST(TensorParallelTest, LlamaModelWithSelectiveRecomputeOnTwoRanksEqualsOneProcess) {
+  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_TpModel", {SeedEnv()}, absl::Seconds(100));
   EXPECT_TRUE(run.AllPassed()) << Check(run);
   std::cout << run.outputs[0];
 }
@@ -261,6 +285,22 @@ TEST(TensorParallelGraphTest, MegatronPlacementsFromTheStrategy) {
     EXPECT_EQ(int(tp->all_reduces.size()), 4 * c.layers);
     EXPECT_EQ(tp->dropped_residuals, rank == 0 ? 0 : 2 * c.layers);
   }
+}
+
+TEST(TensorParallelGraphTest, LlamaModelSplitsLikeTheTestModel) {
+  auto forward = graph::BuildLlamaForward(ModelConfig());
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  auto train = PrepareTrainingGraph(*forward, CompileOptions{});
+  ASSERT_TRUE(train.ok()) << train.status();
+  auto dp = SplitOptimizer(*train);
+  ASSERT_TRUE(dp.ok()) << dp.status();
+  auto tp = BuildTensorParallelGraph(*dp, 2, 1);
+  ASSERT_TRUE(tp.ok()) << tp.status();
+  std::cout << tp->Summary() << "\n";
+  int split = 0;
+  for (const TpParam& p : tp->params) split += p.dim >= 0;
+  EXPECT_EQ(split, 7 * ModelConfig().n_layers);
+  EXPECT_EQ(int(tp->all_reduces.size()), 4 * ModelConfig().n_layers);
 }
 
 TEST(TensorParallelGraphTest, FullRecomputeAllReducesTheRecomputedRowParallelOutputs) {
