@@ -81,6 +81,8 @@ absl::StatusOr<std::unique_ptr<TensorParallelStep>> TensorParallelStep::Create(c
   s->tp_size_ = layout.tp ? layout.tp->size() : 1;
   s->tp_rank_ = layout.tp ? layout.tp->rank() : 0;
   s->dp_size_ = layout.dp ? layout.dp->size() : 1;
+  s->data_rank_ = layout.dp ? layout.dp->rank() : 0;
+  s->data_ranks_ = s->dp_size_;
   SG_RETURN_IF_ERROR(s->Build(train, options));
   return s;
 }

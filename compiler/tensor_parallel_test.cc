@@ -141,6 +141,8 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompu
   ASSERT_NE(tp, nullptr);
   if (rank == 0) std::cout << tp->explanation() << "\n";
   EXPECT_NE(tp->explanation().find("all-reduces per step"), std::string::npos) << tp->explanation();
+  EXPECT_EQ(tp->data_ranks(), dp) << "tp peers share a batch";
+  EXPECT_EQ(tp->data_rank(), dp_rank);
 
   for (int s = 0; s < kSteps; ++s) {
     ASSERT_TRUE(ref->Run(Views(Slice(d.batches[s], 0, 1))).ok());

@@ -99,15 +99,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   t->data_ = data;
   t->rng_.seed(options.seed);
 
-  DataLoaderOptions lo;
-  lo.batch_size = options.batch * options.grad_accum;
-  lo.seq_len = options.seq;
-  lo.rank = options.rank;
-  lo.world_size = options.world_size;
-  lo.seed = options.seed;
-  SG_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data.train, lo));
-  t->loader_ = std::make_unique<DataLoader>(std::move(loader));
-
   SG_ASSIGN_OR_RETURN(graph::Graph forward, BuildTrainForward(options.config));
   SG_ASSIGN_OR_RETURN(t->eval_graph_, BuildEvalForward(options.config));
   compiler::CompileOptions co;
@@ -123,12 +114,23 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.adamw.max_grad_norm = options.grad_clip;
   SG_ASSIGN_OR_RETURN(t->compiled_, compiler::Compile(forward, co));
 
+  // The data is split over the step's data-parallel shares (tensor-parallel peers read the same
+  // batch), as many as the job has ranks for every strategy but tensor parallelism.
+  DataLoaderOptions lo;
+  lo.batch_size = options.batch * options.grad_accum;
+  lo.seq_len = options.seq;
+  lo.rank = options.strategy == compiler::Strategy::kNone ? options.rank : t->compiled_->data_rank();
+  lo.world_size = options.strategy == compiler::Strategy::kNone ? options.world_size : t->compiled_->data_ranks();
+  lo.seed = options.seed;
+  SG_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data.train, lo));
+  t->loader_ = std::make_unique<DataLoader>(std::move(loader));
+
   SG_RETURN_IF_ERROR(t->SetWeights(InitialWeights(options.config, options.seed), "initial weights"));
   return t;
 }
 
 int64_t Trainer::tokens_per_step() const {
-  return options_.batch * options_.grad_accum * options_.seq * options_.world_size;
+  return options_.batch * options_.grad_accum * options_.seq * loader_->options().world_size;
 }
 
 absl::Status Trainer::SetWeights(const std::vector<NamedTensor>& hf, absl::string_view source) {
