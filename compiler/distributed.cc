@@ -34,7 +34,7 @@ absl::Status ParameterDims(const graph::Graph& train, const sharding::ShardingPl
         return absl::UnimplementedError(absl::StrCat(
             "the distributed runtime shards parameters on dim 0 or replicates them; strategy '",
             sharding::StrategyName(plan.strategy.kind), "' places '", graph::AttrString(src, "name"), "' as ",
-            sharding::PlacementsToString(pl), " (tensor parallelism is not lowered yet)"));
+            sharding::PlacementsToString(pl), " (tensor parallelism runs through Strategy::kTensorParallel)"));
       }
     }
     if (!first && (s != *shard || r != *replicate)) {
@@ -83,11 +83,18 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
       sharding::PlannerOptions po2;
       po2.candidates = {sharding::StrategyKind::kReplicate, sharding::StrategyKind::kFsdp};
       if (mesh.ndim() == 2) po2.candidates.push_back(sharding::StrategyKind::kHybridShard);
+      // Tensor parallelism over the mesh's last dim, when the model splits evenly on it.
+      const absl::Status tp = TensorParallelApplies(train, mesh.dim_size(mesh.ndim() - 1), o.loss);
+      if (tp.ok()) po2.candidates.push_back(sharding::StrategyKind::kTensorParallel);
       SG_ASSIGN_OR_RETURN(sharding::PlannerResult r, sharding::ChooseStrategy(train, mesh, global, po2));
       plan = r.candidates[r.chosen].plan;
-      why = absl::StrCat("auto (candidates the runtime lowers: replicate, fsdp",
-                         mesh.ndim() == 2 ? ", hybrid_shard" : "", "): ", r.explanation);
+      why = absl::StrCat("auto (candidates the runtime lowers: replicate, fsdp", mesh.ndim() == 2 ? ", hybrid_shard" : "",
+                         tp.ok() ? ", tp" : "", "): ", r.explanation,
+                         tp.ok() ? "" : absl::StrCat(" (tp not considered: ", tp.message(), ")"));
       if (ctx->rank() == 0) std::cerr << "[sg::compiler] " << why << "\n";
+      if (plan.strategy.kind == sharding::StrategyKind::kTensorParallel) {
+        return CompileTensorParallel(train, o, ctx, mesh, why);
+      }
       break;
     }
     case Strategy::kTensorParallel:

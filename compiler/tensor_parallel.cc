@@ -494,7 +494,8 @@ absl::Status TensorParallelStep::Read(const std::string& name, const TensorView&
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileTensorParallel(const graph::Graph& train,
                                                                    const CompileOptions& o,
                                                                    std::shared_ptr<DistContext> ctx,
-                                                                   const sharding::DeviceMesh& mesh) {
+                                                                   const sharding::DeviceMesh& mesh,
+                                                                   const std::string& why_first) {
   if (mesh.ndim() > 2) {
     return absl::InvalidArgumentError(absl::StrCat("tensor parallel: expected a 1-D mesh (tp) or a 2-D mesh (dp x tp), found ",
                                                    mesh.ToString()));
@@ -505,13 +506,19 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileTensorParallel(const graph:
   if (mesh.ndim() == 2) {
     SG_ASSIGN_OR_RETURN(layout.dp, ctx->Group(mesh, {0}));
   }
-  std::string why = absl::StrCat("strategy tensor_parallel: tp over ", mesh.dim_size(tp_dim), " ranks",
+  std::string why = absl::StrCat(why_first, why_first.empty() ? "" : "; ", "strategy tensor_parallel: tp over ",
+                                 mesh.dim_size(tp_dim), " ranks",
                                  mesh.ndim() == 2 ? absl::StrCat(" (mesh dim 1) x data parallel over ", mesh.dim_size(0),
                                                                  " (mesh dim 0)")
                                                   : std::string());
   SG_ASSIGN_OR_RETURN(std::unique_ptr<TensorParallelStep> step,
                       TensorParallelStep::Create(train, o, layout, std::move(ctx), std::move(why)));
   return std::unique_ptr<CompiledStep>(std::move(step));
+}
+
+absl::Status TensorParallelApplies(const graph::Graph& train, int tp_size, const std::string& loss) {
+  SG_ASSIGN_OR_RETURN(DataParallelGraph dp, SplitOptimizer(train, loss));
+  return BuildTensorParallelGraph(dp, tp_size, 0).status();
 }
 
 }  // namespace sg::compiler

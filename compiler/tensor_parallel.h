@@ -102,11 +102,18 @@ class TensorParallelStep : public CompiledStep {
 };
 
 // Compile's kTensorParallel: tp over `mesh`'s last dim, DDP over dim 0 of a 2-D mesh. `train` is
-// the prepared training step. InvalidArgument for a mesh of more than 2 dims.
+// the prepared training step; `why` (e.g. the planner's explanation) starts explanation().
+// InvalidArgument for a mesh of more than 2 dims. The binding is per tp group: its ranks take the
+// same batch (CompiledStep::data_rank()).
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileTensorParallel(const graph::Graph& train,
                                                                    const CompileOptions& options,
                                                                    std::shared_ptr<DistContext> context,
-                                                                   const sharding::DeviceMesh& mesh);
+                                                                   const sharding::DeviceMesh& mesh,
+                                                                   const std::string& why = "");
+
+// OK when `train` (a prepared training step) splits over `tp_size` ranks: kAuto's test before it
+// offers tensor parallelism to the planner. Otherwise BuildTensorParallelGraph's error.
+absl::Status TensorParallelApplies(const graph::Graph& train, int tp_size, const std::string& loss = "loss");
 
 }  // namespace sg::compiler
 
