@@ -236,6 +236,7 @@ Step TensorParallelStep::WaitStep(std::string name, Phase phase, const Event* do
 // all-reduce, the grad norm and AdamW on the local slices.
 absl::Status TensorParallelStep::Schedule() {
   std::multimap<int, Step> after, before;
+  const graph::Graph& g = program_->graph;
   if (layout_.tp != nullptr) {
     for (size_t k = 0; k < tp_.all_reduces.size(); ++k) {
       const TpAllReduce& a = tp_.all_reduces[k];
@@ -243,12 +244,36 @@ absl::Status TensorParallelStep::Schedule() {
       if (v.raw() == nullptr && v.numel() > 0) {
         return absl::InternalError(absl::StrCat("tensor parallel: the partial sum of ", a.where, " has no buffer"));
       }
-      const Phase phase = program_->graph.nodes()[size_t(a.issue_after)].phase;
-      comm::ProcessGroup* g = layout_.tp;
+      const Phase phase = g.nodes()[size_t(a.issue_after)].phase;
+      comm::ProcessGroup* tp = layout_.tp;
       after.emplace(a.issue_after, CommStep(absl::StrCat("all-reduce(tp) ", a.where), phase,
-                                            [g, v](const Stream& s) { return g->AllReduce(v, comm::ReduceOp::kSum, s); },
+                                            [tp, v](const Stream& s) { return tp->AllReduce(v, comm::ReduceOp::kSum, s); },
                                             reduce_done_[k].get()));
       before.emplace(a.needed_by, WaitStep(absl::StrCat("wait all-reduce(tp) ", a.where), phase, reduce_done_[k].get()));
+    }
+  }
+  if (layout_.dp != nullptr) {
+    // Data parallelism: each unit's gradients (compiler/UnitOf: a block, the embedding, ...) are
+    // summed over the dp group as soon as the last of them exists, overlapping the rest of the
+    // backward; the optimizer waits for all of them (one comm stream, in order).
+    std::map<std::string, std::pair<int, std::vector<TensorView>>> units;
+    for (const auto& p : params_) {
+      const int o = g.FindOutput("grad:" + p->tp.name);
+      auto& u = units[UnitOf(p->tp.name)];
+      u.first = std::max(u.first, g.value(g.outputs()[size_t(o)].value).producer);
+      u.second.push_back(p->grad);
+    }
+    comm::ProcessGroup* dp = layout_.dp;
+    for (const auto& [name, u] : units) {
+      const std::vector<TensorView> grads = u.second;
+      after.emplace(u.first, CommStep(absl::StrCat("all-reduce(dp) gradients of ", name), Phase::kBackward,
+                                      [dp, grads](const Stream& s) -> absl::Status {
+                                        for (const TensorView& t : grads) {
+                                          SG_RETURN_IF_ERROR(dp->AllReduce(t, comm::ReduceOp::kSum, s));
+                                        }
+                                        return absl::OkStatus();
+                                      },
+                                      grads_done_.get()));
     }
   }
   auto flush = [](std::multimap<int, Step>* m, int below, std::vector<Step>* out) {
@@ -273,13 +298,6 @@ absl::Status TensorParallelStep::Schedule() {
 
   const Phase opt = Phase::kOptimizer;
   if (layout_.dp != nullptr) {
-    std::vector<TensorView> grads;
-    for (const auto& p : params_) grads.push_back(p->grad);
-    comm::ProcessGroup* g = layout_.dp;
-    steps.push_back(CommStep("all-reduce(dp) gradients", Phase::kBackward, [g, grads](const Stream& s) -> absl::Status {
-      for (const TensorView& t : grads) SG_RETURN_IF_ERROR(g->AllReduce(t, comm::ReduceOp::kSum, s));
-      return absl::OkStatus();
-    }, grads_done_.get()));
     steps.push_back(WaitStep("wait all-reduce(dp) gradients", Phase::kBackward, grads_done_.get()));
   }
   const TensorView loss = program_->outputs.at(tp_.graph.outputs()[0].name);

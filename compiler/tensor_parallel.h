@@ -21,7 +21,8 @@
 //   grad norm  sqrt(sum over tp ranks of |split grads|^2 + |replicated grads|^2): local sums, the
 //              split part all-gathered over the tp group, then one GradNorm over the pieces;
 //   AdamW      one multi-tensor launch over this rank's slices and the replicated parameters.
-// With data parallelism the dp ranks' gradients are all-reduced (sum) after backward and the loss
+// With data parallelism each unit's gradients (a block's, the embedding's, ...) are all-reduced
+// (sum) over the dp group on the comm stream as soon as the unit's last one exists, and the loss
 // is each rank's token-weighted share of the global mean (as in compiler/fsdp.h).
 #ifndef SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
 #define SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
