@@ -112,6 +112,23 @@ absl::StatusOr<TensorParallelGraph> BuildTensorParallelGraph(const DataParallelG
   std::vector<Pending> reduces;  // old ids and node indices
   std::map<std::string, Placement> param_pl;
 
+  // Reshapes alias their input's buffer, so a partial sum and its reshapes are summed together.
+  std::vector<int> alias_root(size_t(g.num_value_ids()));
+  for (int v = 0; v < g.num_value_ids(); ++v) alias_root[size_t(v)] = v;
+  std::map<int, std::vector<int>> aliases;  // root -> every value sharing its buffer
+  // A partial sum is all-reduced in place before node `needed_by`, for every later reader too:
+  // issued once its producer and every reader of it (or of an alias) as a partial sum are done.
+  auto reduce = [&](int v, int needed_by, std::string where) {
+    const std::vector<int>& group = aliases[alias_root[size_t(v)]];
+    int issue_after = g.value(v).producer;
+    for (int a : group) issue_after = std::max({issue_after, g.value(a).producer, last_partial_reader[size_t(a)]});
+    reduces.push_back({v, issue_after, needed_by, std::move(where)});
+    for (int a : group) {
+      if (pl[size_t(a)].is_partial()) pl[size_t(a)] = Placement::Replicate();
+    }
+    pl[size_t(v)] = Placement::Replicate();
+  };
+
   Graph start;
   for (const graph::SymbolInfo& s : g.symbols()) SG_RETURN_IF_ERROR(start.AddSymbol(s));
   graph::Builder b(std::move(start));
@@ -147,13 +164,9 @@ absl::StatusOr<TensorParallelGraph> BuildTensorParallelGraph(const DataParallelG
                                           graph::AttrShape(n, "shape"));
       continue;
     }
-    // A partial sum is all-reduced in place before node i, for every later reader too.
     auto reduce_before = [&](int v) {
-      const int producer = g.value(v).producer;
-      reduces.push_back({v, std::max(producer, last_partial_reader[size_t(v)]), i,
-                         absl::StrCat(NodeName(nodes[size_t(producer)]), " output (P(sum) -> R before ", NodeName(n),
-                                      ")")});
-      pl[size_t(v)] = Placement::Replicate();
+      reduce(v, i, absl::StrCat(NodeName(nodes[size_t(g.value(v).producer)]), " output (P(sum) -> R before ",
+                                NodeName(n), ")"));
     };
     // The norms' backward is linear in dy, so propagation would carry a partial dy through it and
     // sum dx and dw after; summing dy first is one all-reduce instead of two (Megatron's choice).
@@ -229,8 +242,10 @@ absl::StatusOr<TensorParallelGraph> BuildTensorParallelGraph(const DataParallelG
     new_node[size_t(i)] = int(b.graph().nodes().size());
     std::vector<graph::Value> outs = b.Emit(n.op, ins, attrs);
     SG_RETURN_IF_ERROR(b.status());
+    if (n.op == OpKind::kReshape) alias_root[size_t(n.outputs[0])] = alias_root[size_t(n.inputs[0])];
     for (size_t j = 0; j < outs.size(); ++j) {
       const int v = n.outputs[j];
+      aliases[alias_root[size_t(v)]].push_back(v);
       pl[size_t(v)] = s.outputs[j][0];
       map[size_t(v)] = outs[j];
       SG_ASSIGN_OR_RETURN(graph::SymShape want, LocalShape(g.type(v).shape, pl[size_t(v)], T,
@@ -248,10 +263,7 @@ absl::StatusOr<TensorParallelGraph> BuildTensorParallelGraph(const DataParallelG
     if (absl::StartsWith(o.name, "grad:")) want = param_pl[o.name.substr(5)];
     const Placement have = pl[size_t(o.value)];
     if (have.is_partial() && want.is_replicate()) {
-      const int producer = g.value(o.value).producer;
-      reduces.push_back({o.value, std::max(producer, last_partial_reader[size_t(o.value)]), INT_MAX,
-                         absl::StrCat("output ", o.name, " (P(sum) -> R)")});
-      pl[size_t(o.value)] = want;
+      reduce(o.value, INT_MAX, absl::StrCat("output ", o.name, " (P(sum) -> R)"));
     } else if (have != want) {
       return absl::UnimplementedError(absl::StrCat("tensor parallel: output '", o.name, "' comes out ", have.ToString(),
                                                    ", expected ", want.ToString()));
