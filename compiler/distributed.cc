@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "comm/env.h"
 #include "compiler/dist_context.h"
 #include "compiler/fsdp.h"
 #include "compiler/tensor_parallel.h"
@@ -53,6 +54,13 @@ absl::Status ParameterDims(const graph::Graph& train, const sharding::ShardingPl
 
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o) {
   SG_RETURN_IF_ERROR(graph::Verify(g));
+  SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
+  if (o.strategy == Strategy::kTensorParallel) {
+    // A model that does not split is refused before the rendezvous: every rank says why, none
+    // waits for (or loses) a peer.
+    SG_ASSIGN_OR_RETURN(comm::RankInfo info, comm::RankInfoFromEnv());
+    SG_RETURN_IF_ERROR(TensorParallelApplies(train, int(o.mesh.empty() ? info.world_size : o.mesh.back()), o.loss));
+  }
   comm::ProcessGroupOptions po;
   po.timeout = absl::Seconds(o.comm_timeout_s);
   SG_ASSIGN_OR_RETURN(std::shared_ptr<DistContext> ctx, DistContext::FromEnv(o.device, po));
@@ -63,7 +71,6 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
                                                    " ranks, the job has ", ctx->world_size(),
                                                    " (WORLD_SIZE)"));
   }
-  SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
 
   std::string why;
   sharding::ShardingPlan plan;

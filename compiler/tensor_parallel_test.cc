@@ -7,6 +7,7 @@
 // in another order (partial sums over ranks): relative 2e-5 on loss and norm, 1e-4 on gradients
 // and parameters.
 #include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <random>
 
@@ -139,6 +140,35 @@ std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
 // On every rank of a job: the tp step (mesh {} = tp over every rank, or {D, T}) vs the
 // single-process step on the whole batch. The reference never recomputes. On CUDA each rank uses
 // GPU `rank` for both, in bf16 mixed precision (f32 master weights and gradients).
+// Every tp rank holds the same replicated gradients, bit for bit (they are computed from summed
+// values every rank received identically), and its own slice of each split one.
+void ExpectReplicatedGradientsAgree(CompiledStep& step) {
+  auto* tp = dynamic_cast<TensorParallelStep*>(&step);
+  ASSERT_NE(tp, nullptr);
+  auto ctx = DistContext::FromEnv(step.program().device, {});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  const int world = (*ctx)->world_size();
+  for (const TpParam& p : tp->tp_graph().params) {
+    auto view = tp->View("grad:" + p.name);
+    ASSERT_TRUE(view.ok()) << view.status();
+    int64_t local = 1;
+    for (int64_t d : p.local) local *= d;
+    ASSERT_EQ(view->numel(), local) << p.name;
+    if (p.dim >= 0) continue;
+    std::vector<float> mine(static_cast<size_t>(local), 0.f), all(static_cast<size_t>(local * world), std::nanf(""));
+    ASSERT_TRUE(tp->executor().Synchronize().ok());
+    ASSERT_TRUE(CopyTensor(*view, TensorView(mine.data(), DType::kF32, {local}, Device::Cpu()),
+                           tp->executor().compute_stream()).ok());
+    ASSERT_TRUE(tp->executor().Synchronize().ok());
+    ASSERT_TRUE((*ctx)->world().AllGather(TensorView(mine.data(), DType::kF32, {local}, Device::Cpu()),
+                                          TensorView(all.data(), DType::kF32, {local * world}, Device::Cpu())).ok());
+    for (int r = 1; r < world; ++r) {
+      EXPECT_EQ(std::memcmp(all.data(), all.data() + r * local, size_t(local) * 4), 0)
+          << "grad:" << p.name << " differs between tp ranks 0 and " << r;
+    }
+  }
+}
+
 // kAuto: the per-rank batch is half the global one, and the reference takes as many rows as the
 // chosen strategy's data shares consume (tp peers share a batch).
 void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompute = RecomputePolicy::kNone,
@@ -187,6 +217,7 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompu
     EXPECT_NEAR(tm->grad_norm, rm->grad_norm, scalar_tol * rm->grad_norm) << "step " << s;
     EXPECT_EQ(tm->step, s + 1);
     EXPECT_GT(rm->loss, 1.0);
+    if (s == 0 && mesh.empty() && strategy == Strategy::kTensorParallel) ExpectReplicatedGradientsAgree(*tp);
     if (s == 0) {
       EXPECT_GT(rm->grad_norm, 0.5) << "clipping should be active";
       for (const std::string& name : ref->parameter_names()) {
