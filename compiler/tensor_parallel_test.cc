@@ -69,10 +69,17 @@ graph::LlamaConfig ModelConfig() {
 // instead of the compiler's tiny test model.
 // The CUDA model has head_dim 64 and a vocabulary that is a multiple of 8 (the CUDA attention and
 // cross-entropy kernels' bf16 cases) and matrices scaled down so bf16 logits stay moderate.
-Data MakeData(bool model = false, bool cuda = false) {
+// `wide`: dim 512 and ffn 2048 (8M parameters) for a batch of a few tokens, where the planner's
+// cost model prefers tensor parallelism (its traffic scales with activations, DDP's and FSDP's
+// with parameters).
+Data MakeData(bool model = false, bool cuda = false, bool wide = false) {
   std::mt19937_64 rng(uint64_t(comm::testing::EnvInt("SG_DIST_SEED", 1)));
   Data d;
   testing::TinyLlamaConfig c = TpConfig();
+  if (wide) {
+    c.dim = 512;
+    c.ffn = 2048;
+  }
   if (cuda) {
     c.vocab = 64;
     c.dim = 256;
@@ -82,7 +89,7 @@ Data MakeData(bool model = false, bool cuda = false) {
   }
   d.forward = model ? *graph::BuildLlamaForward(ModelConfig()) : *testing::TinyLlama(c);
   d.params = testing::RandomParameters(d.forward, rng);
-  if (cuda) {
+  if (cuda || wide) {
     for (auto& [name, h] : d.params) {
       if (h.shape.size() == 2) {
         for (double& v : h.data) v *= 0.1;
@@ -123,7 +130,7 @@ std::vector<double> ReadFull(CompiledStep& s, const std::string& name, int64_t n
   return std::vector<double>(host.begin(), host.end());
 }
 
-std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
+std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o, float lr = kLr) {
   o.adamw.max_grad_norm = 0.5;  // small enough that clipping is active
   auto step = Compile(d.forward, o);
   EXPECT_TRUE(step.ok()) << step.status();
@@ -133,7 +140,7 @@ std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
     absl::Status st = (*step)->Write(name, t.view());
     EXPECT_TRUE(st.ok()) << name << ": " << st;
   }
-  EXPECT_TRUE((*step)->SetLearningRate(kLr).ok());
+  EXPECT_TRUE((*step)->SetLearningRate(lr).ok());
   return *std::move(step);
 }
 
@@ -172,7 +179,8 @@ void ExpectReplicatedGradientsAgree(CompiledStep& step) {
 // kAuto: the per-rank batch is half the global one, and the reference takes as many rows as the
 // chosen strategy's data shares consume (tp peers share a batch).
 void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompute = RecomputePolicy::kNone,
-                              bool model = false, bool cuda = false, Strategy strategy = Strategy::kTensorParallel) {
+                              bool model = false, bool cuda = false, Strategy strategy = Strategy::kTensorParallel,
+                              bool wide = false) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const int planned_dp = strategy == Strategy::kAuto ? 2 : mesh.size() == 2 ? int(mesh[0]) : 1;
   const Device device = cuda ? Device::Cuda(rank) : Device::Cpu();
@@ -180,7 +188,7 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompu
   // CUDA: bf16 activations from GEMMs of other shapes (another cuBLASLt algorithm may round
   // differently) and bf16 all-reduces: bf16-level agreement, as compiler/distributed_test's FSDP.
   const double tol = cuda ? 2e-2 : 1e-4, param_tol = cuda ? 1e-2 : 1e-4, scalar_tol = cuda ? 2e-3 : 2e-5;
-  Data d = MakeData(model, cuda);
+  Data d = MakeData(model, cuda, wide);
   CompileOptions tp_opt;
   tp_opt.device = device;
   tp_opt.precision = precision;
@@ -189,7 +197,10 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompu
   tp_opt.recompute = recompute;
   tp_opt.comm_timeout_s = 30;
   tp_opt.binding = {{"batch", kGlobalBatch / planned_dp}, {"seq", kSeq}};
-  std::unique_ptr<CompiledStep> tp = CompileAndInit(d, tp_opt);
+  // The wide model's weights are small (0.03): lr 1e-2 steps would be a third of them, and AdamW's
+  // normalized step turns a near-zero gradient's rounding into a full-size update.
+  const float lr = wide ? 1e-3f : kLr;
+  std::unique_ptr<CompiledStep> tp = CompileAndInit(d, tp_opt, lr);
   ASSERT_NE(tp, nullptr);
   if (rank == 0) std::cout << tp->explanation() << "\n";
   const int dp = tp->data_ranks(), dp_rank = tp->data_rank();
@@ -203,7 +214,7 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, RecomputePolicy recompu
   ref_opt.device = device;
   ref_opt.precision = precision;
   ref_opt.binding = {{"batch", rows}, {"seq", kSeq}};
-  std::unique_ptr<CompiledStep> ref = CompileAndInit(d, ref_opt);
+  std::unique_ptr<CompiledStep> ref = CompileAndInit(d, ref_opt, lr);
   ASSERT_NE(ref, nullptr);
 
   for (int s = 0; s < kSteps; ++s) {
@@ -262,6 +273,9 @@ TEST(Workers, DISABLED_TpRecompute) { CompareWithSingleProcess({}, RecomputePoli
 TEST(Workers, DISABLED_DpTp) { CompareWithSingleProcess({2, 2}); }
 TEST(Workers, DISABLED_Auto) {
   CompareWithSingleProcess({}, RecomputePolicy::kNone, false, false, Strategy::kAuto);
+}
+TEST(Workers, DISABLED_AutoWide) {
+  CompareWithSingleProcess({}, RecomputePolicy::kNone, false, false, Strategy::kAuto, /*wide=*/true);
 }
 TEST(Workers, DISABLED_TpCuda) { CompareWithSingleProcess({}, RecomputePolicy::kNone, false, /*cuda=*/true); }
 TEST(Workers, DISABLED_TpModel) { CompareWithSingleProcess({}, RecomputePolicy::kSelective, /*model=*/true); }
@@ -322,6 +336,14 @@ TEST(TensorParallelTest, AutoConsidersTensorParallel) {
   EXPECT_TRUE(run.AllPassed()) << Check(run);
   EXPECT_NE(run.outputs[0].find("candidates the runtime lowers: replicate, fsdp, tp"), std::string::npos)
       << run.outputs[0];
+  std::cout << run.outputs[0];
+}
+
+TEST(TensorParallelTest, AutoChoosesTensorParallelForAWideModelAndTinyBatch) {
+  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_AutoWide", {SeedEnv()}, absl::Seconds(100));
+  EXPECT_TRUE(run.AllPassed()) << Check(run);
+  EXPECT_NE(run.outputs[0].find("chose tp"), std::string::npos) << run.outputs[0];
+  EXPECT_NE(run.outputs[0].find("strategy tensor_parallel: tp over 2 ranks"), std::string::npos) << run.outputs[0];
   std::cout << run.outputs[0];
 }
 
