@@ -24,6 +24,10 @@
 // With data parallelism each unit's gradients (a block's, the embedding's, ...) are all-reduced
 // (sum) over the dp group on the comm stream as soon as the unit's last one exists, and the loss
 // is each rank's token-weighted share of the global mean (as in compiler/fsdp.h).
+// Not lowered yet: FSDP across dim 0 (the natural route is compiler/fsdp.h's runtime over this
+// per-rank graph, its grad norm counting replicated weights on tp rank 0 only), vocab-parallel
+// embedding / LM head / cross-entropy, sequence parallelism (the sharding layer plans all three),
+// and CUDA-graph capture (as for FSDP: the ring collectives and the host loss seed).
 #ifndef SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
 #define SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
 

@@ -16,6 +16,10 @@
 //   backward  dq S(heads) @ wq -> P(sum); the P(sum) cotangents of q, k, v add up (add keeps P)
 //             and are all-reduced once, before the norm's backward needs R; weight gradients
 //             come out in their weight's placement (S(0) / S(1)), replicated weights' R.
+// Where propagation would turn a replicated operand partial to add it to a partial sum (the
+// residual gradient, or dy into a norm's backward, which is linear in dy), the partial sum is
+// all-reduced first instead: one all-reduce, no zeroed copy. A partial sum and its reshapes share
+// a buffer, so they are summed together.
 // The residual added in a row-parallel matmul's epilogue (R into a P(sum) output: "R -> P by
 // zeroing off rank 0") is kept on tp rank 0 and dropped from the matmul on the others.
 // The embedding and the LM head stay replicated: vocab-parallel kernels (offset ids, a
