@@ -122,4 +122,9 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
   return std::unique_ptr<CompiledStep>(std::move(step));
 }
 
+absl::Status FinishDistributed(Device device) {
+  SG_ASSIGN_OR_RETURN(std::shared_ptr<DistContext> ctx, DistContext::FromEnv(device, {}));
+  return ctx->world().Barrier();
+}
+
 }  // namespace sg::compiler

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "compiler/distributed.h"
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -372,6 +373,8 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
     std::fprintf(stderr, "checkpoint: %s\nmetrics   : %s\nloss curve: %s\n", sum.checkpoint.c_str(),
                  metrics_path.c_str(), JoinPath(s.run_dir, "loss.svg").c_str());
   }
+  // Rank 0 hosts the store the other ranks' collectives report to: nobody leaves before all are done.
+  if (strategy != compiler::Strategy::kNone) SG_RETURN_IF_ERROR(compiler::FinishDistributed(device));
   return sum;
 }
 
