@@ -3,12 +3,16 @@
 //
 //   bazel-bin/benchmarks/llama_step_benchmark --config=1b                      # first CUDA device
 //   bazel-bin/benchmarks/llama_step_benchmark --config=tiny --device=cpu --steps=3
+//   bazel-bin/comm/launch --nproc=2 -- bazel-bin/benchmarks/llama_step_benchmark --config=1b --strategy=fsdp
 //
 // Flags: --config=124m|1b|7b|tiny, --device=cuda|cpu (default cuda when present), --steps=30,
 // --warmup=10, --recompute=auto|none|selective|full, --memory_budget_gib (auto: the least recompute
 // whose planned arena + state fits the budget; default 0.8x the peer's peak: 124m 10, 1b 32,
 // 7b 42), --lr=3e-4, --cuda_graph=1,
-// --trace=<path> (a Chrome trace of one extra eager step, plus its summary line on stderr).
+// --trace=<path> (a Chrome trace of one extra eager step, plus its summary line on stderr),
+// --strategy=none|fsdp|hsdp (fsdp/hsdp under a launcher: one process per GPU, the GPU of its local
+// rank, the same per-GPU batch as one GPU; rank 0 prints the JSON line; auto recompute then counts
+// the state as sharded over the world).
 // Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
 // pinned buffers, a fresh random batch per step); the median step after warm-up. Memory: the
 // caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces).
@@ -23,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "comm/env.h"
 #include "compiler/compile.h"
 #include "compiler/llama_step.h"
 #include "compiler/trace.h"
@@ -40,7 +45,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kH200BF16Flops = 989e12;
 
 struct Flags {
-  std::string config = "1b", device, recompute = "auto", trace;
+  std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
   double memory_budget_gib = 0;
   int steps = 30, warmup = 10;
   bool cuda_graph = true;
@@ -60,6 +65,7 @@ absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
     else if (k == "device") f.device = v;
     else if (k == "recompute") f.recompute = v;
     else if (k == "trace") f.trace = v;
+    else if (k == "strategy") f.strategy = v;
     else if (k == "steps") f.steps = std::stoi(v);
     else if (k == "warmup") f.warmup = std::stoi(v);
     else if (k == "cuda_graph") f.cuda_graph = v != "0";
@@ -86,20 +92,20 @@ double DefaultBudgetGiB(const std::string& config) {
   return 1;
 }
 
-// --recompute=auto: none, then selective, then full, the first whose plan fits (full otherwise).
-absl::StatusOr<RecomputePolicy> AutoRecompute(const graph::Graph& fwd, const LlamaBenchConfig& c, Device device,
-                                              double budget_gib) {
-  for (RecomputePolicy rp : {RecomputePolicy::kNone, RecomputePolicy::kSelective}) {
-    SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, LlamaStepOptions(c, device, rp)));
-    if ((plan.arena_bytes + plan.state_bytes) / kGiB <= budget_gib) return rp;
-  }
-  return RecomputePolicy::kFull;
+absl::StatusOr<Strategy> ParseStrategy(const std::string& s) {
+  if (s == "none") return Strategy::kNone;
+  if (s == "fsdp") return Strategy::kFsdp;
+  if (s == "hsdp") return Strategy::kHybridShard;
+  return absl::InvalidArgumentError(absl::StrCat("--strategy: expected none|fsdp|hsdp, found '", s, "'"));
 }
 
+// The GPU of this process's local rank under a launcher, GPU 0 otherwise.
 absl::StatusOr<Device> PickDevice(const std::string& s) {
   if (s == "cpu") return Device::Cpu();
   if (s == "cuda" || s.empty()) {
-    if (CudaDeviceCount() > 0) return Device::Cuda(0);
+    const absl::StatusOr<comm::RankInfo> info = comm::RankInfoFromEnv();
+    const int local = info.ok() ? info->local_rank : 0;
+    if (CudaDeviceCount() > local) return Device::Cuda(local);
     if (s == "cuda") return absl::FailedPreconditionError("--device=cuda: no CUDA device");
     return Device::Cpu();
   }
@@ -154,33 +160,44 @@ absl::StatusOr<std::vector<double>> TimedSteps(CompiledStep& step, const Flags& 
 absl::Status Main(int argc, char** argv) {
   SG_ASSIGN_OR_RETURN(Flags f, ParseFlags(argc, argv));
   SG_ASSIGN_OR_RETURN(Device device, PickDevice(f.device));
+  SG_ASSIGN_OR_RETURN(Strategy strategy, ParseStrategy(f.strategy));
+  int rank = 0, world = 1;
+  if (strategy != Strategy::kNone) {
+    SG_ASSIGN_OR_RETURN(comm::RankInfo info, comm::RankInfoFromEnv());
+    rank = info.rank;
+    world = info.world_size;
+  }
   SG_ASSIGN_OR_RETURN(LlamaBenchConfig c, LlamaBenchConfigNamed(f.config));
   SG_ASSIGN_OR_RETURN(graph::Graph fwd, graph::BuildLlamaForward(c.model));
-  RecomputePolicy rp;
+  CompileOptions o = LlamaStepOptions(c, device, RecomputePolicy::kNone);
   if (f.recompute == "auto") {
-    const double budget = f.memory_budget_gib > 0 ? f.memory_budget_gib : DefaultBudgetGiB(c.name);
-    SG_ASSIGN_OR_RETURN(rp, AutoRecompute(fwd, c, device, budget));
+    // The budget less what the plan does not count (kernel scratch, library workspaces: ~0.2 GiB
+    // at 1b); sharded strategies hold 1/world of the state per GPU.
+    const double budget = (f.memory_budget_gib > 0 ? f.memory_budget_gib : DefaultBudgetGiB(c.name)) - 0.25;
+    SG_RETURN_IF_ERROR(ChooseRecompute(fwd, int64_t(budget * kGiB), world, &o).status());
   } else {
-    SG_ASSIGN_OR_RETURN(rp, ParseRecompute(f.recompute));
+    SG_ASSIGN_OR_RETURN(o.recompute, ParseRecompute(f.recompute));
   }
-  CompileOptions o = LlamaStepOptions(c, device, rp);
+  const RecomputePolicy rp = o.recompute;
   o.cuda_graph = f.cuda_graph;
   o.warmup_steps = 2;
+  o.strategy = strategy;
+  if (strategy == Strategy::kHybridShard) o.mesh = {world / 2, 2};
   SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, o));
-  std::cerr << absl::StrFormat("planned: arena %.2f GiB (%.2f without reuse), state %.2f GiB\n",
+  if (rank == 0) std::cerr << absl::StrFormat("planned: arena %.2f GiB (%.2f without reuse), state %.2f GiB\n",
                                plan.arena_bytes / kGiB, plan.arena_without_reuse_bytes / kGiB,
                                plan.state_bytes / kGiB);
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(device));
   const auto t0 = std::chrono::steady_clock::now();
   SG_ASSIGN_OR_RETURN(std::unique_ptr<CompiledStep> step, Compile(fwd, o));
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  SG_RETURN_IF_ERROR(InitLlamaParameters(*step, 1234));
+  SG_RETURN_IF_ERROR(InitLlamaParameters(*step, fwd, 1234));
   SG_RETURN_IF_ERROR(step->SetLearningRate(f.lr));
   std::vector<std::map<std::string, Tensor>> batches;
   // A fresh random batch for every step, as the peer draws one per step: with a repeated batch the
   // model memorizes it and the loss curve says nothing about matching the peer's behaviour.
   for (int64_t seed = 1; seed <= f.warmup + f.steps; ++seed) {
-    SG_ASSIGN_OR_RETURN(auto b, RandomTokenBatch(c, uint64_t(seed)));
+    SG_ASSIGN_OR_RETURN(auto b, RandomTokenBatch(c, uint64_t(seed * world + rank)));
     batches.push_back(std::move(b));
   }
   std::vector<float> losses;
@@ -194,7 +211,10 @@ absl::Status Main(int argc, char** argv) {
   j["system"] = "sgtrain";
   j["config"] = c.name;
   j["device"] = device.ToString();
+  j["strategy"] = f.strategy;
+  j["world"] = world;
   j["recompute"] = std::string(graph::RecomputePolicyName(rp));
+  j["recompute_swiglu_layers"] = o.recompute_swiglu_layers;
   j["cuda_graph"] = step->executor().replaying_graph();
   j["tokens_per_s_per_gpu"] = std::round(tok_s * 10) / 10;
   j["step_ms_median"] = median * 1e3;
@@ -211,11 +231,13 @@ absl::Status Main(int argc, char** argv) {
   j["warmup"] = f.warmup;
   j["compile_s"] = compile_s;
   j["schedule_steps"] = step->program().schedule.steps.size();
-  std::cout << j.dump() << std::endl;
-  if (!f.trace.empty()) {
+  if (rank == 0) std::cout << j.dump() << std::endl;
+  if (!f.trace.empty()) {  // every rank traces (a collective step); rank 0 writes it
     SG_ASSIGN_OR_RETURN(StepTrace t, step->TraceStep(Views(batches[0])));
-    std::ofstream(f.trace) << ToChromeTraceJson(t);
-    std::cerr << SummaryLine(t) << "\n";
+    if (rank == 0) {
+      std::ofstream(f.trace) << ToChromeTraceJson(t);
+      std::cerr << SummaryLine(t) << "\n";
+    }
   }
   return absl::OkStatus();
 }

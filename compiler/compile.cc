@@ -1,5 +1,9 @@
 #include "compiler/compile.h"
 
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/distributed.h"
 #include "graph/cache.h"
@@ -18,6 +22,8 @@ const char* StrategyName(Strategy s) {
     case Strategy::kHybridShard: return "hybrid_shard";
     case Strategy::kTensorParallel: return "tensor_parallel";
     case Strategy::kAuto: return "auto";
+    case Strategy::kContextParallel: return "cp";
+    case Strategy::kPipeline: return "pp";
   }
   return "?";
 }
@@ -30,6 +36,7 @@ graph::PipelineOptions Pipeline(const CompileOptions& o) {
   graph::PipelineOptions p;
   p.fuse = o.fuse;
   p.recompute = o.recompute;
+  p.recompute_swiglu_layers = o.recompute_swiglu_layers;
   p.train.loss = o.loss;
   p.train.adamw = o.adamw;
   p.train.adamw.keep_grad_outputs = true;
@@ -94,7 +101,27 @@ absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, cons
 
 }  // namespace
 
+namespace {
+std::map<Strategy, StrategyCompiler>& Registry() {
+  static auto* r = new std::map<Strategy, StrategyCompiler>();
+  return *r;
+}
+}  // namespace
+
+bool RegisterStrategyCompiler(Strategy strategy, StrategyCompiler compile) {
+  Registry()[strategy] = std::move(compile);
+  return true;
+}
+
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, const CompileOptions& o) {
+  auto registered = Registry().find(o.strategy);
+  if (registered != Registry().end()) return registered->second(g, o);
+  if (o.strategy == Strategy::kContextParallel || o.strategy == Strategy::kPipeline) {
+    return absl::UnimplementedError(absl::StrCat(
+        "Compile: strategy '", StrategyName(o.strategy), "' is not linked into this binary (depend on ",
+        o.strategy == Strategy::kPipeline ? "//compiler/pipeline:pp_step" : "//compiler/context_parallel:cp_step",
+        ")"));
+  }
   if (o.strategy != Strategy::kNone) return CompileDistributed(g, o);
   SG_RETURN_IF_ERROR(graph::Verify(g));
   std::unique_ptr<CompiledStep> step(new CompiledStep());
@@ -140,6 +167,41 @@ absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOpt
   SG_RETURN_IF_ERROR(graph::Verify(g));
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
   return PlanStepMemory(std::move(train), o.binding, o.device);
+}
+
+absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t budget_bytes, int state_shards,
+                                        CompileOptions* o) {
+  if (state_shards < 1) return absl::InvalidArgumentError("ChooseRecompute: state_shards must be >= 1");
+  int64_t last = 0;
+  auto fits = [&](RecomputePolicy p, int swiglu_layers) -> absl::StatusOr<bool> {
+    CompileOptions t = *o;
+    t.recompute = p;
+    t.recompute_swiglu_layers = swiglu_layers;
+    SG_ASSIGN_OR_RETURN(PlannedMemory m, PlanMemory(forward, t));
+    last = m.arena_bytes + m.state_bytes / state_shards;
+    if (last > budget_bytes) return false;
+    o->recompute = p;
+    o->recompute_swiglu_layers = swiglu_layers;
+    return true;
+  };
+  SG_ASSIGN_OR_RETURN(bool ok, fits(RecomputePolicy::kNone, -1));
+  if (ok) return last;
+  int layers = 0;  // transformer layers: scopes "layers.<i>..."
+  for (const graph::Node& n : forward.nodes()) {
+    int i = 0;
+    if (absl::StartsWith(n.scope, "layers.") &&
+        absl::SimpleAtoi(n.scope.substr(7, n.scope.find('.', 7) - 7), &i)) {
+      layers = std::max(layers, i + 1);
+    }
+  }
+  for (int k = 0; k <= layers; ++k) {
+    SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kSelective, k == layers ? -1 : k));
+    if (ok) return last;
+  }
+  SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1));
+  if (ok) return last;
+  o->recompute = RecomputePolicy::kFull;
+  return last;  // the least memory there is, over the budget: Compile will report running out
 }
 
 // The step counter lives in device memory and is advanced by the step itself (first update uses

@@ -22,6 +22,7 @@
 #ifndef SGTRAIN_COMPILER_COMPILE_H_
 #define SGTRAIN_COMPILER_COMPILE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -43,8 +44,10 @@ namespace sg::compiler {
 // kNone: one device. kFsdp (ZeRO-3 over every mesh dim), kHybridShard (2-D mesh: replicate across
 // dim 0, shard within dim 1), kTensorParallel (Megatron over the mesh's last dim, DDP across dim 0
 // of a 2-D mesh; compiler/tensor_parallel.h), kAuto (sharding::ChooseStrategy picks): the job's
-// processes (see compiler/distributed.h).
-enum class Strategy : uint8_t { kNone, kFsdp, kHybridShard, kTensorParallel, kAuto };
+// processes (see compiler/distributed.h). kContextParallel (sequence sharded over the last mesh dim,
+// ring attention; compiler/context_parallel/cp_step.h) and kPipeline (layers split into stages over
+// the mesh, 1F1B; compiler/pipeline/pp_step.h) are registered by those targets (link them).
+enum class Strategy : uint8_t { kNone, kFsdp, kHybridShard, kTensorParallel, kAuto, kContextParallel, kPipeline };
 const char* StrategyName(Strategy s);
 // graph/passes/passes.h: kNone, kSelective (recompute norms, rope, elementwise), kFull (keep only
 // values crossing a layer boundary).
@@ -58,6 +61,8 @@ struct CompileOptions {
   int64_t comm_timeout_s = 300;  // deadline of every collective (a dead peer fails the step)
   Precision precision = Precision::kF32;
   RecomputePolicy recompute = RecomputePolicy::kNone;
+  // kSelective: recompute SwiGLU only in the first n layers (-1: all); see ChooseRecompute.
+  int recompute_swiglu_layers = -1;
   bool overlap = true;  // communication on its own stream, overlapped with compute
   Device device = Device::Cpu();
   std::string cache_dir;  // "" disables the compile cache
@@ -70,6 +75,11 @@ struct CompileOptions {
   bool fuse = true;  // the graph layer's kernel fusion pass
   bool cuda_graph = true;  // CUDA: capture the step after `warmup_steps` eager steps
   int warmup_steps = 1;
+  // kPipeline: micro-batches per step (the binding's batch is split into this many).
+  int micro_batches = 1;
+  // kContextParallel: shard parameters ZeRO-3 style over every rank (FSDP x CP) instead of
+  // replicating them (gradients all-reduced).
+  bool context_parallel_fsdp = false;
 };
 
 struct StepMetrics {
@@ -148,6 +158,18 @@ class CompiledStep {
 // uninitialized until written. Errors: InvalidArgument for a bad graph or binding, Unimplemented
 // for a strategy or an op the current build cannot run on the device (naming them).
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph, const CompileOptions& options);
+
+// The least recompute whose plan (arena + state / state_shards) fits `budget_bytes`: none, then
+// selective with SwiGLU recomputed in 0, 1, 2, ... layers, then full. Sets options->recompute and
+// options->recompute_swiglu_layers; returns the planned bytes. Plans only (allocates nothing).
+absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t budget_bytes, int state_shards,
+                                        CompileOptions* options);
+// A strategy whose runtime lives in a target above this one (context and pipeline parallelism):
+// that target registers its compile function once (a static initializer; alwayslink), and Compile
+// calls it for the strategy. Compile returns Unimplemented naming the target when none is linked.
+using StrategyCompiler =
+    std::function<absl::StatusOr<std::unique_ptr<CompiledStep>>(const graph::Graph&, const CompileOptions&)>;
+bool RegisterStrategyCompiler(Strategy strategy, StrategyCompiler compile);
 
 // The memory plan Compile would allocate at options.binding on options.device (arena and state
 // sizes, steps per impl), allocating nothing: e.g. the 1b step's activation peak, and that every

@@ -45,6 +45,10 @@ class DistContext {
   // `dims` covering every mesh dim gives the world group.
   absl::StatusOr<comm::ProcessGroup*> Group(const sharding::DeviceMesh& mesh, const std::vector<int>& dims);
 
+  // Every rank calls it before exiting (comm::Rendezvous::Finalize): rank 0, which hosts the
+  // store, waits for the others, so a rank still finishing its last collective keeps the store.
+  absl::Status Finalize(absl::Time deadline) { return rdzv_->Finalize(deadline); }
+
  private:
   DistContext() = default;
 

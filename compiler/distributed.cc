@@ -107,7 +107,10 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
     case Strategy::kTensorParallel:
       return CompileTensorParallel(train, o, ctx, mesh);  // compiler/tensor_parallel.h
     case Strategy::kNone:
-      return absl::InvalidArgumentError("CompileDistributed: strategy none");
+    case Strategy::kContextParallel:
+    case Strategy::kPipeline:
+      return absl::InvalidArgumentError(absl::StrCat("CompileDistributed: strategy ", StrategyName(o.strategy),
+                                                     " has its own runtime (see Compile)"));
   }
   absl::StrAppend(&why, "; plan: ", plan.Summary());
   std::vector<int> shard_dims, replicate_dims;
@@ -120,11 +123,6 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
   SG_ASSIGN_OR_RETURN(std::unique_ptr<ShardedDataParallelStep> step,
                       ShardedDataParallelStep::Create(train, o, layout, ctx, why));
   return std::unique_ptr<CompiledStep>(std::move(step));
-}
-
-absl::Status FinishDistributed(Device device) {
-  SG_ASSIGN_OR_RETURN(std::shared_ptr<DistContext> ctx, DistContext::FromEnv(device, {}));
-  return ctx->world().Barrier();
 }
 
 }  // namespace sg::compiler

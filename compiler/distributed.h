@@ -34,12 +34,6 @@ namespace sg::compiler {
 // (e.g. FSDP x TP), naming it.
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o);
 
-// Waits until every rank of the job gets here (a world barrier, with the collectives' deadline), so
-// that rank 0, which hosts the rendezvous store every group's collectives report to, leaves last:
-// call it before a distributed job's processes exit (ranks of different sub-groups, e.g. tensor-
-// parallel pairs, finish their last collectives at different times). Collective.
-absl::Status FinishDistributed(Device device);
-
 // The training step Compile prepares from a forward graph (mixed precision, the graph pipeline),
 // or `g` itself when it is one already. Shared by the single-device and distributed paths.
 absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o);

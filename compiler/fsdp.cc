@@ -140,6 +140,7 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   // The loss's backward seed is set on the host by PrepareBatch before each (eager) step.
   lo.host_scalars[kLossScaleName] = &loss_scale_host_;
   SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, o.binding, o.device, lo));
+  if (layout_.rewrite_program) SG_RETURN_IF_ERROR(layout_.rewrite_program(*program_));
   for (const auto& p : params_) parameter_names_.push_back(p->name);
   SG_RETURN_IF_ERROR(Allocate());
   SG_RETURN_IF_ERROR(Schedule());
@@ -430,7 +431,12 @@ absl::Status ShardedDataParallelStep::Schedule() {
   return absl::OkStatus();
 }
 
-absl::Status ShardedDataParallelStep::PrepareBatch(const std::map<std::string, TensorView>& batch) {
+absl::Status ShardedDataParallelStep::PrepareBatch(const std::map<std::string, TensorView>& full_batch) {
+  std::map<std::string, TensorView> local;
+  if (layout_.shard_batch) {
+    SG_RETURN_IF_ERROR(layout_.shard_batch(full_batch, executor_->compute_stream(), &local));
+  }
+  const std::map<std::string, TensorView>& batch = layout_.shard_batch ? local : full_batch;
   auto t = batch.find(dp_.targets);
   if (t == batch.end()) {
     return absl::InvalidArgumentError(absl::StrCat("Run: missing input '", dp_.targets, "' (the loss's targets)"));

@@ -26,6 +26,7 @@
 #ifndef SGTRAIN_COMPILER_FSDP_H_
 #define SGTRAIN_COMPILER_FSDP_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -45,6 +46,14 @@ struct DataParallelLayout {
   comm::ProcessGroup* shard = nullptr;      // parameters are split over it
   comm::ProcessGroup* replicate = nullptr;  // holds identical shards (HYBRID_SHARD, DDP)
   comm::ProcessGroup* world = nullptr;      // every rank with a share of the batch
+  // Context parallelism (compiler/context_parallel/cp_step.h) adapts the runtime through these:
+  // rewrite_program runs once on the lowered program before the collectives are scheduled (ring
+  // attention and global RoPE positions replace launches); shard_batch maps every Run's batch to
+  // the inputs the program takes (this rank's sequence rows) before tokens are counted.
+  std::function<absl::Status(Program&)> rewrite_program;
+  std::function<absl::Status(const std::map<std::string, TensorView>& batch, const Stream& stream,
+                             std::map<std::string, TensorView>* local)>
+      shard_batch;
 };
 
 class ShardedDataParallelStep : public CompiledStep {

@@ -1,11 +1,13 @@
 #include "compiler/llama_step.h"
 
 #include <algorithm>
+#include <map>
 #include <cmath>
 #include <random>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/core/parallel.h"
 #include "kernels/core/status.h"
 
 namespace sg::compiler {
@@ -29,10 +31,12 @@ LlamaBenchConfig Make(std::string name, int64_t dim, int64_t layers, int64_t hea
 }
 
 // A counter-based generator (splitmix64): fast enough to fill a 7b model on the host.
+constexpr uint64_t kSplitMixGamma = 0x9e3779b97f4a7c15ull;
+
 struct SplitMix {
   uint64_t s;
   uint64_t Next() {
-    uint64_t z = (s += 0x9e3779b97f4a7c15ull);
+    uint64_t z = (s += kSplitMixGamma);
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
@@ -76,22 +80,46 @@ CompileOptions LlamaStepOptions(const LlamaBenchConfig& c, Device device, Recomp
   return o;
 }
 
-absl::Status InitLlamaParameters(CompiledStep& step, uint64_t seed) {
+absl::Status InitLlamaParameters(CompiledStep& step, const graph::Graph& forward, uint64_t seed) {
+  // Full (global) shapes from the model graph: a sharded step's View is only this rank's shard.
+  std::map<std::string, Shape> shapes;
+  for (const graph::Node& n : forward.nodes()) {
+    if (n.op != graph::OpKind::kParameter) continue;
+    Shape s;
+    for (const graph::Dim& d : forward.type(n.outputs[0]).shape) {
+      if (!d.is_constant()) return absl::InvalidArgumentError("InitLlamaParameters: a parameter has a symbolic shape");
+      s.push_back(d.value());
+    }
+    shapes[graph::AttrString(n, "name")] = s;
+  }
   SplitMix rng{seed};
   for (const std::string& name : step.parameter_names()) {
-    SG_ASSIGN_OR_RETURN(TensorView dst, step.View(name));
-    std::vector<float> host(size_t(dst.numel()));
-    if (dst.rank() == 1) {
+    auto it = shapes.find(name);
+    if (it == shapes.end()) return absl::NotFoundError(absl::StrCat("InitLlamaParameters: no parameter '", name, "' in the model graph"));
+    const Shape& shape = it->second;
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    std::vector<float> host(static_cast<size_t>(numel));
+    if (shape.size() == 1) {
       for (float& v : host) v = 1.0f;
     } else {
-      for (size_t i = 0; i < host.size(); i += 2) {  // Box-Muller, two normals per draw
-        const double u1 = std::max(rng.Uniform(), 1e-300), u2 = rng.Uniform();
-        const double r = 0.02 * std::sqrt(-2.0 * std::log(u1));
-        host[i] = float(r * std::cos(2 * M_PI * u2));
-        if (i + 1 < host.size()) host[i + 1] = float(r * std::sin(2 * M_PI * u2));
-      }
+      // Box-Muller, two normals from two draws. SplitMix's k-th draw only depends on its start
+      // state + k steps, so the threads jump to their pair and the values do not depend on them.
+      const int64_t pairs = (int64_t(host.size()) + 1) / 2;
+      const uint64_t start = rng.s;
+      ParallelFor(pairs, 1 << 16, [&](int64_t begin, int64_t end) {
+        SplitMix r{start + uint64_t(2 * begin) * kSplitMixGamma};
+        for (int64_t p = begin; p < end; ++p) {
+          const size_t i = size_t(2 * p);
+          const double u1 = std::max(r.Uniform(), 1e-300), u2 = r.Uniform();
+          const double radius = 0.02 * std::sqrt(-2.0 * std::log(u1));
+          host[i] = float(radius * std::cos(2 * M_PI * u2));
+          if (i + 1 < host.size()) host[i + 1] = float(radius * std::sin(2 * M_PI * u2));
+        }
+      });
+      rng.s = start + uint64_t(2 * pairs) * kSplitMixGamma;
     }
-    SG_RETURN_IF_ERROR(step.Write(name, TensorView(host.data(), DType::kF32, dst.shape(), Device::Cpu())));
+    SG_RETURN_IF_ERROR(step.Write(name, TensorView(host.data(), DType::kF32, shape, Device::Cpu())));
   }
   return absl::OkStatus();
 }

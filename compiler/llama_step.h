@@ -5,7 +5,7 @@
 //   SG_ASSIGN_OR_RETURN(LlamaBenchConfig c, LlamaBenchConfigNamed("1b"));
 //   SG_ASSIGN_OR_RETURN(graph::Graph fwd, graph::BuildLlamaForward(c.model));
 //   SG_ASSIGN_OR_RETURN(auto step, Compile(fwd, LlamaStepOptions(c, Device::Cuda(0))));
-//   SG_RETURN_IF_ERROR(InitLlamaParameters(*step, /*seed=*/1));
+//   SG_RETURN_IF_ERROR(InitLlamaParameters(*step, fwd, /*seed=*/1));
 #ifndef SGTRAIN_COMPILER_LLAMA_STEP_H_
 #define SGTRAIN_COMPILER_LLAMA_STEP_H_
 
@@ -40,7 +40,8 @@ CompileOptions LlamaStepOptions(const LlamaBenchConfig& c, Device device,
                                 RecomputePolicy recompute = RecomputePolicy::kSelective);
 
 // Writes every trainable parameter: matrices normal(0, 0.02), vectors (norm weights) 1.
-absl::Status InitLlamaParameters(CompiledStep& step, uint64_t seed);
+// Shapes come from `forward` (the graph compiled): full tensors, so a sharded step keeps its shard.
+absl::Status InitLlamaParameters(CompiledStep& step, const graph::Graph& forward, uint64_t seed);
 
 // tokens and targets i32[batch, seq] uniform in [0, vocab) (host tensors).
 absl::StatusOr<std::map<std::string, Tensor>> RandomTokenBatch(const LlamaBenchConfig& c, uint64_t seed);

@@ -202,6 +202,44 @@ TEST(LlamaStepTest, BenchmarkShapesLowerOntoCudaKernels) {
   }
 }
 
+// ChooseRecompute at the 1b shapes: a budget between the selective and the no-recompute plans
+// takes selective with SwiGLU recomputed in only some layers, and that plan fits while one layer
+// fewer would not; a roomy budget takes none; an impossible one falls back to full.
+TEST(LlamaStepTest, ChooseRecomputeTakesTheLeastThatFits) {
+  auto c = LlamaBenchConfigNamed("1b");
+  ASSERT_TRUE(c.ok());
+  graph::Graph fwd = LlamaForward(c->model);
+  auto total = [&](RecomputePolicy rp, int swiglu_layers) {
+    CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), rp);
+    o.recompute_swiglu_layers = swiglu_layers;
+    PlannedMemory m = PlanMemory(fwd, o).value();
+    return m.arena_bytes + m.state_bytes;
+  };
+  const int64_t none = total(RecomputePolicy::kNone, -1), selective = total(RecomputePolicy::kSelective, -1);
+  ASSERT_LT(selective, none);
+  const int64_t budget = (none + selective) / 2;
+  CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kNone);
+  auto planned = ChooseRecompute(fwd, budget, 1, &o);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(o.recompute, RecomputePolicy::kSelective);
+  ASSERT_GE(o.recompute_swiglu_layers, 0);
+  EXPECT_LT(o.recompute_swiglu_layers, c->model.n_layers);
+  EXPECT_LE(*planned, budget);
+  EXPECT_EQ(*planned, total(RecomputePolicy::kSelective, o.recompute_swiglu_layers));
+  if (o.recompute_swiglu_layers > 0) {
+    EXPECT_GT(total(RecomputePolicy::kSelective, o.recompute_swiglu_layers - 1), budget);
+  }
+  std::cout << absl::StrFormat("1b under %.2f GiB: selective with SwiGLU recomputed in %d of %d layers, %.2f GiB\n",
+                               budget / kGiB, o.recompute_swiglu_layers, int(c->model.n_layers), *planned / kGiB);
+
+  CompileOptions roomy = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kFull);
+  ASSERT_TRUE(ChooseRecompute(fwd, none, 1, &roomy).ok());
+  EXPECT_EQ(roomy.recompute, RecomputePolicy::kNone);
+  CompileOptions tight = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kNone);
+  ASSERT_TRUE(ChooseRecompute(fwd, 1 << 20, 1, &tight).ok());
+  EXPECT_EQ(tight.recompute, RecomputePolicy::kFull);
+}
+
 // ---- GPU ----------------------------------------------------------------------------------------
 
 // The CUDA step (bf16 kernels, cuBLASLt, fused CE, multi-tensor AdamW) against the CPU step with
@@ -269,7 +307,7 @@ TEST(LlamaStepTest, CudaGraphReplayAt124mShapes) {
     o.cuda_graph = captured == 1;
     auto step = Compile(fwd, o);
     ASSERT_TRUE(step.ok()) << step.status();
-    ASSERT_TRUE(InitLlamaParameters(**step, 3).ok());
+    ASSERT_TRUE(InitLlamaParameters(**step, fwd, 3).ok());
     ASSERT_TRUE((*step)->SetLearningRate(3e-4f).ok());
     for (int it = 0; it < 5; ++it) {
       ASSERT_TRUE((*step)->Run(Views(dev)).ok());

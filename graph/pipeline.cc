@@ -9,7 +9,8 @@ namespace sg::graph {
 std::map<std::string, std::string> PipelineOptions::CacheOptions() const {
   const AdamWOptions& a = train.adamw;
   return {{"fuse", fuse ? "1" : "0"},
-          {"recompute", std::string(RecomputePolicyName(recompute))},
+          {"recompute", absl::StrCat(RecomputePolicyName(recompute),
+                                     recompute_swiglu_layers >= 0 ? absl::StrCat(":", recompute_swiglu_layers) : "")},
           {"loss", train.loss},
           {"adamw", absl::StrCat(a.beta1, ",", a.beta2, ",", a.eps, ",", a.weight_decay, ",",
                                  a.max_grad_norm, ",", DTypeName(a.state_dtype), ",",
@@ -27,7 +28,7 @@ absl::StatusOr<Graph> OptimizeTrainStep(const Graph& forward, const PipelineOpti
   }
   SG_ASSIGN_OR_RETURN(g, Cse(g));
   SG_ASSIGN_OR_RETURN(g, Dce(g));
-  return ApplyRecompute(g, options.recompute);
+  return ApplyRecompute(g, options.recompute, nullptr, options.recompute_swiglu_layers);
 }
 
 std::string SerializePlan(const MemoryPlan& plan) {

@@ -27,6 +27,7 @@ namespace sg::graph {
 struct PipelineOptions {
   bool fuse = true;
   RecomputePolicy recompute = RecomputePolicy::kSelective;
+  int recompute_swiglu_layers = -1;  // see ApplyRecompute
   TrainStepOptions train;
   // Every option as text, for the cache key.
   std::map<std::string, std::string> CacheOptions() const;

@@ -8,6 +8,7 @@ of --iters runs after warm-up (torch.compile warm-up includes compilation).
 
   python3 kernels/torch_peer_memory_bound.py            # all ops
   python3 kernels/torch_peer_memory_bound.py --only rope,cross_entropy --iters 50
+  python3 kernels/torch_peer_memory_bound.py --batch 10   # back-to-back calls, as the *Batch entries
 """
 import argparse
 import statistics
@@ -15,6 +16,9 @@ import sys
 
 import torch
 import torch.nn.functional as F
+
+
+BATCH = 1  # --batch: calls between the two events (1: host launch latency included in each timing)
 
 
 def timed(fn, iters, warmup=3):
@@ -25,10 +29,11 @@ def timed(fn, iters, warmup=3):
     for _ in range(iters):
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         start.record()
-        fn()
+        for _ in range(BATCH):
+            fn()
         stop.record()
         stop.synchronize()
-        times.append(start.elapsed_time(stop) / 1e3)
+        times.append(start.elapsed_time(stop) / 1e3 / BATCH)
     return statistics.median(times)
 
 
@@ -174,7 +179,11 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--only", default=",".join(OPS), help="comma-separated subset of " + ",".join(OPS))
     ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--batch", type=int, default=1,
+                    help="calls timed between one pair of events (the C++ benchmarks' *Batch entries use 5-20)")
     args = ap.parse_args()
+    global BATCH
+    BATCH = max(1, args.batch)
     if not torch.cuda.is_available():
         sys.exit("torch_peer_memory_bound.py: needs a CUDA GPU")
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name()}", flush=True)

@@ -76,5 +76,53 @@ TEST(ParallelCost, PlannerListsCpAndPpOnlyWhenAsked) {
   EXPECT_GT(only_cp.candidates[0].cost.comm.at("ring p2p(cp)").bytes, 0);
 }
 
+// Known settings where each wins once every candidate is on the table (the pre-flight report's
+// --strategy=auto): the model's own shapes, H200-like defaults unless stated.
+PlannerResult Auto(const std::string& model, const std::string& mesh, graph::Binding b, PlannerOptions opt = {}) {
+  const graph::Graph g = Step(LlamaConfigByName(model).value());
+  opt.context_parallel = opt.pipeline = true;
+  return ChooseStrategy(g, DeviceMesh::Parse(mesh).value(), b, opt).value();
+}
+
+std::string Chosen(const PlannerResult& r) { return r.candidates[size_t(r.chosen)].Name(); }
+
+const Candidate& Named(const PlannerResult& r, const std::string& name) {
+  for (const Candidate& c : r.candidates) {
+    if (c.Name() == name) return c;
+  }
+  ADD_FAILURE() << "no candidate " << name;
+  return r.candidates[0];
+}
+
+// One 32k-token sequence on 2 GPUs: the batch cannot split over data-parallel ranks, and the
+// ring's key/value blocks hide under attention while tensor parallelism's activations do not.
+TEST(ParallelCost, LongSequenceWithBatchOneChoosesContextParallel) {
+  PlannerResult r = Auto("1b", "dp=2", {{"batch", 1}, {"seq", 32768}});
+  EXPECT_EQ(Chosen(r), "cp=2") << r.explanation;
+  EXPECT_FALSE(Named(r, "fsdp").skipped.empty());
+  EXPECT_LT(Named(r, "cp=2").cost.step_s, Named(r, "tp").cost.step_s);
+}
+
+// Slow collectives (2 GB/s, e.g. PCIe or Ethernet between the GPUs) and a 40 GB budget: FSDP fits
+// but cannot hide its parameter traffic, replication does not fit, and the pipeline sends only
+// one activation per micro-batch with a bubble of 3/35.
+TEST(ParallelCost, SlowCollectivesWithManyMicroBatchesChoosePipeline) {
+  PlannerOptions opt;
+  opt.cost.allreduce_busbw = opt.cost.allgather_busbw = 2e9;
+  opt.memory_budget_bytes = 40e9;
+  PlannerResult r = Auto("1b", "dp=4", {{"batch", 32}, {"seq", 2048}}, opt);
+  EXPECT_EQ(Chosen(r), "pp=4") << r.explanation;
+  EXPECT_TRUE(Named(r, "fsdp").fits);
+  EXPECT_LT(2 * Named(r, "pp=4").cost.step_s, Named(r, "fsdp").cost.step_s);
+}
+
+// A small model with a large batch stays data parallel: neither cut pays off.
+TEST(ParallelCost, SmallModelLargeBatchStaysDataParallel) {
+  PlannerResult r = Auto("124m", "dp=2", {{"batch", 16}, {"seq", 1024}});
+  EXPECT_TRUE(Chosen(r) == "fsdp" || Chosen(r) == "replicate") << r.explanation;
+  EXPECT_GT(Named(r, "cp=2").cost.step_s, r.candidates[size_t(r.chosen)].cost.step_s);
+  EXPECT_GT(Named(r, "pp=2").cost.step_s, r.candidates[size_t(r.chosen)].cost.step_s);
+}
+
 }  // namespace
 }  // namespace sg::sharding

@@ -40,7 +40,8 @@ ABSL_FLAG(int64_t, warmup, -1, "linear warm-up steps (-1: the preset's default)"
 ABSL_FLAG(double, grad_clip, 1.0, "clip the global gradient norm to this (<= 0: off)");
 ABSL_FLAG(int64_t, grad_accum, 1, "micro-batches per optimizer step");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay (matrices only)");
-ABSL_FLAG(std::string, strategy, "none", "distribution: none, fsdp, hybrid, tp or auto");
+ABSL_FLAG(std::string, strategy, "none", "distribution: none, fsdp, hybrid, tp, auto, cp (context parallel) or pp (pipeline)");
+ABSL_FLAG(int64_t, micro_batches, 0, "--strategy=pp: micro-batches per step (0: one sequence each)");
 ABSL_FLAG(std::string, mesh, "", "device mesh for --strategy, e.g. 2x2");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA when present), cpu or cuda");
 ABSL_FLAG(std::string, precision, "", "f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
@@ -132,6 +133,7 @@ int main(int argc, char** argv) {
   f.weight_decay = absl::GetFlag(FLAGS_weight_decay);
   f.strategy = absl::GetFlag(FLAGS_strategy);
   f.mesh = absl::GetFlag(FLAGS_mesh);
+  f.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   f.device = absl::GetFlag(FLAGS_device);
   f.precision = absl::GetFlag(FLAGS_precision);
   f.name = absl::GetFlag(FLAGS_name);

@@ -12,7 +12,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "compiler/distributed.h"
+#include "comm/env.h"
+#include "compiler/dist_context.h"
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -46,7 +47,10 @@ absl::StatusOr<compiler::Strategy> ParseStrategy(const std::string& s) {
   if (s == "hybrid") return compiler::Strategy::kHybridShard;
   if (s == "tp") return compiler::Strategy::kTensorParallel;
   if (s == "auto") return compiler::Strategy::kAuto;
-  return absl::InvalidArgumentError(absl::StrCat("--strategy: expected none, fsdp, hybrid, tp or auto, found '", s, "'"));
+  if (s == "cp") return compiler::Strategy::kContextParallel;
+  if (s == "pp") return compiler::Strategy::kPipeline;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--strategy: expected none, fsdp, hybrid, tp, auto, cp or pp, found '", s, "'"));
 }
 
 absl::StatusOr<std::vector<int64_t>> ParseMesh(const std::string& s) {
@@ -62,13 +66,26 @@ absl::StatusOr<std::vector<int64_t>> ParseMesh(const std::string& s) {
   return mesh;
 }
 
+// Under a launcher each process takes the GPU of its local rank (LOCAL_RANK or the like), so the
+// ranks of one host do not share a device; a single process takes GPU 0.
+absl::StatusOr<Device> LocalCudaDevice() {
+  absl::StatusOr<comm::RankInfo> info = comm::RankInfoFromEnv();
+  const int local = info.ok() ? info->local_rank : 0;
+  const int count = CudaDeviceCount();
+  if (local >= count) {
+    return absl::FailedPreconditionError(absl::StrCat("--device=cuda: local rank ", local, " needs GPU ", local,
+                                                      " but this host has ", count));
+  }
+  return Device::Cuda(local);
+}
+
 absl::StatusOr<Device> ParseDevice(const std::string& s) {
   if (s == "cpu") return Device::Cpu();
   if (s == "cuda") {
     if (!CudaAvailable()) return absl::FailedPreconditionError("--device=cuda: no CUDA device is available");
-    return Device::Cuda(0);
+    return LocalCudaDevice();
   }
-  if (s == "auto") return CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
+  if (s == "auto") return CudaAvailable() ? LocalCudaDevice() : absl::StatusOr<Device>(Device::Cpu());
   return absl::InvalidArgumentError(absl::StrCat("--device: expected auto, cpu or cuda, found '", s, "'"));
 }
 
@@ -233,6 +250,17 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
   o.mesh = mesh;
   o.rank = rank;
   o.world_size = world;
+  // Context, pipeline and tensor parallel ranks share one batch: the data is sharded over the
+  // data-parallel dim only (the first dim of a {dp, cp}, {dp, pp} or {dp, tp} mesh).
+  if (strategy == compiler::Strategy::kContextParallel || strategy == compiler::Strategy::kPipeline ||
+      strategy == compiler::Strategy::kTensorParallel) {
+    const int cut = std::max(1, mesh.empty() ? world : int(mesh.back()));
+    o.world_size = world / cut;
+    o.rank = rank / cut;
+  }
+  if (strategy == compiler::Strategy::kPipeline) {
+    o.micro_batches = int(f.micro_batches > 0 ? f.micro_batches : o.batch * o.grad_accum);
+  }
   const double budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);
   // Until the second step is timed, a time-budgeted run assumes a long schedule (the warm-up
   // does not depend on it).
@@ -258,7 +286,7 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
     std::fprintf(stderr, "training: %s, %s, batch %ld x seq %ld x accum %ld x ranks %d = %ld tokens/step, lr %g -> %g "
                  "(warm-up %ld, cosine)%s\n", device.ToString().c_str(),
                  o.precision == compiler::Precision::kF32 ? "f32" : "bf16 mixed", long(o.batch), long(o.seq),
-                 long(o.grad_accum), world, long(t->tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
+                 long(o.grad_accum), o.world_size, long(t->tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
                  budget > 0 ? absl::StrFormat(", time budget %.0f s", budget).c_str() : "");
     if (r != nullptr) std::fprintf(stderr, "resumed : step %ld from %s\n", long(t->step()), f.resume.c_str());
     std::fprintf(stderr, "outputs : %s\n", s.run_dir.c_str());
@@ -373,8 +401,12 @@ absl::StatusOr<RunSummary> RunTraining(const RunFlags& f) {
     std::fprintf(stderr, "checkpoint: %s\nmetrics   : %s\nloss curve: %s\n", sum.checkpoint.c_str(),
                  metrics_path.c_str(), JoinPath(s.run_dir, "loss.svg").c_str());
   }
-  // Rank 0 hosts the store the other ranks' collectives report to: nobody leaves before all are done.
-  if (strategy != compiler::Strategy::kNone) SG_RETURN_IF_ERROR(compiler::FinishDistributed(device));
+  if (strategy != compiler::Strategy::kNone && world > 1) {
+    // Rank 0 hosts the store: it waits for every rank before exiting, so a rank still in its last
+    // collective (a checkpoint read) keeps the store.
+    SG_ASSIGN_OR_RETURN(std::shared_ptr<compiler::DistContext> ctx, compiler::DistContext::FromEnv(device, {}));
+    SG_RETURN_IF_ERROR(ctx->Finalize(absl::Now() + absl::Seconds(60)));
+  }
   return sum;
 }
 

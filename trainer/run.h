@@ -41,6 +41,7 @@ struct RunFlags {
   double weight_decay = 0.1;
   std::string strategy = "none";
   std::string mesh;
+  int64_t micro_batches = 0;  // --strategy=pp: 0 = one sequence per micro-batch
   std::string device = "auto";
   std::string precision;
   std::string name;

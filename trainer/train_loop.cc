@@ -106,6 +106,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.precision = options.precision;
   co.strategy = options.strategy;
   co.mesh = options.mesh;
+  co.micro_batches = options.micro_batches;
   co.cache_dir = options.cache_dir;
   co.binding = {{"batch", options.batch * options.grad_accum}, {"seq", options.seq}};
   co.adamw.beta1 = options.beta1;
@@ -114,13 +115,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.adamw.max_grad_norm = options.grad_clip;
   SG_ASSIGN_OR_RETURN(t->compiled_, compiler::Compile(forward, co));
 
-  // The data is split over the step's data-parallel shares (tensor-parallel peers read the same
-  // batch), as many as the job has ranks for every strategy but tensor parallelism.
+  // The data is split over the data-parallel ranks (options.rank of options.world_size); with kAuto
+  // the compiled step says which share it takes (tensor-parallel peers read the same batch).
+  const bool step_decides = options.strategy == compiler::Strategy::kAuto;
   DataLoaderOptions lo;
   lo.batch_size = options.batch * options.grad_accum;
   lo.seq_len = options.seq;
-  lo.rank = options.strategy == compiler::Strategy::kNone ? options.rank : t->compiled_->data_rank();
-  lo.world_size = options.strategy == compiler::Strategy::kNone ? options.world_size : t->compiled_->data_ranks();
+  lo.rank = step_decides ? t->compiled_->data_rank() : options.rank;
+  lo.world_size = step_decides ? t->compiled_->data_ranks() : options.world_size;
   lo.seed = options.seed;
   SG_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data.train, lo));
   t->loader_ = std::make_unique<DataLoader>(std::move(loader));

@@ -67,6 +67,7 @@ struct TrainOptions {
   compiler::Precision precision = compiler::Precision::kF32;
   compiler::Strategy strategy = compiler::Strategy::kNone;
   std::vector<int64_t> mesh;
+  int micro_batches = 1;  // pipeline (Strategy::kPipeline): micro-batches per step
   int rank = 0;
   int world_size = 1;
   std::string cache_dir;  // the compiler's cache; "" = none

@@ -211,10 +211,11 @@ absl::Status RingAttentionForward(const TensorView& q, const TensorView& k, cons
   std::array<bool, 2> has = {false, false};
   for (int j = 0; j < cp; ++j) {
     const int owner = Mod(me - j, cp);
-    const Tensor& cur = kv[size_t(j % 2)];
+    const bool skip = options.skip_exchanges;
+    const Tensor& cur = kv[skip ? 0 : size_t(j % 2)];
     BlockViews blk = Block(cur, layout, owner, d);
     Exchange x;
-    if (j < cp - 1) {
+    if (j < cp - 1 && !skip) {
       BlockViews next = Block(kv[size_t((j + 1) % 2)], layout, Mod(owner - 1, cp), d);
       SG_ASSIGN_OR_RETURN(x, StartExchange(pg, blk.all, next.all, options.tag, stream,
                                            absl::StrCat("forward step ", j, " key/value block")));
@@ -292,9 +293,11 @@ absl::Status RingAttentionBackward(const TensorView& q, const TensorView& k, con
   Exchange acc_x;  // the accumulator exchange of the previous step
   for (int j = 0; j < cp; ++j) {
     const int owner = Mod(me - j, cp);
-    BlockViews blk = Block(kv[size_t(j % 2)], layout, owner, d);
+    const bool skip = options.skip_exchanges;
+    const size_t at = skip ? 0 : size_t(j % 2);
+    BlockViews blk = Block(kv[at], layout, owner, d);
     Exchange kv_x;
-    if (j < cp - 1) {
+    if (j < cp - 1 && !skip) {
       BlockViews next = Block(kv[size_t((j + 1) % 2)], layout, Mod(owner - 1, cp), d);
       SG_ASSIGN_OR_RETURN(kv_x, StartExchange(pg, blk.all, next.all, options.tag, stream,
                                               absl::StrCat("backward step ", j, " key/value block")));
@@ -319,9 +322,9 @@ absl::Status RingAttentionBackward(const TensorView& q, const TensorView& k, con
     }
     SG_RETURN_IF_ERROR(FinishExchange(pg, kv_x, options, stream));
     SG_RETURN_IF_ERROR(FinishExchange(pg, acc_x, options, stream));
-    BlockViews acc = Block(dacc[size_t(j % 2)], layout, owner, d);
+    BlockViews acc = Block(dacc[at], layout, owner, d);
     SG_RETURN_IF_ERROR(kernels::Add(acc.all, con.all, acc.all, stream));
-    if (cp > 1) {
+    if (cp > 1 && !skip) {
       BlockViews next_acc = Block(dacc[size_t((j + 1) % 2)], layout, Mod(owner - 1, cp), d);
       SG_ASSIGN_OR_RETURN(acc_x, StartExchange(pg, acc.all, next_acc.all, options.tag + 1, stream,
                                                absl::StrCat("backward step ", j, " dK/dV accumulator")));
@@ -330,7 +333,7 @@ absl::Status RingAttentionBackward(const TensorView& q, const TensorView& k, con
   SG_RETURN_IF_ERROR(FinishExchange(pg, acc_x, options, stream));
   // After cp steps (cp exchanges) this rank's own accumulator is back: in dacc[cp % 2] (dacc[0]
   // when cp = 1 and nothing moved).
-  BlockViews mine = Block(dacc[size_t(cp > 1 ? cp % 2 : 0)], layout, me, d);
+  BlockViews mine = Block(dacc[size_t(cp > 1 && !options.skip_exchanges ? cp % 2 : 0)], layout, me, d);
   const int64_t n0 = mine.k[0].dim(1);
   SG_RETURN_IF_ERROR(CopySeqRange(mine.k[0], 0, dk, 0, n0, 1, stream));
   SG_RETURN_IF_ERROR(CopySeqRange(mine.k[1], 0, dk, n0, mine.k[1].dim(1), 1, stream));

@@ -47,6 +47,10 @@ struct RingAttentionOptions {
   // Two ring attentions in flight on one group at once need different tags.
   uint64_t tag = 1 << 20;
   absl::Duration timeout = absl::Seconds(300);  // per transfer wait (host tensors)
+  // Benchmarks only: every ring step computes on the block already held and nothing is sent, so
+  // the call does the same kernel work with no transfer (its results are wrong for cp > 1). The
+  // time a real call takes beyond it is the exposed (not hidden) part of the transfers.
+  bool skip_exchanges = false;
 };
 
 // out and lse (overwritten) of attention of this rank's queries over every key of the sequence.

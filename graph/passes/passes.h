@@ -43,8 +43,10 @@ absl::StatusOr<Graph> FuseForKernels(const Graph& g, FusionStats* stats = nullpt
 
 // Which forward activations the backward keeps vs recomputes.
 //   kNone:      keep every forward value the backward reads.
-//   kSelective: keep outputs of expensive ops (matmul, attention, embedding, losses); recompute
-//               cheap ones (norms, rope, elementwise, swiglu, reshapes) in the backward.
+//   kSelective: keep outputs of expensive ops (matmul, attention, embedding, losses) and every
+//               value crossing a transformer-layer boundary; recompute a cheap op inside a layer
+//               (norm, swiglu, elementwise, reshape) when the backward keeps its inputs anyway,
+//               and rebuild add_rmsnorm's norm output by rmsnorm of its kept sum.
 //   kFull:      keep only values crossing a transformer-layer boundary (scope "layers.<i>");
 //               recompute everything inside a layer, matmuls and attention included.
 enum class RecomputePolicy : uint8_t { kNone, kSelective, kFull };
@@ -52,8 +54,12 @@ absl::string_view RecomputePolicyName(RecomputePolicy p);  // "none", "selective
 
 // Clones the chosen forward nodes into the backward, right before their first backward use
 // (Phase::kBackward, same scope). Needs a graph with Phase::kBackward nodes (AppendBackward).
+// `swiglu_layers` (kSelective only): recompute SwiGLU only in layers [0, swiglu_layers) ("layers.<i>"
+// scopes); -1 for every layer. SwiGLU is the widest value selective recompute frees (ffn_dim per
+// token) and the costliest to rebuild, so a memory budget can take it layer by layer: the first
+// layers' activations live longest (their backward runs last).
 absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy,
-                                     int* recomputed_nodes = nullptr);
+                                     int* recomputed_nodes = nullptr, int swiglu_layers = -1);
 
 }  // namespace sg::graph
 

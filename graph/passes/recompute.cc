@@ -4,6 +4,7 @@
 #include <map>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "graph/ops.h"
 #include "graph/passes/passes.h"
@@ -33,23 +34,46 @@ bool Expensive(OpKind op) {
   }
 }
 
-// Whether forward node i may be recomputed under `policy`.
-std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy) {
+// Whether forward node i may be recomputed under `policy`. Both policies keep every value that
+// crosses a transformer-layer boundary (read by a forward node of another layer, or a graph
+// output): recomputing the residual stream would rebuild it from the embedding on. Selective
+// recompute takes a cheap node only when the backward keeps all its inputs anyway (sources, or
+// values a backward node reads): then recomputing frees its output and keeps nothing new
+// (rmsnorm of a kept sum, swiglu of the kept w1/w3 outputs), where recomputing rope from the
+// matmul output would only trade one stored tensor for another of the same size.
+int LayerIndex(const std::string& layer) {
+  int i = -1;
+  return layer.size() > 7 && absl::SimpleAtoi(layer.substr(7), &i) ? i : -1;
+}
+
+std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy, int swiglu_layers) {
   const auto& nodes = g.nodes();
   std::vector<bool> r(nodes.size(), false);
   if (policy == RecomputePolicy::kNone) return r;
   const auto users = g.Users();
   std::vector<bool> is_output(g.num_value_ids(), false);
   for (const GraphOutput& o : g.outputs()) is_output[o.value] = true;
+  std::vector<bool> kept_for_backward(g.num_value_ids(), false);
+  for (const Node& n : nodes) {
+    if (n.phase == Phase::kForward) continue;
+    for (int in : n.inputs) kept_for_backward[in] = true;
+  }
+  auto inputs_kept = [&](const Node& n) {
+    for (int in : n.inputs) {
+      if (!kept_for_backward[in] && !Schema(nodes[g.value(in).producer].op).is_source) return false;
+    }
+    return true;
+  };
   for (size_t i = 0; i < nodes.size(); ++i) {
     const Node& n = nodes[i];
     if (n.phase != Phase::kForward || Schema(n.op).is_source) continue;
-    if (policy == RecomputePolicy::kSelective) {
-      r[i] = !Expensive(n.op);
+    const std::string layer = LayerOf(n.scope);
+    if (policy == RecomputePolicy::kFull && layer.empty()) continue;
+    if (policy == RecomputePolicy::kSelective && (Expensive(n.op) || !inputs_kept(n))) continue;
+    if (policy == RecomputePolicy::kSelective && n.op == OpKind::kSwiGLU && swiglu_layers >= 0 &&
+        !(LayerIndex(layer) >= 0 && LayerIndex(layer) < swiglu_layers)) {
       continue;
     }
-    const std::string layer = LayerOf(n.scope);
-    if (layer.empty()) continue;
     bool inside = true;  // no forward use outside this layer: not a layer-boundary value
     for (int o : n.outputs) {
       inside &= !is_output[o];
@@ -60,6 +84,15 @@ std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy) {
     r[i] = inside;
   }
   return r;
+}
+
+// add_rmsnorm's outputs are (y, h) with y = rmsnorm(h): when h is kept (a layer boundary), y can be
+// rebuilt from it by a plain rmsnorm, the same math on the same value.
+bool NormOutputOfKeptSum(const Graph& g, const std::vector<bool>& recomputable, RecomputePolicy policy, int v) {
+  if (policy != RecomputePolicy::kSelective) return false;
+  const int p = g.value(v).producer;
+  const Node& n = g.nodes()[p];
+  return n.op == OpKind::kAddRmsNorm && n.phase == Phase::kForward && !recomputable[p] && n.outputs[0] == v;
 }
 
 }  // namespace
@@ -73,7 +106,8 @@ absl::string_view RecomputePolicyName(RecomputePolicy p) {
   return "?";
 }
 
-absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy, int* recomputed_nodes) {
+absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy, int* recomputed_nodes,
+                                     int swiglu_layers) {
   SG_RETURN_IF_ERROR(Verify(g));
   if (recomputed_nodes) *recomputed_nodes = 0;
   bool has_backward = false;
@@ -81,7 +115,7 @@ absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy, int
   if (!has_backward) {
     return absl::InvalidArgumentError("recompute: the graph has no backward nodes; run AppendBackward first");
   }
-  const std::vector<bool> recomputable = Recomputable(g, policy);
+  const std::vector<bool> recomputable = Recomputable(g, policy, swiglu_layers);
   Graph out;
   for (const SymbolInfo& s : g.symbols()) SG_RETURN_IF_ERROR(out.AddSymbol(s));
   int next_id = g.num_value_ids();
@@ -92,9 +126,23 @@ absl::StatusOr<Graph> ApplyRecompute(const Graph& g, RecomputePolicy policy, int
   // recursively the producer's recomputable inputs) on first use.
   std::function<absl::StatusOr<int>(int)> Get = [&](int v) -> absl::StatusOr<int> {
     const int p = g.value(v).producer;
-    if (!recomputable[p]) return v;
     auto it = clone_of.find(v);
     if (it != clone_of.end()) return it->second;
+    if (NormOutputOfKeptSum(g, recomputable, policy, v)) {
+      const Node& fused = g.nodes()[p];
+      Node n;
+      n.op = OpKind::kRmsNorm;
+      n.inputs = {fused.outputs[1], fused.inputs[2]};
+      n.attrs = fused.attrs;
+      n.scope = fused.scope;
+      n.phase = Phase::kBackward;
+      n.outputs = {next_id};
+      clone_of[v] = next_id++;
+      SG_RETURN_IF_ERROR(out.AddNodeWithIds(std::move(n), {g.type(v)}));
+      ++clones;
+      return clone_of.at(v);
+    }
+    if (!recomputable[p]) return v;
     Node n = g.nodes()[p];
     for (int& in : n.inputs) {
       SG_ASSIGN_OR_RETURN(in, Get(in));

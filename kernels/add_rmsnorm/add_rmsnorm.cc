@@ -48,7 +48,7 @@ absl::Status AddRmsNormForward(const TensorView& x, const TensorView& delta, con
   }
 #ifdef SG_WITH_CUDA
   return add_rmsnorm_internal::ForwardCuda(p, x.raw(), delta.raw(), weight.raw(), h.raw(), y.raw(),
-                                           rstd.data<float>(), stream.native());
+                                           rstd.data<float>(), x.device().ordinal, stream.native());
 #else
   return NoCuda(kOp);
 #endif

@@ -2,59 +2,172 @@
 // h and y written; backward: dy, dh_in and h read, dh written (plus rstd and weights, negligible).
 // An unfused add + RMSNorm moves 3 + 2 = 5 tensors forward instead of 4.
 // Run: bazel-bin/kernels/add_rmsnorm/add_rmsnorm_benchmark on the GPU machine (CPU without one).
+//
+// As in rmsnorm_benchmark: the plain names time one call between CUDA events (host launch latency
+// included), "Batch" times kBatch back-to-back calls (what a CUDA-graph step sees), and
+// BM_AddRmsNormSweep runs every launch configuration of the shared kernels (batch timing).
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <memory>
 #include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "kernels/add_rmsnorm/add_rmsnorm.h"
+#include "kernels/add_rmsnorm/add_rmsnorm_internal.h"
 #include "kernels/core/testing.h"
 
 namespace sg::kernels {
 namespace {
 
-void Run(benchmark::State& state, DType dtype, bool backward) {
-  const Device dev = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
-  Stream stream = dev.is_cpu() ? Stream::Cpu() : Stream::Create(dev).value();
-  const int64_t rows = state.range(0), dim = state.range(1);
-  const Shape shape = {rows, dim};
-  auto& rng = testing::Rng();
-  Tensor x = testing::RandomTensor(shape, dtype, dev, rng), delta = testing::RandomTensor(shape, dtype, dev, rng);
-  Tensor w = testing::RandomTensor({dim}, dtype, dev, rng);
-  Tensor dy = testing::RandomTensor(shape, dtype, dev, rng), dh_in = testing::RandomTensor(shape, dtype, dev, rng);
-  Tensor h = Tensor::Empty(shape, dtype, dev).value(), y = Tensor::Empty(shape, dtype, dev).value();
-  Tensor dh = Tensor::Empty(shape, dtype, dev).value();
-  Tensor rstd = Tensor::Empty({rows}, DType::kF32, dev).value(), dw = Tensor::Empty({dim}, DType::kF32, dev).value();
-  if (!AddRmsNormForward(x, delta, w, 1e-5f, h, y, rstd, stream).ok()) state.SkipWithError("forward failed");
-  Event start = Event::Create(dev, true).value(), stop = Event::Create(dev, true).value();
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)start.Record(stream);
-    absl::Status st = backward ? AddRmsNormBackward(dy, dh_in, h, w, rstd, dh, dw, stream)
-                               : AddRmsNormForward(x, delta, w, 1e-5f, h, y, rstd, stream);
-    (void)stop.Record(stream);
-    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
-    if (dev.is_cuda()) {
-      (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3);
-    } else {
-      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-  }
-  const int64_t tensor_bytes = rows * dim * SizeOf(dtype);
-  state.SetBytesProcessed(state.iterations() * (4 * tensor_bytes + rows * 4));
-  state.SetLabel(std::string(DTypeName(dtype)) + "@" + dev.ToString());
+constexpr int kBatch = 20;
+
+struct Setup {
+  Device device = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
+  Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
+};
+
+Setup& TheSetup() {
+  static Setup* s = new Setup;
+  return *s;
 }
 
-void BM_AddRmsNormForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false); }
-void BM_AddRmsNormBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true); }
-void BM_AddRmsNormForwardF32(benchmark::State& st) { Run(st, DType::kF32, false); }
+struct Buffers {
+  Tensor x, delta, w, dy, dh_in, h, y, dh, rstd, dw;
+};
+
+// One set of buffers per shape, kept across benchmarks; only the most recent shape stays alive.
+Buffers& BuffersFor(int64_t rows, int64_t dim, DType dtype) {
+  static std::tuple<int64_t, int64_t, DType> key{-1, -1, DType::kF32};
+  static std::unique_ptr<Buffers> b;
+  if (!b || key != std::make_tuple(rows, dim, dtype)) {
+    b.reset();
+    Setup& s = TheSetup();
+    auto& rng = testing::Rng();
+    const Shape shape = {rows, dim};
+    b = std::make_unique<Buffers>();
+    b->x = testing::RandomTensor(shape, dtype, s.device, rng);
+    b->delta = testing::RandomTensor(shape, dtype, s.device, rng);
+    b->w = testing::RandomTensor({dim}, dtype, s.device, rng);
+    b->dy = testing::RandomTensor(shape, dtype, s.device, rng);
+    b->dh_in = testing::RandomTensor(shape, dtype, s.device, rng);
+    b->h = Tensor::Empty(shape, dtype, s.device).value();
+    b->y = Tensor::Empty(shape, dtype, s.device).value();
+    b->dh = Tensor::Empty(shape, dtype, s.device).value();
+    b->rstd = Tensor::Empty({rows}, DType::kF32, s.device).value();
+    b->dw = Tensor::Empty({dim}, DType::kF32, s.device).value();
+    (void)AddRmsNormForward(b->x, b->delta, b->w, 1e-5f, b->h, b->y, b->rstd, s.stream);
+    key = std::make_tuple(rows, dim, dtype);
+  }
+  return *b;
+}
+
+// Times `calls` back-to-back runs of `fn` per iteration (events on the GPU, wall clock on the CPU).
+template <typename F>
+void Time(benchmark::State& state, int calls, int64_t bytes_per_call, DType dtype, const std::string& label, F fn) {
+  Setup& s = TheSetup();
+  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)start.Record(s.stream);
+    absl::Status st;
+    for (int i = 0; i < calls && st.ok(); ++i) st = fn();
+    (void)stop.Record(s.stream);
+    if (!st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      break;
+    }
+    if (s.device.is_cuda()) {
+      (void)stop.Synchronize();
+      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / calls);
+    } else {
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * bytes_per_call);
+  state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() + " " + label);
+}
+
+int64_t Bytes(int64_t rows, int64_t dim, DType dtype) { return 4 * rows * dim * SizeOf(dtype) + rows * 4; }
+
+void Run(benchmark::State& state, DType dtype, bool backward, int calls) {
+  const int64_t rows = state.range(0), dim = state.range(1);
+  Buffers& b = BuffersFor(rows, dim, dtype);
+  const Stream& stream = TheSetup().stream;
+  Time(state, calls, Bytes(rows, dim, dtype), dtype, calls == 1 ? "per-call" : "batch", [&] {
+    return backward ? AddRmsNormBackward(b.dy, b.dh_in, b.h, b.w, b.rstd, b.dh, b.dw, stream)
+                    : AddRmsNormForward(b.x, b.delta, b.w, 1e-5f, b.h, b.y, b.rstd, stream);
+  });
+}
+
+void BM_AddRmsNormForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false, 1); }
+void BM_AddRmsNormBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true, 1); }
+void BM_AddRmsNormForwardF32(benchmark::State& st) { Run(st, DType::kF32, false, 1); }
+void BM_AddRmsNormForwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, false, kBatch); }
+void BM_AddRmsNormBackwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, true, kBatch); }
 
 // The Llama-1B shape (8 x 2048 tokens, dim 2048), the 7B dim, and a small CPU-sized case.
 #define SG_SHAPES ->Args({16384, 2048})->Args({8192, 4096})->Args({256, 256})
 BENCHMARK(BM_AddRmsNormForwardBF16) SG_SHAPES->UseManualTime();
 BENCHMARK(BM_AddRmsNormBackwardBF16) SG_SHAPES->UseManualTime();
 BENCHMARK(BM_AddRmsNormForwardF32) SG_SHAPES->UseManualTime();
+BENCHMARK(BM_AddRmsNormForwardBF16Batch) SG_SHAPES->UseManualTime();
+BENCHMARK(BM_AddRmsNormBackwardBF16Batch) SG_SHAPES->UseManualTime();
+
+// Every launch configuration, bf16, batch timing. Args: backward, rows, dim, max_threads,
+// rows_per_step, ctas_per_sm (forward: 0 = one CTA per step of rows; backward: 0 = all resident,
+// else CTAs = partial rows per SM),
+// overlap_sum (backward).
+void BM_AddRmsNormSweep(benchmark::State& state) {
+  const bool backward = state.range(0) != 0;
+  const int64_t rows = state.range(1), dim = state.range(2);
+  add_rmsnorm_internal::LaunchConfig cfg;
+  cfg.max_threads = int(state.range(3));
+  cfg.rows_per_step = int(state.range(4));
+  (backward ? cfg.bwd_ctas_per_sm : cfg.fwd_ctas_per_sm) = int(state.range(5));
+  cfg.overlap_sum = state.range(6) != 0;
+#ifdef SG_WITH_CUDA
+  if (!TheSetup().device.is_cuda()) {
+    state.SkipWithError("the sweep needs a CUDA device");
+    return;
+  }
+  Buffers& b = BuffersFor(rows, dim, DType::kBF16);
+  const Setup& s = TheSetup();
+  const add_rmsnorm_internal::Problem p{rows, dim, DType::kBF16, 1e-5f};
+  const int dev = s.device.ordinal;
+  auto raw = [](const Tensor& t) { return t.view().raw(); };
+  Time(state, kBatch, Bytes(rows, dim, DType::kBF16), DType::kBF16, cfg.ToString(), [&] {
+    return backward ? add_rmsnorm_internal::BackwardCuda(p, raw(b.dy), raw(b.dh_in), raw(b.h), raw(b.w),
+                                                         b.rstd.data<float>(), raw(b.dh), b.dw.data<float>(), dev,
+                                                         s.stream.native(), cfg)
+                    : add_rmsnorm_internal::ForwardCuda(p, raw(b.x), raw(b.delta), raw(b.w), raw(b.h), raw(b.y),
+                                                        b.rstd.data<float>(), dev, s.stream.native(), cfg);
+  });
+#else
+  (void)backward, (void)rows, (void)dim;
+  state.SkipWithError("built without CUDA");
+#endif
+}
+
+void SweepArgs(benchmark::internal::Benchmark* bm) {
+  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm", "overlap"});
+  for (int bwd : {0, 1}) {
+    for (auto [rows, dim] : {std::pair<int64_t, int64_t>{16384, 2048}, {8192, 4096}}) {
+      for (int threads : {128, 256, 512}) {
+        for (int step : {1, 2, 4}) {
+          for (int ctas : bwd ? std::vector<int>{0, 1, 2, 3, 4, 8} : std::vector<int>{0, 4, 8}) {
+            for (int overlap : bwd ? std::vector<int>{0, 1} : std::vector<int>{0}) {
+              bm->Args({bwd, rows, dim, threads, step, ctas, overlap});
+            }
+          }
+        }
+      }
+    }
+  }
+}
+BENCHMARK(BM_AddRmsNormSweep)->Apply(SweepArgs)->UseManualTime()->MinTime(0.1);
 
 }  // namespace
 }  // namespace sg::kernels

@@ -1,4 +1,6 @@
 // Per-device implementations behind add_rmsnorm.h; arguments are already checked by add_rmsnorm.cc.
+// The CUDA entry points run RMSNorm's kernels (kernels/rmsnorm/rmsnorm_launch.h) with the add /
+// residual term switched on, and take their launch configuration so the benchmark can sweep it.
 #ifndef SGTRAIN_KERNELS_ADD_RMSNORM_ADD_RMSNORM_INTERNAL_H_
 #define SGTRAIN_KERNELS_ADD_RMSNORM_ADD_RMSNORM_INTERNAL_H_
 
@@ -6,8 +8,11 @@
 
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
+#include "kernels/rmsnorm/rmsnorm_launch.h"
 
 namespace sg::kernels::add_rmsnorm_internal {
+
+using rmsnorm_launch::LaunchConfig;
 
 struct Problem {
   int64_t rows = 0;
@@ -21,9 +26,10 @@ void BackwardCpu(const Problem& p, const void* dy, const void* dh_in, const void
                  const float* rstd, void* dh, float* dw);
 
 absl::Status ForwardCuda(const Problem& p, const void* x, const void* delta, const void* w, void* h, void* y,
-                         float* rstd, void* stream);
+                         float* rstd, int device, void* stream, const LaunchConfig& cfg = {});
 absl::Status BackwardCuda(const Problem& p, const void* dy, const void* dh_in, const void* h, const void* w,
-                          const float* rstd, void* dh, float* dw, int device, void* stream);
+                          const float* rstd, void* dh, float* dw, int device, void* stream,
+                          const LaunchConfig& cfg = {});
 
 }  // namespace sg::kernels::add_rmsnorm_internal
 

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/add_rmsnorm/add_rmsnorm.h"
+#include "kernels/add_rmsnorm/add_rmsnorm_internal.h"
 #include "kernels/core/testing.h"
 
 namespace sg::kernels {
@@ -73,9 +74,11 @@ std::string Name(const Case& c) {
 }
 
 // Forward + backward on `device` against the double reference. With `in_place`, h is written over x
-// and dh over dh_in.
-void CheckAgainstReference(const Case& c, Device device, double tol, bool in_place) {
-  SCOPED_TRACE(Name(c) + " on " + device.ToString() + (in_place ? " in place" : ""));
+// and dh over dh_in. With `cfg` (CUDA only), the kernels run with that launch configuration.
+void CheckAgainstReference(const Case& c, Device device, double tol, bool in_place,
+                           const add_rmsnorm_internal::LaunchConfig* cfg = nullptr) {
+  SCOPED_TRACE(Name(c) + " on " + device.ToString() + (in_place ? " in place" : "") +
+               (cfg ? " " + cfg->ToString() : std::string()));
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
   auto& rng = Rng();
   const Shape shape = {c.rows, c.dim};
@@ -97,10 +100,24 @@ void CheckAgainstReference(const Case& c, Device device, double tol, bool in_pla
     Poison(dh);
   }
 
-  absl::Status st = AddRmsNormForward(x, delta, w, kEps, h, y, rstd, stream);
-  ASSERT_TRUE(st.ok()) << st;
-  st = AddRmsNormBackward(dy, dh_in, h, w, rstd, dh, dw, stream);
-  ASSERT_TRUE(st.ok()) << st;
+  absl::Status st;
+  if (cfg == nullptr) {
+    st = AddRmsNormForward(x, delta, w, kEps, h, y, rstd, stream);
+    ASSERT_TRUE(st.ok()) << st;
+    st = AddRmsNormBackward(dy, dh_in, h, w, rstd, dh, dw, stream);
+    ASSERT_TRUE(st.ok()) << st;
+  } else {
+#ifdef SG_WITH_CUDA
+    const add_rmsnorm_internal::Problem p{c.rows, c.dim, c.dtype, kEps};
+    auto raw = [](const Tensor& t) { return t.view().raw(); };
+    st = add_rmsnorm_internal::ForwardCuda(p, raw(x), raw(delta), raw(w), raw(h), raw(y), rstd.data<float>(),
+                                           device.ordinal, stream.native(), *cfg);
+    ASSERT_TRUE(st.ok()) << st;
+    st = add_rmsnorm_internal::BackwardCuda(p, raw(dy), raw(dh_in), raw(h), raw(w), rstd.data<float>(), raw(dh),
+                                            dw.data<float>(), device.ordinal, stream.native(), *cfg);
+    ASSERT_TRUE(st.ok()) << st;
+#endif
+  }
   ASSERT_TRUE(stream.Synchronize().ok());
 
   Ref ref = DoubleReference(RoundedSum(hx, hdelta, c.dtype), hw, hdy, hdh_in, c.rows, c.dim);
@@ -208,6 +225,27 @@ TEST(AddRmsNormCudaTest, MatchesDoubleReference) {
 }
 
 // The weight gradient is reduced in a fixed order: two runs give identical bits.
+// Every launch layout of the shared RMSNorm kernels with the add and the residual gradient switched
+// on (see RmsNormCudaTest.EveryLaunchConfigMatchesReference for how the widths reach each layout),
+// out of place and in place.
+TEST(AddRmsNormCudaTest, EveryLaunchConfigMatchesReference) {
+  SG_SKIP_WITHOUT_CUDA();
+  const std::vector<add_rmsnorm_internal::LaunchConfig> configs = {
+      {256, 4, 0, 0}, {32, 1, 0, 1}, {32, 4, 2, 8}, {64, 2, 1, 2}, {128, 4, 0, 4}, {512, 2, 8, 1}, {512, 4, 0, 3},
+      {256, 4, 0, 0, true}, {32, 2, 0, 8, true},
+  };
+  const std::vector<Case> cases = {
+      {37, 256, DType::kBF16},  {130, 512, DType::kBF16}, {259, 1000, DType::kBF16}, {1031, 2048, DType::kBF16},
+      {66, 4096, DType::kBF16}, {2, 16384, DType::kBF16}, {9, 16392, DType::kBF16},  {41, 256, DType::kF32},
+      {67, 1000, DType::kF32},  {6, 8192, DType::kF32},   {3, 8200, DType::kF32},
+  };
+  for (const auto& cfg : configs) {
+    for (const Case& c : cases) {
+      for (bool in_place : {false, true}) CheckAgainstReference(c, Device::Cuda(0), Tolerance(c.dtype), in_place, &cfg);
+    }
+  }
+}
+
 TEST(AddRmsNormCudaTest, WeightGradientIsDeterministic) {
   SG_SKIP_WITHOUT_CUDA();
   const Device d = Device::Cuda(0);

@@ -157,7 +157,8 @@ absl::Status AttentionBlockBackward(const TensorView& q, const TensorView& k, co
   }
   SG_RETURN_IF_ERROR(CheckCudaSupport(q, p));
 #ifdef SG_WITH_CUDA
-  SG_ASSIGN_OR_RETURN(Tensor dq_accum, Tensor::Empty(q.shape(), DType::kF32, q.device()));
+  SG_ASSIGN_OR_RETURN(Tensor dq_accum,
+                      Tensor::Empty({internal::DqWorkspaceElems(p)}, DType::kF32, q.device()));
   // The allocator reuses dq_accum's block only for work ordered after this launch on the stream.
   return internal::AttentionBlockBackwardCuda(p, q.raw(), k.raw(), v.raw(), dout.raw(),
                                               lse.data<float>(), delta.data<float>(),

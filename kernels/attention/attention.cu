@@ -1,6 +1,8 @@
 // CUDA flash attention, variant v1 (FlashAttention-2 structure, the first correct version; kept as
 // the fallback selected by SG_ATTENTION_KERNEL=v1), plus the kernels both variants share: delta, dq
-// conversion, merge; and the entry points that pick the variant. v2 lives in attention_v2.cu.
+// conversion, merge; and the entry points that pick the variant. v2 lives in attention_fwd_v2.cu and
+// attention_bwd_v2.cu, v3's forward in attention_fwd_v2.cu (v2's kernel with two switches) and its
+// backward in attention_bwd_v3.cu.
 //
 // v1 forward: one block per (128-query tile, head, batch), 8 warps of 16 query rows each, looping
 //   over 64-key tiles. Causal grids start with the heaviest (last) query tiles.
@@ -487,6 +489,9 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
   SG_ASSIGN_OR_RETURN(Problem pr, MakeProblem(p));
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a) {
+    return LaunchForwardV3(pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
+  }
   if (variant == AttentionKernel::kV2) {
     return LaunchForwardV2(pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
   }
@@ -529,8 +534,17 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
     }
     return absl::OkStatus();
   }
-  SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(nq) * sizeof(float), s));
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
+  const bool v3 = variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a;
+  if (v3 && (p.seq_k + kBwdV3BlockN - 1) / kBwdV3BlockN > 65535) {
+    variant = AttentionKernel::kV2;  // v3's grid holds at most 65535 key blocks (seq_k <= 8M)
+  } else if (v3) {  // its own workspace layout and dq conversion
+    SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(DqWorkspaceElems(p)) * sizeof(float), s));
+    // seq_k = 0 (nk = 0): no key blocks; the conversion alone writes dq = 0.
+    return LaunchBackwardV3(pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse, delta, dq_accum,
+                            dq, dk, dv, /*bulk_dq=*/variant == AttentionKernel::kV3, s);
+  }
+  SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(nq) * sizeof(float), s));
   if (nk > 0 && variant == AttentionKernel::kV2) {
     SG_RETURN_IF_ERROR(LaunchBackwardV2(pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse,
                                         delta, dq_accum, dk, dv, s));

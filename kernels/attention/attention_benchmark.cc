@@ -1,11 +1,13 @@
 // Flash attention throughput on CUDA: B=8, S=2048, H=32, KV=8 (GQA 4), D=64/128, causal and not.
 // TFLOP/s counts the useful flops: forward 4*B*S^2*H*D (halved when causal), backward 2.5x that.
 // Compare with kernels/attention/sdpa_peer.py (PyTorch SDPA, flash backend) on the same machine.
-// `variant` 1 or 2 picks the kernel family (SG_ATTENTION_KERNEL=v1|v2, set here per benchmark).
+// `variant` picks the kernel family (SG_ATTENTION_KERNEL, set here per benchmark): 2 = v2, 3 = v3,
+// 4 = v3a (v3 with v2's dq atomics; backward only, its forward is v3's), 1 = v1 (not listed).
 //
 //   bazel run -c opt //kernels/attention:attention_benchmark
 #include <cmath>
 #include <cstdlib>
+#include <initializer_list>
 
 #include "benchmark/benchmark.h"
 #include "kernels/attention/attention.h"
@@ -65,7 +67,8 @@ absl::StatusOr<Buffers> MakeBuffers(int64_t dim, const Stream& stream) {
 void BM_AttentionCuda(benchmark::State& state, bool backward) {
   const int64_t dim = state.range(0);
   const bool causal = state.range(1) != 0;
-  setenv("SG_ATTENTION_KERNEL", state.range(2) == 1 ? "v1" : "v2", 1);
+  const int64_t variant = state.range(2);
+  setenv("SG_ATTENTION_KERNEL", variant == 1 ? "v1" : variant == 3 ? "v3" : variant == 4 ? "v3a" : "v2", 1);
   if (!CudaAvailable()) return state.SkipWithError(CudaUnavailableReason().c_str());
   auto stream = Stream::Create(Device::Cuda(0));
   if (!stream.ok()) return state.SkipWithError(stream.status().ToString().c_str());
@@ -85,18 +88,20 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
   }
 }
 
-void Shapes(benchmark::internal::Benchmark* b) {
+void Shapes(benchmark::internal::Benchmark* b, std::initializer_list<int64_t> variants) {
   b->ArgNames({"D", "causal", "variant"});
   for (int64_t dim : {64, 128}) {
     for (int64_t causal : {1, 0}) {
-      for (int64_t variant : {2, 1}) b->Args({dim, causal, variant});
+      for (int64_t variant : variants) b->Args({dim, causal, variant});
     }
   }
   b->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 }
+void ForwardShapes(benchmark::internal::Benchmark* b) { Shapes(b, {2, 3}); }
+void BackwardShapes(benchmark::internal::Benchmark* b) { Shapes(b, {2, 3, 4}); }
 
-BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)->Apply(Shapes);
-BENCHMARK_CAPTURE(BM_AttentionCuda, backward, true)->Apply(Shapes);
+BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)->Apply(ForwardShapes);
+BENCHMARK_CAPTURE(BM_AttentionCuda, backward, true)->Apply(BackwardShapes);
 
 }  // namespace
 }  // namespace sg::kernels

@@ -74,6 +74,38 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
   return *reinterpret_cast<uint32_t*>(&v);
 }
 
+// The two halves of a PackBf16 word, exactly (bf16 is the top half of an f32).
+__device__ __forceinline__ float Bf16LoToFloat(uint32_t packed) { return __uint_as_float(packed << 16); }
+__device__ __forceinline__ float Bf16HiToFloat(uint32_t packed) {
+  return __uint_as_float(packed & 0xffff0000u);
+}
+
+// --- Bulk (TMA) reductions, sm_90 ------------------------------------------------------------------
+// global[dst, dst + bytes) += shared[src, src + bytes) as f32, element-wise atomic (relaxed, gpu
+// scope), performed by the TMA unit. dst and src 16-byte aligned, bytes a multiple of 16. The
+// shared memory must be written (generic proxy) and then fenced with FenceProxyAsyncShared by
+// every writer, then a barrier, before one thread issues this; it may be overwritten only after
+// BulkWaitRead in the issuing thread (and a barrier for the others).
+__device__ __forceinline__ void BulkReduceAddF32(float* dst, uint32_t src, int bytes) {
+  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
+               "r"(src), "r"(bytes)
+               : "memory");
+}
+__device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// The issuing thread's bulk groups but the newest kPending have finished reading shared memory.
+template <int kPending>
+__device__ __forceinline__ void BulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
+}
+// ... and are complete (their writes performed).
+template <int kPending>
+__device__ __forceinline__ void BulkWait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
+}
+__device__ __forceinline__ void FenceProxyAsyncShared() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
 // The A operand of a k-step from two C accumulator tiles (columns 16k..16k+15 of a 16-row block).
 __device__ __forceinline__ void AccToA(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
   a[0] = PackBf16(c0[0], c0[1]);
@@ -174,13 +206,25 @@ absl::Status AllowSmem(Kernel kernel, int bytes) {
   return absl::OkStatus();
 }
 
-// Variant v2 (attention_v2.cu); head_dim 64 or 128, arguments as in attention_internal.h.
+// Variant v2 (attention_fwd_v2.cu, attention_bwd_v2.cu); head_dim 64 or 128, arguments as in attention_internal.h.
 absl::Status LaunchForwardV2(const Problem& pr, int head_dim, int batch, const void* q, const void* k,
                              const void* v, void* out, float* lse, cudaStream_t stream);
 absl::Status LaunchBackwardV2(const Problem& pr, int head_dim, int batch, const void* q,
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dk, void* dv,
                               cudaStream_t stream);
+
+// Variant v3's forward (attention_fwd_v2.cu: the v2 kernel with its kV3 switches; scale <= 0 runs
+// v2's), arguments as LaunchForwardV2.
+absl::Status LaunchForwardV3(const Problem& pr, int head_dim, int batch, const void* q, const void* k,
+                             const void* v, void* out, float* lse, cudaStream_t stream);
+// Variant v3 (attention_bwd_v3.cu): the backward kernel and the dq conversion. dq_accum holds
+// DqWorkspaceElems floats (zeroed by the caller) in v3's tile layout; dq is written here.
+// bulk_dq: dQ tiles added by the TMA unit (v3); false adds them with per-thread atomics (v3a).
+absl::Status LaunchBackwardV3(const Problem& pr, int head_dim, int batch, const void* q,
+                              const void* k, const void* v, const void* dout, const float* lse,
+                              const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
+                              bool bulk_dq, cudaStream_t stream);
 
 }  // namespace attention_device
 }  // namespace sg::kernels::internal

@@ -7,6 +7,17 @@
 // One block of 4 warps per (128-query tile, head, batch), two blocks per SM (so one block's softmax
 // overlaps the other's MMAs), K/V tiles of 64 keys in a kStages-deep cp.async ring with one barrier
 // per key tile. Causal grids start with the heaviest (last) query tiles.
+//
+// Variant v3's forward is this kernel with kV3 = true, two changes on trial against v2:
+// - Grid order (head, query tile, batch): blocks are issued per batch, query tiles heaviest first,
+//   heads fastest. v2's (tile, head, batch) grid is heaviest-first only within each head, so its
+//   last wave mixes heavy and light blocks; a list-scheduling model of the causal benchmark (B=8
+//   S=2048 H=32, 264 resident blocks) puts v2's makespan 7.5% over the ideal, this order 1.7%.
+//   The blocks in flight stay on one batch's K/V (8 MB at D128), as before.
+// - At head_dim 64, one FFMA per score: P = 2^(s c - m) with the row max taken on the raw scores
+//   (c = scale log2 e > 0 keeps the order) instead of scaling every score first. At 128 this made
+//   ptxas spill 36 bytes (255 registers), so D128 keeps v2's softmax.
+// v3 with scale <= 0, or more than 65535 query tiles (the grid's y limit), runs the v2 kernel.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -37,13 +48,16 @@ struct FwdV2Config {
   static constexpr int kSmemBytes = (QTile::kElems + 2 * kStages * KvTile::kElems) * int(sizeof(bf16));
 };
 
-template <int kD>
+template <int kD, bool kV3>
 __global__ void __launch_bounds__(FwdV2Config<kD>::kThreads, 2)
     AttentionForwardV2Kernel(Problem pr, const bf16* __restrict__ q, const bf16* __restrict__ k,
                              const bf16* __restrict__ v, bf16* __restrict__ out,
                              float* __restrict__ lse) {
   using C = FwdV2Config<kD>;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
+  // v3 folds the scale into the exponent at head_dim 64 only: at 128 the raw scores' longer life
+  // cost 36 bytes of spills (ptxas, 255 registers).
+  constexpr bool kFold = kV3 && kD == 64;
   constexpr int kMTiles = C::kMTiles;
   using KvTile = typename C::KvTile;
   extern __shared__ __align__(16) unsigned char smem[];
@@ -52,8 +66,17 @@ __global__ void __launch_bounds__(FwdV2Config<kD>::kThreads, 2)
   bf16* const v_stages = k_stages + kStages * KvTile::kElems;
 
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int m_block = pr.causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
-  const int h = blockIdx.y, b = blockIdx.z, kh = h / (pr.heads / pr.kv_heads);
+  // v2: grid (query tile, head, batch); v3: (head, query tile, batch), so blocks are issued per
+  // batch, query tiles heaviest first, heads fastest.
+  int m_block, h;
+  if constexpr (kV3) {
+    m_block = pr.causal ? int(gridDim.y) - 1 - int(blockIdx.y) : int(blockIdx.y);
+    h = blockIdx.x;
+  } else {
+    m_block = pr.causal ? int(gridDim.x) - 1 - int(blockIdx.x) : int(blockIdx.x);
+    h = blockIdx.y;
+  }
+  const int b = blockIdx.z, kh = h / (pr.heads / pr.kv_heads);
   const int m0 = m_block * kBlockM;
   const int64_t q_row = int64_t(pr.heads) * kD, k_row = int64_t(pr.kv_heads) * kD;
   const bf16* q_base = q + (int64_t(b) * pr.seq_q + m0) * q_row + h * kD;
@@ -144,7 +167,7 @@ __global__ void __launch_bounds__(FwdV2Config<kD>::kThreads, 2)
       for (int nt = 0; nt < kBlockN / 8; ++nt) {
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
-          s[mt][nt][e] *= pr.scale_log2;
+          if constexpr (!kFold) s[mt][nt][e] *= pr.scale_log2;  // else folded into the exponent
           if (need_mask) {
             const int col = n0 + nt * 8 + 2 * (lane % 4) + (e & 1);
             const int row = first_row + 16 * mt + (e >= 2 ? 8 : 0);
@@ -161,20 +184,29 @@ __global__ void __launch_bounds__(FwdV2Config<kD>::kThreads, 2)
     for (int mt = 0; mt < kMTiles; ++mt) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = row_max[mt][r];
+        float mx = kFold ? -INFINITY : row_max[mt][r];
 #pragma unroll
         for (int nt = 0; nt < kBlockN / 8; ++nt) {
           mx = fmaxf(mx, fmaxf(s[mt][nt][2 * r], s[mt][nt][2 * r + 1]));
         }
         mx = QuadMax(mx);
+        // row_max is in the log2 domain; with kFold s are the raw scores (-inf where masked), and
+        // c = scale_log2 > 0 maps their max to the log2 domain's.
+        const float c = pr.scale_log2;
+        if constexpr (kFold) mx = fmaxf(row_max[mt][r], mx * c);
         const float m_use = mx == -INFINITY ? 0.f : mx;  // fully masked so far: keep 2^x finite
         const float alpha = FastExp2(row_max[mt][r] - m_use);
         row_max[mt][r] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int nt = 0; nt < kBlockN / 8; ++nt) {
-          s[mt][nt][2 * r] = FastExp2(s[mt][nt][2 * r] - m_use);
-          s[mt][nt][2 * r + 1] = FastExp2(s[mt][nt][2 * r + 1] - m_use);
+          if constexpr (kFold) {
+            s[mt][nt][2 * r] = FastExp2(fmaf(s[mt][nt][2 * r], c, -m_use));
+            s[mt][nt][2 * r + 1] = FastExp2(fmaf(s[mt][nt][2 * r + 1], c, -m_use));
+          } else {
+            s[mt][nt][2 * r] = FastExp2(s[mt][nt][2 * r] - m_use);
+            s[mt][nt][2 * r + 1] = FastExp2(s[mt][nt][2 * r + 1] - m_use);
+          }
           sum += s[mt][nt][2 * r] + s[mt][nt][2 * r + 1];
         }
         row_sum[mt][r] = row_sum[mt][r] * alpha + sum;  // per-thread partial; quad-reduced at the end
@@ -239,13 +271,14 @@ __global__ void __launch_bounds__(FwdV2Config<kD>::kThreads, 2)
   }
 }
 
-template <int kD>
+template <int kD, bool kV3>
 absl::Status Launch(const Problem& pr, int batch, const void* q, const void* k, const void* v,
                     void* out, float* lse, cudaStream_t stream) {
   using C = FwdV2Config<kD>;
-  SG_RETURN_IF_ERROR(AllowSmem(AttentionForwardV2Kernel<kD>, C::kSmemBytes));
-  const dim3 grid((pr.seq_q + C::kBlockM - 1) / C::kBlockM, pr.heads, batch);
-  AttentionForwardV2Kernel<kD><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+  SG_RETURN_IF_ERROR(AllowSmem(AttentionForwardV2Kernel<kD, kV3>, C::kSmemBytes));
+  const int m_blocks = (pr.seq_q + C::kBlockM - 1) / C::kBlockM;
+  const dim3 grid = kV3 ? dim3(pr.heads, m_blocks, batch) : dim3(m_blocks, pr.heads, batch);
+  AttentionForwardV2Kernel<kD, kV3><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
       pr, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
       static_cast<bf16*>(out), lse);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(AttentionForwardV2Kernel);
@@ -256,8 +289,18 @@ absl::Status Launch(const Problem& pr, int batch, const void* q, const void* k, 
 
 absl::Status LaunchForwardV2(const Problem& pr, int head_dim, int batch, const void* q, const void* k,
                              const void* v, void* out, float* lse, cudaStream_t stream) {
-  if (head_dim == 64) return Launch<64>(pr, batch, q, k, v, out, lse, stream);
-  return Launch<128>(pr, batch, q, k, v, out, lse, stream);
+  if (head_dim == 64) return Launch<64, false>(pr, batch, q, k, v, out, lse, stream);
+  return Launch<128, false>(pr, batch, q, k, v, out, lse, stream);
+}
+
+absl::Status LaunchForwardV3(const Problem& pr, int head_dim, int batch, const void* q, const void* k,
+                             const void* v, void* out, float* lse, cudaStream_t stream) {
+  // v3's grid has the query tiles in y (at most 65535, seq_q <= 8M); its softmax needs scale > 0.
+  if (!(pr.scale_log2 > 0.f) || pr.seq_q > 65535 * kFwdBlockM) {
+    return LaunchForwardV2(pr, head_dim, batch, q, k, v, out, lse, stream);
+  }
+  if (head_dim == 64) return Launch<64, true>(pr, batch, q, k, v, out, lse, stream);
+  return Launch<128, true>(pr, batch, q, k, v, out, lse, stream);
 }
 
 }  // namespace sg::kernels::internal::attention_device

@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "kernels/attention/attention_tiling.h"
 #include "kernels/core/dtype.h"
 
 namespace sg::kernels::internal {
@@ -41,16 +42,29 @@ template <typename T>
 void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, const T* out_a,
                        const float* lse_a, const T* out_b, const float* lse_b, T* out, float* lse);
 
-// The CUDA kernel family. kV2 (default): 4 warps x 32 query rows (forward), FA2-style backward
-// with P and dS through shared memory. kV1: the first correct kernels (8 warps x 16 rows), kept so
-// both can be compared in one run. Chosen at each call by SG_ATTENTION_KERNEL=v1|v2 (unset: v2).
-enum class AttentionKernel { kV1, kV2 };
+// The CUDA kernel family. kV3 (default since the H200 run of 2026-11-30, where it beat v2 in every
+// case and SDPA's backward): v2's forward kernel with a heaviest-first grid order (and the scale
+// folded into the exponent at head_dim 64); a backward with dq reduced tile-wise by the TMA unit
+// and 128 x 128 tiles at head_dim 64 (attention_bwd_v3.cu). kV2: 4 warps x 32 query rows
+// (forward), FA2-style backward with P and dS through shared memory and dq by per-thread atomics.
+// kV1: the first correct kernels (8 warps x 16 rows). kV3a: a diagnostic, v3 with dq added by
+// per-thread atomics as in v2, to measure the TMA reduction alone. Chosen at each call by
+// SG_ATTENTION_KERNEL=v1|v2|v3|v3a (unset: v3).
+enum class AttentionKernel { kV1, kV2, kV3, kV3a };
 inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
   const char* s = std::getenv("SG_ATTENTION_KERNEL");
-  if (s == nullptr || *s == '\0' || std::string(s) == "v2") return AttentionKernel::kV2;
+  if (s == nullptr || *s == '\0' || std::string(s) == "v3") return AttentionKernel::kV3;
   if (std::string(s) == "v1") return AttentionKernel::kV1;
+  if (std::string(s) == "v2") return AttentionKernel::kV2;
+  if (std::string(s) == "v3a") return AttentionKernel::kV3a;
   return absl::InvalidArgumentError(
-      absl::StrCat("SG_ATTENTION_KERNEL: expected v1 or v2 (or unset), found '", s, "'"));
+      absl::StrCat("SG_ATTENTION_KERNEL: expected v1, v2, v3 or v3a (or unset), found '", s, "'"));
+}
+
+// Floats of the f32 dq workspace AttentionBlockBackwardCuda needs, for every variant: v1/v2 use
+// dq's shape [batch, seq_q, heads, head_dim], v3 [batch, heads, DqAccumRows(seq_q), head_dim].
+inline int64_t DqWorkspaceElems(const AttentionParams& p) {
+  return p.batch * p.heads * DqAccumRows(p.seq_q) * p.head_dim;
 }
 
 // --- CUDA (attention.cu): bf16 data, f32 statistics; `stream` is a cudaStream_t ----------------
@@ -58,7 +72,7 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
                                   const void* v, void* out, float* lse, void* stream);
 absl::Status AttentionBackwardDeltaCuda(const AttentionParams& p, const void* out,
                                         const void* dout, float* delta, void* stream);
-// dq_accum: f32 workspace of dq's shape (zeroed here).
+// dq_accum: f32 workspace of DqWorkspaceElems(p) floats (zeroed here).
 absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q, const void* k,
                                         const void* v, const void* dout, const float* lse,
                                         const float* delta, float* dq_accum, void* dq, void* dk,

@@ -238,11 +238,15 @@ TEST(AttentionCpuTest, KernelVariantFromEnvironment) {
   const char* saved = std::getenv("SG_ATTENTION_KERNEL");
   const std::string keep = saved ? saved : "";
   unsetenv("SG_ATTENTION_KERNEL");
-  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV2);
+  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3);
   setenv("SG_ATTENTION_KERNEL", "v1", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV1);
   setenv("SG_ATTENTION_KERNEL", "v2", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV2);
+  setenv("SG_ATTENTION_KERNEL", "v3", 1);
+  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3);
+  setenv("SG_ATTENTION_KERNEL", "v3a", 1);
+  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3a);
   setenv("SG_ATTENTION_KERNEL", "fast", 1);
   const auto bad = internal::AttentionKernelFromEnv();
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -457,11 +461,29 @@ TEST(AttentionTilingTest, TileRangesCoverEveryVisiblePairAndMasksTheRest) {
     for (int seq_k : {1, 63, 200}) {
       CheckTiling(seq_q, seq_k, false, 0, internal::kFwdBlockM, internal::kFwdBlockN);
       CheckTiling(seq_q, seq_k, false, 0, internal::kBwdBlockM, internal::kBwdBlockN);
+      CheckTiling(seq_q, seq_k, false, 0, internal::BwdV3BlockM(64), internal::kBwdV3BlockN);
       // Step 7 is coprime with the tile sizes: every offset residue modulo a tile occurs.
       for (int64_t q_minus_k = -300; q_minus_k <= 300; q_minus_k += 7) {
         CheckTiling(seq_q, seq_k, true, q_minus_k, internal::kFwdBlockM, internal::kFwdBlockN);
         CheckTiling(seq_q, seq_k, true, q_minus_k, internal::kBwdBlockM, internal::kBwdBlockN);
+        CheckTiling(seq_q, seq_k, true, q_minus_k, internal::BwdV3BlockM(64), internal::kBwdV3BlockN);
       }
+    }
+  }
+}
+
+// The v3 backward reduces whole query tiles into a workspace padded to DqAccumRows rows per head:
+// every tile of either head dim must fit, and the workspace must also hold v1/v2's dq layout.
+TEST(AttentionTilingTest, DqWorkspaceHoldsWholeTiles) {
+  for (int64_t seq_q = 1; seq_q <= 1100; ++seq_q) {
+    for (int dim : {64, 128}) {
+      const int block_m = internal::BwdV3BlockM(dim);
+      ASSERT_EQ(internal::kDqAccumRowAlign % block_m, 0) << "D" << dim;
+      const int64_t last_m0 = (seq_q - 1) / block_m * block_m;
+      ASSERT_LE(last_m0 + block_m, internal::DqAccumRows(seq_q)) << "Sq " << seq_q << " D" << dim;
+      internal::AttentionParams p;
+      p.batch = 3, p.seq_q = seq_q, p.heads = 5, p.head_dim = dim;
+      ASSERT_GE(internal::DqWorkspaceElems(p), p.batch * p.seq_q * p.heads * p.head_dim);
     }
   }
 }
@@ -503,7 +525,7 @@ class ScopedKernelVariant {
   std::string saved_;
 };
 
-constexpr const char* kVariants[] = {"v1", "v2"};
+constexpr const char* kVariants[] = {"v1", "v2", "v3", "v3a"};
 
 TEST_P(AttentionCudaTest, MatchesCpuReference) {
   SG_SKIP_WITHOUT_CUDA();

@@ -17,6 +17,16 @@ namespace sg::kernels::internal {
 // backward walks 64-query tiles for a 128-key tile (8 warps x 16 keys).
 constexpr int kFwdBlockM = 128, kFwdBlockN = 64;
 constexpr int kBwdBlockM = 64, kBwdBlockN = 128;
+// Backward v3: 128-key blocks; 128-query tiles at head_dim 64, 64 at head_dim 128 (registers).
+constexpr int kBwdV3BlockN = 128;
+constexpr int BwdV3BlockM(int head_dim) { return head_dim == 64 ? 128 : 64; }
+
+// The v3 dq workspace is f32 [batch, heads, DqAccumRows(seq_q), head_dim]: rows padded to whole
+// query tiles of either head dim, so each tile is one contiguous bulk reduction.
+constexpr int kDqAccumRowAlign = 128;
+SG_ATTENTION_HD int64_t DqAccumRows(int64_t seq_q) {
+  return (seq_q + kDqAccumRowAlign - 1) / kDqAccumRowAlign * kDqAccumRowAlign;
+}
 
 // Causal masking: key j is masked for query i when j > i + q_minus_k (q_minus_k = q_offset -
 // k_offset). Keys [0, result) are the only ones that queries [0, m_end) can see.

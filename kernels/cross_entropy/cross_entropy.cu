@@ -3,7 +3,9 @@
 //   2. a row kernel, one block of kThreads per token row:
 //      RegisterRowKernel (the row fits kK <= 8 16-byte packs per thread): the row is loaded into registers
 //        once, reduced to (max, sum-exp) per thread and across the block, and dlogits are written
-//        from the registers: exactly one HBM read and one write per logit;
+//        from the registers: exactly one HBM read and one write per logit (RegisterRowKernelV1, the
+//        first version with twice the ALU work per logit, stays selectable by SG_CE_KERNEL until
+//        the GPU run compares them);
 //      ChunkedRowKernel (longer or unaligned rows): an online max/sum-exp sweep over the row, then a
 //        second sweep (mostly L2 hits) writing dlogits;
 //      both write the row's loss to a scratch f32 [rows];
@@ -13,6 +15,8 @@
 #include <cuda_runtime.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
@@ -110,7 +114,7 @@ __device__ __forceinline__ float FinishRow(const RowInfo& info, float lse, float
 
 template <typename T, typename I, int kK>
 __global__ void __launch_bounds__(kThreads, 2)
-    RegisterRowKernel(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
+    RegisterRowKernelV1(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
                       const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
   using R = Raw16<T>;
   constexpr int kE = R::kE;
@@ -162,6 +166,121 @@ __global__ void __launch_bounds__(kThreads, 2)
         const float onehot = p * kE + k == target ? 1.f : 0.f;
         f[k] = (exp2f(fmaf(f[k], kLog2e, -lse_scaled)) - onehot) * scale;
       }
+      out[p] = R::Pack(f);
+    }
+  }
+}
+
+// ex2.approx with denormal results flushed to zero: one MUFU op (exp2f adds range fix-ups for
+// denormals, about three ALU ops per logit). Probabilities below 2^-126 become 0, far under bf16's
+// and f32's resolution of a softmax gradient.
+__device__ __forceinline__ float Exp2Ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// The row in registers as in RegisterRowKernelV1, with about half the ALU work per logit (V1 was
+// ALU-bound next to its HBM traffic at 2.29 TB/s: ~18 ALU ops per logit): the thread's max first,
+// then one exp per logit against it (no per-pack merges), flush-to-zero exp2, and the one-hot
+// correction applied only in the pack that holds the target instead of a compare per logit. The
+// raw packs are unpacked again in each pass (cheap) so the floats never all live at once.
+template <typename T, typename I, int kK>
+__global__ void __launch_bounds__(kThreads, 2)
+    RegisterRowKernel(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
+                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
+  using R = Raw16<T>;
+  constexpr int kE = R::kE;
+  // With 8 packs a thread, 4 go to shared memory (cp.async, no registers while in flight) and 4 stay
+  // in registers: all 8 in registers needs 80 registers, and the 64 that two CTAs per SM allow
+  // spilled (V1 too). 32 KiB per CTA.
+  constexpr int kInSmem = kK == 8 ? 4 : 0;
+  constexpr int kInRegs = kK - kInSmem;
+  __shared__ uint4 sm_row[kInSmem > 0 ? kInSmem : 1][kThreads];
+  __shared__ float sm_m[kWarps], sm_s[kWarps], sm_target;
+  // Thread 0 alone reads the target (its row info reaches the others through shared memory after
+  // BlockMerge's barrier): fewer registers live while the row's loads are in flight (zero spills).
+  __shared__ int sm_target_index, sm_ignored;
+  const int64_t row = blockIdx.x;
+  const int packs = int(vocab / kE);
+  const T* x = logits + row * vocab;
+  uint4 raw[kInRegs];
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+    const int p = int(threadIdx.x) + j * kThreads;
+    if (p < packs) {
+      if (j < kInRegs) {
+        raw[j < kInRegs ? j : 0] = reinterpret_cast<const uint4*>(x)[p];
+      } else {
+        const unsigned dst = unsigned(__cvta_generic_to_shared(&sm_row[j - kInRegs][threadIdx.x]));
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(reinterpret_cast<const uint4*>(x) + p)
+                     : "memory");
+      }
+    }
+  }
+  if constexpr (kInSmem > 0) {
+    // Each thread reads back only its own slots: waiting for its own copies is enough.
+    asm volatile("cp.async.commit_group;" ::: "memory");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+  }
+  // Pack j of this thread (j a compile-time index after unrolling).
+  auto pack = [&](int j) -> uint4 { return j < kInRegs ? raw[j < kInRegs ? j : 0] : sm_row[j - kInRegs][threadIdx.x]; };
+  if (threadIdx.x == 0) {
+    const RowInfo info = InfoFor(targets, row, vocab, ignore);
+    const bool has_target = !info.ignored && !info.bad;
+    const float target_logit = has_target ? cuda_vec::ToF(x[info.target]) : 0.f;
+    sm_target = target_logit;
+    sm_target_index = has_target ? int(info.target) : -1;
+    sm_ignored = info.ignored;
+  }
+  float m = -INFINITY;
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+    if (int(threadIdx.x) + j * kThreads < packs) {
+      float f[kE];
+      R::Unpack(pack(j), f);
+#pragma unroll
+      for (int k = 0; k < kE; ++k) m = fmaxf(m, f[k]);
+    }
+  }
+  float s = 0.f;
+  if (m != -INFINITY) {
+    const float m_scaled = m * kLog2e;
+#pragma unroll
+    for (int j = 0; j < kK; ++j) {
+      if (int(threadIdx.x) + j * kThreads < packs) {
+        float f[kE];
+        R::Unpack(pack(j), f);
+#pragma unroll
+        for (int k = 0; k < kE; ++k) s += Exp2Ftz(fmaf(f[k], kLog2e, -m_scaled));
+      }
+    }
+  }
+  BlockMerge(m, s, sm_m, sm_s);  // ends with a barrier: sm_target* are visible
+  const float lse = m + logf(s);
+  const int target = sm_target_index;
+  const bool ignored = sm_ignored != 0;
+  if (threadIdx.x == 0) row_loss[row] = ignored ? 0.f : target < 0 ? NAN : lse - sm_target;  // < 0: bad target
+  const int32_t count = *valid;
+  const float scale = ignored || count == 0 ? 0.f : grad_scale / float(count);
+  if (dlogits == nullptr) return;
+  const float lse_scaled = lse * kLog2e;
+  const int target_pack = target < 0 ? -1 : target / kE;
+  uint4* out = reinterpret_cast<uint4*>(dlogits + row * vocab);
+#pragma unroll
+  for (int j = 0; j < kK; ++j) {
+    const int p = int(threadIdx.x) + j * kThreads;
+    if (p < packs) {
+      float f[kE];
+      R::Unpack(pack(j), f);
+#pragma unroll
+      for (int k = 0; k < kE; ++k) f[k] = Exp2Ftz(fmaf(f[k], kLog2e, -lse_scaled));
+      if (p == target_pack) {
+#pragma unroll
+        for (int k = 0; k < kE; ++k) f[k] -= p * kE + k == target ? 1.f : 0.f;
+      }
+#pragma unroll
+      for (int k = 0; k < kE; ++k) f[k] *= scale;
       out[p] = R::Pack(f);
     }
   }
@@ -244,6 +363,17 @@ __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0) *loss = *valid > 0 ? float(partial[0] / double(*valid)) : 0.f;
 }
 
+// SG_CE_KERNEL picks the row kernel for rows that fit in registers, per call, until the GPU run
+// picks the winner: "registers" (default), "registers_v1" (the first version), "chunked" (two
+// sweeps, the second from L2: low registers, more rows in flight per SM).
+enum class RowKernel { kRegisters, kRegistersV1, kChunked };
+RowKernel RowKernelFromEnv() {
+  const char* v = std::getenv("SG_CE_KERNEL");
+  if (v != nullptr && std::strcmp(v, "registers_v1") == 0) return RowKernel::kRegistersV1;
+  if (v != nullptr && std::strcmp(v, "chunked") == 0) return RowKernel::kChunked;
+  return RowKernel::kRegisters;
+}
+
 template <typename T, typename I>
 absl::Status LaunchRows(const Problem& p, const void* logits, const void* targets, float* row_loss,
                         const int32_t* valid, void* dlogits, cudaStream_t s) {
@@ -254,12 +384,18 @@ absl::Status LaunchRows(const Problem& p, const void* logits, const void* target
   const bool aligned = p.vocab % kE == 0 && cuda_vec::Aligned16(logits) && cuda_vec::Aligned16(dlogits);
   const int64_t per_thread = (p.vocab / kE + kThreads - 1) / kThreads;
   const unsigned grid = unsigned(p.rows);
+  const RowKernel kernel = RowKernelFromEnv();
 #define SG_ARGS x, t, g, row_loss, valid, p.vocab, p.ignore_index, p.grad_scale
-  if (aligned && per_thread <= kMaxPacksPerThread) {
+  if (aligned && per_thread <= kMaxPacksPerThread && kernel == RowKernel::kRegisters) {
     if (per_thread <= 1) RegisterRowKernel<T, I, 1><<<grid, kThreads, 0, s>>>(SG_ARGS);
     else if (per_thread <= 2) RegisterRowKernel<T, I, 2><<<grid, kThreads, 0, s>>>(SG_ARGS);
     else if (per_thread <= 4) RegisterRowKernel<T, I, 4><<<grid, kThreads, 0, s>>>(SG_ARGS);
     else RegisterRowKernel<T, I, 8><<<grid, kThreads, 0, s>>>(SG_ARGS);
+  } else if (aligned && per_thread <= kMaxPacksPerThread && kernel == RowKernel::kRegistersV1) {
+    if (per_thread <= 1) RegisterRowKernelV1<T, I, 1><<<grid, kThreads, 0, s>>>(SG_ARGS);
+    else if (per_thread <= 2) RegisterRowKernelV1<T, I, 2><<<grid, kThreads, 0, s>>>(SG_ARGS);
+    else if (per_thread <= 4) RegisterRowKernelV1<T, I, 4><<<grid, kThreads, 0, s>>>(SG_ARGS);
+    else RegisterRowKernelV1<T, I, 8><<<grid, kThreads, 0, s>>>(SG_ARGS);
   } else if (aligned) {
     ChunkedRowKernel<T, I, true><<<grid, kThreads, 0, s>>>(SG_ARGS);
   } else {

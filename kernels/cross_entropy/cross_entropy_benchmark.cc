@@ -3,6 +3,11 @@
 // (Llama-2 / the 1B target) and 128256 x 4096 (Llama-3, the chunked path).
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include "kernels/core/testing.h"
 #include "kernels/cross_entropy/cross_entropy.h"
 
@@ -14,8 +19,17 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-void Run(benchmark::State& state, DType dtype, bool grad) {
+// kernel: SG_CE_KERNEL for this benchmark ("" = the default); calls: calls per timed iteration
+// (1: events around one call, host launch latency included; kBatch: back-to-back calls, as in a
+// CUDA-graph step).
+constexpr int kBatch = 5;
+void Run(benchmark::State& state, DType dtype, bool grad, const char* kernel = "", int calls = 1) {
   Setup s;
+  if (*kernel != 0) {
+    setenv("SG_CE_KERNEL", kernel, 1);
+  } else {
+    unsetenv("SG_CE_KERNEL");
+  }
   const int64_t rows = state.range(0), vocab = state.range(1);
   Tensor logits = testing::RandomTensor({rows, vocab}, dtype, s.device, testing::Rng(), 4.0f);
   std::vector<double> tv;
@@ -25,29 +39,50 @@ void Run(benchmark::State& state, DType dtype, bool grad) {
   Tensor valid = Tensor::Empty({}, DType::kI32, s.device).value();
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
   for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
     (void)start.Record(s.stream);
-    // In place: later iterations see gradients as logits, which moves the same bytes.
-    absl::Status st = grad ? CrossEntropyForwardBackward(logits, targets, loss, valid, logits, {}, s.stream)
-                           : CrossEntropyForward(logits, targets, loss, valid, {}, s.stream);
+    absl::Status st;
+    for (int i = 0; i < calls && st.ok(); ++i) {
+      // In place: later iterations see gradients as logits, which moves the same bytes.
+      st = grad ? CrossEntropyForwardBackward(logits, targets, loss, valid, logits, {}, s.stream)
+                : CrossEntropyForward(logits, targets, loss, valid, {}, s.stream);
+    }
     (void)stop.Record(s.stream);
-    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+    if (!st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      break;
+    }
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3);
+      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / calls);
+    } else {
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
     }
   }
+  unsetenv("SG_CE_KERNEL");
   state.SetBytesProcessed(state.iterations() * (logits.nbytes() * (grad ? 2 : 1) + rows * 4));
-  state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString());
+  state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() +
+                 (*kernel ? std::string(" ") + kernel : std::string(" default")) +
+                 (calls > 1 ? " batch" : " per-call"));
 }
 
 void BM_CrossEntropyForwardBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true); }
 void BM_CrossEntropyForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false); }
 void BM_CrossEntropyForwardBackwardF32(benchmark::State& st) { Run(st, DType::kF32, true); }
+// The row kernels side by side (cross_entropy.cu), batch timing.
+void BM_CrossEntropyFwdBwdBF16RegistersBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "registers", kBatch); }
+void BM_CrossEntropyFwdBwdBF16RegistersV1Batch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "registers_v1", kBatch);
+}
+void BM_CrossEntropyFwdBwdBF16ChunkedBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "chunked", kBatch); }
 
 #define SG_SHAPES ->Args({16384, 32000})->Args({4096, 128256})->Args({64, 1000})->UseManualTime()
 BENCHMARK(BM_CrossEntropyForwardBackwardBF16) SG_SHAPES;
 BENCHMARK(BM_CrossEntropyForwardBF16) SG_SHAPES;
 BENCHMARK(BM_CrossEntropyForwardBackwardF32)->Args({4096, 32000})->Args({64, 1000})->UseManualTime();
+BENCHMARK(BM_CrossEntropyFwdBwdBF16RegistersBatch)->Args({16384, 32000})->UseManualTime();
+BENCHMARK(BM_CrossEntropyFwdBwdBF16RegistersV1Batch)->Args({16384, 32000})->UseManualTime();
+BENCHMARK(BM_CrossEntropyFwdBwdBF16ChunkedBatch)->Args({16384, 32000})->UseManualTime();
 
 }  // namespace
 }  // namespace sg::kernels

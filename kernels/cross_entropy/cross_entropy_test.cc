@@ -3,6 +3,8 @@
 // in registers and the chunked online path), ignore_index, in place, and bad targets.
 // Fresh random inputs; outputs poisoned before each run.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -169,11 +171,21 @@ TEST(CrossEntropyCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("loss must be a one-element f32 tensor on cpu, found i32[]@cpu"), std::string::npos) << st;
 }
 
+// Every row kernel (cross_entropy.cu: SG_CE_KERNEL selects one per call for rows that fit in
+// registers), on rows that fill 8 packs a thread exactly, partly, and with 4 (f32 12000).
 TEST(CrossEntropyCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const Case& c : Cases()) Check(c, Device::Cuda(0));
-  Check({64, 128256, DType::kBF16, DType::kI64, true}, Device::Cuda(0));  // Llama-3 vocabulary: chunked path
-  Check({7, 32001, DType::kBF16, DType::kI32, false}, Device::Cuda(0));   // unaligned rows: scalar path
+  for (const char* kernel : {"registers", "registers_v1", "chunked"}) {
+    SCOPED_TRACE(std::string("SG_CE_KERNEL=") + kernel);
+    ASSERT_EQ(setenv("SG_CE_KERNEL", kernel, 1), 0);
+    for (const Case& c : Cases()) Check(c, Device::Cuda(0));
+    Check({64, 128256, DType::kBF16, DType::kI64, true}, Device::Cuda(0));  // Llama-3 vocabulary: chunked path
+    Check({7, 32001, DType::kBF16, DType::kI32, false}, Device::Cuda(0));   // unaligned rows: scalar path
+    Check({9, 32768, DType::kBF16, DType::kI64, true}, Device::Cuda(0));
+    Check({6, 16392, DType::kBF16, DType::kI32, false}, Device::Cuda(0));
+    Check({5, 12000, DType::kF32, DType::kI32, true}, Device::Cuda(0));
+  }
+  unsetenv("SG_CE_KERNEL");
 }
 
 // CUDA cannot report a bad target without a host sync: the loss becomes NaN instead.

@@ -1,6 +1,7 @@
-// Device-side helpers shared by the memory-bound CUDA kernels (elementwise, SwiGLU, RoPE, embedding,
-// cross-entropy, AdamW): 8-element register packs moved with 16-byte accesses, scalar conversions,
-// warp reductions and a grid size from the SM count. Only meaningful inside nvcc-compiled files.
+// Device-side helpers shared by the memory-bound CUDA kernels (elementwise, RMSNorm and add+RMSNorm,
+// SwiGLU, RoPE, embedding, cross-entropy, AdamW): 8-element register packs moved with 16-byte
+// accesses (as floats, Pack8, or raw until used, Raw8), scalar conversions, warp reductions and a
+// grid size from the SM count. Only meaningful inside nvcc-compiled files.
 //
 //   float v[8];
 //   Pack8<__nv_bfloat16>::Load(x + i, v);   // one 16-byte load (two for f32)
@@ -62,6 +63,37 @@ template <typename H, typename H2> struct Pack8Half {
 };
 template <> struct Pack8<__nv_bfloat16> : Pack8Half<__nv_bfloat16, __nv_bfloat162> {};
 template <> struct Pack8<__half> : Pack8Half<__half, __half2> {};
+
+// Eight elements of T kept as raw bytes in registers (one uint4 for 2-byte types: half the registers
+// of floats; two for f32) between a load and their use, e.g. while a row reduction completes.
+template <typename T>
+struct Raw8 {
+  uint4 v[sizeof(T) / 2];
+};
+// Streaming (evict-first) 16-byte loads, for data read exactly once. p must be 16-byte aligned.
+template <typename T>
+__device__ __forceinline__ Raw8<T> LoadRawOnce(const T* p) {
+  Raw8<T> r;
+#pragma unroll
+  for (int i = 0; i < int(sizeof(T) / 2); ++i) r.v[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
+  return r;
+}
+template <typename T>
+__device__ __forceinline__ void StoreRaw(T* p, const Raw8<T>& r) {
+#pragma unroll
+  for (int i = 0; i < int(sizeof(T) / 2); ++i) reinterpret_cast<uint4*>(p)[i] = r.v[i];
+}
+template <typename T>
+__device__ __forceinline__ void Unpack(const Raw8<T>& r, float (&o)[8]) {
+  Pack8<T>::Load(reinterpret_cast<const T*>(&r), o);
+}
+// Rounds to T (round to nearest even) and packs.
+template <typename T>
+__device__ __forceinline__ Raw8<T> PackRounded(const float (&v)[8]) {
+  Raw8<T> r;
+  Pack8<T>::Store(reinterpret_cast<T*>(&r), v);
+  return r;
+}
 
 // `n` (<= 8) elements one at a time: the tail after the last full pack, or unaligned data.
 template <typename T>

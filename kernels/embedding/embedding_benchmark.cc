@@ -3,6 +3,11 @@
 // ids read; the sort's index traffic is not counted as useful bytes.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
 #include "kernels/core/testing.h"
 #include "kernels/embedding/embedding.h"
 
@@ -14,8 +19,19 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-void Run(benchmark::State& state, DType dtype, bool backward) {
+// kernel: SG_EMBEDDING_BWD for this benchmark ("" = the default); calls: calls per timed iteration
+// (1: events around one call, host launch latency included; kBatch: back-to-back calls, as in a
+// CUDA-graph step). zero_fill: time ZeroTensor(dtable) instead, the write-only ceiling of the
+// backward's largest stream (the f32 dtable).
+constexpr int kBatch = 10;
+void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel = "", int calls = 1,
+         bool zero_fill = false) {
   Setup s;
+  if (*kernel != 0) {
+    setenv("SG_EMBEDDING_BWD", kernel, 1);
+  } else {
+    unsetenv("SG_EMBEDDING_BWD");
+  }
   const int64_t n = state.range(0), vocab = state.range(1), dim = state.range(2);
   std::vector<double> idv;
   for (int64_t i = 0; i < n; ++i) idv.push_back(double(testing::Rng()() % uint64_t(vocab)));
@@ -25,29 +41,52 @@ void Run(benchmark::State& state, DType dtype, bool backward) {
   Tensor dtable = Tensor::Empty({vocab, dim}, DType::kF32, s.device).value();
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
   for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
     (void)start.Record(s.stream);
-    absl::Status st = backward ? EmbeddingBackward(out, ids, dtable, s.stream) : EmbeddingForward(ids, table, out, s.stream);
+    absl::Status st;
+    for (int i = 0; i < calls && st.ok(); ++i) {
+      st = zero_fill  ? ZeroTensor(dtable, s.stream)
+           : backward ? EmbeddingBackward(out, ids, dtable, s.stream)
+                      : EmbeddingForward(ids, table, out, s.stream);
+    }
     (void)stop.Record(s.stream);
-    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+    if (!st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      break;
+    }
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3);
+      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / calls);
+    } else {
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
     }
   }
-  const int64_t bytes = backward ? n * dim * SizeOf(dtype) + vocab * dim * 4 + n * 4 : 2 * n * dim * SizeOf(dtype) + n * 4;
+  unsetenv("SG_EMBEDDING_BWD");
+  const int64_t bytes = zero_fill  ? vocab * dim * 4
+                        : backward ? n * dim * SizeOf(dtype) + vocab * dim * 4 + n * 4
+                                   : 2 * n * dim * SizeOf(dtype) + n * 4;
   state.SetBytesProcessed(state.iterations() * bytes);
-  state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString());
+  state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() +
+                 (zero_fill ? " zero-fill dtable" : (*kernel ? std::string(" ") + kernel : std::string(" default"))) +
+                 (calls > 1 ? " batch" : " per-call"));
 }
 
 void BM_EmbeddingForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false); }
 void BM_EmbeddingBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true); }
 void BM_EmbeddingForwardF32(benchmark::State& st) { Run(st, DType::kF32, false); }
+// The two row-sum kernels side by side (embedding.cu), and the write-only ceiling, batch timing.
+void BM_EmbeddingBackwardBF16RowsBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "rows", kBatch); }
+void BM_EmbeddingBackwardBF16PacksBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "packs", kBatch); }
+void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
 
 // Llama-1B: 16384 tokens, vocab 32000 (and 128256), dim 2048; a small CPU-sized case.
 #define SG_SHAPES ->Args({16384, 32000, 2048})->Args({16384, 128256, 2048})->Args({256, 1000, 256})->UseManualTime()
 BENCHMARK(BM_EmbeddingForwardBF16) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardF32) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16RowsBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16PacksBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
 
 }  // namespace
 }  // namespace sg::kernels

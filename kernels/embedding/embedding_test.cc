@@ -2,6 +2,7 @@
 // sum(out * g) for the backward, CUDA against the CPU reference (bitwise for the backward: both sum
 // in f32 in token order), repeated ids, out-of-range ids. Fresh random inputs; outputs poisoned.
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -114,9 +115,21 @@ TEST(EmbeddingCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("table must be f32"), std::string::npos) << st;
 }
 
-TEST(EmbeddingCudaTest, MatchesReferenceAndIsDeterministic) {
+// Both row-sum kernels of the backward (embedding.cu: SG_EMBEDDING_BWD selects one per call).
+class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
+ protected:
+  void SetUp() override { ASSERT_EQ(setenv("SG_EMBEDDING_BWD", GetParam(), 1), 0); }
+  void TearDown() override { unsetenv("SG_EMBEDDING_BWD"); }
+};
+INSTANTIATE_TEST_SUITE_P(RowSumKernels, EmbeddingCudaTest, ::testing::Values("rows", "packs"));
+
+TEST_P(EmbeddingCudaTest, MatchesReferenceAndIsDeterministic) {
   SG_SKIP_WITHOUT_CUDA();
   for (const Case& c : Cases()) Check(c, Device::Cuda(0));
+  // Runs longer than one row, vocabulary sizes that leave a partial group of rows, wide rows.
+  Check({2, 300, 7, 2048, DType::kBF16, DType::kI32}, Device::Cuda(0));
+  Check({1, 1000, 4099, 4096, DType::kF32, DType::kI64}, Device::Cuda(0));
+  Check({3, 50, 33, 2056, DType::kBF16, DType::kI32}, Device::Cuda(0));
   // Llama-1B-like shape with heavy repetition; GPU must equal the CPU reference bit for bit (same
   // f32 additions in the same order), and repeat runs must agree.
   const Case c{2, 2048, 32000, 2048, DType::kBF16, DType::kI32};
@@ -140,7 +153,7 @@ TEST(EmbeddingCudaTest, MatchesReferenceAndIsDeterministic) {
 }
 
 // CUDA does not check ids (no host sync): out-of-range rows come out zero and their gradients drop.
-TEST(EmbeddingCudaTest, OutOfRangeIdsAreMemorySafe) {
+TEST_P(EmbeddingCudaTest, OutOfRangeIdsAreMemorySafe) {
   SG_SKIP_WITHOUT_CUDA();
   const Device d = Device::Cuda(0);
   Stream s = Stream::Create(d).value();

@@ -41,7 +41,7 @@ absl::Status RmsNormForward(const TensorView& x, const TensorView& weight, float
   }
 #ifdef SG_WITH_CUDA
   return rmsnorm_internal::ForwardCuda(p, x.raw(), weight.raw(), y.raw(), rstd.data<float>(),
-                                       stream.native());
+                                       x.device().ordinal, stream.native());
 #else
   return NoCuda("RmsNormForward");
 #endif

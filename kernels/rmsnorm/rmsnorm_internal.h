@@ -1,4 +1,6 @@
-// Per-device implementations behind rmsnorm.h; arguments are already checked by rmsnorm.cc.
+// Per-device implementations behind rmsnorm.h; arguments are already checked by rmsnorm.cc. The CUDA
+// entry points take the kernels' launch configuration so the benchmark and the tests can run every
+// layout; rmsnorm.cc passes the default one.
 #ifndef SGTRAIN_KERNELS_RMSNORM_RMSNORM_INTERNAL_H_
 #define SGTRAIN_KERNELS_RMSNORM_RMSNORM_INTERNAL_H_
 
@@ -6,8 +8,11 @@
 
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
+#include "kernels/rmsnorm/rmsnorm_launch.h"
 
 namespace sg::kernels::rmsnorm_internal {
+
+using rmsnorm_launch::LaunchConfig;
 
 struct Problem {
   int64_t rows = 0;
@@ -20,10 +25,11 @@ void ForwardCpu(const Problem& p, const void* x, const void* w, void* y, float* 
 void BackwardCpu(const Problem& p, const void* dy, const void* x, const void* w, const float* rstd,
                  void* dx, float* dw);
 
-absl::Status ForwardCuda(const Problem& p, const void* x, const void* w, void* y, float* rstd,
-                         void* stream);
+absl::Status ForwardCuda(const Problem& p, const void* x, const void* w, void* y, float* rstd, int device,
+                         void* stream, const LaunchConfig& cfg = {});
 absl::Status BackwardCuda(const Problem& p, const void* dy, const void* x, const void* w,
-                          const float* rstd, void* dx, float* dw, int device, void* stream);
+                          const float* rstd, void* dx, float* dw, int device, void* stream,
+                          const LaunchConfig& cfg = {});
 
 }  // namespace sg::kernels::rmsnorm_internal
 

@@ -1,8 +1,11 @@
 """PyTorch peer for rmsnorm_benchmark: the same shapes and byte counts, eager and torch.compile.
 
 Run on the GPU machine in the same command as the benchmark:  python3 kernels/rmsnorm/rmsnorm_peer.py
+(add --batch 20 to time 20 back-to-back calls per measurement, as the benchmark's *Batch entries do)
 Prints one line per (variant, direction, shape) with GB/s (bytes: x read + y written [+ dy read]).
 """
+import sys
+
 import torch
 import torch._functorch.config
 import torch.nn.functional as F
@@ -13,6 +16,9 @@ def rmsnorm(x, w, eps=1e-5):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
+BATCH = 1  # --batch N: N back-to-back calls between the events, as rmsnorm_benchmark's *Batch entries
+
+
 def bench(fn, iters=50):
     for _ in range(5):
         fn()
@@ -21,15 +27,19 @@ def bench(fn, iters=50):
     for _ in range(iters):
         s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         s.record()
-        fn()
+        for _ in range(BATCH):
+            fn()
         e.record()
         e.synchronize()
-        times.append(s.elapsed_time(e) / 1e3)
+        times.append(s.elapsed_time(e) / 1e3 / BATCH)
     times.sort()
     return times[len(times) // 2]
 
 
 def main():
+    global BATCH
+    if "--batch" in sys.argv:
+        BATCH = max(1, int(sys.argv[sys.argv.index("--batch") + 1]))
     torch._functorch.config.donated_buffer = False  # the timing loop re-runs one backward graph
     compiled = torch.compile(rmsnorm)
     for rows, dim in [(16384, 2048), (8192, 4096)]:
@@ -42,10 +52,12 @@ def main():
                          ("compile", compiled)]:
             with torch.no_grad():
                 t = bench(lambda: fn(x, w))
-            print(f"peer {name:10s} fwd bf16 {rows}x{dim}: {fwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us)")
+            print(f"peer {name:10s} fwd bf16 {rows}x{dim}: {fwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us)"
+                  f" batch {BATCH}")
             y = fn(x, w)
             t = bench(lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True))
-            print(f"peer {name:10s} bwd bf16 {rows}x{dim}: {bwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us)")
+            print(f"peer {name:10s} bwd bf16 {rows}x{dim}: {bwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us)"
+                  f" batch {BATCH}")
 
 
 if __name__ == "__main__":

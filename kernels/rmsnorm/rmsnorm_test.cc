@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "kernels/core/testing.h"
 #include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/rmsnorm/rmsnorm_internal.h"
 
 namespace sg::kernels {
 namespace {
@@ -59,9 +60,11 @@ std::string Name(const Case& c) {
   return std::to_string(c.rows) + "x" + std::to_string(c.dim) + "_" + std::string(DTypeName(c.dtype));
 }
 
-// Runs forward + backward on `device` and checks them against the double reference.
-void CheckAgainstReference(const Case& c, Device device, double tol) {
-  SCOPED_TRACE(Name(c) + " on " + device.ToString());
+// Runs forward + backward on `device` and checks them against the double reference. With `cfg`
+// (CUDA only), the kernels run with that launch configuration instead of the default one.
+void CheckAgainstReference(const Case& c, Device device, double tol,
+                           const rmsnorm_internal::LaunchConfig* cfg = nullptr) {
+  SCOPED_TRACE(Name(c) + " on " + device.ToString() + (cfg ? " " + cfg->ToString() : std::string()));
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
   auto& rng = Rng();
   Tensor x = RandomTensor({c.rows, c.dim}, c.dtype, device, rng, 2.0f);
@@ -73,8 +76,21 @@ void CheckAgainstReference(const Case& c, Device device, double tol) {
   Tensor dw = Tensor::Empty({c.dim}, DType::kF32, device).value();
   for (const Tensor* t : {&y, &rstd, &dx, &dw}) Poison(*t);
 
-  ASSERT_TRUE(RmsNormForward(x, w, kEps, y, rstd, stream).ok());
-  ASSERT_TRUE(RmsNormBackward(dy, x, w, rstd, dx, dw, stream).ok());
+  if (cfg == nullptr) {
+    ASSERT_TRUE(RmsNormForward(x, w, kEps, y, rstd, stream).ok());
+    ASSERT_TRUE(RmsNormBackward(dy, x, w, rstd, dx, dw, stream).ok());
+  } else {
+#ifdef SG_WITH_CUDA
+    const rmsnorm_internal::Problem p{c.rows, c.dim, c.dtype, kEps};
+    auto raw = [](const Tensor& t) { return t.view().raw(); };
+    ASSERT_TRUE(rmsnorm_internal::ForwardCuda(p, raw(x), raw(w), raw(y), rstd.data<float>(), device.ordinal,
+                                              stream.native(), *cfg)
+                    .ok());
+    ASSERT_TRUE(rmsnorm_internal::BackwardCuda(p, raw(dy), raw(x), raw(w), rstd.data<float>(), raw(dx),
+                                               dw.data<float>(), device.ordinal, stream.native(), *cfg)
+                    .ok());
+#endif
+  }
   ASSERT_TRUE(stream.Synchronize().ok());
 
   // The reference sees the same (rounded) inputs the kernel saw.
@@ -158,6 +174,54 @@ TEST(RmsNormCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
   for (const Case& c : Cases()) CheckAgainstReference(c, Device::Cuda(0), Tolerance(c.dtype));
   CheckAgainstReference({16384, 2048, DType::kBF16}, Device::Cuda(0), 1e-2);  // the Llama-1B shape
+}
+
+// Every launch layout the kernels support (packs per thread 1, 2, 4; rows per step 1, 2, 4; one
+// CTA per step or persistent CTAs; 1 to 8 partial weight-gradient rows per SM; the partial-row sum
+// launched normally or as a programmatic dependent launch), on widths that
+// reach each of them (32 threads: 256 bf16 = 1 pack per thread, 512 = 2, 1000 = 4; wider rows
+// raise the thread count) and row counts that leave partial steps and partial CTA runs.
+TEST(RmsNormCudaTest, EveryLaunchConfigMatchesReference) {
+  SG_SKIP_WITHOUT_CUDA();
+  std::vector<rmsnorm_internal::LaunchConfig> configs = {
+      {256, 4, 0, 0}, {32, 1, 0, 1}, {32, 4, 2, 8}, {64, 2, 1, 2}, {128, 4, 0, 4}, {512, 2, 8, 1}, {512, 4, 0, 3},
+      {256, 4, 0, 0, true}, {32, 2, 0, 8, true},
+  };
+  const std::vector<Case> cases = {
+      {37, 256, DType::kBF16},  {130, 512, DType::kBF16},  {259, 1000, DType::kBF16}, {3, 2048, DType::kBF16},
+      {1031, 2048, DType::kBF16}, {66, 4096, DType::kBF16}, {5, 8192, DType::kBF16},   {2, 16384, DType::kBF16},
+      {9, 16392, DType::kBF16}, {41, 256, DType::kF32},     {67, 1000, DType::kF32},   {130, 2048, DType::kF32},
+      {6, 8192, DType::kF32},   {3, 8200, DType::kF32},
+  };
+  for (const auto& cfg : configs) {
+    for (const Case& c : cases) CheckAgainstReference(c, Device::Cuda(0), Tolerance(c.dtype), &cfg);
+  }
+}
+
+// A row start that is not 16-byte aligned (a view one element into a buffer) takes the general
+// path, which must give the same results.
+TEST(RmsNormCudaTest, UnalignedViewsMatchReference) {
+  SG_SKIP_WITHOUT_CUDA();
+  const Device d = Device::Cuda(0);
+  Stream stream = Stream::Create(d).value();
+  const int64_t rows = 33, dim = 256;
+  auto& rng = Rng();
+  Tensor xb = RandomTensor({rows * dim + 1}, DType::kBF16, d, rng, 2.0f);
+  Tensor w = RandomTensor({dim}, DType::kBF16, d, rng);
+  Tensor dy = RandomTensor({rows, dim}, DType::kBF16, d, rng);
+  TensorView x(static_cast<char*>(xb.view().raw()) + 2, DType::kBF16, {rows, dim}, d);
+  Tensor y = Tensor::Empty({rows, dim}, DType::kBF16, d).value();
+  Tensor rstd = Tensor::Empty({rows}, DType::kF32, d).value();
+  Tensor dx = Tensor::Empty({rows, dim}, DType::kBF16, d).value();
+  Tensor dw = Tensor::Empty({dim}, DType::kF32, d).value();
+  for (const Tensor* t : {&y, &rstd, &dx, &dw}) Poison(*t);
+  ASSERT_TRUE(RmsNormForward(x, w, kEps, y, rstd, stream).ok());
+  ASSERT_TRUE(RmsNormBackward(dy, x, w, rstd, dx, dw, stream).ok());
+  ASSERT_TRUE(stream.Synchronize().ok());
+  Ref ref = DoubleReference(ToHost(x), ToHost(w), ToHost(dy), rows, dim);
+  EXPECT_LT(RelativeError(ToHost(y), ref.y), 1e-2) << "y";
+  EXPECT_LT(RelativeError(ToHost(dx), ref.dx), 1e-2) << "dx";
+  EXPECT_LT(RelativeError(ToHost(dw), ref.dw), 1e-4) << "dw";
 }
 
 // The weight gradient is reduced in a fixed order: two runs give identical bits.

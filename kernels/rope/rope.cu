@@ -1,11 +1,25 @@
-// CUDA RoPE. One thread per (token, group of kGroup heads, chunk of kW pair indices): it computes
-// cos/sin for its kW frequencies once (powf/sincosf in f32, matching the CPU reference) and reuses
-// them for every head of its group, q heads first and then k heads. The group's 2 * kGroup loads
-// (16 bytes each for bf16 with kW = 8) are all issued before the first store, so enough bytes are in
-// flight even when the output aliases the input (the compiler may not reorder across the alias).
-// head_dim % 16 != 0 or unaligned tensors take kW = 1 with scalar accesses.
+// CUDA RoPE, two kernels selected by SG_ROPE_KERNEL (read per call; default "tokens"):
+//
+// "tokens" (RopeTokensKernel): a CTA takes a run of whole tokens (about kThreads * kItems pair
+// chunks of q and k heads). First its threads compute the run's cos/sin once per (token, frequency)
+// into shared memory (powf/sincosf in f32, matching the CPU reference; or read from the table), then
+// each thread rotates kItems chunks of 8 pairs: all 2 * kItems 16-byte loads issued before the first
+// store (so the output may alias the input), consecutive threads on consecutive chunks of one head
+// and then the next head, so a warp covers a contiguous stretch of q or k. The trig cost is paid
+// once per token instead of once per (token, head group), and the index math is 32-bit.
+//
+// "groups" (RopeKernel, the first version: 1.75 TB/s on H200 for Llama-1B q+k): one thread per
+// (token, group of kGroup heads, chunk), each computing its own cos/sin with 64-bit index math.
+// Kept until the GPU run picks one; the loser is then deleted.
+//
+// head_dim % 16 != 0 or unaligned tensors take kW = 1 with scalar accesses (both kernels).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <type_traits>
 
 #include "kernels/core/status.h"
 #include "kernels/elementwise/cuda_vec.h"
@@ -113,6 +127,88 @@ __global__ void __launch_bounds__(kThreads) RopeKernel(Problem p, Buffers buf) {
   }
 }
 
+constexpr int kItems = 4;  // chunks per thread in RopeTokensKernel, loads issued together
+
+template <typename T, int kW>
+__global__ void __launch_bounds__(kThreads) RopeTokensKernel(Problem p, Buffers buf, int tokens_per_cta) {
+  extern __shared__ float angles[];  // cos [tokens_per_cta][half], then sin [tokens_per_cta][half]
+  const int half = int(p.head_dim / 2);
+  const int chunks = half / kW;
+  const int qh = int(p.q_heads), heads = int(p.q_heads + p.k_heads);
+  const int64_t tok0 = int64_t(blockIdx.x) * tokens_per_cta;
+  const int64_t left = p.batch * p.seq - tok0;
+  const int ntok = left < tokens_per_cta ? int(left) : tokens_per_cta;
+  float* cs = angles;
+  float* sn = angles + tokens_per_cta * half;
+  for (int j = threadIdx.x; j < ntok * half; j += kThreads) {
+    const int t = j / half, i = j - t * half;
+    int64_t pos = PositionOf(p, tok0 + t);
+    if (p.cos != nullptr) {
+      pos = pos < p.table_rows ? pos : p.table_rows - 1;
+      cs[j] = p.cos[pos * half + i];
+      sn[j] = p.sin[pos * half + i] * p.sign;
+    } else {
+      const float inv = 1.f / powf(p.theta, float(2 * i) / float(p.head_dim));
+      float c, sv;
+      sincosf(float(pos) * inv, &sv, &c);
+      cs[j] = c;
+      sn[j] = sv * p.sign;
+    }
+  }
+  __syncthreads();
+  const int items = ntok * heads * chunks;
+  // 8-pair chunks stay raw (bf16: 4 registers instead of 8) until the angles are applied.
+  using Held = std::conditional_t<kW == 8, cuda_vec::Raw8<T>, T>;
+  for (int first = 0; first < items; first += kThreads * kItems) {
+    int64_t off[kItems];  // element offset of the chunk in q (is_q) or k; -1: no item
+    bool is_q[kItems];
+    int angle[kItems];
+    Held a1[kItems], a2[kItems];
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) {
+      const int item = first + u * kThreads + int(threadIdx.x);
+      off[u] = -1;
+      if (item < items) {
+        const int c = item % chunks, th = item / chunks;
+        const int h = th % heads, t = th / heads;
+        const int64_t token = tok0 + t;
+        is_q[u] = h < qh;
+        off[u] = (is_q[u] ? token * qh + h : token * (heads - qh) + (h - qh)) * p.head_dim + c * kW;
+        angle[u] = t * half + c * kW;
+        const T* src = static_cast<const T*>(is_q[u] ? buf.q : buf.k) + off[u];
+        if constexpr (kW == 8) {
+          a1[u] = cuda_vec::LoadRawOnce(src);
+          a2[u] = cuda_vec::LoadRawOnce(src + half);
+        } else {
+          a1[u] = src[0];
+          a2[u] = src[half];
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kItems; ++u) {
+      if (off[u] < 0) continue;
+      float x1[8], x2[8], y1[8], y2[8];
+      if constexpr (kW == 8) {
+        cuda_vec::Unpack(a1[u], x1);
+        cuda_vec::Unpack(a2[u], x2);
+      } else {
+        x1[0] = cuda_vec::ToF(a1[u]);
+        x2[0] = cuda_vec::ToF(a2[u]);
+      }
+#pragma unroll
+      for (int k = 0; k < kW; ++k) {
+        const float c = cs[angle[u] + k], sv = sn[angle[u] + k];
+        y1[k] = x1[k] * c - x2[k] * sv;
+        y2[k] = x2[k] * c + x1[k] * sv;
+      }
+      T* dst = static_cast<T*>(is_q[u] ? buf.q_out : buf.k_out) + off[u];
+      Store<T, kW>(dst, y1);
+      Store<T, kW>(dst + half, y2);
+    }
+  }
+}
+
 __global__ void TableKernel(float theta, int64_t rows, int64_t half, float* cos, float* sin) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * half) return;
@@ -121,13 +217,46 @@ __global__ void TableKernel(float theta, int64_t rows, int64_t half, float* cos,
   sincosf(float(r) * inv, &sin[idx], &cos[idx]);
 }
 
+// SG_ROPE_KERNEL=groups selects the first kernel; anything else (or unset) the token-run kernel.
+bool UseGroupsKernel() {
+  const char* v = std::getenv("SG_ROPE_KERNEL");
+  return v != nullptr && std::strcmp(v, "groups") == 0;
+}
+
 template <typename T>
 absl::Status Apply(const Problem& p, const Buffers& b, cudaStream_t s) {
   const int64_t half = p.head_dim / 2;
   const bool vec = half % 8 == 0 && cuda_vec::Aligned16(b.q) && cuda_vec::Aligned16(b.q_out) &&
                    (p.k_heads == 0 || (cuda_vec::Aligned16(b.k) && cuda_vec::Aligned16(b.k_out)));
-  const int64_t groups = (p.q_heads + p.k_heads + kGroup - 1) / kGroup;
-  const int64_t threads = p.batch * p.seq * groups * (vec ? half / 8 : half);
+  const int64_t heads = p.q_heads + p.k_heads;
+  const int64_t chunks = vec ? half / 8 : half;
+  const int64_t tokens = p.batch * p.seq;
+  if (!UseGroupsKernel()) {
+    // About kThreads * kItems chunks per CTA, and at most 16 KiB of cos/sin.
+    int64_t per_cta = std::max<int64_t>(1, kThreads * kItems / (heads * chunks));
+    per_cta = std::min<int64_t>(per_cta, std::max<int64_t>(1, 2048 / half));
+    const unsigned blocks = unsigned((tokens + per_cta - 1) / per_cta);
+    const size_t smem = size_t(2 * per_cta * half) * sizeof(float);
+    if (smem > 48 * 1024) {  // one token of a head_dim > 12288 model
+      const int attr = int(smem);
+      if (vec) {
+        SG_CUDA_RETURN_IF_ERROR(
+            cudaFuncSetAttribute(RopeTokensKernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, attr));
+      } else {
+        SG_CUDA_RETURN_IF_ERROR(
+            cudaFuncSetAttribute(RopeTokensKernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, attr));
+      }
+    }
+    if (vec) {
+      RopeTokensKernel<T, 8><<<blocks, kThreads, smem, s>>>(p, b, int(per_cta));
+    } else {
+      RopeTokensKernel<T, 1><<<blocks, kThreads, smem, s>>>(p, b, int(per_cta));
+    }
+    SG_CUDA_RETURN_IF_LAUNCH_ERROR(RopeTokensKernel);
+    return absl::OkStatus();
+  }
+  const int64_t groups = (heads + kGroup - 1) / kGroup;
+  const int64_t threads = tokens * groups * chunks;
   const unsigned blocks = unsigned((threads + kThreads - 1) / kThreads);
   if (vec) {
     RopeKernel<T, 8><<<blocks, kThreads, 0, s>>>(p, b);

@@ -2,6 +2,10 @@
 // positions computed from the offset. Llama-1B: 8 x 2048 tokens, 32 q heads, 8 kv heads, head_dim 64.
 #include <benchmark/benchmark.h>
 
+#include <chrono>
+#include <cstdlib>
+#include <string>
+
 #include "kernels/core/testing.h"
 #include "kernels/rope/rope.h"
 
@@ -13,8 +17,17 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-void Run(benchmark::State& state, DType dtype, bool backward, bool table) {
+// kernel: SG_ROPE_KERNEL for this benchmark ("" = the default); calls: calls per timed iteration
+// (1: events around one call, host launch latency included; kBatch: back-to-back calls, as in a
+// CUDA-graph step).
+constexpr int kBatch = 20;
+void Run(benchmark::State& state, DType dtype, bool backward, bool table, const char* kernel = "", int calls = 1) {
   Setup s;
+  if (*kernel != 0) {
+    setenv("SG_ROPE_KERNEL", kernel, 1);
+  } else {
+    unsetenv("SG_ROPE_KERNEL");
+  }
   const int64_t batch = state.range(0), seq = state.range(1), hq = state.range(2), hk = state.range(3),
                 d = state.range(4);
   auto& rng = testing::Rng();
@@ -33,23 +46,41 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool table) {
   }
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
   for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
     (void)start.Record(s.stream);
-    absl::Status st = backward ? RopeBackward(q, k, qo, ko, opt, s.stream) : RopeForward(q, k, qo, ko, opt, s.stream);
+    absl::Status st;
+    for (int i = 0; i < calls && st.ok(); ++i) {
+      st = backward ? RopeBackward(q, k, qo, ko, opt, s.stream) : RopeForward(q, k, qo, ko, opt, s.stream);
+    }
     (void)stop.Record(s.stream);
-    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
+    if (!st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      break;
+    }
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3);
+      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / calls);
+    } else {
+      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
     }
   }
+  unsetenv("SG_ROPE_KERNEL");
   state.SetBytesProcessed(state.iterations() * 2 * (q.nbytes() + k.nbytes()));
-  state.SetLabel(std::string(DTypeName(dtype)) + (table ? " table@" : "@") + s.device.ToString());
+  state.SetLabel(std::string(DTypeName(dtype)) + (table ? " table@" : "@") + s.device.ToString() +
+                 (*kernel ? std::string(" ") + kernel : std::string(" default")) +
+                 (calls > 1 ? " batch" : " per-call"));
 }
 
 void BM_RopeForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false, false); }
 void BM_RopeBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true, false); }
 void BM_RopeForwardBF16Table(benchmark::State& st) { Run(st, DType::kBF16, false, true); }
 void BM_RopeForwardF32(benchmark::State& st) { Run(st, DType::kF32, false, false); }
+// The two CUDA kernels side by side, batch timing (rope.cu says what each does).
+void BM_RopeForwardBF16TokensBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "tokens", kBatch); }
+void BM_RopeForwardBF16GroupsBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "groups", kBatch); }
+void BM_RopeForwardBF16TableTokensBatch(benchmark::State& st) { Run(st, DType::kBF16, false, true, "tokens", kBatch); }
+void BM_RopeForwardBF16TableGroupsBatch(benchmark::State& st) { Run(st, DType::kBF16, false, true, "groups", kBatch); }
+void BM_RopeBackwardBF16TokensBatch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "tokens", kBatch); }
 
 // Llama-1B (head_dim 64), Llama-3-8B-like (head_dim 128), and a small CPU-sized case.
 #define SG_SHAPES ->Args({8, 2048, 32, 8, 64})->Args({4, 2048, 32, 8, 128})->Args({1, 64, 4, 2, 64})->UseManualTime()
@@ -57,6 +88,11 @@ BENCHMARK(BM_RopeForwardBF16) SG_SHAPES;
 BENCHMARK(BM_RopeBackwardBF16) SG_SHAPES;
 BENCHMARK(BM_RopeForwardBF16Table) SG_SHAPES;
 BENCHMARK(BM_RopeForwardF32) SG_SHAPES;
+BENCHMARK(BM_RopeForwardBF16TokensBatch) SG_SHAPES;
+BENCHMARK(BM_RopeForwardBF16GroupsBatch) SG_SHAPES;
+BENCHMARK(BM_RopeForwardBF16TableTokensBatch) SG_SHAPES;
+BENCHMARK(BM_RopeForwardBF16TableGroupsBatch) SG_SHAPES;
+BENCHMARK(BM_RopeBackwardBF16TokensBatch) SG_SHAPES;
 
 }  // namespace
 }  // namespace sg::kernels

@@ -3,6 +3,8 @@
 // (backward(forward(x)) == x), CUDA against the CPU reference, tables against computed angles.
 // Fresh random inputs; outputs poisoned before each run.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -60,6 +62,9 @@ const std::vector<Case>& Cases() {
       {1, 1, 1, 0, 2, DType::kF32, 0},     {2, 5, 3, 1, 6, DType::kF32, 7},     {1, 9, 4, 2, 16, DType::kF32, 0},
       {3, 17, 5, 3, 64, DType::kF32, 40},  {2, 7, 2, 2, 10, DType::kBF16, 3},   {2, 33, 6, 2, 64, DType::kBF16, 100},
       {1, 19, 8, 8, 128, DType::kBF16, 0}, {1, 5, 3, 0, 32, DType::kBF16, 11},
+      // More chunks per token than one CTA step of the token-run kernel (130 heads x 8 chunks; 48
+      // heads x 65 scalar pairs), and token counts that leave a partial run.
+      {1, 3, 100, 30, 128, DType::kBF16, 5}, {2, 3, 40, 8, 130, DType::kF32, 1}, {3, 7, 7, 1, 64, DType::kBF16, 0},
   };
   return cases;
 }
@@ -198,11 +203,17 @@ TEST(RopeCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("need a table of at least 4 rows, found 3"), std::string::npos) << st;
 }
 
+// Both CUDA kernels (rope.cu: SG_ROPE_KERNEL selects one per call).
 TEST(RopeCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const Case& c : Cases()) Check(c, Device::Cuda(0));
-  Check({2, 2048, 32, 8, 64, DType::kBF16, 2048}, Device::Cuda(0));  // Llama-1B, second sequence shard
-  CheckPositionsAndTable(Device::Cuda(0));
+  for (const char* kernel : {"tokens", "groups"}) {
+    SCOPED_TRACE(std::string("SG_ROPE_KERNEL=") + kernel);
+    ASSERT_EQ(setenv("SG_ROPE_KERNEL", kernel, 1), 0);
+    for (const Case& c : Cases()) Check(c, Device::Cuda(0));
+    Check({2, 2048, 32, 8, 64, DType::kBF16, 2048}, Device::Cuda(0));  // Llama-1B, second sequence shard
+    CheckPositionsAndTable(Device::Cuda(0));
+  }
+  unsetenv("SG_ROPE_KERNEL");
 }
 
 }  // namespace

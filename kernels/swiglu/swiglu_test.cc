@@ -2,6 +2,8 @@
 // differences of sum(out * g) (backward), and the CPU reference for CUDA; the packed [gate | up]
 // form against the separate form. Fresh random inputs; outputs poisoned before each run.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -152,13 +154,21 @@ TEST(SwiGluCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("out: expected contiguous bf16[4,8]@cpu"), std::string::npos) << st;
 }
 
+// Both backward kernels (swiglu.cu: SG_SWIGLU_BWD selects one per call).
 TEST(SwiGluCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const Case& c : Cases()) {
-    CheckSeparate(c, Device::Cuda(0));
-    CheckPacked(c, Device::Cuda(0));
+  for (const char* kernel : {"unrolled", "v1"}) {
+    SCOPED_TRACE(std::string("SG_SWIGLU_BWD=") + kernel);
+    ASSERT_EQ(setenv("SG_SWIGLU_BWD", kernel, 1), 0);
+    for (const Case& c : Cases()) {
+      CheckSeparate(c, Device::Cuda(0));
+      CheckPacked(c, Device::Cuda(0));
+    }
+    CheckSeparate({16384, 5632, DType::kBF16}, Device::Cuda(0));  // Llama-1B MLP width
+    CheckPacked({4099, 5632, DType::kBF16}, Device::Cuda(0));     // several grid-stride steps, odd tail
+    CheckSeparate({3, 1001, DType::kBF16}, Device::Cuda(0));      // flat, numel % 8 != 0: first kernel
   }
-  CheckSeparate({16384, 5632, DType::kBF16}, Device::Cuda(0));  // Llama-1B MLP width
+  unsetenv("SG_SWIGLU_BWD");
 }
 
 }  // namespace

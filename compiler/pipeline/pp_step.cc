@@ -1,0 +1,501 @@
+#include "compiler/pipeline/pp_step.h"
+
+#include <algorithm>
+#include <cmath>
+#include <deque>
+#include <iostream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "compiler/training_graph.h"
+#include "graph/ops.h"
+#include "kernels/adamw/adamw.h"
+#include "kernels/core/status.h"
+#include "kernels/elementwise/elementwise.h"
+
+namespace sg::compiler {
+
+using graph::OpKind;
+using graph::Phase;
+
+struct PipelineStep::Param {
+  std::string name;
+  TensorView master, grad_out;  // program source (f32) and its "grad:<p>" output
+  Tensor acc, m, v, scratch;    // accumulated f32 gradient, moments; f32 copy of a non-f32 grad
+  float weight_decay = 0;
+};
+
+namespace {
+
+constexpr uint64_t kTagBase = uint64_t(1) << 34;  // below the ring attention tags, above collectives
+
+// Rows [i*b, (i+1)*b) of dim 0 of a contiguous tensor.
+TensorView Rows(const TensorView& t, int64_t i, int64_t b) {
+  const int64_t row = t.shape()[0] == 0 ? 0 : t.numel() / t.shape()[0];
+  Shape s = t.shape();
+  s[0] = b;
+  return TensorView(static_cast<char*>(t.raw()) + i * b * row * SizeOf(t.dtype()), t.dtype(), s, t.device());
+}
+
+}  // namespace
+
+PipelineStep::~PipelineStep() {
+  if (executor_ != nullptr) (void)executor_->Synchronize();
+  executor_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(const graph::Graph& forward, const CompileOptions& o) {
+  std::unique_ptr<PipelineStep> s(new PipelineStep());
+  SG_RETURN_IF_ERROR(s->Build(forward, o));
+  return s;
+}
+
+absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptions& o) {
+  SG_RETURN_IF_ERROR(graph::Verify(forward));
+  comm::ProcessGroupOptions po;
+  po.timeout = absl::Seconds(o.comm_timeout_s);
+  timeout_ = po.timeout;
+  SG_ASSIGN_OR_RETURN(context_, DistContext::FromEnv(o.device, po));
+  const int world = context_->world_size();
+  const std::vector<int64_t> shape = o.mesh.empty() ? std::vector<int64_t>{world} : o.mesh;
+  SG_CHECK_ARG(shape.size() <= 2, "pipeline: mesh must be {pp} or {dp, pp}, found ", shape.size(), " dims");
+  const std::vector<int> sizes(shape.begin(), shape.end());
+  SG_ASSIGN_OR_RETURN(sharding::DeviceMesh mesh, shape.size() == 1 ? sharding::DeviceMesh::Create({"pp"}, sizes)
+                                                                   : sharding::DeviceMesh::Create({"dp", "pp"}, sizes));
+  SG_CHECK_ARG(mesh.size() == world, "pipeline: mesh ", mesh.ToString(), " has ", mesh.size(), " ranks, the job has ",
+               world, " (WORLD_SIZE)");
+  if (o.recompute != RecomputePolicy::kNone) {
+    return absl::UnimplementedError("pipeline: stages always recompute their forward in the backward; set recompute = kNone");
+  }
+  const int stages = int(shape.back());
+  SG_ASSIGN_OR_RETURN(pp_, context_->Group(mesh, {int(shape.size()) - 1}));
+  if (pp_ == nullptr) {
+    SG_CHECK_ARG(world == 1, "pipeline: the pp dim needs at least 2 ranks, found mesh ", mesh.ToString());
+    pp_ = &context_->world();
+  }
+  if (shape.size() == 2) {
+    SG_ASSIGN_OR_RETURN(dp_, context_->Group(mesh, {0}));
+  }  micro_ = o.micro_batches;
+  auto batch = o.binding.find("batch");
+  SG_CHECK_ARG(batch != o.binding.end(), "pipeline: the binding must give 'batch'");
+  SG_CHECK_ARG(micro_ >= 1 && batch->second % micro_ == 0, "pipeline: batch ", batch->second,
+               " must split into micro_batches = ", micro_, " equal parts");
+  micro_batch_ = batch->second / micro_;
+  adamw_ = o.adamw;
+  loss_name_ = o.loss;
+
+  graph::Graph g = forward;
+  if (o.precision == Precision::kBF16Mixed) {
+    SG_ASSIGN_OR_RETURN(g, ToMixedPrecision(forward));
+  }
+  SG_ASSIGN_OR_RETURN(std::vector<StageGraph> split, SplitIntoStages(g, stages, o.loss));
+  for (const StageGraph& sg : split) {
+    for (const graph::Node& n : sg.forward.nodes()) {
+      if (n.op != OpKind::kParameter || !graph::AttrBool(n, "trainable")) continue;
+      SG_ASSIGN_OR_RETURN(Shape shape, graph::Evaluate(graph::AttrShape(n, "shape"), o.binding));
+      owner_[graph::AttrString(n, "name")] = {sg.spec.stage, NumElements(shape)};
+    }
+  }
+  StageGraph& mine = split[size_t(pp_->rank())];
+  spec_ = mine.spec;
+  // The loss's targets and ignore index, for the token-count weights (last stage).
+  for (const graph::Node& n : mine.forward.nodes()) {
+    if (n.op == OpKind::kSoftmaxCrossEntropy || n.op == OpKind::kNllLoss) {
+      const graph::Node& t = mine.forward.nodes()[size_t(mine.forward.value(n.inputs[1]).producer)];
+      if (t.op == OpKind::kInput) targets_name_ = graph::AttrString(t, "name");
+      ignore_index_ = graph::AttrInt(n, "ignore_index");
+    }
+  }
+  if (spec_.last() && targets_name_.empty()) {
+    return absl::UnimplementedError("pipeline: the loss must be softmax_cross_entropy / nll_loss of an input's targets");
+  }
+  SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareStageStep(mine, o.fuse));
+  graph::Binding binding = o.binding;
+  binding["batch"] = micro_batch_;
+  SG_ASSIGN_OR_RETURN(program_, Lower(std::move(train), binding, o.device));
+  ExecutorOptions eo;
+  eo.cuda_graph = false;  // actions run a subset of the schedule
+  SG_ASSIGN_OR_RETURN(executor_, Executor::Create(program_.get(), eo));
+  if (!spec_.last()) {
+    const TensorView h = program_->outputs.at(kStageOutput);
+    act_shape_ = h.shape();
+    act_dtype_ = h.dtype();
+  } else if (!spec_.first()) {
+    const TensorView h = program_->sources.at(kStageInput);
+    act_shape_ = h.shape();
+    act_dtype_ = h.dtype();
+  }
+
+  const Device d = o.device;
+  const Stream& st = executor_->compute_stream();
+  std::vector<kernels::AdamWParam> list;
+  for (const std::string& name : mine.parameters) {
+    auto p = std::make_unique<Param>();
+    p->name = name;
+    p->master = program_->sources.at(name);
+    p->grad_out = program_->outputs.at("grad:" + name);
+    if (p->master.dtype() != DType::kF32) {
+      return absl::UnimplementedError(absl::StrCat("pipeline: parameter '", name, "' is ", DTypeName(p->master.dtype()),
+                                                   ", expected f32 master weights"));
+    }
+    p->weight_decay = p->master.rank() >= 2 ? float(o.adamw.weight_decay) : 0.f;
+    for (Tensor* t : {&p->acc, &p->m, &p->v}) {
+      SG_ASSIGN_OR_RETURN(*t, Tensor::Empty(p->master.shape(), DType::kF32, d));
+      SG_RETURN_IF_ERROR(ZeroTensor(t->view(), st));
+    }
+    if (p->grad_out.dtype() != DType::kF32) {
+      SG_ASSIGN_OR_RETURN(p->scratch, Tensor::Empty(p->master.shape(), DType::kF32, d));
+    }
+    kernels::AdamWParam a;
+    a.param = p->master;
+    a.grad = p->acc.view();
+    a.m = p->m.view();
+    a.v = p->v.view();
+    a.weight_decay = p->weight_decay;
+    list.push_back(a);
+    param_index_[name] = int(params_.size());
+    parameter_names_.push_back(name);
+    params_.push_back(std::move(p));
+  }
+  if (list.empty()) return absl::UnimplementedError(absl::StrCat("pipeline: stage ", spec_.stage, " holds no parameters"));
+  SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList l, kernels::AdamWTensorList::Create(list));
+  list_ = std::make_shared<kernels::AdamWTensorList>(std::move(l));
+  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, 4 * 64));
+  lr_ = TensorView(scalars_.data(), DType::kF32, {1}, d);
+  counter_ = TensorView(scalars_.data() + 64, DType::kI64, {}, d);
+  norm_ = TensorView(scalars_.data() + 128, DType::kF32, {1}, d);
+  clip_ = TensorView(scalars_.data() + 192, DType::kF32, {1}, d);
+  SG_RETURN_IF_ERROR(ZeroTensor(TensorView(scalars_.data(), DType::kF32, {64}, d), st));
+  if (program_->state.bytes() > 0) {
+    SG_RETURN_IF_ERROR(ZeroTensor(TensorView(program_->state.data(), DType::kF32, {program_->state.bytes() / 4}, d), st));
+  }
+  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  explanation_ = absl::StrCat("strategy pp: stage ", spec_.stage, " of ", spec_.num_stages, " (layers [",
+                              spec_.first_layer, ", ", spec_.end_layer, "), ", params_.size(), " parameters), 1F1B over ",
+                              micro_, " micro-batches of ", micro_batch_, ", bubble (p-1)/(m+p-1) = ",
+                              OneFOneBBubbleTheory(spec_.num_stages, micro_));
+  if (dp_ != nullptr) {
+    absl::StrAppend(&explanation_, "; ", dp_->size(), " data-parallel replicas (gradients all-reduced per stage)");
+  }
+  if (context_->rank() == 0) std::cerr << "[sg::compiler] " << explanation_ << "\n";
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStep::RunSteps(bool forward_only) {
+  const Stream& s = executor_->compute_stream();
+  for (const Step& st : program_->schedule.steps) {
+    if (forward_only && st.phase != Phase::kForward) continue;
+    absl::Status r = st.launch(s);
+    if (!r.ok()) return absl::Status(r.code(), absl::StrCat("pipeline stage ", spec_.stage, " step '", st.name, "': ", r.message()));
+  }
+  return executor_->Synchronize();
+}
+
+absl::Status PipelineStep::Feed(const std::string& name, const TensorView& src) {
+  auto it = program_->sources.find(name);
+  if (it == program_->sources.end()) return absl::OkStatus();  // this stage does not read it
+  const TensorView& dst = it->second;
+  if (src.dtype() != dst.dtype() || src.numel() != dst.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("pipeline stage ", spec_.stage, ": input '", name, "': expected ",
+                                                   DTypeName(dst.dtype()), ShapeToString(dst.shape()), ", found ",
+                                                   src.ToString()));
+  }
+  SG_ASSIGN_OR_RETURN(TensorView s, src.Reshape(dst.shape()));
+  return CopyTensor(s, dst, executor_->compute_stream());
+}
+
+absl::Status PipelineStep::Accumulate(float weight) {
+  const Stream& s = executor_->compute_stream();
+  for (auto& p : params_) {
+    TensorView g = p->grad_out;
+    if (g.dtype() != DType::kF32) {
+      SG_RETURN_IF_ERROR(kernels::Cast(g, p->scratch.view(), s));
+      g = p->scratch.view();
+    }
+    SG_ASSIGN_OR_RETURN(TensorView gv, g.Reshape(p->acc.shape()));
+    SG_RETURN_IF_ERROR(kernels::AddScaled(gv, weight, p->acc.view(), p->acc.view(), s));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStep::RefreshWeightCopies() {
+  for (const auto& [master, copy] : program_->weight_copies) {
+    SG_RETURN_IF_ERROR(kernels::Cast(master, copy, executor_->compute_stream()));
+  }
+  return executor_->Synchronize();
+}
+
+absl::Status PipelineStep::Run(const std::map<std::string, TensorView>& batch) {
+  using K = PipelineAction::Kind;
+  const int me = spec_.stage, m = micro_;
+  const Stream& st = executor_->compute_stream();
+  // Micro-batch inputs this stage reads.
+  std::vector<std::map<std::string, TensorView>> micro(static_cast<size_t>(m));
+  for (const std::string& name : program_->input_names) {
+    if (name == kStageInput || name == "cotangent") continue;
+    auto it = batch.find(name);
+    if (it == batch.end()) return absl::InvalidArgumentError(absl::StrCat("pipeline Run: missing input '", name, "'"));
+    if (it->second.rank() < 1 || it->second.shape()[0] != micro_batch_ * m) {
+      return absl::InvalidArgumentError(absl::StrCat("pipeline Run: input '", name, "' must have ", micro_batch_ * m,
+                                                     " rows (", m, " micro-batches of ", micro_batch_, "), found ",
+                                                     it->second.ToString()));
+    }
+    for (int i = 0; i < m; ++i) micro[size_t(i)][name] = Rows(it->second, i, micro_batch_);
+  }
+  // Token-count weights of the micro-batches (the loss is the mean over every non-ignored target).
+  std::vector<float> weight(size_t(m), 1.f / float(m));
+  if (spec_.last()) {
+    const TensorView t = batch.at(targets_name_);
+    SG_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(t.shape(), t.dtype(), Device::Cpu()));
+    SG_RETURN_IF_ERROR(CopyTensor(t, host.view(), st));
+    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    std::vector<int64_t> count(size_t(m), 0);
+    int64_t total = 0;
+    const int64_t per = t.numel() / m;
+    for (int64_t k = 0; k < t.numel(); ++k) {
+      const int64_t id = t.dtype() == DType::kI64 ? host.data<int64_t>()[k] : host.data<int32_t>()[k];
+      if (id != ignore_index_) {
+        ++count[size_t(k / per)];
+        ++total;
+      }
+    }
+    if (dp_ != nullptr) {  // the loss is the mean over every replica's tokens
+      float t32 = float(total);
+      SG_RETURN_IF_ERROR(dp_->AllReduce(TensorView(&t32, DType::kF32, {1}, Device::Cpu()), comm::ReduceOp::kSum));
+      total = int64_t(t32);
+    }
+    for (int i = 0; i < m; ++i) weight[size_t(i)] = total > 0 ? float(double(count[size_t(i)]) / double(total)) : 0.f;
+  }
+  for (auto& p : params_) SG_RETURN_IF_ERROR(ZeroTensor(p->acc.view(), st));
+
+  struct Pending {
+    Tensor buffer;
+    comm::Request request;
+    std::string what;
+  };
+  std::deque<Pending> sends;
+  std::map<int, Tensor> stash, grad_in;  // micro-batch -> h_in received / last stage's grad h_in to send
+  auto host_buffer = [&]() { return Tensor::Empty(act_shape_, act_dtype_, Device::Cpu()); };
+  auto receive = [&](int peer, uint64_t tag, const std::string& what) -> absl::StatusOr<Tensor> {
+    SG_ASSIGN_OR_RETURN(Tensor t, host_buffer());
+    SG_ASSIGN_OR_RETURN(comm::Request r, pp_->Recv(t.view(), peer, tag));
+    absl::Status s = r.Wait(absl::Now() + timeout_);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(pp_->name(), " pipeline stage ", me, ": receiving ", what,
+                                                 " from stage ", peer, ": ", s.message()));
+    }
+    return t;
+  };
+  auto send = [&](const TensorView& device_value, int peer, uint64_t tag, std::string what) -> absl::Status {
+    Pending p;
+    SG_ASSIGN_OR_RETURN(p.buffer, host_buffer());
+    SG_ASSIGN_OR_RETURN(TensorView v, device_value.Reshape(act_shape_));
+    SG_RETURN_IF_ERROR(CopyTensor(v, p.buffer.view(), st));
+    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    p.what = absl::StrCat(what, " to stage ", peer);
+    SG_ASSIGN_OR_RETURN(p.request, pp_->Send(p.buffer.view(), peer, tag));
+    sends.push_back(std::move(p));
+    return absl::OkStatus();
+  };
+  auto feed_micro = [&](int i) -> absl::Status {
+    for (const auto& [name, v] : micro[size_t(i)]) SG_RETURN_IF_ERROR(Feed(name, v));
+    if (!spec_.first()) SG_RETURN_IF_ERROR(Feed(kStageInput, stash.at(i).view()));
+    return absl::OkStatus();
+  };
+
+  actions_.clear();
+  times_.clear();
+  double loss = 0;
+  SG_RETURN_IF_ERROR(pp_->Barrier());
+  const absl::Time t0 = absl::Now();
+  auto since = [&] { return absl::ToDoubleSeconds(absl::Now() - t0); };
+  for (const PipelineAction& a : OneFOneBSchedule(spec_.num_stages, me, m)) {
+    const int i = a.micro;
+    const uint64_t act_tag = kTagBase + 2 * uint64_t(i), grad_tag = act_tag + 1;
+    Interval busy;
+    if (a.kind == K::kForward) {
+      if (!spec_.first()) {
+        SG_ASSIGN_OR_RETURN(stash[i], receive(me - 1, act_tag, absl::StrCat("activation of micro-batch ", i)));
+      }
+      busy.start = since();
+      SG_RETURN_IF_ERROR(feed_micro(i));
+      if (spec_.last()) {
+        // Forward and backward at once: B(i) follows F(i) directly on the last stage.
+        SG_RETURN_IF_ERROR(RunSteps(false));
+        float li = 0;
+        SG_RETURN_IF_ERROR(CopyTensor(program_->outputs.at(loss_name_), TensorView(&li, DType::kF32, {}, Device::Cpu()), st));
+        SG_RETURN_IF_ERROR(Accumulate(weight[size_t(i)]));
+        SG_RETURN_IF_ERROR(executor_->Synchronize());
+        loss += double(weight[size_t(i)]) * double(li);
+        if (!spec_.first()) {
+          SG_ASSIGN_OR_RETURN(Tensor g, Tensor::Empty(act_shape_, act_dtype_, program_->device));
+          SG_ASSIGN_OR_RETURN(TensorView src, program_->outputs.at("grad:h_in").Reshape(act_shape_));
+          SG_RETURN_IF_ERROR(kernels::Scale(src, weight[size_t(i)], g.view(), st));
+          grad_in[i] = std::move(g);
+        }
+        busy.end = since();
+      } else {
+        SG_RETURN_IF_ERROR(RunSteps(true));
+        busy.end = since();
+        SG_RETURN_IF_ERROR(send(program_->outputs.at(kStageOutput), me + 1, act_tag,
+                                absl::StrCat("activation of micro-batch ", i)));
+      }
+    } else {
+      if (spec_.last()) {
+        busy.start = busy.end = since();
+        if (!spec_.first()) {
+          SG_RETURN_IF_ERROR(send(grad_in.at(i).view(), me - 1, grad_tag, absl::StrCat("gradient of micro-batch ", i)));
+          grad_in.erase(i);
+        }
+      } else {
+        SG_ASSIGN_OR_RETURN(Tensor cot, receive(me + 1, grad_tag, absl::StrCat("gradient of micro-batch ", i)));
+        busy.start = since();
+        SG_RETURN_IF_ERROR(feed_micro(i));
+        SG_RETURN_IF_ERROR(Feed("cotangent", cot.view()));
+        SG_RETURN_IF_ERROR(RunSteps(false));
+        SG_RETURN_IF_ERROR(Accumulate(1.f));
+        SG_RETURN_IF_ERROR(executor_->Synchronize());
+        busy.end = since();
+        if (!spec_.first()) {
+          SG_RETURN_IF_ERROR(send(program_->outputs.at("grad:" + std::string(kStageInput)), me - 1, grad_tag,
+                                  absl::StrCat("gradient of micro-batch ", i)));
+        }
+      }
+      stash.erase(i);
+    }
+    actions_.push_back(a);
+    times_.push_back(busy);
+    while (!sends.empty()) {
+      SG_ASSIGN_OR_RETURN(bool done, sends.front().request.Test());
+      if (!done) break;
+      sends.pop_front();
+    }
+  }
+  const absl::Time deadline = absl::Now() + timeout_;
+  for (Pending& p : sends) {
+    absl::Status s = p.request.Wait(deadline);
+    if (!s.ok()) {
+      return absl::Status(s.code(), absl::StrCat(pp_->name(), " pipeline stage ", me, ": sending ", p.what, ": ",
+                                                 s.message()));
+    }
+  }
+  loss_ = float(loss);
+  return Optimize();
+}
+
+// Global norm over every stage's accumulated gradients, then AdamW on this stage's.
+absl::Status PipelineStep::Optimize() {
+  const Stream& st = executor_->compute_stream();
+  auto list = std::static_pointer_cast<kernels::AdamWTensorList>(list_);
+  if (dp_ != nullptr) {
+    for (auto& p : params_) SG_RETURN_IF_ERROR(dp_->AllReduce(p->acc.view(), comm::ReduceOp::kSum, st));
+    SG_RETURN_IF_ERROR(dp_->AllReduce(TensorView(&loss_, DType::kF32, {1}, Device::Cpu()), comm::ReduceOp::kSum));
+  }
+  SG_RETURN_IF_ERROR(kernels::GradNorm(*list, 0.f, norm_, TensorView(), st));
+  float local = 0;
+  SG_RETURN_IF_ERROR(CopyTensor(norm_, TensorView(&local, DType::kF32, {1}, Device::Cpu()), st));
+  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  float sums[2] = {local * local, loss_};
+  SG_RETURN_IF_ERROR(pp_->AllReduce(TensorView(sums, DType::kF32, {2}, Device::Cpu()), comm::ReduceOp::kSum));
+  grad_norm_ = std::sqrt(sums[0]);
+  loss_ = sums[1];
+  const float max_norm = float(adamw_.max_grad_norm);
+  float clip = max_norm > 0 ? std::min(1.f, max_norm / (grad_norm_ + 1e-6f)) : 1.f;
+  SG_RETURN_IF_ERROR(CopyTensor(TensorView(&clip, DType::kF32, {1}, Device::Cpu()), clip_, st));
+  const kernels::AdamWConfig c{float(adamw_.beta1), float(adamw_.beta2), float(adamw_.eps)};
+  SG_RETURN_IF_ERROR(kernels::AdamWStep(*list, c, lr_, counter_, clip_, st));
+  return RefreshWeightCopies();
+}
+
+absl::StatusOr<StepMetrics> PipelineStep::ReadMetrics() const {
+  StepMetrics m;
+  m.loss = loss_;
+  m.grad_norm = grad_norm_;
+  SG_RETURN_IF_ERROR(CopyTensor(counter_, TensorView(&m.step, DType::kI64, {}, Device::Cpu()), executor_->compute_stream()));
+  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  return m;
+}
+
+absl::Status PipelineStep::SetLearningRate(float lr) {
+  SG_RETURN_IF_ERROR(CopyTensor(TensorView(&lr, DType::kF32, {1}, Device::Cpu()), lr_, executor_->compute_stream()));
+  return executor_->Synchronize();
+}
+
+absl::StatusOr<StepTrace> PipelineStep::TraceStep(const std::map<std::string, TensorView>&) {
+  return absl::UnimplementedError("pipeline: TraceStep is not supported; read last_actions()/last_times() after Run");
+}
+
+namespace {
+absl::Status CheckF32(const std::string& name, int64_t numel, const TensorView& host) {
+  if (host.dtype() != DType::kF32 || host.numel() != numel) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "': expected f32 with ", numel, " elements, found ",
+                                                   host.ToString()));
+  }
+  return absl::OkStatus();
+}
+}  // namespace
+
+absl::Status PipelineStep::Write(const std::string& name, const TensorView& host) {
+  const Stream& st = executor_->compute_stream();
+  if (name == kLrName) return SetLearningRate(*static_cast<const float*>(host.raw()));
+  if (name == kStepName) {
+    SG_RETURN_IF_ERROR(CheckF32(name, 1, host));
+    int64_t n = int64_t(*static_cast<const float*>(host.raw()));
+    SG_RETURN_IF_ERROR(CopyTensor(TensorView(&n, DType::kI64, {}, Device::Cpu()), counter_, st));
+    return executor_->Synchronize();
+  }
+  for (const char* prefix : {"", "opt.m.", "opt.v."}) {
+    if (!absl::StartsWith(name, prefix)) continue;
+    const std::string param = name.substr(std::string(prefix).size());
+    auto own = owner_.find(param);
+    if (own == owner_.end()) continue;
+    SG_RETURN_IF_ERROR(CheckF32(name, own->second.second, host));
+    if (own->second.first != spec_.stage) return absl::OkStatus();  // another stage's
+    const Param& p = *params_[size_t(param_index_.at(param))];
+    const TensorView dst = prefix[0] == '\0' ? p.master : (prefix[4] == 'm' ? p.m.view() : p.v.view());
+    SG_RETURN_IF_ERROR(CopyTensor(TensorView(host.raw(), DType::kF32, dst.shape(), host.device()), dst, st));
+    return RefreshWeightCopies();
+  }
+  return absl::NotFoundError(absl::StrCat("pipeline step has no source named '", name, "'"));
+}
+
+absl::Status PipelineStep::Read(const std::string& name, const TensorView& host) const {
+  const Stream& st = executor_->compute_stream();
+  if (name == "loss" || name == "grad_norm" || name == kStepName) {
+    SG_RETURN_IF_ERROR(CheckF32(name, 1, host));
+    SG_ASSIGN_OR_RETURN(StepMetrics m, ReadMetrics());
+    *static_cast<float*>(host.raw()) = name == "loss" ? m.loss : name == "grad_norm" ? m.grad_norm : float(m.step);
+    return absl::OkStatus();
+  }
+  if (name == kLrName) {
+    SG_RETURN_IF_ERROR(CopyTensor(lr_, host, st));
+    return executor_->Synchronize();
+  }
+  for (const char* prefix : {"", "opt.m.", "opt.v.", "grad:"}) {
+    if (!absl::StartsWith(name, prefix)) continue;
+    const std::string param = name.substr(std::string(prefix).size());
+    auto own = owner_.find(param);
+    if (own == owner_.end()) continue;
+    SG_RETURN_IF_ERROR(CheckF32(name, own->second.second, host));
+    if (own->second.first == spec_.stage) {
+      const Param& p = *params_[size_t(param_index_.at(param))];
+      const std::string pre = prefix;
+      const TensorView src = pre.empty() ? p.master : pre == "grad:" ? p.acc.view() : pre == "opt.m." ? p.m.view() : p.v.view();
+      SG_RETURN_IF_ERROR(CopyTensor(src, TensorView(host.raw(), DType::kF32, src.shape(), host.device()), st));
+      SG_RETURN_IF_ERROR(executor_->Synchronize());
+    }
+    return pp_->Broadcast(host, own->second.first);
+  }
+  return absl::NotFoundError(absl::StrCat("pipeline step has no source or output named '", name, "'"));
+}
+
+absl::StatusOr<std::unique_ptr<CompiledStep>> CompilePipeline(const graph::Graph& forward, const CompileOptions& o) {
+  SG_ASSIGN_OR_RETURN(std::unique_ptr<PipelineStep> s, PipelineStep::Create(forward, o));
+  return std::unique_ptr<CompiledStep>(std::move(s));
+}
+
+namespace {
+const bool kRegistered = RegisterStrategyCompiler(Strategy::kPipeline, CompilePipeline);
+}  // namespace
+
+}  // namespace sg::compiler
