@@ -3,7 +3,8 @@
 # with the PyTorch torch.compile peer on GPU 1 at the same time (same machine, same run), per config.
 # Build first (here): ../shared/tools/gpu-bundle --flags "-c opt" //compiler:llama_step_test \
 #   //compiler:compile_test //compiler:distributed_test \
-#   //compiler/context_parallel:ring_attention_device_test //benchmarks:llama_step_benchmark
+#   //compiler/context_parallel:ring_attention_device_test //benchmarks:llama_step_benchmark \
+#   //compiler:autotune_test //compiler:micro_batch_test
 set -u
 out=${OUT:-/tmp/out}; mkdir -p "$out"
 export PYTHONUNBUFFERED=1
@@ -18,6 +19,8 @@ t llama_step_test 150 compiler/llama_step_test --gtest_filter=${LLAMA_TEST_FILTE
 t compile_test_cuda 90 compiler/compile_test --gtest_filter='*Cuda*'
 [[ -x .gpu/bin/compiler/distributed_test ]] && t distributed_gpu 120 compiler/distributed_test --gtest_filter='DistributedTest.FsdpOnTwoGpusEqualsOneGpu'
 [[ -x .gpu/bin/compiler/context_parallel/ring_attention_device_test ]] && t ring_attention_gpu 120 compiler/context_parallel/ring_attention_device_test
+[[ -x .gpu/bin/compiler/autotune_test ]] && t autotune_gpu 120 compiler/autotune_test --gtest_filter='AutotuneCuda.*'
+[[ -x .gpu/bin/compiler/micro_batch_test ]] && t micro_batch_gpu 150 compiler/micro_batch_test --gtest_filter='*Gpu*'
 for cfg in ${CONFIGS:-124m 1b}; do
   CUDA_VISIBLE_DEVICES=1 timeout 300 python3 benchmarks/llama_peer.py --config "$cfg" --compile \
     > "$out/peer_$cfg.log" 2>&1 &

@@ -23,10 +23,11 @@ bench rope kernels/rope/rope_benchmark
 bench embedding kernels/embedding/embedding_benchmark
 bench cross_entropy kernels/cross_entropy/cross_entropy_benchmark
 bench adamw kernels/adamw/adamw_benchmark
-bench gemm kernels/gemm/gemm_benchmark
+bench gemm kernels/gemm/gemm_benchmark --benchmark_filter='algo:0'
+bench gemm_tuned kernels/gemm/gemm_benchmark --benchmark_filter='algo:1'  # autotuned cuBLASLt algorithms
 bench gemm_rmsnorm kernels/gemm_rmsnorm/gemm_rmsnorm_benchmark
 bench attention kernels/attention/attention_benchmark
-cat "$out"/{rmsnorm,add_rmsnorm,elementwise,swiglu,rope,embedding,cross_entropy,adamw,gemm,gemm_rmsnorm,attention}.log \
+cat "$out"/{rmsnorm,add_rmsnorm,elementwise,swiglu,rope,embedding,cross_entropy,adamw,gemm,gemm_tuned,gemm_rmsnorm,attention}.log \
   | grep -E '^BM_' | sed -E 's/ +[0-9.]+ (ns|us|ms) +[0-9.]+ (ns|us|ms) +[0-9]+//' > "$out/ours.txt"
 timeout 200 python3 kernels/torch_peer_memory_bound.py > "$out/peer_memory.log" 2>&1 || echo "(peer_memory exited $?)"
 timeout 120 python3 kernels/rmsnorm/rmsnorm_peer.py > "$out/peer_rmsnorm.log" 2>&1 || echo "(peer_rmsnorm exited $?)"

@@ -39,8 +39,10 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace
 
-// Places the transport's stream after the caller's work (device), so inputs are ready.
+// Places the transport's stream after the caller's work (device), so inputs are ready. Send/Recv
+// requests the transport still holds are started first: they were posted before this collective.
 absl::Status ProcessGroup::OrderBefore(Transport* t, const Stream& stream) {
+  SG_RETURN_IF_ERROR(t->Flush());
   if (t->stream() == nullptr) return absl::OkStatus();
 #ifdef SG_WITH_CUDA
   SG_ASSIGN_OR_RETURN(Event e, Event::Create(t->device()));
@@ -81,6 +83,7 @@ absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes
 
 absl::Status ProcessGroup::SynchronizeDevice(absl::Time deadline) {
 #ifdef SG_WITH_CUDA
+  if (device_ != nullptr) SG_RETURN_IF_ERROR(device_->Flush());
   if (device_state_->last == nullptr) return absl::OkStatus();
   while (true) {
     cudaError_t e = cudaEventQuery(device_state_->last);
@@ -113,10 +116,27 @@ internal::RingSpec RingBase(Transport* t, const std::vector<int>& members, int r
   return s;
 }
 
+// Device chunk size in elements (ProcessGroupOptions). Identical on every rank: it depends only on
+// the segment sizes, the dtype and `pipelined`. Unpipelined rings (n = 2 all-gather and broadcast:
+// nothing is reduced or forwarded, so no chunk waits for another) move each segment as one chunk.
+int64_t DeviceChunkElems(const ProcessGroupOptions& o, const std::vector<int64_t>& counts,
+                         DType dtype, bool pipelined) {
+  int64_t longest = 1;
+  for (int64_t c : counts) longest = std::max(longest, c);
+  if (!pipelined) return longest;
+  const int64_t esize = SizeOf(dtype);
+  const int64_t min_chunk = std::max<int64_t>(1, o.device_chunk_bytes / esize);
+  const int64_t max_chunk = std::max(min_chunk, o.device_max_chunk_bytes / esize);
+  const int64_t target = (longest + std::max(1, o.device_chunks) - 1) / std::max(1, o.device_chunks);
+  // Never more than the longest segment: the scratch (window x chunk) stays small for small tensors.
+  return std::min(longest, std::min(max_chunk, std::max(min_chunk, target)));
+}
+
 }  // namespace
 
 absl::Status ProcessGroup::RingReduceScatter(OpState& op, Transport* t, char* buf, DType dtype,
-                                             const std::vector<int64_t>& counts, ReduceOp rop) {
+                                             const std::vector<int64_t>& counts, ReduceOp rop,
+                                             const char* src, char* final_out, float final_scale) {
   // Steps (rank r of n):
   //  1. send segment r-1 to the next rank;
   //  2. for s = 0 .. n-2: receive segment r-s-2 from the previous rank, reduce it into ours, and
@@ -136,8 +156,11 @@ absl::Status ProcessGroup::RingReduceScatter(OpState& op, Transport* t, char* bu
     s.window = options_.host_window;
     return internal::RunRingHost(s, op);
   }
-  s.chunk_elems = std::max<int64_t>(1, options_.device_chunk_bytes / SizeOf(dtype));
-  s.window = options_.device_window;
+  s.chunk_elems = DeviceChunkElems(options_, counts, dtype, /*pipelined=*/true);
+  s.window = std::max(2, options_.device_window);
+  s.src = src;
+  s.final_out = final_out;
+  s.final_scale = final_scale;
   int64_t chunk_elems = 0;
   internal::ChunkCount(s, &chunk_elems, 1u << 30);
   SG_RETURN_IF_ERROR(EnsureDeviceState(t, chunk_elems * s.window * SizeOf(dtype)));
@@ -146,7 +169,7 @@ absl::Status ProcessGroup::RingReduceScatter(OpState& op, Transport* t, char* bu
 }
 
 absl::Status ProcessGroup::RingAllGather(OpState& op, Transport* t, char* buf, DType dtype,
-                                         const std::vector<int64_t>& counts) {
+                                         const std::vector<int64_t>& counts, const char* send0) {
   // Steps (rank r of n), segment r already in place:
   //  1. send segment r to the next rank;
   //  2. for s = 0 .. n-2: receive segment r-s-1 from the previous rank in place and (for s < n-2)
@@ -163,8 +186,9 @@ absl::Status ProcessGroup::RingAllGather(OpState& op, Transport* t, char* buf, D
     s.window = 1 << 20;  // receives land in place: no scratch limits them
     return internal::RunRingHost(s, op);
   }
-  s.chunk_elems = std::max<int64_t>(1, options_.device_chunk_bytes / SizeOf(dtype));
+  s.chunk_elems = DeviceChunkElems(options_, counts, dtype, /*pipelined=*/n > 2);
   s.window = options_.device_window;
+  s.send0_data = send0;
   SG_RETURN_IF_ERROR(EnsureDeviceState(t, 0));
   return internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr);
 }
@@ -183,16 +207,16 @@ absl::Status ProcessGroup::AllReduce(const TensorView& t, ReduceOp rop, const St
   // for avg, the owner scales its segment once; ring all-gather of the segments.
   std::vector<int64_t> counts = SplitEven(t.numel(), n);
   char* buf = static_cast<char*>(t.raw());
+  // On the device the avg scaling is fused into the last reduction of our segment.
+  const bool device = tr->stream() != nullptr;
+  const float final_scale = (device && rop == ReduceOp::kAvg) ? 1.0f / float(n) : 1.0f;
   absl::Status s = OrderBefore(tr, stream);
-  if (s.ok()) s = RingReduceScatter(op, tr, buf, t.dtype(), counts, rop);
-  if (s.ok() && rop == ReduceOp::kAvg) {
+  if (s.ok()) s = RingReduceScatter(op, tr, buf, t.dtype(), counts, rop, nullptr, nullptr, final_scale);
+  if (s.ok() && rop == ReduceOp::kAvg && !device) {
     int64_t off = 0;
     for (int i = 0; i < rank_; ++i) off += counts[size_t(i)];
     void* mine = buf + off * SizeOf(t.dtype());
-    s = tr->stream() == nullptr
-            ? ScaleInPlace(t.dtype(), mine, counts[size_t(rank_)], 1.0f / float(n))
-            : ScaleInPlaceDevice(t.dtype(), mine, counts[size_t(rank_)], 1.0f / float(n),
-                                 *tr->stream());
+    s = ScaleInPlace(t.dtype(), mine, counts[size_t(rank_)], 1.0f / float(n));
   }
   if (s.ok()) s = RingAllGather(op, tr, buf, t.dtype(), counts);
   if (s.ok()) s = OrderAfter(tr, stream);
@@ -210,10 +234,14 @@ absl::Status ProcessGroup::ReduceScatter(const TensorView& input, const TensorVi
                size(), " x output's ", output.numel(), " elements, found ", input.numel());
   SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(input, "reduce_scatter"));
   SG_ASSIGN_OR_RETURN(OpState op, Begin("reduce_scatter", options_.timeout));
+  if (tr->stream() != nullptr) {
+    absl::Status s = DeviceReduceScatter(op, tr, input, output, rop, stream);
+    return s.ok() ? s : Fail(op, s);
+  }
   const int n = size();
   const int64_t esize = SizeOf(input.dtype());
-  // Steps: copy the input to a work buffer (the input is not modified), ring reduce-scatter with
-  // equal segments, scale for avg, copy our segment out.
+  // Steps (host): copy the input to a work buffer (the input is not modified), ring reduce-scatter
+  // with equal segments, scale for avg, copy our segment out.
   absl::Status s = OrderBefore(tr, stream);
   Tensor host_work;
   Tensor* work = tr->stream() ? &device_state_->work : &host_work;
@@ -250,6 +278,44 @@ absl::Status ProcessGroup::ReduceScatter(const TensorView& input, const TensorVi
   return s.ok() ? s : Fail(op, s);
 }
 
+// Steps (device): ring reduce-scatter reading the input in place (sends and reductions take our
+// contribution from it) and writing segment r's final sum, scaled for avg, straight into the
+// output: no copy of the input, no copy out. Partial sums that are passed on (n > 2) go to a work
+// buffer kept across calls.
+absl::Status ProcessGroup::DeviceReduceScatter(OpState& op, Transport* tr, const TensorView& input,
+                                               const TensorView& output, ReduceOp rop,
+                                               const Stream& stream) {
+  const int n = size();
+  SG_RETURN_IF_ERROR(OrderBefore(tr, stream));
+  if (output.numel() == 0) return OrderAfter(tr, stream);
+  if (n == 1) {
+    SG_RETURN_IF_ERROR(CopyTensor(TensorView(input.raw(), input.dtype(), {input.numel()}, input.device()),
+                                  TensorView(output.raw(), output.dtype(), {output.numel()}, output.device()),
+                                  *tr->stream()));
+    return OrderAfter(tr, stream);
+  }
+  char* work = nullptr;
+  if (n > 2) {
+    Tensor& w = device_state_->work;
+    if (w.view().raw() == nullptr || w.nbytes() < input.nbytes()) {
+      // Growing the buffer: queued work on the old one must finish before it is freed.
+      SG_RETURN_IF_ERROR(tr->stream()->Synchronize());
+      SG_ASSIGN_OR_RETURN(w, Tensor::Empty({input.numel()}, input.dtype(), input.device()));
+    }
+    work = static_cast<char*>(w.view().raw());
+  } else {
+    // n = 2 has no intermediate step: the engine never writes buf (only final_out), and reads our
+    // contribution through `src`.
+    work = static_cast<char*>(const_cast<void*>(input.raw()));
+  }
+  std::vector<int64_t> counts(size_t(n), output.numel());
+  const float final_scale = rop == ReduceOp::kAvg ? 1.0f / float(n) : 1.0f;
+  SG_RETURN_IF_ERROR(RingReduceScatter(op, tr, work, input.dtype(), counts, rop,
+                                       static_cast<const char*>(input.raw()),
+                                       static_cast<char*>(output.raw()), final_scale));
+  return OrderAfter(tr, stream);
+}
+
 absl::Status ProcessGroup::AllGather(const TensorView& input, const TensorView& output,
                                      const Stream& stream) {
   SG_RETURN_IF_ERROR(CheckTensor(input, "all_gather", "input", false));
@@ -261,9 +327,14 @@ absl::Status ProcessGroup::AllGather(const TensorView& input, const TensorView& 
                size(), " x input's ", input.numel(), " elements, found ", output.numel());
   SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(input, "all_gather"));
   SG_ASSIGN_OR_RETURN(OpState op, Begin("all_gather", options_.timeout));
-  // Steps: put our input in block `rank` of the output, then ring all-gather the blocks.
+  // Steps: put our input in block `rank` of the output, then ring all-gather the blocks. On the
+  // device the copy runs on a side stream while the transfers send our block from the input.
   const int64_t esize = SizeOf(input.dtype());
   char* buf = static_cast<char*>(output.raw());
+  if (tr->stream() != nullptr && size() > 1 && input.numel() > 0) {
+    absl::Status s = DeviceAllGather(op, tr, input, output, stream);
+    return s.ok() ? s : Fail(op, s);
+  }
   absl::Status s = OrderBefore(tr, stream);
   const Stream& copy_stream = tr->stream() ? *tr->stream() : stream;
   if (s.ok()) {
@@ -278,6 +349,31 @@ absl::Status ProcessGroup::AllGather(const TensorView& input, const TensorView& 
   }
   if (s.ok()) s = OrderAfter(tr, stream);
   return s.ok() ? s : Fail(op, s);
+}
+
+absl::Status ProcessGroup::DeviceAllGather(OpState& op, Transport* tr, const TensorView& input,
+                                           const TensorView& output, const Stream& stream) {
+  const int64_t block = input.numel() * SizeOf(input.dtype());
+  char* buf = static_cast<char*>(output.raw());
+  char* mine = buf + rank_ * block;
+  SG_RETURN_IF_ERROR(OrderBefore(tr, stream));
+  SG_RETURN_IF_ERROR(EnsureDeviceState(tr, 0));
+  const Stream& side = *device_state_->reduce_stream;
+  const bool copy = input.raw() != mine;  // in-place callers already hold their block there
+  SG_ASSIGN_OR_RETURN(Event copied, Event::Create(tr->device()));
+  if (copy) {
+    SG_ASSIGN_OR_RETURN(Event fork, Event::Create(tr->device()));
+    SG_RETURN_IF_ERROR(fork.Record(*tr->stream()));
+    SG_RETURN_IF_ERROR(fork.Block(side));
+    SG_RETURN_IF_ERROR(CopyTensor(TensorView(input.raw(), input.dtype(), {input.numel()}, input.device()),
+                                  TensorView(mine, input.dtype(), {input.numel()}, input.device()), side));
+    SG_RETURN_IF_ERROR(copied.Record(side));
+  }
+  std::vector<int64_t> counts(size_t(size()), input.numel());
+  SG_RETURN_IF_ERROR(RingAllGather(op, tr, buf, input.dtype(), counts,
+                                   static_cast<const char*>(input.raw())));
+  if (copy) SG_RETURN_IF_ERROR(copied.Block(*tr->stream()));
+  return OrderAfter(tr, stream);
 }
 
 absl::Status ProcessGroup::Broadcast(const TensorView& t, int root, const Stream& stream) {
@@ -305,7 +401,7 @@ absl::Status ProcessGroup::Broadcast(const TensorView& t, int root, const Stream
     s.window = 1 << 20;
     st = internal::RunRingHost(s, op);
   } else if (st.ok()) {
-    s.chunk_elems = std::max<int64_t>(1, options_.device_chunk_bytes / SizeOf(t.dtype()));
+    s.chunk_elems = DeviceChunkElems(options_, {t.numel()}, t.dtype(), /*pipelined=*/n > 2);
     s.window = options_.device_window;
     st = EnsureDeviceState(tr, 0);
     if (st.ok()) st = internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr);

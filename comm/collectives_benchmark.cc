@@ -8,6 +8,8 @@
 //   bazel-bin/comm/launch --nproc=2 -- bazel-bin/comm/collectives_benchmark --benchmark_filter=Host
 // GPU, one process per GPU (2 x H200): ring (NCCL P2P) vs NCCL native, 64 MiB - 1 GiB, and send/recv:
 //   bazel-bin/comm/launch --nproc=2 -- bazel-bin/comm/collectives_benchmark --benchmark_filter=Device
+// The device pipeline's chunking can be swept with SG_BENCH_CHUNK_MIB, SG_BENCH_MAX_CHUNK_MIB,
+// SG_BENCH_CHUNKS and SG_BENCH_WINDOW (ProcessGroupOptions' device_* fields).
 #include <cstdlib>
 #include <memory>
 
@@ -55,6 +57,11 @@ World& GetWorld() {
       }
       ProcessGroupOptions opt;
       opt.track_progress = false;  // measure the algorithm, not the store round trip
+      // Sweeps of the device pipeline (see ProcessGroupOptions), e.g. SG_BENCH_CHUNK_MIB=16.
+      if (const char* v = std::getenv("SG_BENCH_CHUNK_MIB")) opt.device_chunk_bytes = std::atoll(v) << 20;
+      if (const char* v = std::getenv("SG_BENCH_MAX_CHUNK_MIB")) opt.device_max_chunk_bytes = std::atoll(v) << 20;
+      if (const char* v = std::getenv("SG_BENCH_CHUNKS")) opt.device_chunks = std::atoi(v);
+      if (const char* v = std::getenv("SG_BENCH_WINDOW")) opt.device_window = std::atoi(v);
       SG_ASSIGN_OR_RETURN(w->pg, ProcessGroup::Create(&w->rdzv->store(), w->ucx.get(), w->nccl.get(),
                                                       "bench", opt));
       return absl::OkStatus();
@@ -65,14 +72,23 @@ World& GetWorld() {
   return *w;
 }
 
-enum Op { kAllReduce, kReduceScatter, kAllGather, kSendRecv };
+// Point to point, every rank sending `size` bytes to the next rank and receiving `size` from the
+// previous one (both directions of every link at once with 2 ranks), posted three ways:
+//   kSendRecv        Recv, then Send, then Wait both (separate requests, as users write it);
+//   kSendFirstRecv   Send, then Recv, then Wait both;
+//   kSendRecvGrouped ProcessGroup::SendRecv (one call, one NCCL group);
+// and kSendOneWay: even ranks send to the odd rank after them, which only receives (one direction).
+enum Op { kAllReduce, kReduceScatter, kAllGather, kSendRecv, kSendFirstRecv, kSendRecvGrouped, kSendOneWay };
 
 double BusFactor(Op op, int n) {
   switch (op) {
     case kAllReduce: return 2.0 * (n - 1) / n;
     case kReduceScatter:
     case kAllGather: return double(n - 1) / n;
-    case kSendRecv: return 1.0;
+    case kSendRecv:
+    case kSendFirstRecv:
+    case kSendRecvGrouped:
+    case kSendOneWay: return 1.0;
   }
   return 1.0;
 }
@@ -92,14 +108,38 @@ absl::Status RunOnce(World& w, Op op, bool native, const Tensor& a, const Tensor
                     : pg.ReduceScatter(a, part, ReduceOp::kSum, stream);
     case kAllGather:
       return native ? pg.NativeAllGather(part, a, stream) : pg.AllGather(part, a, stream);
-    case kSendRecv: {
-      // Each rank sends to the next and receives from the previous, at once.
+    case kSendRecv:
+    case kSendFirstRecv:
+    case kSendRecvGrouped: {
       int next = (pg.rank() + 1) % n, prev = (pg.rank() + n - 1) % n;
-      SG_ASSIGN_OR_RETURN(Request r, pg.Recv(b, prev, 1));
-      SG_ASSIGN_OR_RETURN(Request s, pg.Send(a, next, 1));
+      Request r, s;
+      if (op == kSendRecvGrouped) {
+        SG_ASSIGN_OR_RETURN(auto both, pg.SendRecv(a, next, b, prev, 1, stream));
+        s = std::move(both.first);
+        r = std::move(both.second);
+      } else if (op == kSendRecv) {
+        SG_ASSIGN_OR_RETURN(r, pg.Recv(b, prev, 1));
+        SG_ASSIGN_OR_RETURN(s, pg.Send(a, next, 1));
+      } else {
+        SG_ASSIGN_OR_RETURN(s, pg.Send(a, next, 1));
+        SG_ASSIGN_OR_RETURN(r, pg.Recv(b, prev, 1));
+      }
       absl::Time d = absl::Now() + absl::Seconds(60);
       SG_RETURN_IF_ERROR(s.Wait(d));
       return r.Wait(d);
+    }
+    case kSendOneWay: {
+      const int me = pg.rank();
+      absl::Time d = absl::Now() + absl::Seconds(60);
+      if (me % 2 == 0 && me + 1 < n) {
+        SG_ASSIGN_OR_RETURN(Request s, pg.Send(a, me + 1, 2));
+        return s.Wait(d);
+      }
+      if (me % 2 == 1) {
+        SG_ASSIGN_OR_RETURN(Request r, pg.Recv(b, me - 1, 2));
+        return r.Wait(d);
+      }
+      return absl::OkStatus();
     }
   }
   return absl::OkStatus();
@@ -127,6 +167,8 @@ void Bench(benchmark::State& state, Op op, bool device, bool native) {
     state.SkipWithError("could not initialise buffers");
     return;
   }
+  // Point-to-point requests are not ordered after `stream`: let the zeroing finish first.
+  if (device) (void)stream.Synchronize();
   // Warm-up (connections, NCCL channels, allocator), then time the iterations as a batch.
   for (int i = 0; i < 2; ++i) {
     absl::Status s = RunOnce(w, op, native, a, b, stream);
@@ -177,6 +219,9 @@ BENCHMARK_CAPTURE(Bench, Device_NcclReduceScatter, kReduceScatter, true, true)->
 BENCHMARK_CAPTURE(Bench, Device_RingAllGather, kAllGather, true, false)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_NcclAllGather, kAllGather, true, true)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_SendRecv, kSendRecv, true, false)->Apply(DeviceSizes);
+BENCHMARK_CAPTURE(Bench, Device_SendFirstRecv, kSendFirstRecv, true, false)->Apply(DeviceSizes);
+BENCHMARK_CAPTURE(Bench, Device_SendRecvGrouped, kSendRecvGrouped, true, false)->Apply(DeviceSizes);
+BENCHMARK_CAPTURE(Bench, Device_SendOneWay, kSendOneWay, true, false)->Apply(DeviceSizes);
 
 }  // namespace
 }  // namespace sg::comm

@@ -1,5 +1,7 @@
 // Device collectives over NCCL: the ring path (NCCL P2P + reduce kernels) and NCCL's native path,
-// one process per GPU, checked against a double-precision reference. Skips without 2 GPUs.
+// one process per GPU, checked against a double-precision reference; and device Send/Recv in both
+// directions at once, posted in every order. Skips without 2 GPUs.
+#include <algorithm>
 #include <cmath>
 #include <random>
 
@@ -98,6 +100,40 @@ TEST(Workers, DISABLED_DeviceCollectives) {
         for (int r = 0; r < n; ++r) all.insert(all.end(), in[size_t(r)].begin(), in[size_t(r)].begin() + numel);
         EXPECT_EQ(sg::testing::ToHost(gathered), all) << "all_gather " << tag;
         if (native) continue;
+        // avg (the device ring fuses the 1/n into the last reduction) and max, ring path only
+        Tensor avg = sg::testing::FromHost(mine, {numel}, dtype, dev);
+        ASSERT_TRUE(pg->AllReduce(avg, ReduceOp::kAvg, stream).ok());
+        ASSERT_TRUE(stream.Synchronize().ok());
+        std::vector<double> want_avg(static_cast<size_t>(numel));
+        for (int64_t i = 0; i < numel; ++i) {
+          for (int r = 0; r < n; ++r) want_avg[size_t(i)] += in[size_t(r)][size_t(i)] / n;
+        }
+        ExpectNear(sg::testing::ToHost(avg), want_avg, dtype, n, "all_reduce avg " + tag);
+        for (ReduceOp rop : {ReduceOp::kAvg, ReduceOp::kMax}) {
+          sg::testing::Poison(output);
+          ASSERT_TRUE(pg->ReduceScatter(input, output, rop, stream).ok());
+          ASSERT_TRUE(stream.Synchronize().ok());
+          for (int64_t i = 0; i < numel; ++i) {
+            double acc = rop == ReduceOp::kMax ? -1e300 : 0.0;
+            for (int r = 0; r < n; ++r) {
+              double x = in[size_t(r)][size_t(me * numel + i)];
+              acc = rop == ReduceOp::kMax ? std::max(acc, x) : acc + x / n;
+            }
+            want[size_t(i)] = acc;
+          }
+          ExpectNear(sg::testing::ToHost(output), want, dtype, n,
+                     std::string("reduce_scatter ") + std::string(ReduceOpName(rop)) + " " + tag);
+        }
+        // in-place all-gather: the input is block `me` of the output
+        Tensor inplace = Tensor::Empty({numel * n}, dtype, dev).value();
+        sg::testing::Poison(inplace);
+        Tensor mine_t = sg::testing::FromHost(mine, {numel}, dtype, dev);
+        TensorView block(static_cast<char*>(inplace.view().raw()) + me * numel * SizeOf(dtype), dtype,
+                         {numel}, dev);
+        ASSERT_TRUE(CopyTensor(mine_t, block, stream).ok());
+        ASSERT_TRUE(pg->AllGather(block, inplace, stream).ok());
+        ASSERT_TRUE(stream.Synchronize().ok());
+        EXPECT_EQ(sg::testing::ToHost(inplace), all) << "in-place all_gather " << tag;
         // broadcast and all-to-all (ring path only)
         Tensor b = sg::testing::FromHost(mine, {numel}, dtype, dev);
         ASSERT_TRUE(pg->Broadcast(b, n - 1, stream).ok());
@@ -120,6 +156,81 @@ TEST(Workers, DISABLED_DeviceCollectives) {
   ASSERT_TRUE(pg->SynchronizeDevice(absl::Now() + absl::Seconds(30)).ok());
   EXPECT_TRUE(pg->Barrier().ok());
   EXPECT_TRUE(rdzv->Finalize(absl::Now() + absl::Seconds(30)).ok());
+}
+
+// Point to point between two GPUs in both directions at once, posted the ways users post them. A
+// lone NCCL receive blocks its stream until the data arrives, so before the transport batched
+// ungrouped operations, "Recv; Send; Wait" on both ranks hung until the deadline.
+TEST(Workers, DISABLED_DeviceSendRecvBothDirections) {
+  auto info = RankInfoFromEnv().value();
+  absl::Time d = absl::Now() + absl::Seconds(60);
+  auto rdzv = Rendezvous::Create(info, d).value();
+  auto ucx = UcxTransport::Create(rdzv->store(), "t", info.rank, info.world_size, d).value();
+  Device dev = Device::Cuda(info.local_rank % CudaDeviceCount());
+  auto nccl = NcclTransport::Create(rdzv->store(), "t", info.rank, info.world_size, dev, d);
+  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  ProcessGroupOptions opt;
+  opt.timeout = absl::Seconds(30);
+  auto pg = ProcessGroup::Create(&rdzv->store(), ucx.get(), nccl->get(), "world", opt).value();
+  Stream stream = Stream::Create(dev).value();
+  const int me = info.rank, other = 1 - info.rank;
+  const int64_t seed = EnvInt("SG_COMM_SEED", 1);
+  // How each rank posts its two operations before waiting on them.
+  enum Order { kRecvFirst, kSendFirst, kRank0SendsFirst, kTwoEachWay, kThenCollective };
+  int c = 0;
+  for (Order order : {kRecvFirst, kSendFirst, kRank0SendsFirst, kTwoEachWay, kThenCollective}) {
+    for (int64_t numel : {int64_t(1), int64_t(1001), int64_t(3) << 20}) {  // up to 12 MiB f32
+      ++c;
+      const std::string tag = "order " + std::to_string(int(order)) + " numel " + std::to_string(numel);
+      const int messages = order == kTwoEachWay ? 2 : 1;
+      std::vector<Tensor> out, in;
+      for (int m = 0; m < messages; ++m) {
+        out.push_back(sg::testing::FromHost(Input(seed, c * 2 + m, me, numel, DType::kF32), {numel},
+                                            DType::kF32, dev));
+        in.push_back(Tensor::Empty({numel}, DType::kF32, dev).value());
+        sg::testing::Poison(in.back());
+      }
+      std::vector<Request> reqs;
+      auto post = [&](bool send, int m) {
+        absl::StatusOr<Request> r = send ? pg->Send(out[size_t(m)], other, 5) : pg->Recv(in[size_t(m)], other, 5);
+        ASSERT_TRUE(r.ok()) << tag << ": " << r.status();
+        reqs.push_back(*std::move(r));
+      };
+      const bool send_first = order == kSendFirst || (order == kRank0SendsFirst && me == 0);
+      for (int m = 0; m < messages; ++m) {
+        post(send_first, m);
+        post(!send_first, m);
+      }
+      if (order == kThenCollective) {
+        // A collective issued before any Wait must start the held pair first, not deadlock behind it.
+        Tensor one = sg::testing::FromHost({1.0}, {1}, DType::kF32, dev);
+        ASSERT_TRUE(pg->AllReduce(one, ReduceOp::kSum, stream).ok()) << tag;
+        ASSERT_TRUE(pg->SynchronizeDevice(absl::Now() + absl::Seconds(30)).ok()) << tag;
+        ASSERT_TRUE(stream.Synchronize().ok());
+        EXPECT_EQ(sg::testing::ToHost(one), std::vector<double>{2.0}) << tag;
+      }
+      for (Request& r : reqs) {
+        absl::Status st = r.Wait(absl::Now() + absl::Seconds(30));
+        ASSERT_TRUE(st.ok()) << tag << ": " << st;
+      }
+      // Same-tag messages between a pair arrive in posting order.
+      for (int m = 0; m < messages; ++m) {
+        EXPECT_EQ(sg::testing::ToHost(in[size_t(m)]), Input(seed, c * 2 + m, other, numel, DType::kF32))
+            << tag << " message " << m;
+      }
+    }
+  }
+  EXPECT_TRUE(pg->Barrier().ok());
+  EXPECT_TRUE(rdzv->Finalize(absl::Now() + absl::Seconds(30)).ok());
+}
+
+TEST(DeviceCollectivesTest, SendRecvBothDirectionsAtOnceOnTwoGpus) {
+  SG_SKIP_WITHOUT_CUDA();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
+  auto run = RunWorkers(2, "Workers.DISABLED_DeviceSendRecvBothDirections",
+                        {"SG_COMM_SEED=" + std::to_string(sg::testing::Rng()() % 1000003)},
+                        absl::Seconds(120));
+  EXPECT_TRUE(run.AllPassed()) << run.Summary();
 }
 
 TEST(DeviceCollectivesTest, RingAndNativeMatchReferenceOnTwoGpus) {

@@ -10,6 +10,7 @@
 
 #include <cstring>
 #include <thread>
+#include <vector>
 
 // NCCL failures as a status with the call, file:line and NCCL's error string (plus its last
 // detailed message). ncclInProgress is not an error for a non-blocking communicator.
@@ -28,13 +29,21 @@ namespace sg::comm {
 
 namespace {
 
-// A completion event shared by the operations of one group (or one ungrouped operation).
+// A completion event shared by the operations of one group (or one batch of ungrouped operations).
 struct Completion {
   cudaEvent_t event = nullptr;
   bool recorded = false;
   ~Completion() {
     if (event != nullptr) cudaEventDestroy(event);
   }
+};
+
+// A send or receive posted outside a group, held until the batch is flushed.
+struct DeferredOp {
+  bool is_send;
+  int peer;
+  void* data;
+  size_t bytes;
 };
 
 }  // namespace
@@ -44,7 +53,12 @@ struct NcclTransport::Impl {
   std::unique_ptr<Stream> stream;
   int group_depth = 0;
   std::shared_ptr<Completion> group_completion;  // the open group's, recorded at GroupEnd
+  // Ungrouped operations not yet issued, in posting order, and the completion they will share.
+  std::vector<DeferredOp> deferred;
+  std::shared_ptr<Completion> deferred_completion;
   bool aborted = false;
+
+  cudaStream_t native_stream() const { return static_cast<cudaStream_t>(stream->native()); }
 
   absl::StatusOr<std::shared_ptr<Completion>> NewCompletion() {
     auto c = std::make_shared<Completion>();
@@ -52,9 +66,58 @@ struct NcclTransport::Impl {
     return c;
   }
   absl::Status Record(Completion& c) {
-    SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(c.event, static_cast<cudaStream_t>(stream->native())));
+    SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(c.event, native_stream()));
     c.recorded = true;
     return absl::OkStatus();
+  }
+
+  absl::Status WaitIssued(absl::Time deadline, absl::string_view what) {
+    while (true) {
+      ncclResult_t state = ncclSuccess;
+      SG_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm, &state));
+      if (state == ncclSuccess) return absl::OkStatus();
+      if (state != ncclInProgress) {
+        return absl::InternalError(absl::StrCat(what, ": NCCL error ", int(state), " (",
+                                                ncclGetErrorString(state), "): ",
+                                                ncclGetLastError(comm)));
+      }
+      if (absl::Now() >= deadline) {
+        return absl::DeadlineExceededError(absl::StrCat(what, ": NCCL still in progress at the deadline"));
+      }
+      std::this_thread::yield();
+    }
+  }
+
+  absl::Status Issue(const DeferredOp& op) {
+    if (op.is_send) {
+      SG_NCCL_RETURN_IF_ERROR(ncclSend(op.data, op.bytes, ncclUint8, op.peer, comm, native_stream()));
+    } else {
+      SG_NCCL_RETURN_IF_ERROR(ncclRecv(op.data, op.bytes, ncclUint8, op.peer, comm, native_stream()));
+    }
+    return absl::OkStatus();
+  }
+
+  // Issues the held operations as one NCCL group, so a rank's receives and sends between the same
+  // pair of ranks progress together however they were posted. Inside an open group nothing is held.
+  absl::Status Flush() {
+    if (deferred.empty() || group_depth > 0) return absl::OkStatus();
+    if (aborted) return absl::AbortedError("nccl transport: communicator aborted");
+    std::vector<DeferredOp> ops;
+    ops.swap(deferred);
+    std::shared_ptr<Completion> done = std::move(deferred_completion);
+    SG_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+    absl::Status issued = absl::OkStatus();
+    for (const DeferredOp& op : ops) {
+      issued = Issue(op);
+      if (!issued.ok()) break;
+    }
+    // The group is always closed, so a failed call does not leave NCCL inside a group.
+    ncclResult_t end = ncclGroupEnd();
+    SG_RETURN_IF_ERROR(issued);
+    SG_NCCL_RETURN_IF_ERROR(end);
+    SG_RETURN_IF_ERROR(WaitIssued(absl::Now() + absl::Seconds(60),
+                                  absl::StrCat("ncclGroupEnd (", ops.size(), " batched send/recv)")));
+    return Record(*done);
   }
 };
 
@@ -74,7 +137,11 @@ class NcclRequest : public TransportRequest {
       return absl::InternalError(absl::StrCat(Describe(), ": NCCL asynchronous error ", int(async),
                                               " (", ncclGetErrorString(async), ")"));
     }
-    if (!done_->recorded) return false;  // its group has not ended yet
+    if (!done_->recorded) {
+      // Held in the ungrouped batch (start it now), or its explicit group has not ended yet.
+      SG_RETURN_IF_ERROR(impl_->Flush());
+      if (!done_->recorded) return false;
+    }
     cudaError_t e = cudaEventQuery(done_->event);
     if (e == cudaErrorNotReady) return false;
     SG_CUDA_RETURN_IF_ERROR(e);
@@ -139,6 +206,8 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(StoreClient
 NcclTransport::~NcclTransport() {
   if (impl_ == nullptr || impl_->comm == nullptr) return;
   if (impl_->aborted) return;
+  // Held operations were never waited on: nobody can observe them, so they are dropped.
+  impl_->deferred.clear();
   // Drain our stream first so destroying the communicator does not race queued work.
   impl_->stream->Synchronize().IgnoreError();
   ncclCommFinalize(impl_->comm);
@@ -153,24 +222,13 @@ NcclTransport::~NcclTransport() {
 }
 
 absl::Status NcclTransport::WaitIssued(absl::Time deadline, absl::string_view what) {
-  while (true) {
-    ncclResult_t state = ncclSuccess;
-    SG_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(impl_->comm, &state));
-    if (state == ncclSuccess) return absl::OkStatus();
-    if (state != ncclInProgress) {
-      return absl::InternalError(absl::StrCat(what, ": NCCL error ", int(state), " (",
-                                              ncclGetErrorString(state), "): ", ncclGetLastError(impl_->comm)));
-    }
-    if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(what, ": NCCL still in progress at the deadline"));
-    }
-    std::this_thread::yield();
-  }
+  return impl_->WaitIssued(deadline, what);
 }
 
 void NcclTransport::Abort() {
   if (impl_ && impl_->comm != nullptr && !impl_->aborted) {
     impl_->aborted = true;
+    impl_->deferred.clear();
     ncclCommAbort(impl_->comm);
   }
 }
@@ -179,17 +237,21 @@ void* NcclTransport::comm() const { return impl_->comm; }
 const Stream* NcclTransport::stream() const { return impl_->stream.get(); }
 
 absl::Status NcclTransport::GroupStart() {
-  if (impl_->group_depth++ == 0) {
+  if (impl_->group_depth == 0) {
+    // Held operations go first, in their own group: posting order is matching order.
+    SG_RETURN_IF_ERROR(impl_->Flush());
     SG_ASSIGN_OR_RETURN(impl_->group_completion, impl_->NewCompletion());
   }
   SG_NCCL_RETURN_IF_ERROR(ncclGroupStart());
+  ++impl_->group_depth;
   return absl::OkStatus();
 }
 
 absl::Status NcclTransport::GroupEnd() {
   SG_CHECK_ARG(impl_->group_depth > 0, "nccl transport: GroupEnd without GroupStart");
+  --impl_->group_depth;
   SG_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
-  if (--impl_->group_depth == 0) {
+  if (impl_->group_depth == 0) {
     SG_RETURN_IF_ERROR(WaitIssued(absl::Now() + absl::Seconds(60), "ncclGroupEnd"));
     SG_RETURN_IF_ERROR(impl_->Record(*impl_->group_completion));
     impl_->group_completion.reset();
@@ -197,32 +259,42 @@ absl::Status NcclTransport::GroupEnd() {
   return absl::OkStatus();
 }
 
+absl::Status NcclTransport::Flush() { return impl_->Flush(); }
+
+// Inside a group the operation is issued at once; outside one it joins the held batch (see Flush).
+absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::Post(bool is_send, int peer,
+                                                                      void* data, size_t bytes) {
+  if (impl_->aborted) return absl::AbortedError("nccl transport: communicator aborted");
+  DeferredOp op{is_send, peer, data, bytes};
+  std::shared_ptr<Completion> done;
+  if (impl_->group_depth > 0) {
+    SG_RETURN_IF_ERROR(impl_->Issue(op));
+    done = impl_->group_completion;
+  } else {
+    if (impl_->deferred_completion == nullptr) {
+      SG_ASSIGN_OR_RETURN(impl_->deferred_completion, impl_->NewCompletion());
+    }
+    impl_->deferred.push_back(op);
+    done = impl_->deferred_completion;
+  }
+  return std::unique_ptr<TransportRequest>(new NcclRequest(impl_.get(), std::move(done), is_send,
+                                                           peer, bytes));
+}
+
 absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::ISend(int peer, uint64_t tag,
                                                                        const void* data,
                                                                        size_t bytes) {
   SG_RETURN_IF_ERROR(CheckPeerAndTag(*this, "send", peer, tag));
-  bool grouped = impl_->group_depth > 0;
-  if (!grouped) SG_RETURN_IF_ERROR(GroupStart());
-  std::shared_ptr<Completion> done = impl_->group_completion;
-  SG_NCCL_RETURN_IF_ERROR(ncclSend(data, bytes, ncclUint8, peer, impl_->comm,
-                                   static_cast<cudaStream_t>(impl_->stream->native())));
-  if (!grouped) SG_RETURN_IF_ERROR(GroupEnd());
-  return std::unique_ptr<TransportRequest>(new NcclRequest(impl_.get(), done, true, peer, bytes));
+  return Post(true, peer, const_cast<void*>(data), bytes);
 }
 
 absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::IRecv(int peer, uint64_t tag,
                                                                        void* data, size_t bytes) {
   SG_RETURN_IF_ERROR(CheckPeerAndTag(*this, "recv", peer, tag));
-  bool grouped = impl_->group_depth > 0;
-  if (!grouped) SG_RETURN_IF_ERROR(GroupStart());
-  std::shared_ptr<Completion> done = impl_->group_completion;
-  SG_NCCL_RETURN_IF_ERROR(ncclRecv(data, bytes, ncclUint8, peer, impl_->comm,
-                                   static_cast<cudaStream_t>(impl_->stream->native())));
-  if (!grouped) SG_RETURN_IF_ERROR(GroupEnd());
-  return std::unique_ptr<TransportRequest>(new NcclRequest(impl_.get(), done, false, peer, bytes));
+  return Post(false, peer, data, bytes);
 }
 
-absl::Status NcclTransport::Progress() { return absl::OkStatus(); }
+absl::Status NcclTransport::Progress() { return impl_->Flush(); }
 
 #else  // !SG_WITH_NCCL
 
@@ -241,6 +313,10 @@ absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::IRecv(int, uint
 }
 absl::Status NcclTransport::GroupStart() { return absl::FailedPreconditionError("built without NCCL"); }
 absl::Status NcclTransport::GroupEnd() { return absl::FailedPreconditionError("built without NCCL"); }
+absl::Status NcclTransport::Flush() { return absl::OkStatus(); }
+absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::Post(bool, int, void*, size_t) {
+  return absl::FailedPreconditionError("nccl transport: built without NCCL");
+}
 absl::Status NcclTransport::Progress() { return absl::OkStatus(); }
 const Stream* NcclTransport::stream() const { return nullptr; }
 void* NcclTransport::comm() const { return nullptr; }

@@ -11,7 +11,10 @@
 //   SG_RETURN_IF_ERROR(r->Wait(deadline));   // polls the stream's event; aborts nothing by itself
 //
 // NCCL point-to-point has no tags: operations between a pair of ranks match in issue order, so the
-// tag is only checked for range. The communicator is non-blocking (config.blocking = 0): init and
+// tag is only checked for range. A send or receive posted outside a group is held and started with
+// the others held since, as one NCCL group, at the first Test/Wait, Flush, Progress or GroupStart:
+// NCCL runs a lone receive as a kernel that blocks the stream until the peer's data arrives, so
+// "Recv from peer; Send to peer; Wait both" issued as two launches would deadlock both ranks. The communicator is non-blocking (config.blocking = 0): init and
 // every call are polled with a deadline, and Abort() tears it down so no rank hangs in NCCL.
 #ifndef SGTRAIN_COMM_NCCL_TRANSPORT_H_
 #define SGTRAIN_COMM_NCCL_TRANSPORT_H_
@@ -47,6 +50,7 @@ class NcclTransport : public Transport {
   absl::Status GroupStart() override;
   absl::Status GroupEnd() override;
   absl::Status Progress() override;
+  absl::Status Flush() override;
   const Stream* stream() const override;
 
   // The ncclComm_t (as void*, so this header needs no nccl.h), for NCCL's native collectives.
@@ -61,6 +65,8 @@ class NcclTransport : public Transport {
 
  private:
   NcclTransport() = default;
+  absl::StatusOr<std::unique_ptr<TransportRequest>> Post(bool is_send, int peer, void* data,
+                                                         size_t bytes);
   int rank_ = 0;
   int world_size_ = 1;
   Device device_;

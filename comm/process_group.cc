@@ -124,6 +124,12 @@ absl::StatusOr<ProcessGroup::OpState> ProcessGroup::Begin(absl::string_view op,
   s.start = absl::Now();
   s.deadline = s.start + timeout;
   s.next_abort_check = s.start + absl::Milliseconds(100);
+  // Device Send/Recv held by the transport start now: a peer may be waiting on them while this
+  // rank waits in the collective (e.g. a device Send, then a host Barrier).
+  if (device_ != nullptr) {
+    absl::Status st = device_->Flush();
+    if (!st.ok()) return Fail(s, st);
+  }
   if (options_.track_progress) {
     absl::Status st = store_->Set(absl::StrCat(name_, "/progress/", members_[size_t(rank_)]),
                                   absl::StrCat(s.seq, " ", op), s.deadline);
@@ -216,6 +222,7 @@ absl::StatusOr<Request> ProcessGroup::Send(const TensorView& t, int peer, uint64
   SG_CHECK_ARG(peer >= 0 && peer < size(), name_, " send: peer must be in [0, ", size(), "), found ", peer);
   SG_CHECK_ARG(tag <= kMaxUserTag, name_, " send: tag must be below 2^40, found ", tag);
   SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(t, "send"));
+  if (tr != device_ && device_ != nullptr) SG_RETURN_IF_ERROR(device_->Flush());  // see Begin
   Request r;
   SG_ASSIGN_OR_RETURN(r.req_, tr->ISend(members_[size_t(peer)], (group_id_ << kGroupShift) | tag,
                                         t.raw(), size_t(t.nbytes())));
@@ -227,6 +234,7 @@ absl::StatusOr<Request> ProcessGroup::Recv(const TensorView& t, int peer, uint64
   SG_CHECK_ARG(peer >= 0 && peer < size(), name_, " recv: peer must be in [0, ", size(), "), found ", peer);
   SG_CHECK_ARG(tag <= kMaxUserTag, name_, " recv: tag must be below 2^40, found ", tag);
   SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(t, "recv"));
+  if (tr != device_ && device_ != nullptr) SG_RETURN_IF_ERROR(device_->Flush());  // see Begin
   Request r;
   SG_ASSIGN_OR_RETURN(r.req_, tr->IRecv(members_[size_t(peer)], (group_id_ << kGroupShift) | tag,
                                         t.raw(), size_t(t.nbytes())));
@@ -264,6 +272,7 @@ absl::Status ProcessGroup::OrderAfterP2P(const Stream& stream) {
   if (device_ == nullptr || device_->stream() == nullptr || stream.native() == nullptr) {
     return absl::OkStatus();
   }
+  SG_RETURN_IF_ERROR(device_->Flush());  // held Send/Recv must be on the stream before the event
   SG_ASSIGN_OR_RETURN(Event e, Event::Create(device_->device()));
   SG_RETURN_IF_ERROR(e.Record(*device_->stream()));
   return e.Block(stream);

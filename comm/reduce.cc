@@ -68,6 +68,10 @@ absl::Status ScaleInPlace(DType dtype, void* x, int64_t n, float scale) {
 absl::Status ReduceIntoDevice(ReduceOp, DType, void*, const void*, int64_t, const Stream&) {
   return absl::FailedPreconditionError("ReduceIntoDevice: built without CUDA");
 }
+absl::Status ReduceDevice(ReduceOp, DType, void*, const void*, const void*, int64_t, float,
+                          const Stream&) {
+  return absl::FailedPreconditionError("ReduceDevice: built without CUDA");
+}
 absl::Status ScaleInPlaceDevice(DType, void*, int64_t, float, const Stream&) {
   return absl::FailedPreconditionError("ScaleInPlaceDevice: built without CUDA");
 }

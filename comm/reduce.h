@@ -33,6 +33,11 @@ absl::Status ScaleInPlace(DType dtype, void* x, int64_t n, float scale);
 // Device versions, ordered on `stream` (a CUDA stream). FailedPrecondition without CUDA.
 absl::Status ReduceIntoDevice(ReduceOp op, DType dtype, void* dst, const void* src, int64_t n,
                               const Stream& stream);
+// Device, out of place and fused with a scale: dst[i] = op(a[i], b[i]) * scale (computed in f32,
+// rounded once). dst may alias a or b. The grid is capped at half the SMs, so a communication
+// kernel launched while it runs still finds free SMs (the ring overlaps the two).
+absl::Status ReduceDevice(ReduceOp op, DType dtype, void* dst, const void* a, const void* b,
+                          int64_t n, float scale, const Stream& stream);
 absl::Status ScaleInPlaceDevice(DType dtype, void* x, int64_t n, float scale, const Stream& stream);
 
 }  // namespace sg::comm

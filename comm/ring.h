@@ -61,6 +61,19 @@ struct RingSpec {
   ReduceOp op = ReduceOp::kSum;
   int64_t chunk_elems = 1;
   int window = 8;  // receives in flight (each needs a scratch chunk when reducing)
+
+  // Device engine only; the defaults mean "everything in buf".
+  // Our own contribution, indexed like buf: the step-0 send reads it and each reduction reads it as
+  // its left operand, while partial sums and received chunks go to buf. Reduce-scatter points it
+  // at its input, which is then never copied nor modified.
+  const char* src = nullptr;
+  // Where the step-0 send reads segment send_segment0 instead (all-gather's input tensor, so the
+  // output's own block can be filled by a copy that overlaps the transfers).
+  const char* send0_data = nullptr;
+  // When reducing: the last receive step's result (our fully reduced segment) is written here,
+  // indexed from the segment's start, and multiplied by final_scale (avg), instead of into buf.
+  char* final_out = nullptr;
+  float final_scale = 1.0f;
 };
 
 // Host memory over a host transport; returns when every send and receive is done.
@@ -68,8 +81,9 @@ absl::Status RunRingHost(const RingSpec& spec, OpContext& ctx);
 
 // Device memory over a device transport: enqueues the whole pipeline on the transport's stream
 // (transfers) and `reduce_stream` (reductions), ordered by events, and returns without waiting.
-// When it returns, the transport's stream is ordered after all of it. `scratch` holds `window`
-// chunks.
+// No host synchronization anywhere in it. When it returns, the transport's stream is ordered after
+// all of it. `scratch` holds `window` chunks. Every chunk is one NCCL group, so chunks should be
+// large (tens of MiB): each group pays a kernel launch and NCCL's per-operation ramp-up.
 absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, void* scratch);
 
 // The number of chunks per segment and the chunk size actually used (grown so that message indices

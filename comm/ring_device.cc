@@ -1,6 +1,7 @@
 // The device ring engine: the same pipeline as RunRingHost, enqueued on streams instead of driven
 // by the host. Transfers run on the transport's communication stream, reductions on a separate
 // reduce stream, so reducing chunk c overlaps transferring chunk c+1.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -42,19 +43,23 @@ class EventPool {
 //     a. comm stream waits for the reduce of (s-1, c) when that chunk is forwarded now, and for the
 //        reduce that last used the scratch slot that (s, c) receives into;
 //     b. one NCCL group: the step-0 send (send_first), the forward of (s-1, c), the receive (s, c);
-//     c. when reducing: reduce stream waits for the group, reduces scratch into the buffer, and
-//        records "reduced (s, c)".
+//     c. when reducing: reduce stream waits for the group, then writes op(src, scratch) into the
+//        buffer (or, at the last step, into final_out, scaled) and records "reduced (s, c)".
+//     The comm stream never waits for the reduction of the chunk it just received, so chunk c+1
+//     transfers while chunk c is reduced.
 //  2. Comm stream waits for the reduce stream's last work, so callers need only the comm stream.
 absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, void* scratch) {
   Transport& t = *spec.transport;
   const Stream* comm = t.stream();
   SG_CHECK_ARG(comm != nullptr, "device ring: transport '", t.name(), "' has no stream");
+  SG_CHECK_ARG(!spec.reduce || scratch != nullptr, "device ring: reducing needs scratch");
   cudaStream_t cs = static_cast<cudaStream_t>(comm->native());
   cudaStream_t rs = static_cast<cudaStream_t>(reduce_stream.native());
   const int64_t esize = SizeOf(spec.dtype);
   int64_t chunk_elems = 0;
   const int64_t C = ChunkCount(spec, &chunk_elems, 1u << 30);
   const int window = std::max(1, spec.window);
+  const char* src = spec.src != nullptr ? spec.src : spec.buf;
   auto chunk_of = [&](int seg, int64_t c) {
     const Segment& s = spec.segments[seg];
     int64_t begin = std::min(s.count, c * chunk_elems);
@@ -80,30 +85,44 @@ absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, vo
       if (rcv.count > 0 && spec.reduce && slot_free[slot] != nullptr) {
         SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(cs, slot_free[slot], 0));
       }
-      char* slot_ptr = static_cast<char*>(scratch) + size_t(slot) * chunk_elems * esize;
+      char* slot_ptr = spec.reduce ? static_cast<char*>(scratch) + size_t(slot) * chunk_elems * esize
+                                   : nullptr;
       SG_RETURN_IF_ERROR(t.GroupStart());
+      absl::Status posted = absl::OkStatus();
+      auto post = [&](absl::StatusOr<std::unique_ptr<TransportRequest>> r) {
+        if (!r.ok()) {
+          posted = r.status();
+          return;
+        }
+        keep.push_back(*std::move(r));
+      };
       if (send0.count > 0) {
-        SG_ASSIGN_OR_RETURN(auto r, t.ISend(spec.next, 0, spec.buf + send0.offset * esize,
-                                            size_t(send0.count * esize)));
-        keep.push_back(std::move(r));
+        const int64_t in_seg = send0.offset - spec.segments[spec.send_segment0].offset;
+        const char* from = spec.send0_data != nullptr ? spec.send0_data + in_seg * esize
+                                                      : src + send0.offset * esize;
+        post(t.ISend(spec.next, 0, from, size_t(send0.count * esize)));
       }
-      if (fwd.count > 0) {
-        SG_ASSIGN_OR_RETURN(auto r, t.ISend(spec.next, 0, spec.buf + fwd.offset * esize,
-                                            size_t(fwd.count * esize)));
-        keep.push_back(std::move(r));
+      if (posted.ok() && fwd.count > 0) {
+        post(t.ISend(spec.next, 0, spec.buf + fwd.offset * esize, size_t(fwd.count * esize)));
       }
-      if (rcv.count > 0) {
+      if (posted.ok() && rcv.count > 0) {
         char* dst = spec.reduce ? slot_ptr : spec.buf + rcv.offset * esize;
-        SG_ASSIGN_OR_RETURN(auto r, t.IRecv(spec.prev, 0, dst, size_t(rcv.count * esize)));
-        keep.push_back(std::move(r));
+        post(t.IRecv(spec.prev, 0, dst, size_t(rcv.count * esize)));
       }
-      SG_RETURN_IF_ERROR(t.GroupEnd());
+      // Close the group even after a failed post, so the transport is not left inside one.
+      absl::Status ended = t.GroupEnd();
+      SG_RETURN_IF_ERROR(posted);
+      SG_RETURN_IF_ERROR(ended);
       if (rcv.count > 0 && spec.reduce) {
+        const bool last = s == spec.recv_steps - 1;
+        const int64_t in_seg = rcv.offset - spec.segments[spec.recv_segment(s)].offset;
+        char* dst = (last && spec.final_out != nullptr) ? spec.final_out + in_seg * esize
+                                                        : spec.buf + rcv.offset * esize;
         SG_ASSIGN_OR_RETURN(cudaEvent_t arrived, pool.Get());
         SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(arrived, cs));
         SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(rs, arrived, 0));
-        SG_RETURN_IF_ERROR(ReduceIntoDevice(spec.op, spec.dtype, spec.buf + rcv.offset * esize,
-                                            slot_ptr, rcv.count, reduce_stream));
+        SG_RETURN_IF_ERROR(ReduceDevice(spec.op, spec.dtype, dst, src + rcv.offset * esize, slot_ptr,
+                                        rcv.count, last ? spec.final_scale : 1.0f, reduce_stream));
         SG_ASSIGN_OR_RETURN(cudaEvent_t done, pool.Get());
         SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, rs));
         reduced[c] = done;

@@ -66,6 +66,11 @@ class Transport {
   virtual absl::Status GroupEnd() { return absl::OkStatus(); }
   // Makes progress on every pending operation without blocking.
   virtual absl::Status Progress() = 0;
+  // Starts every operation the transport is holding back. A device transport may batch operations
+  // posted outside a group and start them together at the first Flush, Test/Wait, Progress or
+  // GroupStart (NCCL: a receive started alone would block the same stream's later send to that
+  // peer). Callers that order a stream after the transport's work call this first.
+  virtual absl::Status Flush() { return absl::OkStatus(); }
   // For device transports, the communication stream their operations run on (requests complete
   // when that stream's work does); nullptr for host transports, whose requests complete on the host.
   virtual const Stream* stream() const { return nullptr; }

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/autotune.h"
 #include "compiler/distributed.h"
 #include "graph/cache.h"
 #include "graph/ops.h"
@@ -122,7 +123,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
         o.strategy == Strategy::kPipeline ? "//compiler/pipeline:pp_step" : "//compiler/context_parallel:cp_step",
         ")"));
   }
-  if (o.strategy != Strategy::kNone) return CompileDistributed(g, o);
+  if (o.strategy != Strategy::kNone || o.micro_batches != 1) return CompileDistributed(g, o);
   SG_RETURN_IF_ERROR(graph::Verify(g));
   std::unique_ptr<CompiledStep> step(new CompiledStep());
   graph::Graph train;
@@ -140,6 +141,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
   eo.warmup_steps = o.warmup_steps;
+  SG_ASSIGN_OR_RETURN(eo.after_warmup, StartAutotune(o));
   SG_ASSIGN_OR_RETURN(step->executor_, Executor::Create(step->program_.get(), eo));
   // Optimizer state, step counter and learning rate start at zero (and parameters too until
   // written, so an uninitialized model is reproducible rather than garbage).

@@ -75,11 +75,21 @@ struct CompileOptions {
   bool fuse = true;  // the graph layer's kernel fusion pass
   bool cuda_graph = true;  // CUDA: capture the step after `warmup_steps` eager steps
   int warmup_steps = 1;
-  // kPipeline: micro-batches per step (the binding's batch is split into this many).
-  int micro_batches = 1;
   // kContextParallel: shard parameters ZeRO-3 style over every rank (FSDP x CP) instead of
   // replicating them (gradients all-reduced).
   bool context_parallel_fsdp = false;
+  // CUDA: the warm-up step times kernel variants (the GEMMs' cuBLASLt algorithms) once per shape
+  // and device model and keeps the fastest, persisted in the compile cache under cache_dir
+  // (compiler/autotune.h). SG_AUTOTUNE=0 in the environment turns it off. Needs warmup_steps >= 1
+  // (inside a capture untuned GEMMs keep the heuristic's choice). Ignored on the CPU.
+  bool autotune = true;
+  // Gradient accumulation (kPipeline: its micro-batches): the step's batch (binding "batch", per rank) runs as this many
+  // micro-batches of batch / micro_batches, each a forward + backward whose gradients are summed
+  // (weighted by token counts: the same gradients as one pass over the whole batch), then one
+  // optimizer update. Run still takes the whole batch. The data-parallel runtime runs it
+  // (compiler/fsdp.h; for kNone on a group of one, eagerly: no CUDA graph). FSDP reduce-scatters
+  // each micro-batch's gradients into the accumulated shards.
+  int micro_batches = 1;
 };
 
 struct StepMetrics {

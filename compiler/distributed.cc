@@ -55,6 +55,14 @@ absl::Status ParameterDims(const graph::Graph& train, const sharding::ShardingPl
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o) {
   SG_RETURN_IF_ERROR(graph::Verify(g));
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
+  if (o.strategy == Strategy::kNone) {
+    // One device with micro-batches: the data-parallel runtime on a group of one owns the gradient
+    // accumulation and the token-count weighting of each micro-batch.
+    SG_ASSIGN_OR_RETURN(std::unique_ptr<ShardedDataParallelStep> step,
+                        ShardedDataParallelStep::Create(train, o, DataParallelLayout{}, nullptr,
+                                                        absl::StrCat("one device, ", o.micro_batches, " micro-batches")));
+    return std::unique_ptr<CompiledStep>(std::move(step));
+  }
   if (o.strategy == Strategy::kTensorParallel) {
     // A model that does not split is refused before the rendezvous: every rank says why, none
     // waits for (or loses) a peer.
@@ -107,6 +115,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
     case Strategy::kTensorParallel:
       return CompileTensorParallel(train, o, ctx, mesh);  // compiler/tensor_parallel.h
     case Strategy::kNone:
+      break;  // handled above
     case Strategy::kContextParallel:
     case Strategy::kPipeline:
       return absl::InvalidArgumentError(absl::StrCat("CompileDistributed: strategy ", StrategyName(o.strategy),

@@ -28,10 +28,11 @@
 
 namespace sg::compiler {
 
-// Compile for options.strategy != kNone. Errors: NotFound without launcher variables,
-// InvalidArgument when the mesh does not cover the job's ranks or a tensor-parallel split does not
-// divide (heads, ffn), Unimplemented for a strategy or placement the runtime cannot run yet
-// (e.g. FSDP x TP), naming it.
+// Compile for options.strategy != kNone, or for kNone with options.micro_batches > 1 (the
+// data-parallel runtime on a group of one: no launcher needed). Errors: NotFound without launcher
+// variables, InvalidArgument when the mesh does not cover the job's ranks or a tensor-parallel split
+// does not divide (heads, ffn), Unimplemented for a strategy or placement the runtime cannot run
+// yet (e.g. FSDP x TP, micro-batches with tensor parallelism), naming it.
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o);
 
 // The training step Compile prepares from a forward graph (mixed precision, the graph pipeline),

@@ -24,6 +24,12 @@ absl::Status Executor::RunEager() {
   return absl::OkStatus();
 }
 
+absl::Status Executor::AfterWarmup() {
+  if (after_warmup_done_ || !options_.after_warmup) return absl::OkStatus();
+  after_warmup_done_ = true;
+  return options_.after_warmup();
+}
+
 Executor::~Executor() {
   // Queued steps may still read and write the program's memory (and the held scratch): let them
   // finish before anything is freed and handed out again.
@@ -41,10 +47,12 @@ absl::Status Executor::Run() {
   const bool cuda = program_->device.is_cuda();
   if (!cuda || !options_.cuda_graph || !program_->capturable) {
     SG_RETURN_IF_ERROR(RunEager());
+    SG_RETURN_IF_ERROR(AfterWarmup());
   } else if (graph_.valid()) {
     SG_RETURN_IF_ERROR(graph_.Launch(compute_));
   } else if (runs_ < options_.warmup_steps) {
     SG_RETURN_IF_ERROR(RunEager());
+    SG_RETURN_IF_ERROR(AfterWarmup());
   } else {
     // Capture records the work without running it; launch the capture for this step's result.
     // Scratch freed inside the capture stays reserved for the graph's lifetime.

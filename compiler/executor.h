@@ -9,6 +9,7 @@
 #ifndef SGTRAIN_COMPILER_EXECUTOR_H_
 #define SGTRAIN_COMPILER_EXECUTOR_H_
 
+#include <functional>
 #include <memory>
 #include <vector>
 #include <optional>
@@ -24,6 +25,9 @@ namespace sg::compiler {
 struct ExecutorOptions {
   bool cuda_graph = true;  // CUDA only: capture the step after warm-up and replay it
   int warmup_steps = 1;    // eager runs before capture (lets libraries set up handles/workspaces)
+  // Called once, after the first eager run returns (before any capture): e.g. compiler/autotune.h
+  // storing the kernel choices that run measured. An error fails that Run.
+  std::function<absl::Status()> after_warmup;
 };
 
 class Executor {
@@ -47,6 +51,7 @@ class Executor {
   Executor(const Program* p, ExecutorOptions o, Stream compute, Stream comm)
       : program_(p), options_(o), compute_(std::move(compute)), comm_(std::move(comm)) {}
   absl::Status RunEager();
+  absl::Status AfterWarmup();
 
   const Program* program_;
   ExecutorOptions options_;
@@ -56,6 +61,7 @@ class Executor {
   // Scratch blocks the captured graph still uses (kernels/core/allocator.h), given back with it.
   std::vector<void*> held_blocks_;
   int64_t runs_ = 0;
+  bool after_warmup_done_ = false;
 };
 
 }  // namespace sg::compiler

@@ -5,9 +5,11 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "compiler/autotune.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/status.h"
+#include "kernels/elementwise/elementwise.h"
 #include "sharding/placement.h"
 
 namespace sg::compiler {
@@ -137,9 +139,26 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     if (u.bwd_at != INT_MAX) lo.transient_sources[p->name + kBackwardSuffix] = u.bwd_at;
     if (u.rs_wait_at < num_nodes) lo.output_live_until["grad:" + p->name] = u.rs_wait_at;
   }
-  // The loss's backward seed is set on the host by PrepareBatch before each (eager) step.
+  // The loss's backward seed is set on the host by a schedule step before each micro-batch.
   lo.host_scalars[kLossScaleName] = &loss_scale_host_;
-  SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, o.binding, o.device, lo));
+  micro_batches_ = o.micro_batches;
+  graph::Binding binding = o.binding;
+  if (micro_batches_ < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("Compile: micro_batches must be >= 1, found ", micro_batches_));
+  }
+  if (micro_batches_ > 1) {
+    auto b = binding.find("batch");
+    if (b == binding.end()) {
+      return absl::InvalidArgumentError(absl::StrCat("Compile: micro_batches=", micro_batches_,
+                                                     " splits the symbol 'batch', which the binding does not bind"));
+    }
+    if (b->second % micro_batches_ != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("Compile: batch=", b->second, " is not a multiple of micro_batches=",
+                                                     micro_batches_));
+    }
+    b->second /= micro_batches_;
+  }
+  SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, binding, o.device, lo));
   if (layout_.rewrite_program) SG_RETURN_IF_ERROR(layout_.rewrite_program(*program_));
   for (const auto& p : params_) parameter_names_.push_back(p->name);
   SG_RETURN_IF_ERROR(Allocate());
@@ -148,10 +167,15 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   // The ring collectives' device path synchronizes its own reduce stream with the host; it is not
   // capturable yet, so distributed steps run eagerly.
   eo.cuda_graph = false;
+  SG_ASSIGN_OR_RETURN(eo.after_warmup, StartAutotune(o));
   SG_ASSIGN_OR_RETURN(executor_, Executor::Create(program_.get(), eo));
   std::map<std::string, TensorView> inputs;
   for (const std::string& name : program_->input_names) {
     if (name != kLossScaleName) inputs[name] = program_->sources.at(name);
+  }
+  if (micro_batches_ > 1) {
+    SG_RETURN_IF_ERROR(AllocateFullInputs());
+    inputs = full_input_views_;
   }
   SG_ASSIGN_OR_RETURN(CompiledStep::staging_, InputStaging::Create(o.device, inputs));
   const Stream& s = executor_->compute_stream();
@@ -206,9 +230,10 @@ absl::Status ShardedDataParallelStep::Allocate() {
     p.m = TensorView(base + 2 * step, DType::kF32, {n}, d);
     p.v = TensorView(base + 3 * step, DType::kF32, {n}, d);
   }
-  // Scalars: lr, counter (i64), local norm, P norms, norm, clip, world losses, 3 dummies of P.
-  const int64_t W = world_size_;
-  const int64_t slots[] = {1, 2, 1, P, 1, 1, W, P, P, P};
+  // Scalars: lr, counter (i64), local norm, P norms, norm, clip, world losses (per micro-batch),
+  // 3 dummies of P, this rank's micro-batch losses.
+  const int64_t W = world_size_, K = micro_batches_;
+  const int64_t slots[] = {1, 2, 1, P, 1, 1, W * K, P, P, P, K};
   int64_t total = 0;
   for (int64_t n : slots) total += AlignUp(n * 4);
   SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, total));
@@ -225,8 +250,9 @@ absl::Status ShardedDataParallelStep::Allocate() {
   norms_ = take(P);
   norm_ = take(1);
   clip_ = take(1);
-  losses_ = take(W);
+  losses_ = take(W * K);
   for (TensorView& x : dummy_) x = take(P);
+  local_losses_ = take(K);
   std::vector<kernels::AdamWParam> local;
   for (const auto& p : params_) {
     if (p->mine.length == 0) continue;
@@ -318,7 +344,7 @@ absl::Status ShardedDataParallelStep::Gather(const Unit& u, bool backward, const
   return absl::OkStatus();
 }
 
-absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, const Stream& s) {
+absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumulate, const Stream& s) {
   const int P = shard_size_;
   SG_RETURN_IF_ERROR(ZeroTensor(Flat(send_, 0, u.block * P), s));
   for (int k = 0; k < P; ++k) {
@@ -341,36 +367,114 @@ absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, const Stream&
   }
   for (int i : u.params) {
     const Param& p = *params_[i];
-    if (p.mine.length > 0) SG_RETURN_IF_ERROR(CopyTensor(Flat(recv_, p.pack_offset, p.grad.numel()), p.grad, s));
+    if (p.mine.length == 0) continue;
+    const TensorView summed = Flat(recv_, p.pack_offset, p.grad.numel());
+    SG_RETURN_IF_ERROR(accumulate ? kernels::Add(p.grad, summed, p.grad, s) : CopyTensor(summed, p.grad, s));
   }
   return absl::OkStatus();
 }
 
-// Inserts the collectives into the lowered schedule, keyed by the node index they precede.
-absl::Status ShardedDataParallelStep::Schedule() {
-  const int num_nodes = int(program_->graph.nodes().size());
+absl::Status ShardedDataParallelStep::AllocateFullInputs() {
+  const Device d = program_->device;
+  int64_t bytes = 0;
+  std::vector<std::pair<std::string, TensorView>> inputs;
+  for (const std::string& name : program_->input_names) {
+    if (name == kLossScaleName) continue;
+    const TensorView& micro = program_->sources.at(name);
+    if (micro.rank() < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("Compile: micro_batches splits every input along dim 0, but '",
+                                                     name, "' is a scalar"));
+    }
+    inputs.emplace_back(name, micro);
+    bytes += AlignUp(micro.numel() * int64_t(SizeOf(micro.dtype())) * micro_batches_);
+  }
+  SG_ASSIGN_OR_RETURN(full_inputs_, DeviceMemory::Allocate(d, std::max<int64_t>(bytes, 1)));
+  char* at = full_inputs_.data();
+  for (const auto& [name, micro] : inputs) {
+    Shape shape = micro.shape();
+    shape[0] *= micro_batches_;
+    full_input_views_[name] = TensorView(at, micro.dtype(), shape, d);
+    at += AlignUp(micro.numel() * int64_t(SizeOf(micro.dtype())) * micro_batches_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShardedDataParallelStep::StageFullInputs(const std::map<std::string, TensorView>& batch) {
+  for (const auto& [name, t] : batch) {
+    if (!full_input_views_.count(name)) {
+      return absl::InvalidArgumentError(absl::StrCat("Run: the graph has no input named '", name, "'"));
+    }
+  }
+  for (const auto& [name, full] : full_input_views_) {
+    auto it = batch.find(name);
+    const std::string expected = absl::StrCat(DTypeName(full.dtype()), ShapeToString(full.shape()), " (",
+                                              micro_batches_, " micro-batches of ",
+                                              ShapeToString(program_->sources.at(name).shape()), ")");
+    if (it == batch.end()) return absl::InvalidArgumentError(absl::StrCat("Run: missing input '", name, "' (", expected, ")"));
+    if (it->second.dtype() != full.dtype() || it->second.shape() != full.shape()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("Run: input '", name, "': expected ", expected, ", found ", it->second.ToString()));
+    }
+    SG_RETURN_IF_ERROR(staging_.Stage(name, it->second, full, executor_->compute_stream()));
+  }
+  return absl::OkStatus();
+}
+
+// One micro-batch: its loss seed (and, with several, its inputs) first, then the lowered forward +
+// backward with the collectives inserted, keyed by the node index they precede, then its loss kept.
+std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std::vector<Step>& lowered) {
+  std::vector<Step> steps;
+  const std::string suffix = micro_batches_ > 1 ? absl::StrCat(" (micro-batch ", index, ")") : "";
+  if (micro_batches_ > 1) {
+    Step load;
+    load.kind = Step::Kind::kCopy;
+    load.name = absl::StrCat("load inputs", suffix);
+    load.impl = "copy";
+    load.launch = [this, index](const Stream& s) -> absl::Status {
+      for (const auto& [name, full] : full_input_views_) {
+        const TensorView& dst = program_->sources.at(name);
+        SG_RETURN_IF_ERROR(CopyTensor(Flat(full, index * dst.numel(), dst.numel()), Flat(dst, 0, dst.numel()), s));
+      }
+      return absl::OkStatus();
+    };
+    steps.push_back(std::move(load));
+  }
+  Step seed;
+  seed.kind = Step::Kind::kCopy;
+  seed.name = absl::StrCat("loss seed", suffix);
+  seed.impl = "copy";
+  // The backward's cross-entropy reads loss_scale_host_ when it is launched, after this step.
+  seed.launch = [this, index](const Stream& s) -> absl::Status {
+    loss_scale_host_ = scales_[size_t(index)];
+    return CopyTensor(TensorView(&scales_[size_t(index)], DType::kF32, {}, Device::Cpu()),
+                      program_->sources.at(kLossScaleName), s);
+  };
+  steps.push_back(std::move(seed));
+  const bool accumulate = index > 0;
   std::multimap<int, Step> before;  // node index -> steps issued before it (in insertion order)
   for (auto& up : units_) {
     Unit* u = up.get();
     if (u->fwd_at != INT_MAX) {
-      before.emplace(u->fwd_at, CommStep(absl::StrCat("all-gather ", u->name), Phase::kForward,
+      before.emplace(u->fwd_at, CommStep(absl::StrCat("all-gather ", u->name, suffix), Phase::kForward,
                                          [this, u](const Stream& s) { return Gather(*u, false, s); },
                                          u->fwd_done.get()));
-      before.emplace(u->fwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name), Phase::kForward,
+      before.emplace(u->fwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name, suffix), Phase::kForward,
                                             u->fwd_done.get()));
     }
     if (u->bwd_at != INT_MAX) {
-      before.emplace(u->bwd_at, CommStep(absl::StrCat("all-gather ", u->name, " (backward)"), Phase::kBackward,
+      before.emplace(u->bwd_at, CommStep(absl::StrCat("all-gather ", u->name, " (backward)", suffix), Phase::kBackward,
                                          [this, u](const Stream& s) { return Gather(*u, true, s); },
                                          u->bwd_done.get()));
-      before.emplace(u->bwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name, " (backward)"),
+      before.emplace(u->bwd_first, WaitStep(absl::StrCat("wait all-gather ", u->name, " (backward)", suffix),
                                             Phase::kBackward, u->bwd_done.get()));
     }
     if (u->rs_at != INT_MAX) {
-      before.emplace(u->rs_at, CommStep(absl::StrCat("reduce-scatter grads ", u->name), Phase::kBackward,
-                                        [this, u](const Stream& s) { return ReduceScatter(*u, s); },
+      before.emplace(u->rs_at, CommStep(absl::StrCat("reduce-scatter grads ", u->name, suffix), Phase::kBackward,
+                                        [this, u, accumulate](const Stream& s) {
+                                          return ReduceScatter(*u, accumulate, s);
+                                        },
                                         u->rs_done.get()));
-      before.emplace(u->rs_wait_at, WaitStep(absl::StrCat("wait reduce-scatter ", u->name), Phase::kBackward,
+      before.emplace(u->rs_wait_at, WaitStep(absl::StrCat("wait reduce-scatter ", u->name, suffix), Phase::kBackward,
                                              u->rs_done.get()));
     }
   }
@@ -384,19 +488,34 @@ absl::Status ShardedDataParallelStep::Schedule() {
     }
     for (Step& w : waits) out->push_back(std::move(w));
   };
-  std::vector<Step> steps;
-  for (Step& st : program_->schedule.steps) {
+  for (const Step& st : lowered) {
     if (st.node >= 0) emit(&steps, st.node);
-    steps.push_back(std::move(st));
+    steps.push_back(st);
   }
   emit(&steps, INT_MAX);
+  const TensorView loss = program_->outputs.at(dp_.graph.outputs()[0].name);
+  Step keep;
+  keep.kind = Step::Kind::kCopy;
+  keep.name = absl::StrCat("keep loss", suffix);
+  keep.impl = "copy";
+  keep.launch = [this, loss, index](const Stream& s) {
+    return CopyTensor(Flat(loss, 0, 1), Flat(local_losses_, index, 1), s);
+  };
+  steps.push_back(std::move(keep));
+  return steps;
+}
+
+absl::Status ShardedDataParallelStep::Schedule() {
+  std::vector<Step> steps;
+  for (int i = 0; i < micro_batches_; ++i) {
+    for (Step& st : MicroBatchSteps(i, program_->schedule.steps)) steps.push_back(std::move(st));
+  }
 
   // The optimizer on the local shards, after the last reduce-scatter.
   const Phase opt = Phase::kOptimizer;
-  const TensorView loss = program_->outputs.at(dp_.graph.outputs()[0].name);
-  steps.push_back(CommStep("all-gather losses", opt, [this, loss](const Stream& s) -> absl::Status {
-    if (world_size_ == 1) return CopyTensor(Flat(loss, 0, 1), losses_, s);
-    return layout_.world->AllGather(Flat(loss, 0, 1), losses_, s);
+  steps.push_back(CommStep("all-gather losses", opt, [this](const Stream& s) -> absl::Status {
+    if (world_size_ == 1) return CopyTensor(local_losses_, losses_, s);
+    return layout_.world->AllGather(local_losses_, losses_, s);
   }, comm_done_.get()));
   auto local = std::static_pointer_cast<kernels::AdamWTensorList>(local_list_);
   auto norms = std::static_pointer_cast<kernels::AdamWTensorList>(norm_list_);
@@ -426,7 +545,6 @@ absl::Status ShardedDataParallelStep::Schedule() {
   ad.launch = [this, local, c](const Stream& s) { return kernels::AdamWStep(*local, c, lr_, counter_, clip_, s); };
   steps.push_back(std::move(ad));
   steps.push_back(WaitStep("join comm stream", opt, comm_done_.get()));
-  (void)num_nodes;
   program_->schedule.steps = std::move(steps);
   return absl::OkStatus();
 }
@@ -449,24 +567,29 @@ absl::Status ShardedDataParallelStep::PrepareBatch(const std::map<std::string, T
     SG_RETURN_IF_ERROR(executor_->Synchronize());
     targets = host.view();
   }
-  int64_t count = 0;
-  for (int64_t i = 0; i < targets.numel(); ++i) {
+  // Non-ignored tokens per micro-batch (its 1/k of the rows), then over every rank.
+  const int64_t K = micro_batches_, per = targets.numel() / K;
+  std::vector<int64_t> mine(size_t(K), 0);
+  for (int64_t i = 0; i < K * per; ++i) {
     int64_t id = targets.dtype() == DType::kI64 ? static_cast<const int64_t*>(targets.raw())[i]
                                                 : static_cast<const int32_t*>(targets.raw())[i];
-    count += id != dp_.ignore_index;
+    mine[size_t(i / per)] += id != dp_.ignore_index;
   }
-  counts_.assign(size_t(world_size_), 0);
-  counts_[0] = count;
+  counts_.assign(size_t(world_size_ * K), 0);
+  std::copy(mine.begin(), mine.end(), counts_.begin());
   if (world_size_ > 1) {
-    int64_t mine = count;
-    SG_RETURN_IF_ERROR(layout_.world->AllGather(TensorView(&mine, DType::kI64, {1}, Device::Cpu()),
-                                                TensorView(counts_.data(), DType::kI64, {world_size_}, Device::Cpu())));
+    SG_RETURN_IF_ERROR(layout_.world->AllGather(TensorView(mine.data(), DType::kI64, {K}, Device::Cpu()),
+                                                TensorView(counts_.data(), DType::kI64, {world_size_ * K}, Device::Cpu())));
   }
   int64_t total = 0;
   for (int64_t c : counts_) total += c;
-  loss_scale_host_ = total > 0 ? float(double(count) / double(total)) : 0.f;
-  SG_RETURN_IF_ERROR(CopyTensor(TensorView(&loss_scale_host_, DType::kF32, {}, Device::Cpu()),
-                                program_->sources.at(kLossScaleName), executor_->compute_stream()));
+  // The seed steps read scales_ on the host when they are enqueued (a copy from pageable memory
+  // has consumed its source when it returns): rewriting them needs no device synchronization.
+  scales_.assign(size_t(K), 0.f);
+  for (int64_t i = 0; i < K; ++i) {
+    scales_[size_t(i)] = total > 0 ? float(double(mine[size_t(i)]) / double(total)) : 0.f;
+  }
+  if (K > 1) return StageFullInputs(batch);
   return CopyInputs(batch);
 }
 
@@ -482,11 +605,13 @@ absl::StatusOr<StepTrace> ShardedDataParallelStep::TraceStep(const std::map<std:
 
 absl::StatusOr<StepMetrics> ShardedDataParallelStep::ReadMetrics() const {
   SG_RETURN_IF_ERROR(executor_->Synchronize());
-  std::vector<float> losses(size_t(world_size_), 0.f);
+  // One loss per (rank, micro-batch), weighted by its token count.
+  const int64_t n = losses_.numel();
+  std::vector<float> losses(size_t(n), 0.f);
   StepMetrics m;
   int64_t step = 0;
   const Stream& s = executor_->compute_stream();
-  SG_RETURN_IF_ERROR(CopyTensor(losses_, TensorView(losses.data(), DType::kF32, {world_size_}, Device::Cpu()), s));
+  SG_RETURN_IF_ERROR(CopyTensor(losses_, TensorView(losses.data(), DType::kF32, {n}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(CopyTensor(norm_, TensorView(&m.grad_norm, DType::kF32, {1}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(CopyTensor(counter_, TensorView(&step, DType::kI64, {}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(executor_->Synchronize());

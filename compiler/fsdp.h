@@ -23,6 +23,16 @@
 // inside each bucket. The loss is each rank's mean over its non-ignored tokens; Run counts them,
 // all-gathers the counts, and seeds backward with local/global count; the reported loss is the
 // count-weighted mean of the all-gathered local losses: the global mean.
+//
+// Gradient accumulation (CompileOptions::micro_batches = k > 1): the forward + backward is lowered
+// for batch / k and Run takes the whole (per-rank) batch, staged into full-size input buffers and
+// split along dim 0. The schedule runs the forward + backward k times (each after a device copy of
+// its micro-batch into the step's input buffers), then the optimizer once. Micro-batch i seeds its
+// backward with (its non-ignored tokens / all ranks' tokens over all micro-batches), so the summed
+// gradients are those of the global mean over the whole batch. The gradient reduce-scatter (and
+// the replicate all-reduce) runs once per micro-batch, as in the unaccumulated step, and the first
+// micro-batch overwrites the f32 gradient shards while later ones add to them: the full-size
+// gradients never outlive their micro-batch, so memory stays that of one micro-batch.
 #ifndef SGTRAIN_COMPILER_FSDP_H_
 #define SGTRAIN_COMPILER_FSDP_H_
 
@@ -88,7 +98,14 @@ class ShardedDataParallelStep : public CompiledStep {
   absl::Status Schedule();
   absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
   absl::Status Gather(const Unit& u, bool backward, const Stream& s);
-  absl::Status ReduceScatter(const Unit& u, const Stream& s);
+  // Sums a unit's gradients over the groups into this rank's shards: overwriting them, or adding to
+  // them when `accumulate` (micro-batches after the first).
+  absl::Status ReduceScatter(const Unit& u, bool accumulate, const Stream& s);
+  // The schedule of micro-batch `index`: the lowered steps with the collectives inserted.
+  std::vector<Step> MicroBatchSteps(int index, const std::vector<Step>& lowered);
+  // Full-batch input buffers for micro_batches_ > 1 (staged into by Run, sliced per micro-batch).
+  absl::Status AllocateFullInputs();
+  absl::Status StageFullInputs(const std::map<std::string, TensorView>& batch);
   // A step on the comm stream that first waits for everything enqueued on compute so far, runs
   // `body`, and records `done`.
   Step CommStep(std::string name, graph::Phase phase, std::function<absl::Status(const Stream&)> body, Event* done);
@@ -108,8 +125,14 @@ class ShardedDataParallelStep : public CompiledStep {
   TensorView lr_, counter_, norm_local_, norms_, norm_, clip_, losses_, dummy_[3];
   std::shared_ptr<void> local_list_, norm_list_;  // kernels::AdamWTensorList
   std::unique_ptr<Event> ready_, comm_done_, norms_done_;
-  std::vector<int64_t> counts_;  // non-ignored tokens per world rank, last Run
-  float loss_scale_host_ = 0;
+  // Non-ignored tokens per (world rank, micro-batch), rank-major, last Run.
+  std::vector<int64_t> counts_;
+  std::vector<float> scales_;  // this rank's loss seed per micro-batch, last Run
+  float loss_scale_host_ = 0;  // the seed the current micro-batch's backward reads at launch
+  int micro_batches_ = 1;
+  TensorView local_losses_;  // f32[micro_batches_]: this rank's loss per micro-batch
+  DeviceMemory full_inputs_;
+  std::map<std::string, TensorView> full_input_views_;  // by input name, [k * micro dim 0, ...]
 };
 
 }  // namespace sg::compiler

@@ -514,6 +514,10 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileTensorParallel(const graph:
                                                                    std::shared_ptr<DistContext> ctx,
                                                                    const sharding::DeviceMesh& mesh,
                                                                    const std::string& why_first) {
+  if (o.micro_batches > 1) {
+    return absl::UnimplementedError(absl::StrCat("tensor parallel: gradient accumulation (micro_batches) is not lowered "
+                                                 "yet: expected micro_batches 1, found ", o.micro_batches));
+  }
   if (mesh.ndim() > 2) {
     return absl::InvalidArgumentError(absl::StrCat("tensor parallel: expected a 1-D mesh (tp) or a 2-D mesh (dp x tp), found ",
                                                    mesh.ToString()));

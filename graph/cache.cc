@@ -436,4 +436,38 @@ absl::StatusOr<std::shared_ptr<const Artifact>> CompileCache::GetOrCompile(
   return a;
 }
 
+absl::StatusOr<std::shared_ptr<const Artifact>> CompileCache::Lookup(const CacheRequest& request,
+                                                                    const Binding& binding) {
+  SG_ASSIGN_OR_RETURN(Specialization spec, Specialization::Make(request.symbols, request.policy, binding));
+  SG_RETURN_IF_ERROR(spec.Admits(binding));
+  const std::string key = KeyFor(request, spec);
+  const std::string& guard = spec.ToString();
+  {
+    absl::MutexLock l(&mu_);
+    ++stats_.lookups;
+    auto it = memory_.find(key);
+    if (it != memory_.end() && it->second.guard == guard) {
+      ++stats_.memory_hits;
+      it->second.last_use = ++clock_;
+      return it->second.artifact;
+    }
+  }
+  std::shared_ptr<const Artifact> a = ReadDisk(key, guard);
+  if (a != nullptr) {
+    InsertMemory(key, guard, a);
+    absl::MutexLock l(&mu_);
+    ++stats_.disk_hits;
+  }
+  return a;
+}
+
+absl::Status CompileCache::Store(const CacheRequest& request, const Binding& binding, Artifact artifact) {
+  SG_ASSIGN_OR_RETURN(Specialization spec, Specialization::Make(request.symbols, request.policy, binding));
+  const std::string key = KeyFor(request, spec);
+  auto a = std::make_shared<const Artifact>(std::move(artifact));
+  WriteDisk(key, spec.ToString(), *a);
+  InsertMemory(key, spec.ToString(), a);
+  return absl::OkStatus();
+}
+
 }  // namespace sg::graph

@@ -134,6 +134,12 @@ class CompileCache {
   absl::StatusOr<std::shared_ptr<const Artifact>> GetOrCompile(const CacheRequest& request,
                                                                const Binding& binding,
                                                                const CompileFn& compile);
+  // The artifact stored for (request, binding), from memory or disk, compiling nothing: nullptr on
+  // a miss (counted as a lookup only). For artifacts a caller extends after use (an autotuning
+  // table, compiler/autotune.h) together with Store.
+  absl::StatusOr<std::shared_ptr<const Artifact>> Lookup(const CacheRequest& request, const Binding& binding);
+  // Stores `artifact` for (request, binding) in memory and on disk, replacing any previous one.
+  absl::Status Store(const CacheRequest& request, const Binding& binding, Artifact artifact);
   // The key for (request, binding) and its specialization (no lookup).
   absl::StatusOr<std::string> Key(const CacheRequest& request, const Binding& binding) const;
 

@@ -123,6 +123,29 @@ TEST(CacheTest, HitInMemoryThenFromDiskAfterRestartAndInAnotherProcess) {
   EXPECT_EQ(c.calls, 1);
 }
 
+// Lookup never compiles; Store replaces an entry, also for a fresh cache object on the directory.
+TEST(CacheTest, LookupAndStoreReplaceAnEntry) {
+  const std::string dir = FreshDir("store");
+  const CacheRequest req = CacheRequest::For(MakeGraph(0.5));
+  auto cache = OpenCache(dir);
+  auto missing = cache->Lookup(req, kB);
+  ASSERT_TRUE(missing.ok()) << missing.status();
+  EXPECT_EQ(*missing, nullptr);
+  EXPECT_EQ(cache->stats().misses, 0) << "a lookup compiles nothing";
+  const std::string blob = absl::StrCat("table ", testing::Rng()());
+  ASSERT_TRUE(cache->Store(req, kB, Artifact{"", "old"}).ok());
+  ASSERT_TRUE(cache->Store(req, kB, Artifact{"", blob}).ok());
+  auto mem = cache->Lookup(req, kB);
+  ASSERT_TRUE(mem.ok() && *mem != nullptr);
+  EXPECT_EQ((*mem)->plan_blob, blob);
+  auto fresh = OpenCache(dir);
+  auto disk = fresh->Lookup(req, kB);
+  ASSERT_TRUE(disk.ok() && *disk != nullptr);
+  EXPECT_EQ((*disk)->plan_blob, blob);
+  EXPECT_EQ(fresh->stats().disk_hits, 1);
+  ASSERT_TRUE(fresh->GetOrCompile(req, kB, MustNotCompile()).ok()) << "a stored entry serves GetOrCompile";
+}
+
 TEST(CacheTest, AnyChangeInTheKeyMisses) {
   const std::string dir = FreshDir("keys");
   auto cache = OpenCache(dir);

@@ -109,6 +109,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.micro_batches = options.micro_batches;
   co.cache_dir = options.cache_dir;
   co.binding = {{"batch", options.batch * options.grad_accum}, {"seq", options.seq}};
+  co.micro_batches = int(options.grad_accum);
   co.adamw.beta1 = options.beta1;
   co.adamw.beta2 = options.beta2;
   co.adamw.weight_decay = options.weight_decay;

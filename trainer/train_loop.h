@@ -13,11 +13,11 @@
 // (weights, AdamW moments and step counter, data position, RNG) continues bit-exactly at the same
 // world size.
 //
-// Gradient accumulation: the compiler has no micro-batch accumulation yet, so `grad_accum` k
-// compiles one step over a k times larger batch. The update is the same (the loss is the mean over
-// all k * batch * seq tokens), but activation memory is that of the large batch. True micro-batching
-// needs a compiler option that keeps f32 gradient buffers across k Run() calls (MatmulBackward
-// already accumulates with beta = 1) and gates the clip + AdamW nodes on the k-th call.
+// Gradient accumulation: `grad_accum` k compiles the step with CompileOptions::micro_batches = k
+// over a k times larger batch: k forward + backward passes of `batch` sequences accumulate f32
+// gradients (weighted so the update equals one pass over all k * batch * seq tokens), then one
+// clip + AdamW. Activation memory is that of one micro-batch (compiler/fsdp.h runs it; on a
+// single device eagerly, without a CUDA graph).
 //
 // Forward-only path: ValidationLoss and Sample run the same model's forward graph with a "logits"
 // output (BuildEvalForward) through compiler::CompileForward (compiler/eval_step.h) on the

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/autotune/tuning_table.h"
 #include "kernels/core/status.h"
 #include "kernels/gemm/gemm_internal.h"
 
@@ -104,6 +105,8 @@ absl::StatusOr<Problem> CheckArgs(const GemmArgs& g) {
   p.a = a;
   p.b = b;
   p.d = d;
+  p.tuned = g.algo == GemmAlgo::kTuned ||
+            (g.algo == GemmAlgo::kDefault && autotune::Tuner::Global().enabled());
 
   // A batch of [M,K] rows times one shared matrix is one taller GEMM when the rows are evenly spaced.
   if (p.batch > 1 && b.batch_stride == 0 && !p.trans_a && p.row_scale == nullptr && PackedBatches(p.a) &&
@@ -142,6 +145,12 @@ absl::Status Gemm(const GemmArgs& args, const Stream& stream) {
   return gemm_internal::GemmCuda(p, args.d.device().ordinal, stream.native());
 #else
   return NoCuda("Gemm");
+#endif
+}
+
+void ResetGemmAlgorithmCache() {
+#ifdef SG_WITH_CUDA
+  gemm_internal::ResetAlgoCacheCuda();
 #endif
 }
 

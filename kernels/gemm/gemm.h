@@ -14,6 +14,7 @@
 #ifndef SGTRAIN_KERNELS_GEMM_GEMM_H_
 #define SGTRAIN_KERNELS_GEMM_GEMM_H_
 
+#include <cstdint>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -21,6 +22,19 @@
 #include "kernels/core/tensor.h"
 
 namespace sg::kernels {
+
+// How the CUDA path picks its cuBLASLt algorithm (ignored on the CPU).
+//  kDefault:   autotuned when the process's Tuner is enabled (kernels/autotune; the compiler enables
+//              it for steps compiled with CompileOptions::autotune), else cuBLASLt's heuristic.
+//  kHeuristic: the first algorithm of cuBLASLt's heuristic (what an untuned GEMM runs).
+//  kTuned:     the top algorithms of the heuristic are timed on this problem once per (problem,
+//              device model, cuBLASLt version) and the fastest is kept in the Tuner's table (or a
+//              choice recorded there, e.g. read from the compile cache, is reused without timing).
+// Tuning runs the candidates on the call's own operands (d is written by each and then by the
+// call itself; a problem accumulating into d in place is timed on a scratch copy instead) and
+// synchronizes the stream: do it in a warm-up step. Inside a CUDA graph capture an untuned problem
+// gets the heuristic's algorithm instead.
+enum class GemmAlgo : uint8_t { kDefault, kHeuristic, kTuned };
 
 // d = alpha * row_scale[:,None] * (op(a) @ op(b)) + beta * c + bias[None,:]
 //
@@ -47,14 +61,21 @@ struct GemmArgs {
   // CUDA only: false forces the row scale into a separate pass over d instead of cuBLASLt's
   // per-row alpha vector, so benchmarks and tests can compare the two. Ignored on the CPU.
   bool row_scale_in_epilogue = true;
+  GemmAlgo algo = GemmAlgo::kDefault;
 };
 
 // InvalidArgument naming the offending operand on any shape/dtype/device/stride mismatch;
 // FailedPrecondition for CUDA tensors in a build without CUDA; Unimplemented when cuBLASLt has no
 // algorithm for the problem; Internal with cuBLASLt's status string when the library fails.
 // CUDA: the first call per problem shape and stream allocates a 32 MiB workspace and runs
-// cuBLASLt's heuristic (both cached for the process); issue it once before capturing a CUDA graph.
+// cuBLASLt's heuristic, or the autotuning (see GemmAlgo; all cached for the process); issue it once
+// before capturing a CUDA graph.
 absl::Status Gemm(const GemmArgs& args, const Stream& stream);
+
+// Forgets the process's cached cuBLASLt algorithm per problem (not the autotune Tuner's table), so
+// the next call per problem looks it up again, e.g. from a freshly installed table: for tests and
+// benchmarks comparing choices. Not while another thread runs GEMMs.
+void ResetGemmAlgorithmCache();
 
 // Linear forward, PyTorch layout: y[M,N] = x[M,K] @ w[N,K]^T (+ bias[N]). x and y may carry leading
 // dimensions (flattened into M).

@@ -19,19 +19,32 @@
 //
 // The first call for a key allocates the stream's workspace and runs the heuristic: make it before
 // capturing a CUDA graph (a warm-up step), as cudaMalloc cannot run inside a capture.
+//
+// Autotuning (GemmAlgo::kTuned, or kDefault with the process's Tuner enabled): the first call for
+// a key times the heuristic's top kTuneCandidates algorithms on the call's own operands (CUDA
+// events, a few reps each; d is rewritten by the real call after, a scratch d only for in-place
+// accumulation), keeps the fastest in autotune::Tuner::Global() under (problem text, device model
+// name, cuBLASLt version) and caches it per key like the heuristic's. A choice already in the
+// Tuner (installed from the compile cache by compiler/autotune.h) is reused without timing, after
+// cublasLtMatmulAlgoCheck accepts it.
 #ifdef SG_WITH_CUDA
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
 #include <memory>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "kernels/autotune/tuning_table.h"
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "kernels/gemm/gemm_internal.h"
@@ -234,11 +247,20 @@ struct AlgoKey {
   int64_t lda, ldb, ldc, ldd, sa, sb, sc, sd;
   bool row_order_d, has_bias, alpha_vector, beta_nonzero, c_is_d;
   uint32_t align_a, align_b, align_c, align_d, align_bias;
+  bool tuned;  // chosen by autotuning rather than the heuristic's first
 
   auto Tie() const {
     return std::make_tuple(device, m, n, k, batch, op_a, op_b, a_type, d_type, lda, ldb, ldc, ldd, sa, sb, sc, sd,
                            row_order_d, has_bias, alpha_vector, beta_nonzero, c_is_d, align_a, align_b, align_c,
-                           align_d, align_bias);
+                           align_d, align_bias, tuned);
+  }
+  // The autotuning table's problem text: everything but the device ordinal and the policy.
+  std::string ProblemText() const {
+    return absl::StrCat("m=", m, ",n=", n, ",k=", k, ",batch=", batch, ",op=", op_a, op_b, ",ab=", a_type,
+                        ",d=", d_type, ",ld=", lda, "/", ldb, "/", ldc, "/", ldd, ",stride=", sa, "/", sb, "/", sc,
+                        "/", sd, ",row_d=", row_order_d, ",bias=", has_bias, ",alpha_vec=", alpha_vector,
+                        ",beta=", beta_nonzero, ",c_is_d=", c_is_d, ",align=", align_a, "/", align_b, "/",
+                        align_c, "/", align_d, "/", align_bias);
   }
   friend bool operator==(const AlgoKey& x, const AlgoKey& y) { return x.Tie() == y.Tie(); }
   template <typename H>
@@ -259,9 +281,10 @@ absl::flat_hash_map<AlgoKey, AlgoEntry>& AlgoCache() {
   return *cache;
 }
 
-AlgoKey KeyOf(const LtPlan& l, int device) {
+AlgoKey KeyOf(const LtPlan& l, int device, bool tuned) {
   AlgoKey k;
   k.device = device;
+  k.tuned = tuned;
   k.m = l.m;
   k.n = l.n;
   k.k = l.k;
@@ -291,20 +314,26 @@ AlgoKey KeyOf(const LtPlan& l, int device) {
   return k;
 }
 
-// The best algorithm by cuBLASLt's heuristic, looked up once per key. Unimplemented when cuBLASLt
-// has none (e.g. the row-ordered output of RowScalePlan on a library version without it).
-absl::StatusOr<cublasLtMatmulAlgo_t> FindAlgo(cublasLtHandle_t handle, const AlgoKey& key,
-                                               cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
-                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
-                                               cublasLtMatrixLayout_t d) {
-  {
-    absl::MutexLock lock(&g_algo_mu);
-    auto it = AlgoCache().find(key);
-    if (it != AlgoCache().end()) {
-      if (!it->second.found) return absl::UnimplementedError("cuBLASLt has no algorithm for this GEMM");
-      return it->second.algo;
-    }
+// Everything one cublasLtMatmul call needs besides the algorithm and the output pointers.
+struct MatmulCall {
+  cublasLtHandle_t handle;
+  cublasLtMatmulDesc_t desc;
+  cublasLtMatrixLayout_t a, b, c, d;
+  const LtPlan* plan;
+  const void* alpha;
+  void* workspace;
+  cudaStream_t stream;
+
+  cublasStatus_t Run(const cublasLtMatmulAlgo_t& algo, const void* c_ptr, void* d_ptr) const {
+    return cublasLtMatmul(handle, desc, alpha, plan->a.ptr, a, plan->b.ptr, b, &plan->beta, c_ptr, c, d_ptr, d, &algo,
+                          workspace, kWorkspaceBytes, stream);
   }
+};
+
+// Up to `max_results` algorithms from cuBLASLt's heuristic, best first; empty when it has none
+// for the problem (e.g. the row-ordered output of RowScalePlan on a library version without it).
+absl::StatusOr<std::vector<cublasLtMatmulHeuristicResult_t>> Heuristic(const MatmulCall& call, const AlgoKey& key,
+                                                                       int max_results) {
   cublasLtMatmulPreference_t raw = nullptr;
   SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&raw));
   PrefPtr pref(raw, &cublasLtMatmulPreferenceDestroy);
@@ -320,30 +349,183 @@ absl::StatusOr<cublasLtMatmulAlgo_t> FindAlgo(cublasLtHandle_t handle, const Alg
   for (const auto& [attr, bytes] : aligns) {
     SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(raw, attr, &bytes, sizeof(bytes)));
   }
-  cublasLtMatmulHeuristicResult_t result = {};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(max_results));
   int returned = 0;
-  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(handle, desc, a, b, c, d, raw, 1, &result, &returned);
-  AlgoEntry entry;
-  entry.found = st == CUBLAS_STATUS_SUCCESS && returned > 0 && result.state == CUBLAS_STATUS_SUCCESS;
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(call.handle, call.desc, call.a, call.b, call.c, call.d,
+                                                           raw, max_results, results.data(), &returned);
   // The per-row alpha / row-ordered D form is optional (there is a fallback): any refusal of it
   // means "not available". For plain GEMMs only NOT_SUPPORTED does; anything else is our bug.
   if (st != CUBLAS_STATUS_SUCCESS && st != CUBLAS_STATUS_NOT_SUPPORTED && !key.alpha_vector) {
     return LibraryError(absl::StatusCode::kInternal, "cuBLASLt", st, cublasLtGetStatusString(st),
                         "cublasLtMatmulAlgoGetHeuristic", __FILE__, __LINE__);
   }
-  if (entry.found) entry.algo = result.algo;
+  std::vector<cublasLtMatmulHeuristicResult_t> ok;
+  if (st != CUBLAS_STATUS_SUCCESS) return ok;
+  for (int i = 0; i < returned; ++i) {
+    if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS) ok.push_back(results[size_t(i)]);
+  }
+  return ok;
+}
+
+// --- autotuning -----------------------------------------------------------------------------------
+
+// How many of the heuristic's algorithms are timed, and how: one untimed call, then kTuneReps
+// timed back to back between two events. Enough to separate tile shapes at the step's GEMMs
+// (milliseconds each); a small GEMM's choice is noisier but matters little.
+constexpr int kTuneCandidates = 8;
+constexpr int kTuneReps = 5;
+
+absl::StatusOr<std::string> DeviceName(int device) {
+  static auto* names = new absl::flat_hash_map<int, std::string>();
+  absl::MutexLock lock(&g_state_mu);
+  auto it = names->find(device);
+  if (it != names->end()) return it->second;
+  cudaDeviceProp prop;
+  SG_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, device));
+  return names->emplace(device, std::string(prop.name)).first->second;
+}
+
+std::string LibraryVersion() { return absl::StrCat("cublasLt ", cublasLtGetVersion()); }
+
+// Bytes spanned by an operand (all batch entries).
+int64_t ExtentBytes(const LtMatrix& m, int batch) {
+  const int64_t outer = int64_t(m.row_order ? m.rows : m.cols), inner = int64_t(m.row_order ? m.cols : m.rows);
+  const int64_t elems = (outer - 1) * m.ld + inner + int64_t(batch - 1) * m.batch_stride;
+  return elems * (m.type == CUDA_R_16BF ? 2 : 4);
+}
+
+// Device memory from the caching allocator for the scope.
+class Scratch {
+ public:
+  static absl::StatusOr<Scratch> Allocate(int device, int64_t bytes) {
+    SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
+    SG_ASSIGN_OR_RETURN(void* p, alloc->Allocate(bytes));
+    return Scratch(alloc, p);
+  }
+  Scratch(Scratch&& o) noexcept : alloc_(o.alloc_), ptr_(std::exchange(o.ptr_, nullptr)) {}
+  Scratch& operator=(Scratch&&) = delete;
+  ~Scratch() {
+    if (ptr_ != nullptr) alloc_->Free(ptr_);
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  Scratch(Allocator* a, void* p) : alloc_(a), ptr_(p) {}
+  Allocator* alloc_;
+  void* ptr_;
+};
+
+// Microseconds per call of `algo` on the problem, writing `d` (read as c too when the problem
+// accumulates in place). Synchronizes on its events (the stream is not capturing).
+absl::StatusOr<double> TimeAlgo(const MatmulCall& call, const cublasLtMatmulAlgo_t& algo, void* d) {
+  const LtPlan& l = *call.plan;
+  const void* c_ptr = l.c.ptr == l.d.ptr ? d : l.c.ptr;
+  SG_CUBLAS_RETURN_IF_ERROR(call.Run(algo, c_ptr, d));
+  cudaEvent_t start = nullptr, stop = nullptr;
+  SG_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  std::unique_ptr<CUevent_st, cudaError_t (*)(cudaEvent_t)> start_owner(start, &cudaEventDestroy);
+  SG_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  std::unique_ptr<CUevent_st, cudaError_t (*)(cudaEvent_t)> stop_owner(stop, &cudaEventDestroy);
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, call.stream));
+  for (int r = 0; r < kTuneReps; ++r) SG_CUBLAS_RETURN_IF_ERROR(call.Run(algo, c_ptr, d));
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, call.stream));
+  SG_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
+  float ms = 0;
+  SG_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
+  return double(ms) * 1e3 / kTuneReps;
+}
+
+// Times the heuristic's top kTuneCandidates algorithms on the problem; the fastest as a Choice
+// (its variant: the algorithm's bytes). NotFound when the heuristic has none or all fail.
+// The candidates write the caller's d, which the real call overwrites right after (stream order),
+// so tuning needs no memory of its own; only a problem accumulating into d in place (beta != 0,
+// no separate c) is timed on a zeroed scratch copy of d's extent, as d's contents must survive.
+absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey& key) {
+  SG_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> candidates,
+                      Heuristic(call, key, kTuneCandidates));
+  if (candidates.empty()) return absl::NotFoundError("cuBLASLt has no algorithm for this GEMM");
+  const LtPlan& l = *call.plan;
+  std::optional<Scratch> scratch;
+  void* d = const_cast<void*>(l.d.ptr);
+  if (l.beta != 0.0f && l.c.ptr == l.d.ptr) {
+    const int64_t bytes = ExtentBytes(l.d, l.batch);
+    SG_ASSIGN_OR_RETURN(Scratch s, Scratch::Allocate(key.device, bytes));
+    SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(s.get(), 0, size_t(bytes), call.stream));
+    d = s.get();
+    scratch.emplace(std::move(s));
+  }
+  absl::StatusOr<autotune::Choice> choice = autotune::PickFastest(
+      int(candidates.size()), [&](int i) { return TimeAlgo(call, candidates[size_t(i)].algo, d); },
+      [&](int i) {
+        return std::string(reinterpret_cast<const char*>(&candidates[size_t(i)].algo), sizeof(cublasLtMatmulAlgo_t));
+      });
+  // Nothing may still be writing the scratch when it goes back to the allocator.
+  if (scratch.has_value()) SG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(call.stream));
+  return choice;
+}
+
+// A recorded choice's bytes as an algorithm, if cuBLASLt accepts it for this problem (a table
+// from another build of the same library version could still disagree).
+bool AcceptRecorded(const MatmulCall& call, const std::string& bytes, cublasLtMatmulAlgo_t* algo) {
+  if (bytes.size() != sizeof(cublasLtMatmulAlgo_t)) return false;
+  std::memcpy(algo, bytes.data(), sizeof(*algo));
+  cublasLtMatmulHeuristicResult_t check = {};
+  return cublasLtMatmulAlgoCheck(call.handle, call.desc, call.a, call.b, call.c, call.d, algo, &check) ==
+             CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= kWorkspaceBytes;
+}
+
+// --- choosing the algorithm -----------------------------------------------------------------------
+
+absl::Status NoAlgorithm(const AlgoKey& key) {
+  return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for this GEMM (m=", key.m, " n=", key.n,
+                                               " k=", key.k, " batch=", key.batch, ")"));
+}
+
+// The algorithm for `key`, looked up once per key and process: the heuristic's first, or for a
+// tuned key the Tuner's choice (recorded, or measured now). Unimplemented when cuBLASLt has none.
+absl::StatusOr<cublasLtMatmulAlgo_t> FindAlgo(const MatmulCall& call, const AlgoKey& key) {
   {
+    absl::MutexLock lock(&g_algo_mu);
+    auto it = AlgoCache().find(key);
+    if (it != AlgoCache().end()) {
+      if (!it->second.found) return NoAlgorithm(key);
+      return it->second.algo;
+    }
+  }
+  AlgoEntry entry;
+  bool cache = true;
+  if (key.tuned) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    SG_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(call.stream, &capture));
+    SG_ASSIGN_OR_RETURN(std::string device_name, DeviceName(key.device));
+    const autotune::TuningKey tk{"gemm.cublaslt", device_name, LibraryVersion(), key.ProblemText()};
+    std::optional<autotune::Choice> recorded = autotune::Tuner::Global().Find(tk);
+    if (!recorded.has_value() && capture == cudaStreamCaptureStatusNone) {
+      absl::StatusOr<autotune::Choice> tuned =
+          autotune::Tuner::Global().GetOrTune(tk, [&] { return TuneAlgo(call, key); });
+      if (!tuned.ok() && tuned.status().code() != absl::StatusCode::kNotFound) return tuned.status();
+      if (tuned.ok()) recorded = *tuned;
+    }
+    entry.found = recorded.has_value() && AcceptRecorded(call, recorded->variant, &entry.algo);
+    // Inside a capture an untuned problem runs the heuristic's choice, uncached: the next eager
+    // call still tunes it.
+    cache = capture == cudaStreamCaptureStatusNone;
+  }
+  if (!entry.found) {
+    SG_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> best, Heuristic(call, key, 1));
+    entry.found = !best.empty();
+    if (entry.found) entry.algo = best[0].algo;
+  }
+  if (cache) {
     absl::MutexLock lock(&g_algo_mu);
     AlgoCache().emplace(key, entry);
   }
-  if (!entry.found) {
-    return absl::UnimplementedError(absl::StrCat("cuBLASLt has no algorithm for this GEMM (m=", key.m, " n=", key.n,
-                                                 " k=", key.k, " batch=", key.batch, ")"));
-  }
+  if (!entry.found) return NoAlgorithm(key);
   return entry.algo;
 }
 
-absl::Status RunPlan(const LtPlan& l, int device, cudaStream_t stream) {
+absl::Status RunPlan(const LtPlan& l, int device, bool tuned, cudaStream_t stream) {
   SG_ASSIGN_OR_RETURN(DeviceGuard guard, DeviceGuard::Enter(device));
   SG_ASSIGN_OR_RETURN(cublasLtHandle_t handle, Handle(device));
   SG_ASSIGN_OR_RETURN(void* workspace, Workspace(device, stream));
@@ -372,26 +554,29 @@ absl::Status RunPlan(const LtPlan& l, int device, cudaStream_t stream) {
     c = c_owned.get();
   }
 
-  const AlgoKey key = KeyOf(l, device);
-  SG_ASSIGN_OR_RETURN(cublasLtMatmulAlgo_t algo, FindAlgo(handle, key, raw_desc, a.get(), b.get(), c, d.get()));
   const void* alpha = l.alpha_vector != nullptr ? static_cast<const void*>(l.alpha_vector) : &l.alpha;
-  SG_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(handle, raw_desc, alpha, l.a.ptr, a.get(), l.b.ptr, b.get(), &l.beta,
-                                           l.c.ptr, c, const_cast<void*>(l.d.ptr), d.get(), &algo, workspace,
-                                           kWorkspaceBytes, stream));
+  const MatmulCall call{handle, raw_desc, a.get(), b.get(), c, d.get(), &l, alpha, workspace, stream};
+  SG_ASSIGN_OR_RETURN(cublasLtMatmulAlgo_t algo, FindAlgo(call, KeyOf(l, device, tuned)));
+  SG_CUBLAS_RETURN_IF_ERROR(call.Run(algo, l.c.ptr, const_cast<void*>(l.d.ptr)));
   return absl::OkStatus();
 }
 
 }  // namespace
 
+void ResetAlgoCacheCuda() {
+  absl::MutexLock lock(&g_algo_mu);
+  AlgoCache().clear();
+}
+
 absl::Status GemmCuda(const Problem& p, int device, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (p.row_scale == nullptr) return RunPlan(SwappedPlan(p), device, s);
+  if (p.row_scale == nullptr) return RunPlan(SwappedPlan(p), device, p.tuned, s);
   if (p.row_scale_in_epilogue && p.alpha == 1.0f) {
     // Any failure here happens before cuBLASLt writes d; the swapped plan below rewrites all of d
     // (beta is 0 with a row scale) and reports a real error (bad pointer, bad stream) itself.
-    if (RunPlan(RowScalePlan(p), device, s).ok()) return absl::OkStatus();
+    if (RunPlan(RowScalePlan(p), device, p.tuned, s).ok()) return absl::OkStatus();
   }
-  SG_RETURN_IF_ERROR(RunPlan(SwappedPlan(p), device, s));
+  SG_RETURN_IF_ERROR(RunPlan(SwappedPlan(p), device, p.tuned, s));
   return ScaleRowsCuda(const_cast<void*>(p.d.data), p.d_dtype, p.batch, p.m, p.n, p.d.ld, p.d.batch_stride,
                        p.row_scale, stream);
 }

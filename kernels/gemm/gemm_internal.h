@@ -29,11 +29,13 @@ struct Problem {
   const void* bias = nullptr;        // [n], d_dtype
   const float* row_scale = nullptr;  // [m], f32
   bool row_scale_in_epilogue = true;
+  bool tuned = false;  // pick the algorithm by autotuning (GemmAlgo resolved by gemm.cc)
 };
 
 void GemmCpu(const Problem& p);
 
 absl::Status GemmCuda(const Problem& p, int device, void* stream);
+void ResetAlgoCacheCuda();
 
 // CUDA: d[b, i, :] *= scale[i] in place, for the row-scale fallback (gemm.cu).
 absl::Status ScaleRowsCuda(void* d, DType dtype, int64_t batch, int64_t rows, int64_t cols, int64_t ld,

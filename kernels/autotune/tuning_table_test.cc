@@ -1,0 +1,146 @@
+#include "kernels/autotune/tuning_table.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/core/testing.h"
+
+namespace sg::kernels::autotune {
+namespace {
+
+// Arbitrary bytes, including NUL and high bytes, like a cublasLtMatmulAlgo_t's 64.
+std::string RandomBytes(size_t n) {
+  std::string s(n, '\0');
+  for (char& c : s) c = char(testing::Rng()() & 0xff);
+  return s;
+}
+
+TuningKey Key(const std::string& device, int m) {
+  return {"gemm.cublaslt", device, "cublasLt 130000", "m=" + std::to_string(m) + ",n=2048,k=8192"};
+}
+
+TEST(TuningTable, SerializeParseRoundTripKeepsEveryByte) {
+  TuningTable t;
+  std::vector<std::string> blobs;
+  for (int i = 0; i < 5; ++i) {
+    blobs.push_back(RandomBytes(64));
+    t.Put(Key(i % 2 ? "NVIDIA H200" : "NVIDIA A100", 1000 + i), Choice{blobs.back(), 10.5 + i, 8});
+  }
+  const std::string text = t.Serialize();
+  absl::StatusOr<TuningTable> back = TuningTable::Parse(text);
+  ASSERT_TRUE(back.ok()) << back.status();
+  ASSERT_EQ(back->size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    std::optional<Choice> c = back->Find(Key(i % 2 ? "NVIDIA H200" : "NVIDIA A100", 1000 + i));
+    ASSERT_TRUE(c.has_value()) << i;
+    EXPECT_EQ(c->variant, blobs[i]);
+    EXPECT_EQ(c->microseconds, 10.5 + i);
+    EXPECT_EQ(c->candidates, 8);
+  }
+  EXPECT_EQ(back->Serialize(), text);
+}
+
+TEST(TuningTable, LookupNeedsTheSameDeviceAndLibrary) {
+  TuningTable t;
+  t.Put(Key("NVIDIA H200", 16384), Choice{"x", 1, 1});
+  EXPECT_TRUE(t.Find(Key("NVIDIA H200", 16384)).has_value());
+  EXPECT_FALSE(t.Find(Key("NVIDIA H100 80GB HBM3", 16384)).has_value());
+  TuningKey other_lib = Key("NVIDIA H200", 16384);
+  other_lib.library = "cublasLt 120900";
+  EXPECT_FALSE(t.Find(other_lib).has_value());
+  EXPECT_FALSE(t.Find(Key("NVIDIA H200", 16385)).has_value());
+}
+
+TEST(TuningTable, ParseRejectsBadInputNamingTheProblem) {
+  EXPECT_NE(TuningTable::Parse("not json").status().message().find("does not parse"), std::string::npos);
+  EXPECT_NE(TuningTable::Parse(R"({"format":"other","entries":[]})").status().message().find("sg-tuning-1"),
+            std::string::npos);
+  auto missing = TuningTable::Parse(R"({"format":"sg-tuning-1","entries":[{"kernel":"k"}]})");
+  EXPECT_NE(missing.status().message().find("\"device\""), std::string::npos) << missing.status();
+  auto not_hex = TuningTable::Parse(
+      R"({"format":"sg-tuning-1","entries":[{"kernel":"k","device":"d","library":"l","problem":"p",)"
+      R"("variant":"zz","us":1,"candidates":1}]})");
+  EXPECT_NE(not_hex.status().message().find("not hex"), std::string::npos) << not_hex.status();
+}
+
+TEST(PickFastest, ChoosesTheFastestAndSkipsFailures) {
+  const int n = 6;
+  std::vector<double> times(n);
+  for (double& t : times) t = 5.0 + double(testing::Rng()() % 1000) / 10.0;
+  const int fail = int(testing::Rng()() % n);
+  int best = -1;
+  for (int i = 0; i < n; ++i) {
+    if (i != fail && (best < 0 || times[i] < times[best])) best = i;
+  }
+  absl::StatusOr<Choice> c = PickFastest(
+      n,
+      [&](int i) -> absl::StatusOr<double> {
+        if (i == fail) return absl::InternalError("no");
+        return times[i];
+      },
+      [](int i) { return "v" + std::to_string(i); });
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->variant, "v" + std::to_string(best));
+  EXPECT_EQ(c->microseconds, times[best]);
+  EXPECT_EQ(c->candidates, n - 1);
+
+  auto none = PickFastest(2, [](int) -> absl::StatusOr<double> { return absl::InternalError("bad algo"); },
+                          [](int) { return std::string(); });
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(none.status().message().find("bad algo"), std::string::npos);
+}
+
+TEST(Tuner, TunesOncePerKeyAndReusesInstalledChoices) {
+  Tuner t;
+  int calls = 0;
+  auto tune = [&]() -> absl::StatusOr<Choice> {
+    ++calls;
+    return Choice{"algo" + std::to_string(calls), 3.0, 4};
+  };
+  auto a = t.GetOrTune(Key("NVIDIA H200", 1), tune);
+  auto b = t.GetOrTune(Key("NVIDIA H200", 1), tune);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(a->variant, b->variant);
+  EXPECT_EQ(t.tunings(), 1);
+
+  // A "second process": a fresh Tuner with the first one's table installed never tunes that key,
+  // but does tune the same problem on another device.
+  Tuner fresh;
+  absl::StatusOr<TuningTable> table = TuningTable::Parse(t.Snapshot().Serialize());
+  ASSERT_TRUE(table.ok());
+  fresh.Install(*table);
+  const int before = calls;
+  auto c = fresh.GetOrTune(Key("NVIDIA H200", 1), tune);
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->variant, a->variant);
+  EXPECT_EQ(calls, before);
+  EXPECT_EQ(fresh.tunings(), 0);
+  auto d = fresh.GetOrTune(Key("NVIDIA A100-SXM4-80GB", 1), tune);
+  ASSERT_TRUE(d.ok());
+  EXPECT_EQ(calls, before + 1);
+  EXPECT_EQ(fresh.tunings(), 1);
+
+  // A failed tuning is returned and not recorded.
+  auto e = fresh.GetOrTune(Key("NVIDIA H200", 2), []() -> absl::StatusOr<Choice> {
+    return absl::UnavailableError("busy");
+  });
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_FALSE(fresh.Find(Key("NVIDIA H200", 2)).has_value());
+}
+
+TEST(Tuner, EnvVariableTurnsAutotuneOff) {
+  ::unsetenv("SG_AUTOTUNE");
+  EXPECT_TRUE(AutotuneAllowedByEnv());
+  ::setenv("SG_AUTOTUNE", "0", 1);
+  EXPECT_FALSE(AutotuneAllowedByEnv());
+  ::setenv("SG_AUTOTUNE", "Off", 1);
+  EXPECT_FALSE(AutotuneAllowedByEnv());
+  ::setenv("SG_AUTOTUNE", "1", 1);
+  EXPECT_TRUE(AutotuneAllowedByEnv());
+  ::unsetenv("SG_AUTOTUNE");
+}
+
+}  // namespace
+}  // namespace sg::kernels::autotune
