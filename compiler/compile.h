@@ -42,7 +42,8 @@
 namespace sg::compiler {
 
 // kNone: one device. kFsdp (ZeRO-3 over every mesh dim), kHybridShard (2-D mesh: replicate across
-// dim 0, shard within dim 1), kTensorParallel, kAuto (sharding::ChooseStrategy picks): the job's
+// dim 0, shard within dim 1), kTensorParallel (Megatron over the mesh's last dim, DDP across dim 0
+// of a 2-D mesh; compiler/tensor_parallel.h), kAuto (sharding::ChooseStrategy picks): the job's
 // processes (see compiler/distributed.h). kContextParallel (sequence sharded over the last mesh dim,
 // ring attention; compiler/context_parallel/cp_step.h) and kPipeline (layers split into stages over
 // the mesh, 1F1B; compiler/pipeline/pp_step.h) are registered by those targets (link them).
@@ -139,6 +140,11 @@ class CompiledStep {
   // Distributed steps: which strategy runs and why (the planner's explanation for kAuto, the
   // sharding plan's collectives); "" for a single device.
   const std::string& explanation() const { return explanation_; }
+  // Which share of the global batch Run expects: data_ranks() shares, this rank's is data_rank().
+  // Ranks with the same data_rank() take the same batch (tensor-parallel peers). (0, 1) on one
+  // device; (rank, world size) for FSDP.
+  int data_rank() const { return data_rank_; }
+  int data_ranks() const { return data_ranks_; }
 
  protected:
   friend absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph&, const CompileOptions&);
@@ -152,6 +158,7 @@ class CompiledStep {
   bool cache_hit_ = false;
   DeviceMemory one_;  // f32 1.0, added to "step" at the start of every step
   std::string explanation_;
+  int data_rank_ = 0, data_ranks_ = 1;
   InputStaging staging_;  // pinned double buffers for host batches
 };
 

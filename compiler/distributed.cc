@@ -4,8 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "comm/env.h"
 #include "compiler/dist_context.h"
 #include "compiler/fsdp.h"
+#include "compiler/tensor_parallel.h"
 #include "graph/ops.h"
 #include "kernels/core/status.h"
 #include "sharding/planner.h"
@@ -33,7 +35,7 @@ absl::Status ParameterDims(const graph::Graph& train, const sharding::ShardingPl
         return absl::UnimplementedError(absl::StrCat(
             "the distributed runtime shards parameters on dim 0 or replicates them; strategy '",
             sharding::StrategyName(plan.strategy.kind), "' places '", graph::AttrString(src, "name"), "' as ",
-            sharding::PlacementsToString(pl), " (tensor parallelism is not lowered yet)"));
+            sharding::PlacementsToString(pl), " (tensor parallelism runs through Strategy::kTensorParallel)"));
       }
     }
     if (!first && (s != *shard || r != *replicate)) {
@@ -52,14 +54,20 @@ absl::Status ParameterDims(const graph::Graph& train, const sharding::ShardingPl
 
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o) {
   SG_RETURN_IF_ERROR(graph::Verify(g));
+  SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
   if (o.strategy == Strategy::kNone) {
     // One device with micro-batches: the data-parallel runtime on a group of one owns the gradient
     // accumulation and the token-count weighting of each micro-batch.
-    SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
     SG_ASSIGN_OR_RETURN(std::unique_ptr<ShardedDataParallelStep> step,
                         ShardedDataParallelStep::Create(train, o, DataParallelLayout{}, nullptr,
                                                         absl::StrCat("one device, ", o.micro_batches, " micro-batches")));
     return std::unique_ptr<CompiledStep>(std::move(step));
+  }
+  if (o.strategy == Strategy::kTensorParallel) {
+    // A model that does not split is refused before the rendezvous: every rank says why, none
+    // waits for (or loses) a peer.
+    SG_ASSIGN_OR_RETURN(comm::RankInfo info, comm::RankInfoFromEnv());
+    SG_RETURN_IF_ERROR(TensorParallelApplies(train, int(o.mesh.empty() ? info.world_size : o.mesh.back()), o.loss));
   }
   comm::ProcessGroupOptions po;
   po.timeout = absl::Seconds(o.comm_timeout_s);
@@ -71,7 +79,6 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
                                                    " ranks, the job has ", ctx->world_size(),
                                                    " (WORLD_SIZE)"));
   }
-  SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
 
   std::string why;
   sharding::ShardingPlan plan;
@@ -91,17 +98,22 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
       sharding::PlannerOptions po2;
       po2.candidates = {sharding::StrategyKind::kReplicate, sharding::StrategyKind::kFsdp};
       if (mesh.ndim() == 2) po2.candidates.push_back(sharding::StrategyKind::kHybridShard);
+      // Tensor parallelism over the mesh's last dim, when the model splits evenly on it.
+      const absl::Status tp = TensorParallelApplies(train, mesh.dim_size(mesh.ndim() - 1), o.loss);
+      if (tp.ok()) po2.candidates.push_back(sharding::StrategyKind::kTensorParallel);
       SG_ASSIGN_OR_RETURN(sharding::PlannerResult r, sharding::ChooseStrategy(train, mesh, global, po2));
       plan = r.candidates[r.chosen].plan;
-      why = absl::StrCat("auto (candidates the runtime lowers: replicate, fsdp",
-                         mesh.ndim() == 2 ? ", hybrid_shard" : "", "): ", r.explanation);
+      why = absl::StrCat("auto (candidates the runtime lowers: replicate, fsdp", mesh.ndim() == 2 ? ", hybrid_shard" : "",
+                         tp.ok() ? ", tp" : "", "): ", r.explanation,
+                         tp.ok() ? "" : absl::StrCat(" (tp not considered: ", tp.message(), ")"));
       if (ctx->rank() == 0) std::cerr << "[sg::compiler] " << why << "\n";
+      if (plan.strategy.kind == sharding::StrategyKind::kTensorParallel) {
+        return CompileTensorParallel(train, o, ctx, mesh, why);
+      }
       break;
     }
     case Strategy::kTensorParallel:
-      return absl::UnimplementedError(
-          "Compile: strategy 'tensor_parallel' is not lowered yet (its plan needs sharded kernels: "
-          "vocab-parallel embedding/cross-entropy and per-rank head counts); use kFsdp, kHybridShard or kAuto");
+      return CompileTensorParallel(train, o, ctx, mesh);  // compiler/tensor_parallel.h
     case Strategy::kNone:
       break;  // handled above
     case Strategy::kContextParallel:

@@ -1,10 +1,11 @@
-// Distributed compilation: Compile(graph, {.strategy = kFsdp | kHybridShard | kAuto, .mesh})
+// Distributed compilation: Compile(graph, {.strategy = kFsdp | kHybridShard | kTensorParallel | kAuto, .mesh})
 // lands here. The job's processes are found from the launcher's environment (compiler/
 // dist_context.h), the sharding layer plans the strategy on the prepared training step
 // (sharding::BuildShardingPlan, or sharding::ChooseStrategy for kAuto, whose explanation is kept
 // in CompiledStep::explanation() and printed by rank 0), and the plan's parameter placements pick
 // the runtime's groups: the mesh dims a parameter is S(0) on shard it (one flat torch.chunk split
-// over those ranks), the dims it is R on replicate it. compiler/fsdp.h runs the step.
+// over those ranks), the dims it is R on replicate it. compiler/fsdp.h runs the step;
+// kTensorParallel goes to compiler/tensor_parallel.h (its own per-rank graph and runtime).
 //
 //   // on every rank, started by //comm:launch --nproc=4 (or torchrun, mpirun, srun):
 //   CompileOptions o; o.strategy = Strategy::kHybridShard; o.mesh = {2, 2};
@@ -28,9 +29,10 @@
 namespace sg::compiler {
 
 // Compile for options.strategy != kNone, or for kNone with options.micro_batches > 1 (the
-// data-parallel runtime on a group of one: no launcher needed). Errors: NotFound without launcher variables,
-// InvalidArgument when the mesh does not cover the job's ranks, Unimplemented for a strategy or
-// placement the runtime cannot run yet (tensor parallelism), naming it.
+// data-parallel runtime on a group of one: no launcher needed). Errors: NotFound without launcher
+// variables, InvalidArgument when the mesh does not cover the job's ranks or a tensor-parallel split
+// does not divide (heads, ffn), Unimplemented for a strategy or placement the runtime cannot run
+// yet (e.g. FSDP x TP, micro-batches with tensor parallelism), naming it.
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o);
 
 // The training step Compile prepares from a forward graph (mixed precision, the graph pipeline),

@@ -249,15 +249,17 @@ TEST(DistributedTest, DeadRankFailsTheOthersWithAClearError) {
   std::cout << run.outputs[0];
 }
 
-TEST(DistributedTest, TensorParallelIsRefusedClearly) {
+// Tensor parallelism has its own tests (compiler/tensor_parallel_test.cc).
+TEST(DistributedTest, WithoutLauncherVariablesFailsClearly) {
   auto g = testing::TinyLlama({});
   ASSERT_TRUE(g.ok());
   CompileOptions o;
   o.strategy = Strategy::kTensorParallel;
   o.binding = {{"batch", 2}, {"seq", 8}};
-  // Without launcher variables the context cannot be set up: a clear error either way, no hang.
+  // Without launcher variables the context cannot be set up: a clear error, no hang.
   auto step = Compile(*g, o);
   ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kNotFound) << step.status();
   std::cout << step.status() << "\n";
 }
 

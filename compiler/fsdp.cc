@@ -69,6 +69,8 @@ absl::StatusOr<std::unique_ptr<ShardedDataParallelStep>> ShardedDataParallelStep
   s->shard_size_ = layout.shard ? layout.shard->size() : 1;
   s->shard_rank_ = layout.shard ? layout.shard->rank() : 0;
   s->world_size_ = layout.world ? layout.world->size() : 1;
+  s->data_rank_ = layout.world ? layout.world->rank() : 0;
+  s->data_ranks_ = s->world_size_;
   SG_RETURN_IF_ERROR(s->Build(train, options));
   return s;
 }

@@ -263,9 +263,10 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   o.mesh = mesh;
   o.rank = rank;
   o.world_size = world;
-  // Context and pipeline parallel ranks share one batch: the data is sharded over the data-parallel
-  // dim only (the first dim of a {dp, cp} or {dp, pp} mesh).
-  if (strategy == compiler::Strategy::kContextParallel || strategy == compiler::Strategy::kPipeline) {
+  // Context, pipeline and tensor parallel ranks share one batch: the data is sharded over the
+  // data-parallel dim only (the first dim of a {dp, cp}, {dp, pp} or {dp, tp} mesh).
+  if (strategy == compiler::Strategy::kContextParallel || strategy == compiler::Strategy::kPipeline ||
+      strategy == compiler::Strategy::kTensorParallel) {
     const int cut = std::max(1, mesh.empty() ? world : int(mesh.back()));
     o.world_size = world / cut;
     o.rank = rank / cut;

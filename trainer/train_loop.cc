@@ -105,15 +105,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   t->data_ = data;
   t->rng_.seed(options.seed);
 
-  DataLoaderOptions lo;
-  lo.batch_size = options.batch * options.grad_accum;
-  lo.seq_len = options.seq;
-  lo.rank = options.rank;
-  lo.world_size = options.world_size;
-  lo.seed = options.seed;
-  SG_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data.train, lo));
-  t->loader_ = std::make_unique<DataLoader>(std::move(loader));
-
   SG_ASSIGN_OR_RETURN(graph::Graph forward, BuildTrainForward(options.config));
   SG_ASSIGN_OR_RETURN(t->eval_graph_, BuildEvalForward(options.config));
   compiler::CompileOptions co;
@@ -131,12 +122,24 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.adamw.max_grad_norm = options.grad_clip;
   SG_ASSIGN_OR_RETURN(t->compiled_, compiler::Compile(forward, co));
 
+  // The data is split over the data-parallel ranks (options.rank of options.world_size); with kAuto
+  // the compiled step says which share it takes (tensor-parallel peers read the same batch).
+  const bool step_decides = options.strategy == compiler::Strategy::kAuto;
+  DataLoaderOptions lo;
+  lo.batch_size = options.batch * options.grad_accum;
+  lo.seq_len = options.seq;
+  lo.rank = step_decides ? t->compiled_->data_rank() : options.rank;
+  lo.world_size = step_decides ? t->compiled_->data_ranks() : options.world_size;
+  lo.seed = options.seed;
+  SG_ASSIGN_OR_RETURN(DataLoader loader, DataLoader::Create(data.train, lo));
+  t->loader_ = std::make_unique<DataLoader>(std::move(loader));
+
   SG_RETURN_IF_ERROR(t->SetWeights(InitialWeights(options.config, options.seed), "initial weights"));
   return t;
 }
 
 int64_t Trainer::tokens_per_step() const {
-  return options_.batch * options_.grad_accum * options_.seq * options_.world_size;
+  return options_.batch * options_.grad_accum * options_.seq * loader_->options().world_size;
 }
 
 absl::Status Trainer::SetWeights(const std::vector<NamedTensor>& hf, absl::string_view source) {
