@@ -11,7 +11,8 @@
 #   ../shared/tools/gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch \
 #     //trainer:llama //compiler:llama_step_test //compiler:distributed_test //compiler:micro_batch_test \
 #     //compiler/context_parallel:cp_step_test //compiler/pipeline:pp_step_test \
-#     //compiler/context_parallel:cp_benchmark //compiler/pipeline:pp_benchmark
+#     //compiler/context_parallel:cp_benchmark //compiler/pipeline:pp_benchmark \
+#     //compiler:tensor_parallel_test //kernels/rmsnorm:rmsnorm_test //kernels/add_rmsnorm:add_rmsnorm_test
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
@@ -64,6 +65,14 @@ if [[ -z ${SKIP_TESTS:-} ]]; then
   t micro_batch_gpu 120 compiler/micro_batch_test --gtest_filter='*Gpu*'
   t cp_step_gpu 120 compiler/context_parallel/cp_step_test --gtest_filter='*Gpu*'
   t pp_step_gpu 120 compiler/pipeline/pp_step_test --gtest_filter='*Gpu*'
+  t tensor_parallel_gpu 120 compiler/tensor_parallel_test --gtest_filter='*Gpu*'
+  t rmsnorm_test 60 kernels/rmsnorm/rmsnorm_test
+  t add_rmsnorm_test 60 kernels/add_rmsnorm/add_rmsnorm_test
+fi
+if [[ -z ${SKIP_TRAINER:-} && -x .gpu/bin/trainer/llama ]]; then  # the main job: FSDP over both GPUs, briefly
+  (cd "$logs" && timeout 120 "$here/.gpu/run" comm/launch --nproc=2 -- "$here/.gpu/bin/trainer/llama" --device=cuda \
+     --strategy=fsdp --steps=200 --name=gpu_fsdp > trainer_fsdp.log 2>&1; echo "trainer fsdp x2 rc=$?")
+  grep -E 'step +200|val|loss' "$logs/trainer_fsdp.log" | tail -4 | cut -c1-200
 fi
 if [[ -z ${SKIP_CPPP:-} ]]; then
   timeout 150 .gpu/run comm/launch --nproc=2 -- "$here/.gpu/bin/compiler/context_parallel/cp_benchmark" \

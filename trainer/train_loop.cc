@@ -112,10 +112,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.precision = options.precision;
   co.strategy = options.strategy;
   co.mesh = options.mesh;
-  co.micro_batches = options.micro_batches;
   co.cache_dir = options.cache_dir;
   co.binding = {{"batch", options.batch * options.grad_accum}, {"seq", options.seq}};
-  co.micro_batches = int(options.grad_accum);
+  // The pipeline's micro-batches (--micro_batches) or gradient accumulation (--grad_accum).
+  co.micro_batches = options.strategy == compiler::Strategy::kPipeline ? options.micro_batches
+                                                                        : int(options.grad_accum);
   co.adamw.beta1 = options.beta1;
   co.adamw.beta2 = options.beta2;
   co.adamw.weight_decay = options.weight_decay;
