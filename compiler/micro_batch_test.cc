@@ -7,12 +7,12 @@
 // GPU (skipped without one): the same on 1 GPU and FSDP on 2 GPUs, bf16 mixed precision.
 #include <cstdlib>
 #include <iostream>
-#include <random>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/multiprocess_testing.h"
 #include "compiler/compile.h"
+#include "compiler/testing/step_compare.h"
 #include "compiler/testing/tiny_llama.h"
 #include "gtest/gtest.h"
 #include "kernels/core/testing.h"
@@ -20,92 +20,30 @@
 namespace sg::compiler {
 namespace {
 
-using graph::Feeds;
-
 constexpr int64_t kSeq = 8, kSteps = 3, kMicro = 4;
-constexpr float kLr = 1e-2f;
-// On the GPU (bf16) the runs being compared differ by rounding, and AdamW moves a weight whose
-// gradient is near zero by about lr either way whatever its size: at 1e-2 three steps part the
-// parameters by percents. A small rate keeps that divergence below the bf16 tolerances.
-constexpr float kCudaLr = 1e-4f;
-float LrFor(const Device& d) { return d.is_cuda() ? kCudaLr : kLr; }
-
-struct Data {
-  graph::Graph forward;
-  Feeds params;
-  std::vector<Feeds> batches;  // whole batches, one per step
-};
 
 // The same in every process: seeded from SG_MB_SEED (the parent's random seed). The CUDA model
-// has the CUDA kernels' shapes (head_dim 64, vocabulary a multiple of 8) and small matrices.
-Data MakeData(int64_t batch, bool cuda = false) {
-  std::mt19937_64 rng(uint64_t(comm::testing::EnvInt("SG_MB_SEED", int64_t(sg::testing::Rng()()))));
-  Data d;
+// has the CUDA kernels' shapes and small matrices.
+testing::StepData MakeData(int64_t batch, bool cuda = false) {
+  const uint64_t seed = uint64_t(comm::testing::EnvInt("SG_MB_SEED", int64_t(sg::testing::Rng()())));
   testing::TinyLlamaConfig c;
   c.ffn = 25;  // uneven FSDP chunks over 2 ranks
-  if (cuda) {
-    c.vocab = 64;
-    c.dim = 128;
-    c.heads = 2;
-    c.kv_heads = 1;
-    c.ffn = 256;
-  }
-  d.forward = *testing::TinyLlama(c);
-  d.params = testing::RandomParameters(d.forward, rng);
-  if (cuda) {
-    for (auto& [name, h] : d.params) {
-      if (h.shape.size() == 2) {
-        for (double& v : h.data) v *= 0.1;
-      }
-    }
-  }
-  for (int s = 0; s < kSteps; ++s) {
-    Feeds b = testing::RandomBatch(batch, kSeq, c.vocab, rng);
-    // Ignored tokens in the second row only: micro-batches (rows) count different token numbers.
-    for (int64_t j = 0; j < 3; ++j) b["targets"].data[size_t(kSeq + j)] = -100;
-    d.batches.push_back(b);
-  }
-  return d;
+  if (cuda) c = testing::WithCudaKernelShapes(c);
+  testing::StepDataOptions o;
+  o.steps = kSteps;
+  o.batch = batch;
+  o.seq = kSeq;
+  o.vocab = c.vocab;
+  // Ignored tokens in the second row only: micro-batches (rows) count different token numbers.
+  o.ignored_targets = {size_t(kSeq), size_t(kSeq + 1), size_t(kSeq + 2)};
+  o.small_matrices = cuda;
+  return testing::MakeStepData(*testing::TinyLlama(c), seed, o);
 }
 
-// Rows [part*b, (part+1)*b) of every batch tensor, b = rows / parts.
-std::map<std::string, Tensor> Rows(const Feeds& batch, int part, int parts) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, h] : batch) {
-    const int64_t b = h.shape[0] / parts, row = h.numel() / h.shape[0];
-    std::vector<double> v(h.data.begin() + part * b * row, h.data.begin() + (part + 1) * b * row);
-    Shape s = h.shape;
-    s[0] = b;
-    out[name] = sg::testing::FromHost(v, s, h.dtype, Device::Cpu());
-  }
-  return out;
-}
-
-std::map<std::string, TensorView> Views(const std::map<std::string, Tensor>& t) {
-  std::map<std::string, TensorView> v;
-  for (const auto& [k, x] : t) v[k] = x.view();
-  return v;
-}
-
-std::vector<double> ReadFull(CompiledStep& s, const std::string& name, int64_t numel) {
-  std::vector<float> host(size_t(numel), std::nanf(""));
-  absl::Status st = s.Read(name, TensorView(host.data(), DType::kF32, {numel}, Device::Cpu()));
-  EXPECT_TRUE(st.ok()) << name << ": " << st;
-  return std::vector<double>(host.begin(), host.end());
-}
-
-std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
-  o.adamw.max_grad_norm = 0.5;  // small enough that clipping is active
+// testing::CompileAndInit with every blocking wait of the step bounded.
+std::unique_ptr<CompiledStep> CompileAndInit(const testing::StepData& d, CompileOptions o) {
   o.comm_timeout_s = 30;
-  auto step = Compile(d.forward, o);
-  EXPECT_TRUE(step.ok()) << step.status();
-  if (!step.ok()) return nullptr;
-  for (const auto& [name, h] : d.params) {
-    absl::Status st = (*step)->Write(name, sg::testing::FromHost(h.data, h.shape, h.dtype, Device::Cpu()).view());
-    EXPECT_TRUE(st.ok()) << name << ": " << st;
-  }
-  EXPECT_TRUE((*step)->SetLearningRate(LrFor(o.device)).ok());
-  return *std::move(step);
+  return testing::CompileAndInit(d, o, testing::LrFor(o.device));
 }
 
 // `strategy` with kMicro micro-batches per rank of `world` vs one process, one pass, whole batch.
@@ -114,8 +52,7 @@ std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
 void CompareWithWholeBatch(Strategy strategy, bool cuda = false) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const int64_t whole = kMicro * world;  // micro-batches of one row
-  const double tol = cuda ? 2e-2 : 1e-4, scalar_tol = cuda ? 2e-3 : 2e-5;
-  Data d = MakeData(whole, cuda);
+  testing::StepData d = MakeData(whole, cuda);
   CompileOptions ref_opt;
   ref_opt.device = cuda ? Device::Cuda(rank) : Device::Cpu();
   ref_opt.precision = cuda ? Precision::kBF16Mixed : Precision::kF32;
@@ -133,31 +70,13 @@ void CompareWithWholeBatch(Strategy strategy, bool cuda = false) {
   for (const Step& s : mb->program().schedule.steps) micro_steps += absl::StrContains(s.name, "loss seed");
   EXPECT_EQ(micro_steps, kMicro) << "one forward + backward per micro-batch";
 
-  for (int s = 0; s < kSteps; ++s) {
-    ASSERT_TRUE(ref->Run(Views(Rows(d.batches[s], 0, 1))).ok());
-    absl::Status st = mb->Run(Views(Rows(d.batches[s], rank, world)));
-    ASSERT_TRUE(st.ok()) << st;
-    auto rm = ref->ReadMetrics();
-    auto mm = mb->ReadMetrics();
-    ASSERT_TRUE(rm.ok() && mm.ok()) << rm.status() << mm.status();
-    EXPECT_NEAR(mm->loss, rm->loss, scalar_tol * std::abs(rm->loss)) << "step " << s;
-    EXPECT_NEAR(mm->grad_norm, rm->grad_norm, scalar_tol * rm->grad_norm) << "step " << s;
-    EXPECT_EQ(mm->step, s + 1) << "one optimizer update per step, not per micro-batch";
-    EXPECT_GT(rm->loss, 1.0);
-    if (s > 0) continue;
-    EXPECT_GT(rm->grad_norm, 0.5) << "clipping should be active";
-    for (const std::string& name : ref->parameter_names()) {
-      const int64_t n = d.params.at(name).numel();
-      std::vector<double> want = ReadFull(*ref, "grad:" + name, n), got = ReadFull(*mb, "grad:" + name, n);
-      EXPECT_LT(sg::testing::RelativeError(got, want), tol) << "grad:" << name;
-    }
-  }
-  for (const std::string& name : ref->parameter_names()) {
-    const int64_t n = d.params.at(name).numel();
-    std::vector<double> want = ReadFull(*ref, name, n), got = ReadFull(*mb, name, n);
-    EXPECT_LT(sg::testing::RelativeError(got, want), cuda ? 1e-2 : 1e-4) << name << " after " << kSteps << " steps";
-    EXPECT_GT(sg::testing::MaxAbsError(want, d.params.at(name).data), cuda ? 1e-4 : 1e-3) << name << " did not train";
-  }
+  testing::StepCompare cmp;
+  if (cuda) cmp.tol = testing::Bf16StepTolerances();
+  cmp.part = rank;
+  cmp.parts = world;
+  cmp.rank = rank;
+  cmp.step_count_note = "one optimizer update per step, not per micro-batch";
+  testing::CompareSteps(d, *ref, *mb, cmp);
 }
 
 TEST(MicroBatchTest, OneDeviceFourMicroBatchesEqualOneWholeBatchStep) { CompareWithWholeBatch(Strategy::kNone); }
@@ -165,10 +84,8 @@ TEST(MicroBatchTest, OneDeviceFourMicroBatchesEqualOneWholeBatchStep) { CompareW
 TEST(Workers, DISABLED_FsdpMicroBatches) { CompareWithWholeBatch(Strategy::kFsdp); }
 
 TEST(MicroBatchTest, FsdpTwoRanksFourMicroBatchesEqualOneWholeBatchStep) {
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_FsdpMicroBatches",
-                                       {absl::StrCat("SG_MB_SEED=", sg::testing::Rng()())}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << run.Summary();
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpMicroBatches",
+                             {absl::StrCat("SG_MB_SEED=", sg::testing::Rng()())}, absl::Seconds(100));
 }
 
 TEST(MicroBatchTest, OneGpuFourMicroBatchesEqualOneWholeBatchStep) {
@@ -181,14 +98,12 @@ TEST(Workers, DISABLED_FsdpMicroBatchesCuda) { CompareWithWholeBatch(Strategy::k
 TEST(MicroBatchTest, FsdpTwoGpusFourMicroBatchesEqualOneWholeBatchStep) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_FsdpMicroBatchesCuda",
-                                       {absl::StrCat("SG_MB_SEED=", sg::testing::Rng()())}, absl::Seconds(120));
-  EXPECT_TRUE(run.AllPassed()) << run.Summary();
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpMicroBatchesCuda",
+                             {absl::StrCat("SG_MB_SEED=", sg::testing::Rng()())}, absl::Seconds(120));
 }
 
 TEST(MicroBatchTest, BadMicroBatchCountsAreClearErrors) {
-  Data d = MakeData(4);
+  testing::StepData d = MakeData(4);
   CompileOptions o;
   o.binding = {{"batch", 4}, {"seq", kSeq}};
   o.micro_batches = 3;
@@ -202,7 +117,7 @@ TEST(MicroBatchTest, BadMicroBatchCountsAreClearErrors) {
   o.micro_batches = 2;
   std::unique_ptr<CompiledStep> ok = CompileAndInit(d, o);
   ASSERT_NE(ok, nullptr);
-  absl::Status st = ok->Run(Views(Rows(d.batches[0], 0, 2)));
+  absl::Status st = ok->Run(testing::Views(testing::Rows(d.batches[0], 0, 2)));
   ASSERT_FALSE(st.ok());
   EXPECT_NE(std::string(st.message()).find("2 micro-batches of [2,8]"), std::string::npos) << st;
 }

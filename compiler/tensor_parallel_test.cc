@@ -9,7 +9,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
-#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "comm/multiprocess_testing.h"
@@ -19,6 +18,7 @@
 #include "compiler/distributed.h"
 #include "compiler/tensor_parallel.h"
 #include "compiler/tensor_parallel_graph.h"
+#include "compiler/testing/step_compare.h"
 #include "compiler/testing/tiny_llama.h"
 #include "graph/models/llama.h"
 #include "gtest/gtest.h"
@@ -28,10 +28,7 @@
 namespace sg::compiler {
 namespace {
 
-using graph::Feeds;
-
 constexpr int64_t kGlobalBatch = 4, kSeq = 8, kSteps = 3;
-constexpr float kLr = 1e-2f;
 
 std::string SeedEnv() { return absl::StrCat("SG_DIST_SEED=", sg::testing::Rng()()); }
 
@@ -44,12 +41,6 @@ testing::TinyLlamaConfig TpConfig() {
   c.ffn = 24;
   return c;
 }
-
-struct Data {
-  graph::Graph forward;
-  Feeds params;
-  std::vector<Feeds> batches;  // global batches, one per step
-};
 
 // graph/models' Llama (separate residual adds, which fusion turns into add_rmsnorm and matmul
 // epilogues): 4 query heads over 2 key/value heads, ffn 64.
@@ -72,9 +63,7 @@ graph::LlamaConfig ModelConfig() {
 // `wide`: dim 512 and ffn 2048 (8M parameters) for a batch of a few tokens, where the planner's
 // cost model prefers tensor parallelism (its traffic scales with activations, DDP's and FSDP's
 // with parameters).
-Data MakeData(bool model = false, bool cuda = false, bool wide = false, bool small_weights = false) {
-  std::mt19937_64 rng(uint64_t(comm::testing::EnvInt("SG_DIST_SEED", 1)));
-  Data d;
+testing::StepData MakeData(bool model = false, bool cuda = false, bool wide = false, bool small_weights = false) {
   testing::TinyLlamaConfig c = TpConfig();
   if (wide) {
     c.dim = 512;
@@ -87,61 +76,15 @@ Data MakeData(bool model = false, bool cuda = false, bool wide = false, bool sma
     c.kv_heads = 2;
     c.ffn = 256;
   }
-  d.forward = model ? *graph::BuildLlamaForward(ModelConfig()) : *testing::TinyLlama(c);
-  d.params = testing::RandomParameters(d.forward, rng);
-  if (cuda || wide || small_weights) {
-    for (auto& [name, h] : d.params) {
-      if (h.shape.size() == 2) {
-        for (double& v : h.data) v *= 0.1;
-      }
-    }
-  }
-  for (int s = 0; s < kSteps; ++s) {
-    Feeds b = testing::RandomBatch(kGlobalBatch, kSeq, c.vocab, rng);
-    b["targets"].data[1] = -100;  // an ignored token: a dp split must count tokens, not rows
-    d.batches.push_back(b);
-  }
-  return d;
-}
-
-// Rows [index*b, (index+1)*b) of every batch tensor's first `rows` rows (all: -1), b = rows / parts.
-std::map<std::string, Tensor> Slice(const Feeds& batch, int index, int parts, int64_t rows = -1) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, h] : batch) {
-    const int64_t b = (rows < 0 ? h.shape[0] : rows) / parts, row = h.numel() / h.shape[0];
-    std::vector<double> v(h.data.begin() + index * b * row, h.data.begin() + (index + 1) * b * row);
-    Shape s = h.shape;
-    s[0] = b;
-    out[name] = sg::testing::FromHost(v, s, h.dtype, Device::Cpu());
-  }
-  return out;
-}
-
-std::map<std::string, TensorView> Views(const std::map<std::string, Tensor>& t) {
-  std::map<std::string, TensorView> v;
-  for (const auto& [k, x] : t) v[k] = x.view();
-  return v;
-}
-
-std::vector<double> ReadFull(CompiledStep& s, const std::string& name, int64_t numel) {
-  std::vector<float> host(size_t(numel), std::nanf(""));
-  absl::Status st = s.Read(name, TensorView(host.data(), DType::kF32, {numel}, Device::Cpu()));
-  EXPECT_TRUE(st.ok()) << name << ": " << st;
-  return std::vector<double>(host.begin(), host.end());
-}
-
-std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o, float lr = kLr) {
-  o.adamw.max_grad_norm = 0.5;  // small enough that clipping is active
-  auto step = Compile(d.forward, o);
-  EXPECT_TRUE(step.ok()) << step.status();
-  if (!step.ok()) return nullptr;
-  for (const auto& [name, h] : d.params) {
-    Tensor t = sg::testing::FromHost(h.data, h.shape, h.dtype, Device::Cpu());
-    absl::Status st = (*step)->Write(name, t.view());
-    EXPECT_TRUE(st.ok()) << name << ": " << st;
-  }
-  EXPECT_TRUE((*step)->SetLearningRate(lr).ok());
-  return *std::move(step);
+  testing::StepDataOptions o;
+  o.steps = kSteps;
+  o.batch = kGlobalBatch;
+  o.seq = kSeq;
+  o.vocab = c.vocab;
+  o.ignored_targets = {1};  // an ignored token: a dp split must count tokens, not rows
+  o.small_matrices = cuda || wide || small_weights;
+  return testing::MakeStepData(model ? *graph::BuildLlamaForward(ModelConfig()) : *testing::TinyLlama(c),
+                               uint64_t(comm::testing::EnvInt("SG_DIST_SEED", 1)), o);
 }
 
 // On every rank of a job: the tp step (mesh {} = tp over every rank, or {D, T}) vs the
@@ -202,10 +145,15 @@ void CompareWithSingleProcess(const Case& c) {
   // agreement, as compiler/distributed_test's FSDP on CUDA.
   // After 3 AdamW steps (each about sign(g) * lr early on) bf16 noise flips the step of elements
   // whose gradient is near zero: 2e-2 on parameters too. A missing or doubled sum is O(1).
-  const double tol = bf16 ? 2e-2 : 1e-4, param_tol = bf16 ? 2e-2 : 1e-4, scalar_tol = bf16 ? 2e-3 : 2e-5;
+  testing::StepCompare cmp;
+  if (bf16) {
+    cmp.tol.scalar = 2e-3;
+    cmp.tol.grad = 2e-2;
+    cmp.tol.param = 2e-2;
+  }
   // bf16: matrices scaled down (as on CUDA) so the logits stay moderate; with RandomParameters'
   // 0.3 the tiny model's softmax is so peaked that two bf16 runs differ by a few percent.
-  Data d = MakeData(c.model, cuda, wide, /*small_weights=*/bf16);
+  testing::StepData d = MakeData(c.model, cuda, wide, /*small_weights=*/bf16);
   CompileOptions tp_opt;
   tp_opt.device = device;
   tp_opt.precision = precision;
@@ -216,8 +164,8 @@ void CompareWithSingleProcess(const Case& c) {
   tp_opt.binding = {{"batch", kGlobalBatch / planned_dp}, {"seq", kSeq}};
   // Scaled-down weights (0.03): lr 1e-2 steps would be a third of them, and AdamW's normalized
   // step turns a near-zero gradient's rounding into a full-size update.
-  const float lr = wide || bf16 ? 1e-3f : kLr;
-  std::unique_ptr<CompiledStep> tp = CompileAndInit(d, tp_opt, lr);
+  const float lr = wide || bf16 ? 1e-3f : testing::kCpuLr;
+  std::unique_ptr<CompiledStep> tp = testing::CompileAndInit(d, tp_opt, lr);
   ASSERT_NE(tp, nullptr);
   if (rank == 0) std::cout << tp->explanation() << "\n";
   const int dp = tp->data_ranks(), dp_rank = tp->data_rank();
@@ -231,42 +179,22 @@ void CompareWithSingleProcess(const Case& c) {
   ref_opt.device = device;
   ref_opt.precision = precision;
   ref_opt.binding = {{"batch", rows}, {"seq", kSeq}};
-  std::unique_ptr<CompiledStep> ref = CompileAndInit(d, ref_opt, lr);
+  std::unique_ptr<CompiledStep> ref = testing::CompileAndInit(d, ref_opt, lr);
   ASSERT_NE(ref, nullptr);
 
-  for (int s = 0; s < kSteps; ++s) {
-    ASSERT_TRUE(ref->Run(Views(Slice(d.batches[s], 0, 1, rows))).ok());
-    absl::Status st = tp->Run(Views(Slice(d.batches[s], dp_rank, dp, rows)));
-    ASSERT_TRUE(st.ok()) << st;
-    auto rm = ref->ReadMetrics();
-    auto tm = tp->ReadMetrics();
-    ASSERT_TRUE(rm.ok() && tm.ok()) << rm.status() << tm.status();
-    EXPECT_NEAR(tm->loss, rm->loss, scalar_tol * std::abs(rm->loss)) << "step " << s;
-    EXPECT_NEAR(tm->grad_norm, rm->grad_norm, scalar_tol * rm->grad_norm) << "step " << s;
-    EXPECT_EQ(tm->step, s + 1);
-    EXPECT_GT(rm->loss, 1.0);
+  cmp.part = dp_rank;
+  cmp.parts = dp;
+  cmp.rows = rows;
+  cmp.rank = rank;
+  cmp.print_errors = bf16;
+  cmp.expect_nonzero_grads = true;
+  cmp.after_step = [&](int s) {
     if (s == 0 && mesh.empty() && strategy == Strategy::kTensorParallel) ExpectReplicatedGradientsAgree(*tp);
-    if (s == 0) {
-      EXPECT_GT(rm->grad_norm, 0.5) << "clipping should be active";
-      for (const std::string& name : ref->parameter_names()) {
-        const int64_t n = d.params.at(name).numel();
-        std::vector<double> want = ReadFull(*ref, "grad:" + name, n), got = ReadFull(*tp, "grad:" + name, n);
-        EXPECT_GT(sg::testing::MaxAbsError(want, std::vector<double>(size_t(n), 0.0)), 0) << "grad:" << name;
-        const double err = sg::testing::RelativeError(got, want);
-        if (bf16) std::cout << "rank " << rank << " grad:" << name << " relative error " << err << "\n";
-        EXPECT_LT(err, tol) << "grad:" << name << " on rank " << rank;
-      }
-    }
-  }
-  for (const std::string& name : ref->parameter_names()) {
-    const int64_t n = d.params.at(name).numel();
-    std::vector<double> want = ReadFull(*ref, name, n), got = ReadFull(*tp, name, n);
-    EXPECT_LT(sg::testing::RelativeError(got, want), param_tol) << name << " after " << kSteps << " steps";
-    EXPECT_GT(sg::testing::MaxAbsError(want, d.params.at(name).data), 1e-3) << name << " did not train";
-  }
+  };
+  if (!testing::CompareSteps(d, *ref, *tp, cmp)) return;
 
   // The trace: the tp all-reduces on the comm stream.
-  auto trace = tp->TraceStep(Views(Slice(d.batches[0], dp_rank, dp, rows)));
+  auto trace = tp->TraceStep(testing::Views(testing::Rows(d.batches[0], dp_rank, dp, rows)));
   ASSERT_TRUE(trace.ok()) << trace.status();
   int reduces = 0;
   for (const TraceEvent& e : trace->events) {
@@ -342,74 +270,52 @@ TEST(Workers, DISABLED_IndivisibleHeads) {
   std::cout << step.status() << "\n";
 }
 
-std::string Check(const comm::testing::WorkerRun& run) { return run.Summary(); }
-
 TEST(TensorParallelTest, TwoRanksEqualOneProcess) {
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_Tp", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_Tp", {SeedEnv()}, absl::Seconds(100));
 }
 
 TEST(TensorParallelTest, FourRanksEqualOneProcess) {
-  auto run = comm::testing::RunWorkers(4, "Workers.DISABLED_Tp", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(4, "Workers.DISABLED_Tp", {SeedEnv()}, absl::Seconds(100));
 }
 
 TEST(TensorParallelTest, Bf16MixedPrecisionOnTwoRanksEqualsOneProcess) {
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_TpBf16", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_TpBf16", {SeedEnv()}, absl::Seconds(100));
 }
 
 TEST(TensorParallelTest, FullRecomputeGivesTheSameGradients) {
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_TpRecompute", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_TpRecompute", {SeedEnv()}, absl::Seconds(100));
 }
 
 TEST(TensorParallelTest, DataParallelTimesTensorParallelOn2x2Mesh) {
-  auto run = comm::testing::RunWorkers(4, "Workers.DISABLED_DpTp", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(4, "Workers.DISABLED_DpTp", {SeedEnv()}, absl::Seconds(100));
 }
 
 TEST(TensorParallelTest, LlamaModelWithSelectiveRecomputeOnTwoRanksEqualsOneProcess) {
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_TpModel", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_TpModel", {SeedEnv()}, absl::Seconds(100));
 }
 
 // kAuto offers tp to the planner when the heads divide; whichever it picks trains like one process.
 TEST(TensorParallelTest, AutoConsidersTensorParallel) {
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_Auto", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
+  comm::testing::WorkerRun run = testing::ExpectWorkersPass(2, "Workers.DISABLED_Auto", {SeedEnv()}, absl::Seconds(100));
   EXPECT_NE(run.outputs[0].find("candidates the runtime lowers: replicate, fsdp, tp"), std::string::npos)
       << run.outputs[0];
-  std::cout << run.outputs[0];
 }
 
 TEST(TensorParallelTest, AutoChoosesTensorParallelForAWideModelAndTinyBatch) {
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_AutoWide", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
+  comm::testing::WorkerRun run = testing::ExpectWorkersPass(2, "Workers.DISABLED_AutoWide", {SeedEnv()}, absl::Seconds(100));
   EXPECT_NE(run.outputs[0].find("chose tp"), std::string::npos) << run.outputs[0];
   EXPECT_NE(run.outputs[0].find("strategy tensor_parallel: tp over 2 ranks"), std::string::npos) << run.outputs[0];
-  std::cout << run.outputs[0];
 }
 
 // GPU: tp over 2 GPUs (NCCL device transport, all-reduces on the comm stream) vs 1 GPU.
 TEST(TensorParallelTest, TwoGpusEqualOneGpu) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_TpCuda", {SeedEnv()}, absl::Seconds(120));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_TpCuda", {SeedEnv()}, absl::Seconds(120));
 }
 
 TEST(TensorParallelTest, IndivisibleHeadsAreRefusedClearly) {
-  auto run = comm::testing::RunWorkers(4, "Workers.DISABLED_IndivisibleHeads", {SeedEnv()}, absl::Seconds(60));
-  EXPECT_TRUE(run.AllPassed()) << Check(run);
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(4, "Workers.DISABLED_IndivisibleHeads", {SeedEnv()}, absl::Seconds(60));
 }
 
 // The per-rank graph, without processes.

@@ -13,6 +13,7 @@
 #include "compiler/training_graph.h"
 #include "compiler/pipeline/graph_split.h"
 #include "compiler/pipeline/pp_step.h"
+#include "compiler/testing/step_compare.h"
 #include "compiler/testing/tiny_llama.h"
 #include "graph/interpreter.h"
 #include "gtest/gtest.h"
@@ -24,93 +25,26 @@ namespace {
 using graph::Feeds;
 
 constexpr int64_t kSteps = 3, kSeq = 7;
-constexpr float kLr = 1e-2f;
-// On the GPU (bf16) the runs being compared differ by rounding, and AdamW moves a weight whose
-// gradient is near zero by about lr either way whatever its size: at 1e-2 three steps part the
-// parameters by percents. A small rate keeps that divergence below the bf16 tolerances.
-constexpr float kCudaLr = 1e-4f;
-float LrFor(const Device& d) { return d.is_cuda() ? kCudaLr : kLr; }
 
 std::string SeedEnv() { return absl::StrCat("SG_PP_SEED=", sg::testing::Rng()()); }
 
-// cuda: head_dim 64 and a vocabulary that is a multiple of 8 (the CUDA kernels' bf16 cases).
+// cuda: the CUDA kernels' shapes.
 testing::TinyLlamaConfig Config(bool cuda = false) {
   testing::TinyLlamaConfig c;
   c.layers = 4;
-  if (cuda) {
-    c.vocab = 64;
-    c.dim = 128;
-    c.heads = 2;
-    c.kv_heads = 1;
-    c.ffn = 256;
-  }
-  return c;
+  return cuda ? testing::WithCudaKernelShapes(c) : c;
 }
 
-struct Data {
-  graph::Graph forward;
-  Feeds params;
-  std::vector<Feeds> batches;
-};
-
-Data MakeData(int64_t batch, bool cuda = false) {
-  std::mt19937_64 rng(uint64_t(comm::testing::EnvInt("SG_PP_SEED", 1)));
-  Data d;
-  d.forward = *testing::TinyLlama(Config(cuda));
-  d.params = testing::RandomParameters(d.forward, rng);
-  if (cuda) {  // matrices scaled down so bf16 logits stay moderate
-    for (auto& [name, h] : d.params) {
-      if (h.shape.size() == 2) {
-        for (double& v : h.data) v *= 0.1;
-      }
-    }
-  }
-  for (int s = 0; s < kSteps; ++s) {
-    Feeds b = testing::RandomBatch(batch, kSeq, Config(cuda).vocab, rng);
-    for (int k = 0; k < 3; ++k) b["targets"].data[size_t(k)] = -100;  // micro-batch 0 has fewer tokens
-    d.batches.push_back(b);
-  }
-  return d;
-}
-
-// Rows [r*b, (r+1)*b) of every batch tensor (replica r of n).
-std::map<std::string, Tensor> ToTensors(const Feeds& batch, int r = 0, int n = 1) {
-  std::map<std::string, Tensor> out;
-  for (const auto& [name, h] : batch) {
-    const int64_t b = h.shape[0] / n, row = h.numel() / h.shape[0];
-    std::vector<double> v(h.data.begin() + r * b * row, h.data.begin() + (r + 1) * b * row);
-    Shape s = h.shape;
-    s[0] = b;
-    out[name] = sg::testing::FromHost(v, s, h.dtype, Device::Cpu());
-  }
-  return out;
-}
-
-std::map<std::string, TensorView> Views(const std::map<std::string, Tensor>& t) {
-  std::map<std::string, TensorView> v;
-  for (const auto& [k, x] : t) v[k] = x.view();
-  return v;
-}
-
-std::vector<double> ReadFull(CompiledStep& s, const std::string& name, int64_t numel) {
-  std::vector<float> host(size_t(numel), std::nanf(""));
-  absl::Status st = s.Read(name, TensorView(host.data(), DType::kF32, {numel}, Device::Cpu()));
-  EXPECT_TRUE(st.ok()) << name << ": " << st;
-  return std::vector<double>(host.begin(), host.end());
-}
-
-std::unique_ptr<CompiledStep> CompileAndInit(const Data& d, CompileOptions o) {
-  o.adamw.max_grad_norm = 0.5;
-  auto step = Compile(d.forward, o);
-  EXPECT_TRUE(step.ok()) << step.status();
-  if (!step.ok()) return nullptr;
-  for (const auto& [name, h] : d.params) {
-    Tensor t = sg::testing::FromHost(h.data, h.shape, h.dtype, Device::Cpu());
-    absl::Status st = (*step)->Write(name, t.view());
-    EXPECT_TRUE(st.ok()) << name << ": " << st;
-  }
-  EXPECT_TRUE((*step)->SetLearningRate(LrFor(o.device)).ok());
-  return *std::move(step);
+// cuda: matrices scaled down so bf16 logits stay moderate.
+testing::StepData MakeData(int64_t batch, bool cuda = false) {
+  testing::StepDataOptions o;
+  o.steps = kSteps;
+  o.batch = batch;
+  o.seq = kSeq;
+  o.vocab = Config(cuda).vocab;
+  o.ignored_targets = {0, 1, 2};  // micro-batch 0 has fewer tokens
+  o.small_matrices = cuda;
+  return testing::MakeStepData(*testing::TinyLlama(Config(cuda)), uint64_t(comm::testing::EnvInt("SG_PP_SEED", 1)), o);
 }
 
 // `batch` is the global batch; mesh {dp, pp} gives each replica batch/dp of it.
@@ -120,13 +54,12 @@ void CompareWithSingleProcess(int64_t batch, int micro, std::vector<int64_t> mes
   const int dp = mesh.size() == 2 ? int(mesh[0]) : 1, pp_size = world / dp;
   const Device device = cuda ? Device::Cuda(rank) : Device::Cpu();
   const Precision precision = cuda ? Precision::kBF16Mixed : Precision::kF32;
-  const double tol = cuda ? 2e-2 : 1e-4, param_tol = cuda ? 1e-2 : 1e-4, scalar_tol = cuda ? 2e-3 : 2e-5;
-  Data d = MakeData(batch, cuda);
+  testing::StepData d = MakeData(batch, cuda);
   CompileOptions ref_opt;
   ref_opt.device = device;
   ref_opt.precision = precision;
   ref_opt.binding = {{"batch", batch}, {"seq", kSeq}};
-  std::unique_ptr<CompiledStep> ref = CompileAndInit(d, ref_opt);
+  std::unique_ptr<CompiledStep> ref = testing::CompileAndInit(d, ref_opt, testing::LrFor(device));
   CompileOptions o;
   o.strategy = Strategy::kPipeline;
   o.device = device;
@@ -135,7 +68,7 @@ void CompareWithSingleProcess(int64_t batch, int micro, std::vector<int64_t> mes
   o.mesh = mesh;
   o.comm_timeout_s = 30;
   o.binding = {{"batch", batch / dp}, {"seq", kSeq}};
-  std::unique_ptr<CompiledStep> dist = CompileAndInit(d, o);
+  std::unique_ptr<CompiledStep> dist = testing::CompileAndInit(d, o, testing::LrFor(device));
   ASSERT_NE(ref, nullptr);
   ASSERT_NE(dist, nullptr);
   std::cout << dist->explanation() << "\n";
@@ -144,34 +77,14 @@ void CompareWithSingleProcess(int64_t batch, int micro, std::vector<int64_t> mes
   EXPECT_EQ(pp->stage(), rank % pp_size);
   EXPECT_LT(dist->parameter_names().size(), ref->parameter_names().size()) << "each stage holds a slice";
 
-  for (int s = 0; s < kSteps; ++s) {
-    auto batch_tensors = ToTensors(d.batches[size_t(s)]);
-    ASSERT_TRUE(ref->Run(Views(batch_tensors)).ok());
-    absl::Status st = dist->Run(Views(ToTensors(d.batches[size_t(s)], rank / pp_size, dp)));
-    ASSERT_TRUE(st.ok()) << st;
-    EXPECT_EQ(pp->last_actions().size(), size_t(2 * micro));
-    auto rm = ref->ReadMetrics();
-    auto dm = dist->ReadMetrics();
-    ASSERT_TRUE(rm.ok() && dm.ok()) << rm.status() << dm.status();
-    EXPECT_NEAR(dm->loss, rm->loss, scalar_tol * std::abs(rm->loss)) << "step " << s;
-    EXPECT_NEAR(dm->grad_norm, rm->grad_norm, scalar_tol * rm->grad_norm) << "step " << s;
-    EXPECT_EQ(dm->step, s + 1);
-    EXPECT_GT(rm->loss, 1.0);
-    if (s == 0) {
-      EXPECT_GT(rm->grad_norm, 0.5) << "clipping should be active";
-      for (const std::string& name : ref->parameter_names()) {
-        const int64_t n = d.params.at(name).numel();
-        std::vector<double> want = ReadFull(*ref, "grad:" + name, n), got = ReadFull(*dist, "grad:" + name, n);
-        EXPECT_LT(sg::testing::RelativeError(got, want), tol) << "grad:" << name;
-      }
-    }
-  }
-  for (const std::string& name : ref->parameter_names()) {
-    const int64_t n = d.params.at(name).numel();
-    std::vector<double> want = ReadFull(*ref, name, n), got = ReadFull(*dist, name, n);
-    EXPECT_LT(sg::testing::RelativeError(got, want), param_tol) << name << " after " << kSteps << " steps";
-    EXPECT_GT(sg::testing::MaxAbsError(want, d.params.at(name).data), cuda ? 1e-4 : 1e-3) << name << " did not train";
-  }
+  testing::StepCompare cmp;
+  if (cuda) cmp.tol = testing::Bf16StepTolerances();
+  cmp.part = rank / pp_size;
+  cmp.parts = dp;
+  cmp.rank = rank;
+  cmp.after_step = [&](int) { EXPECT_EQ(pp->last_actions().size(), size_t(2 * micro)); };
+  if (!testing::CompareSteps(d, *ref, *dist, cmp)) return;
+
   // Rank 0 hosts the store: it waits for every rank before exiting.
   auto ctx = DistContext::FromEnv(device, {});
   ASSERT_TRUE(ctx.ok()) << ctx.status();
@@ -184,23 +97,17 @@ TEST(Workers, DISABLED_DpPp) { CompareWithSingleProcess(4, 2, {2, 2}); }
 TEST(Workers, DISABLED_Pp2Cuda) { CompareWithSingleProcess(4, 4, {}, /*cuda=*/true); }
 
 TEST(PpStepTest, TwoStagesFourMicroBatchesEqualOneProcess) {
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_Pp2", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << run.Summary();
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_Pp2", {SeedEnv()}, absl::Seconds(100));
 }
 
 TEST(PpStepTest, FourStagesThreeMicroBatchesEqualOneProcess) {
-  auto run = comm::testing::RunWorkers(4, "Workers.DISABLED_Pp4", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << run.Summary();
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(4, "Workers.DISABLED_Pp4", {SeedEnv()}, absl::Seconds(100));
 }
 
 // 2 replicas of a 2-stage pipeline (4 processes): gradients all-reduced per stage, the micro-batch
 // weights counting both replicas' tokens (replica 0 has the ignored targets).
 TEST(PpStepTest, TwoReplicasOfTwoStagesEqualOneProcess) {
-  auto run = comm::testing::RunWorkers(4, "Workers.DISABLED_DpPp", {SeedEnv()}, absl::Seconds(100));
-  EXPECT_TRUE(run.AllPassed()) << run.Summary();
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(4, "Workers.DISABLED_DpPp", {SeedEnv()}, absl::Seconds(100));
 }
 
 // GPU: 2 stages on 2 GPUs (bf16 mixed, activations through host buffers) vs 1 GPU. Skips without
@@ -208,9 +115,7 @@ TEST(PpStepTest, TwoReplicasOfTwoStagesEqualOneProcess) {
 TEST(PpStepTest, TwoGpuStagesEqualOneGpu) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
-  auto run = comm::testing::RunWorkers(2, "Workers.DISABLED_Pp2Cuda", {SeedEnv()}, absl::Seconds(200));
-  EXPECT_TRUE(run.AllPassed()) << run.Summary();
-  std::cout << run.outputs[0];
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_Pp2Cuda", {SeedEnv()}, absl::Seconds(200));
 }
 
 // The split alone: chaining the stages' forwards reproduces the whole graph's loss.
