@@ -30,11 +30,7 @@ testing::StepData MakeData(bool cuda = false) {
   testing::TinyLlamaConfig c;
   c.ffn = 25;  // w1/w3 have 25 rows: uneven chunks over 2 and 4 ranks
   if (cuda) c = testing::WithCudaKernelShapes(c);
-  testing::StepDataOptions o;
-  o.steps = kSteps;
-  o.batch = kGlobalBatch;
-  o.seq = kSeq;
-  o.vocab = c.vocab;
+  testing::StepDataOptions o(kSteps, kGlobalBatch, kSeq, c.vocab);
   o.ignored_targets = {1};  // an ignored token: the global mean must count tokens, not rows
   o.small_matrices = cuda;
   return testing::MakeStepData(*testing::TinyLlama(c), uint64_t(comm::testing::EnvInt("SG_DIST_SEED", 1)), o);

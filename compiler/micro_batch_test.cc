@@ -29,11 +29,7 @@ testing::StepData MakeData(int64_t batch, bool cuda = false) {
   testing::TinyLlamaConfig c;
   c.ffn = 25;  // uneven FSDP chunks over 2 ranks
   if (cuda) c = testing::WithCudaKernelShapes(c);
-  testing::StepDataOptions o;
-  o.steps = kSteps;
-  o.batch = batch;
-  o.seq = kSeq;
-  o.vocab = c.vocab;
+  testing::StepDataOptions o(kSteps, batch, kSeq, c.vocab);
   // Ignored tokens in the second row only: micro-batches (rows) count different token numbers.
   o.ignored_targets = {size_t(kSeq), size_t(kSeq + 1), size_t(kSeq + 2)};
   o.small_matrices = cuda;

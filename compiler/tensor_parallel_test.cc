@@ -76,11 +76,7 @@ testing::StepData MakeData(bool model = false, bool cuda = false, bool wide = fa
     c.kv_heads = 2;
     c.ffn = 256;
   }
-  testing::StepDataOptions o;
-  o.steps = kSteps;
-  o.batch = kGlobalBatch;
-  o.seq = kSeq;
-  o.vocab = c.vocab;
+  testing::StepDataOptions o(kSteps, kGlobalBatch, kSeq, c.vocab);
   o.ignored_targets = {1};  // an ignored token: a dp split must count tokens, not rows
   o.small_matrices = cuda || wide || small_weights;
   return testing::MakeStepData(model ? *graph::BuildLlamaForward(ModelConfig()) : *testing::TinyLlama(c),

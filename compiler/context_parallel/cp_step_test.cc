@@ -27,11 +27,7 @@ testing::StepData MakeData(int64_t batch, int64_t seq, bool cuda = false) {
   c.heads = 4;
   c.kv_heads = 2;
   if (cuda) c = testing::WithCudaKernelShapes(c);
-  testing::StepDataOptions o;
-  o.steps = kSteps;
-  o.batch = batch;
-  o.seq = seq;
-  o.vocab = c.vocab;
+  testing::StepDataOptions o(kSteps, batch, seq, c.vocab);
   o.ignored_targets = {2};  // an ignored token: the global mean counts tokens
   o.small_matrices = cuda;
   return testing::MakeStepData(*testing::TinyLlama(c), uint64_t(comm::testing::EnvInt("SG_CP_SEED", 1)), o);

@@ -37,11 +37,7 @@ testing::TinyLlamaConfig Config(bool cuda = false) {
 
 // cuda: matrices scaled down so bf16 logits stay moderate.
 testing::StepData MakeData(int64_t batch, bool cuda = false) {
-  testing::StepDataOptions o;
-  o.steps = kSteps;
-  o.batch = batch;
-  o.seq = kSeq;
-  o.vocab = Config(cuda).vocab;
+  testing::StepDataOptions o(kSteps, batch, kSeq, Config(cuda).vocab);
   o.ignored_targets = {0, 1, 2};  // micro-batch 0 has fewer tokens
   o.small_matrices = cuda;
   return testing::MakeStepData(*testing::TinyLlama(Config(cuda)), uint64_t(comm::testing::EnvInt("SG_PP_SEED", 1)), o);

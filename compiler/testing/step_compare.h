@@ -5,7 +5,7 @@
 // norm, every gradient gathered to full shape after the first step, every parameter after the
 // last, and that the reference did train).
 //
-//   StepData d = MakeStepData(*TinyLlama(c), seed, data_options);
+//   StepData d = MakeStepData(*TinyLlama(c), seed, StepDataOptions(/*steps=*/3, batch, seq, c.vocab));
 //   auto ref = CompileAndInit(d, ref_options, LrFor(device)), dist = CompileAndInit(d, options, LrFor(device));
 //   StepCompare cmp;  cmp.part = rank;  cmp.parts = world;
 //   ASSERT_NE(ref, nullptr); ASSERT_NE(dist, nullptr); if (!CompareSteps(d, *ref, *dist, cmp)) return;
@@ -50,8 +50,10 @@ struct StepData {
 };
 
 struct StepDataOptions {
-  int steps = 3;
-  int64_t batch = 0, seq = 0, vocab = 0;  // each batch's tokens/targets are i32[batch, seq] in [0, vocab)
+  StepDataOptions(int steps, int64_t batch, int64_t seq, int64_t vocab)
+      : steps(steps), batch(batch), seq(seq), vocab(vocab) {}
+  int steps;
+  int64_t batch, seq, vocab;  // each batch's tokens/targets are i32[batch, seq] in [0, vocab)
   // Flat indices into every batch's targets set to -100 (ignored), so that a split of the batch
   // must count tokens, not rows.
   std::vector<size_t> ignored_targets;
