@@ -170,6 +170,8 @@ absl::Status Main(int argc, char** argv) {
   SG_ASSIGN_OR_RETURN(LlamaBenchConfig c, LlamaBenchConfigNamed(f.config));
   SG_ASSIGN_OR_RETURN(graph::Graph fwd, graph::BuildLlamaForward(c.model));
   CompileOptions o = LlamaStepOptions(c, device, RecomputePolicy::kNone);
+  // Set before ChooseRecompute: an FSDP step is planned with its own buffers (PlanFsdpMemory).
+  o.strategy = strategy;
   if (f.recompute == "auto") {
     // The budget less what the plan does not count (kernel scratch, library workspaces: ~0.2 GiB
     // at 1b); sharded strategies hold 1/world of the state per GPU.

@@ -158,7 +158,9 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     }
     b->second /= micro_batches_;
   }
+  lo.plan_only = plan_only_;
   SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, binding, o.device, lo));
+  if (plan_only_) return SizeBuffers();
   if (layout_.rewrite_program) SG_RETURN_IF_ERROR(layout_.rewrite_program(*program_));
   for (const auto& p : params_) parameter_names_.push_back(p->name);
   SG_RETURN_IF_ERROR(Allocate());
@@ -185,11 +187,39 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   return absl::OkStatus();
 }
 
-absl::Status ShardedDataParallelStep::Allocate() {
-  const Device d = program_->device;
+std::string ShardedStepMemory::ToString() const {
+  return absl::StrCat("arena ", arena_bytes, " + state ", state_bytes, " + shards ", shard_bytes, " + buckets ",
+                      bucket_bytes, " + other ", other_bytes, " + comm scratch ", comm_scratch_bytes, " = ", Total(),
+                      " bytes");
+}
+
+absl::StatusOr<ShardedStepMemory> ShardedDataParallelStep::PlanMemory(const graph::Graph& train,
+                                                                      const CompileOptions& options, int shard_size,
+                                                                      int shard_rank, int world_size) {
+  if (shard_size < 1 || shard_rank < 0 || shard_rank >= shard_size || world_size < shard_size) {
+    return absl::InvalidArgumentError(absl::StrCat("ShardedDataParallelStep::PlanMemory: expected 0 <= shard_rank < "
+                                                   "shard_size <= world_size, found rank ", shard_rank, " of ",
+                                                   shard_size, ", world ", world_size));
+  }
+  std::unique_ptr<ShardedDataParallelStep> s(new ShardedDataParallelStep());
+  s->plan_only_ = true;
+  s->shard_size_ = shard_size;
+  s->shard_rank_ = shard_rank;
+  s->world_size_ = world_size;
+  SG_RETURN_IF_ERROR(s->Build(train, options));
+  return s->memory_;
+}
+
+bool ShardedDataParallelStep::Direct(const Unit& u) const {
+  if (u.params.size() != 1) return false;
+  const Param& p = *params_[u.params[0]];
+  return p.rows >= shard_size_ && p.rows % shard_size_ == 0;
+}
+
+absl::Status ShardedDataParallelStep::SizeBuffers() {
   const int P = shard_size_;
-  int64_t shard_bytes = 0, staging = 0;
-  std::vector<int64_t> offsets;
+  int64_t shard_bytes = 0;
+  shard_offsets_.clear();
   for (auto& p : params_) {
     const TensorView full = program_->sources.count(p->name) ? program_->sources.at(p->name)
                                                              : program_->sources.at(p->name + kBackwardSuffix);
@@ -213,30 +243,66 @@ absl::Status ShardedDataParallelStep::Allocate() {
     Unit& u = *units_[p->unit];
     p->pack_offset = u.block;
     u.block += p->chunk * p->row;
-    offsets.push_back(shard_bytes);
+    shard_offsets_.push_back(shard_bytes);
     shard_bytes += 4 * AlignUp(p->mine.length * p->row * 4);
   }
-  for (auto& u : units_) staging = std::max(staging, u->block * P);
-  SG_ASSIGN_OR_RETURN(shards_, DeviceMemory::Allocate(d, shard_bytes));
-  SG_ASSIGN_OR_RETURN(buckets_, DeviceMemory::Allocate(d, 2 * AlignUp(std::max<int64_t>(staging, 1) * 4)));
-  send_ = TensorView(buckets_.data(), DType::kF32, {staging}, d);
-  recv_ = TensorView(buckets_.data() + AlignUp(std::max<int64_t>(staging, 1) * 4), DType::kF32, {staging}, d);
+  // A Direct unit needs no packed staging, and no block staging unless micro-batches after the
+  // first add their reduce-scattered gradients to the shards.
+  int64_t packed = 0, block = 0, largest = 0;
+  for (auto& u : units_) {
+    if (!Direct(*u)) packed = std::max(packed, u->block * P);
+    if (!Direct(*u) || micro_batches_ > 1) block = std::max(block, u->block);
+    largest = std::max(largest, u->block * P);
+  }
+  packed_ = TensorView(nullptr, DType::kF32, {packed}, program_->device);
+  block_ = TensorView(nullptr, DType::kF32, {block}, program_->device);
+  memory_ = ShardedStepMemory();
+  memory_.arena_bytes = program_->plan.arena_bytes;
+  memory_.state_bytes = program_->state_bytes;
+  memory_.shard_bytes = shard_bytes;
+  memory_.bucket_bytes = AlignUp(std::max<int64_t>(packed, 1) * 4) + AlignUp(std::max<int64_t>(block, 1) * 4);
+  memory_.other_bytes = ScalarBytes();
+  if (P > 1 && (program_->device.is_cpu() || P > 2)) memory_.comm_scratch_bytes = largest * 4;
+  if (micro_batches_ > 1) {
+    for (const std::string& name : program_->input_names) {
+      if (name == kLossScaleName) continue;
+      const TensorView& micro = program_->sources.at(name);
+      memory_.other_bytes += AlignUp(micro.numel() * int64_t(SizeOf(micro.dtype())) * micro_batches_);
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t ShardedDataParallelStep::ScalarBytes() const {
+  const int64_t P = shard_size_, W = world_size_, K = micro_batches_;
+  // lr, counter (i64), local norm, P norms, norm, clip, world losses (per micro-batch), 3 dummies
+  // of P, this rank's micro-batch losses.
+  const int64_t slots[] = {1, 2, 1, P, 1, 1, W * K, P, P, P, K};
+  int64_t total = 0;
+  for (int64_t n : slots) total += AlignUp(n * 4);
+  return total;
+}
+
+absl::Status ShardedDataParallelStep::Allocate() {
+  const Device d = program_->device;
+  const int P = shard_size_;
+  SG_RETURN_IF_ERROR(SizeBuffers());
+  SG_ASSIGN_OR_RETURN(shards_, DeviceMemory::Allocate(d, memory_.shard_bytes));
+  SG_ASSIGN_OR_RETURN(buckets_, DeviceMemory::Allocate(d, memory_.bucket_bytes));
+  const int64_t packed = packed_.numel(), block = block_.numel();
+  packed_ = TensorView(buckets_.data(), DType::kF32, {packed}, d);
+  block_ = TensorView(buckets_.data() + AlignUp(std::max<int64_t>(packed, 1) * 4), DType::kF32, {block}, d);
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
     const int64_t n = p.mine.length * p.row, step = AlignUp(n * 4);
-    char* base = shards_.data() + offsets[i];
+    char* base = shards_.data() + shard_offsets_[i];
     p.shard = TensorView(base, DType::kF32, {n}, d);
     p.grad = TensorView(base + step, DType::kF32, {n}, d);
     p.m = TensorView(base + 2 * step, DType::kF32, {n}, d);
     p.v = TensorView(base + 3 * step, DType::kF32, {n}, d);
   }
-  // Scalars: lr, counter (i64), local norm, P norms, norm, clip, world losses (per micro-batch),
-  // 3 dummies of P, this rank's micro-batch losses.
   const int64_t W = world_size_, K = micro_batches_;
-  const int64_t slots[] = {1, 2, 1, P, 1, 1, W * K, P, P, P, K};
-  int64_t total = 0;
-  for (int64_t n : slots) total += AlignUp(n * 4);
-  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, total));
+  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, ScalarBytes()));
   char* at = scalars_.data();
   auto take = [&](int64_t n, DType t = DType::kF32) {
     TensorView v(at, t, {n}, d);
@@ -319,17 +385,25 @@ Step ShardedDataParallelStep::WaitStep(std::string name, Phase phase, const Even
 
 absl::Status ShardedDataParallelStep::Gather(const Unit& u, bool backward, const Stream& s) {
   const int P = shard_size_;
+  if (Direct(u)) {
+    // Rank k's rows are rows [k n/P, (k+1) n/P) of the full tensor: gather into it in place.
+    const Param& p = *params_[u.params[0]];
+    const TensorView& full = backward ? p.full_bwd : p.full_fwd;
+    if (full.raw() == nullptr) return absl::OkStatus();
+    if (layout_.shard == nullptr) return CopyTensor(p.shard, Flat(full, 0, p.shard.numel()), s);
+    return layout_.shard->AllGather(p.shard, Flat(full, 0, full.numel()), s);
+  }
   bool padded = false;
   for (int i : u.params) padded = padded || params_[i]->mine.length < params_[i]->chunk;
-  if (padded) SG_RETURN_IF_ERROR(ZeroTensor(Flat(send_, 0, u.block), s));
+  if (padded) SG_RETURN_IF_ERROR(ZeroTensor(Flat(block_, 0, u.block), s));
   for (int i : u.params) {
     const Param& p = *params_[i];
-    if (p.mine.length > 0) SG_RETURN_IF_ERROR(CopyTensor(p.shard, Flat(send_, p.pack_offset, p.shard.numel()), s));
+    if (p.mine.length > 0) SG_RETURN_IF_ERROR(CopyTensor(p.shard, Flat(block_, p.pack_offset, p.shard.numel()), s));
   }
   if (layout_.shard != nullptr) {
-    SG_RETURN_IF_ERROR(layout_.shard->AllGather(Flat(send_, 0, u.block), Flat(recv_, 0, u.block * P), s));
+    SG_RETURN_IF_ERROR(layout_.shard->AllGather(Flat(block_, 0, u.block), Flat(packed_, 0, u.block * P), s));
   } else {
-    SG_RETURN_IF_ERROR(CopyTensor(Flat(send_, 0, u.block), Flat(recv_, 0, u.block), s));
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(block_, 0, u.block), Flat(packed_, 0, u.block), s));
   }
   for (int k = 0; k < P; ++k) {
     for (int i : u.params) {
@@ -337,7 +411,7 @@ absl::Status ShardedDataParallelStep::Gather(const Unit& u, bool backward, const
       const TensorView& full = backward ? p.full_bwd : p.full_fwd;
       const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
       if (full.raw() == nullptr || r.length == 0) continue;
-      SG_RETURN_IF_ERROR(CopyTensor(Flat(recv_, k * u.block + p.pack_offset, r.length * p.row),
+      SG_RETURN_IF_ERROR(CopyTensor(Flat(packed_, k * u.block + p.pack_offset, r.length * p.row),
                                     Flat(full, r.offset * p.row, r.length * p.row), s));
     }
   }
@@ -346,29 +420,38 @@ absl::Status ShardedDataParallelStep::Gather(const Unit& u, bool backward, const
 
 absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumulate, const Stream& s) {
   const int P = shard_size_;
-  SG_RETURN_IF_ERROR(ZeroTensor(Flat(send_, 0, u.block * P), s));
-  for (int k = 0; k < P; ++k) {
-    for (int i : u.params) {
-      const Param& p = *params_[i];
-      const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
-      if (r.length == 0) continue;
-      SG_RETURN_IF_ERROR(CopyTensor(Flat(p.grad_full, r.offset * p.row, r.length * p.row),
-                                    Flat(send_, k * u.block + p.pack_offset, r.length * p.row), s));
+  const bool direct = Direct(u);
+  // The sum of this rank's block: straight into the gradient shard when nothing is added to it.
+  const TensorView sum = direct && !accumulate ? params_[u.params[0]]->grad : Flat(block_, 0, u.block);
+  TensorView input;
+  if (direct) {
+    input = Flat(params_[u.params[0]]->grad_full, 0, u.block * P);
+  } else {
+    input = Flat(packed_, 0, u.block * P);
+    SG_RETURN_IF_ERROR(ZeroTensor(input, s));
+    for (int k = 0; k < P; ++k) {
+      for (int i : u.params) {
+        const Param& p = *params_[i];
+        const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
+        if (r.length == 0) continue;
+        SG_RETURN_IF_ERROR(CopyTensor(Flat(p.grad_full, r.offset * p.row, r.length * p.row),
+                                      Flat(packed_, k * u.block + p.pack_offset, r.length * p.row), s));
+      }
     }
   }
   if (layout_.shard != nullptr) {
-    SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(Flat(send_, 0, u.block * P), Flat(recv_, 0, u.block),
-                                                    comm::ReduceOp::kSum, s));
+    SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(input, sum, comm::ReduceOp::kSum, s));
   } else {
-    SG_RETURN_IF_ERROR(CopyTensor(Flat(send_, 0, u.block), Flat(recv_, 0, u.block), s));
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, u.block), sum, s));
   }
   if (layout_.replicate != nullptr) {
-    SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(Flat(recv_, 0, u.block), comm::ReduceOp::kSum, s));
+    SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(sum, comm::ReduceOp::kSum, s));
   }
+  if (direct && !accumulate) return absl::OkStatus();
   for (int i : u.params) {
     const Param& p = *params_[i];
     if (p.mine.length == 0) continue;
-    const TensorView summed = Flat(recv_, p.pack_offset, p.grad.numel());
+    const TensorView summed = Flat(block_, p.pack_offset, p.grad.numel());
     SG_RETURN_IF_ERROR(accumulate ? kernels::Add(p.grad, summed, p.grad, s) : CopyTensor(summed, p.grad, s));
   }
   return absl::OkStatus();

@@ -66,8 +66,36 @@ struct DataParallelLayout {
       shard_batch;
 };
 
+// Device memory of a sharded data-parallel step on one rank, by buffer (what Create takes from
+// AllocatorFor(device)), plus the collectives' own scratch inside comm. Kernel library workspaces
+// (cuBLASLt, autotuning) are not included.
+struct ShardedStepMemory {
+  int64_t arena_bytes = 0;   // the lowered forward + backward: activations, gathered (transient)
+                             // parameters, full gradients until reduce-scattered, kernel scratch
+  int64_t state_bytes = 0;   // the program's state: the (micro-batch) inputs
+  int64_t shard_bytes = 0;   // this rank's f32 rows of every parameter, its gradient, AdamW m and v
+  int64_t bucket_bytes = 0;  // collective staging: packed units (all-gather / reduce-scatter)
+  int64_t other_bytes = 0;   // scalars; full-batch inputs with micro-batches
+  // comm's reduce-scatter work buffer, the size of its input (the largest unit's gradients): the
+  // host ring (CPU) copies its input into one for each call, the device ring keeps one when the
+  // shard group has more than 2 ranks; 0 otherwise. Taken while the steps run, not by Create.
+  int64_t comm_scratch_bytes = 0;
+  int64_t Total() const {
+    return arena_bytes + state_bytes + shard_bytes + bucket_bytes + other_bytes + comm_scratch_bytes;
+  }
+  std::string ToString() const;
+};
+
 class ShardedDataParallelStep : public CompiledStep {
  public:
+  // What Create would allocate on rank `shard_rank` of a shard group of `shard_size` (with
+  // `world_size` ranks in all), planning only: e.g. the 1b FSDP step's per-GPU memory, checked on
+  // a machine without a GPU. The same errors as Create's lowering.
+  //
+  //   SG_ASSIGN_OR_RETURN(ShardedStepMemory m, ShardedDataParallelStep::PlanMemory(train, o, 2, 0, 2));
+  static absl::StatusOr<ShardedStepMemory> PlanMemory(const graph::Graph& train, const CompileOptions& options,
+                                                      int shard_size, int shard_rank, int world_size);
+
   // `train`: the prepared training step (adamw nodes, "grad:<p>" outputs). Collective: every
   // rank calls it with the same graph and options.
   static absl::StatusOr<std::unique_ptr<ShardedDataParallelStep>> Create(const graph::Graph& train,
@@ -86,6 +114,8 @@ class ShardedDataParallelStep : public CompiledStep {
   // This rank's shard of a parameter, its optimizer state or "grad:<p>"; otherwise as the base.
   absl::StatusOr<TensorView> View(const std::string& name) const override;
   absl::StatusOr<StepTrace> TraceStep(const std::map<std::string, TensorView>& batch) override;
+  // What this step allocated (equal to PlanMemory's answer for its options and groups).
+  const ShardedStepMemory& memory() const { return memory_; }
 
   ~ShardedDataParallelStep() override;
 
@@ -94,7 +124,13 @@ class ShardedDataParallelStep : public CompiledStep {
   struct Unit;
   ShardedDataParallelStep() = default;
   absl::Status Build(const graph::Graph& train, const CompileOptions& options);
+  // Fills the parameters' and units' sizes and offsets and memory_, allocating nothing.
+  absl::Status SizeBuffers();
+  int64_t ScalarBytes() const;
   absl::Status Allocate();
+  // A unit of one parameter whose rows split evenly: gathered straight into its full buffer and
+  // reduce-scattered straight from its full gradient (no packing through the buckets).
+  bool Direct(const Unit& u) const;
   absl::Status Schedule();
   absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
   absl::Status Gather(const Unit& u, bool backward, const Stream& s);
@@ -121,7 +157,12 @@ class ShardedDataParallelStep : public CompiledStep {
   std::vector<std::unique_ptr<Unit>> units_;
   std::map<std::string, int> param_index_;
   DeviceMemory shards_, buckets_, scalars_;
-  TensorView send_, recv_;  // staging, f32
+  // Staging, f32: packed_ holds a whole unit rank-major (all-gather output, reduce-scatter input)
+  // for units that are not Direct; block_ one rank's block (all-gather input, reduce-scatter output).
+  TensorView packed_, block_;
+  bool plan_only_ = false;
+  ShardedStepMemory memory_;
+  std::vector<int64_t> shard_offsets_;  // per parameter, in shards_
   TensorView lr_, counter_, norm_local_, norms_, norm_, clip_, losses_, dummy_[3];
   std::shared_ptr<void> local_list_, norm_list_;  // kernels::AdamWTensorList
   std::unique_ptr<Event> ready_, comm_done_, norms_done_;
