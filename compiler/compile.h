@@ -185,7 +185,7 @@ bool RegisterStrategyCompiler(Strategy strategy, StrategyCompiler compile);
 // The memory plan Compile would allocate at options.binding on options.device (arena and state
 // sizes, steps per impl), allocating nothing: e.g. the 1b step's activation peak, and that every
 // op has a CUDA kernel, checked on a machine without a GPU. Single-device (options.strategy is
-// ignored).
+// ignored): an FSDP rank's memory is PlanFsdpMemory's (compiler/distributed.h).
 absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& graph, const CompileOptions& options);
 
 }  // namespace sg::compiler

@@ -19,8 +19,11 @@
 //   optimizer global grad norm (local sums of squares, the P local norms all-gathered over the
 //             shard group) for clipping, then one multi-tensor AdamW over the local shards.
 // Collectives run on the executor's comm stream ordered against compute by events (on the CPU
-// both are the host thread, in schedule order). Uneven chunks are zero-padded to ceil(n/P) rows
-// inside each bucket. The loss is each rank's mean over its non-ignored tokens; Run counts them,
+// both are the host thread, in schedule order). A unit of one parameter whose rows split evenly
+// (embeddings, output, final norm) is all-gathered straight into its full buffer and
+// reduce-scattered straight from its full gradient into the shard; other units go through two
+// staging buffers: the unit packed rank-major and one rank's block. Uneven chunks are zero-padded
+// to ceil(n/P) rows inside each bucket. Memory per rank: ShardedStepMemory (PlanMemory plans it). The loss is each rank's mean over its non-ignored tokens; Run counts them,
 // all-gathers the counts, and seeds backward with local/global count; the reported loss is the
 // count-weighted mean of the all-gathered local losses: the global mean.
 //

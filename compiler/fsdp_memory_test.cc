@@ -118,6 +118,17 @@ TEST(Workers, DISABLED_FsdpMemory) {
     PlannedMemory s1 = PlanMemory(f1, o1).value();
     std::cout << "1b, 2 ranks (planned on the CPU):\n" << Table(m1) << Row("single-device plan: arena", s1.arena_bytes)
               << Row("single-device plan: state / 2", s1.state_bytes / 2);
+    // What llama_step_benchmark's --recompute=auto now picks for FSDP at the 1b's 32 GiB budget
+    // (less its 0.25 GiB allowance for library workspaces), and at 25 GiB.
+    for (const double gib : {31.75, 24.75}) {
+      CompileOptions a = o1;
+      auto bytes = ChooseRecompute(f1, int64_t(gib * 1073741824.0), 2, &a);
+      ASSERT_TRUE(bytes.ok()) << bytes.status();
+      EXPECT_LE(*bytes, int64_t(gib * 1073741824.0));
+      std::cout << absl::StrFormat("ChooseRecompute(fsdp, 2 ranks, budget %.2f GiB): policy %d, swiglu layers %d, "
+                                   "planned %.2f GiB\n", gib, int(a.recompute), a.recompute_swiglu_layers,
+                                   *bytes / 1073741824.0);
+    }
   }
 }
 
