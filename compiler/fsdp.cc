@@ -24,6 +24,7 @@ struct ShardedDataParallelStep::Param {
   int64_t pack_offset = 0;               // in the unit's per-rank bucket block (elements)
   double weight_decay = 0;
   TensorView full_fwd, full_bwd, grad_full;  // lowered program buffers (full_bwd may be empty)
+  int fwd_last = -1, bwd_last = -1, grad_from = -1;  // node indices: last readers, gradient producer
   TensorView shard, grad, m, v;              // this rank's rows, flat f32
 };
 
@@ -106,10 +107,14 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     for (const bool bwd : {false, true}) {
       const int v = g.FindSource(bwd ? dpp.name + kBackwardSuffix : dpp.name);
       if (v < 0) continue;
-      for (int n : users[v]) (bwd ? u.bwd_first : u.fwd_first) = std::min(bwd ? u.bwd_first : u.fwd_first, n);
+      for (int n : users[v]) {
+        (bwd ? u.bwd_first : u.fwd_first) = std::min(bwd ? u.bwd_first : u.fwd_first, n);
+        (bwd ? p->bwd_last : p->fwd_last) = std::max(bwd ? p->bwd_last : p->fwd_last, n);
+      }
     }
     const int go = g.FindOutput("grad:" + dpp.name);
-    u.grad_done = std::max(u.grad_done, g.value(g.outputs()[go].value).producer);
+    p->grad_from = g.value(g.outputs()[go].value).producer;
+    u.grad_done = std::max(u.grad_done, p->grad_from);
     param_index_[p->name] = int(params_.size());
     params_.push_back(std::move(p));
   }
@@ -262,6 +267,29 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
   memory_.shard_bytes = shard_bytes;
   memory_.bucket_bytes = AlignUp(std::max<int64_t>(packed, 1) * 4) + AlignUp(std::max<int64_t>(block, 1) * 4);
   memory_.other_bytes = ScalarBytes();
+  // Inside the arena: the gathered parameters and the full unit gradients live at once, at their
+  // busiest node (each from where the runtime issues it to its last reader).
+  const int num_nodes = int(dp_.graph.nodes().size());
+  std::vector<int64_t> gathered(size_t(num_nodes) + 2, 0), grads(size_t(num_nodes) + 2, 0);
+  auto live = [&](std::vector<int64_t>& d, int from, int to, int64_t bytes) {
+    if (from < 0 || from > num_nodes || to < from) return;
+    d[size_t(from)] += bytes;
+    d[size_t(std::min(to, num_nodes)) + 1] -= bytes;
+  };
+  for (auto& p : params_) {
+    const Unit& u = *units_[p->unit];
+    const int64_t bytes = p->rows * p->row * 4;
+    if (u.fwd_at != INT_MAX && p->fwd_last >= 0) live(gathered, u.fwd_at, p->fwd_last, bytes);
+    if (u.bwd_at != INT_MAX && p->bwd_last >= 0) live(gathered, u.bwd_at, p->bwd_last, bytes);
+    live(grads, p->grad_from, std::min(u.rs_wait_at, num_nodes), bytes);
+  }
+  int64_t g_sum = 0, r_sum = 0;
+  for (int i = 0; i <= num_nodes; ++i) {
+    g_sum += gathered[size_t(i)];
+    r_sum += grads[size_t(i)];
+    memory_.gathered_peak_bytes = std::max(memory_.gathered_peak_bytes, g_sum);
+    memory_.unit_grads_peak_bytes = std::max(memory_.unit_grads_peak_bytes, r_sum);
+  }
   if (P > 1 && (program_->device.is_cpu() || P > 2)) memory_.comm_scratch_bytes = largest * 4;
   if (micro_batches_ > 1) {
     for (const std::string& name : program_->input_names) {

@@ -83,6 +83,10 @@ struct ShardedStepMemory {
   // host ring (CPU) copies its input into one for each call, the device ring keeps one when the
   // shard group has more than 2 ranks; 0 otherwise. Taken while the steps run, not by Create.
   int64_t comm_scratch_bytes = 0;
+  // Parts of arena_bytes, for accounting (each the most live at one node, not necessarily at the
+  // arena's peak): f32 gathered parameters (forward and "@bwd" copies), f32 full unit gradients
+  // until their reduce-scatter is waited for.
+  int64_t gathered_peak_bytes = 0, unit_grads_peak_bytes = 0;
   int64_t Total() const {
     return arena_bytes + state_bytes + shard_bytes + bucket_bytes + other_bytes + comm_scratch_bytes;
   }

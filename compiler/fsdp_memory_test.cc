@@ -40,6 +40,8 @@ std::string Row(const char* item, int64_t bytes) {
 
 std::string Table(const ShardedStepMemory& m) {
   return Row("arena (activations, gathered", m.arena_bytes) + Row("  params, unit grads, scratch)", 0) +
+         Row("  of it: gathered f32 params (max)", m.gathered_peak_bytes) +
+         Row("  of it: full unit grads (max)", m.unit_grads_peak_bytes) +
          Row("state (inputs)", m.state_bytes) + Row("shards (param, grad, m, v f32)", m.shard_bytes) +
          Row("buckets (collective staging)", m.bucket_bytes) + Row("other (scalars)", m.other_bytes) + Row("comm scratch (reduce-scatter work)", m.comm_scratch_bytes) +
          Row("total", m.Total());
