@@ -11,8 +11,9 @@
 // 7b 42), --lr=3e-4, --cuda_graph=1,
 // --trace=<path> (a Chrome trace of one extra eager step, plus its summary line on stderr),
 // --strategy=none|fsdp|hsdp (fsdp/hsdp under a launcher: one process per GPU, the GPU of its local
-// rank, the same per-GPU batch as one GPU; rank 0 prints the JSON line; auto recompute then counts
-// the state as sharded over the world).
+// rank, the same per-GPU batch as one GPU; rank 0 prints the JSON line; auto recompute then plans
+// fsdp with compiler::PlanFsdpMemory, its own buffers included, and hsdp with the state as sharded
+// over the world).
 // Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
 // pinned buffers, a fresh random batch per step); the median step after warm-up. Memory: the
 // caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces).
