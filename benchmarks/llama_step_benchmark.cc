@@ -11,8 +11,9 @@
 // 7b 42), --lr=3e-4, --cuda_graph=1,
 // --trace=<path> (a Chrome trace of one extra eager step, plus its summary line on stderr),
 // --strategy=none|fsdp|hsdp (fsdp/hsdp under a launcher: one process per GPU, the GPU of its local
-// rank, the same per-GPU batch as one GPU; rank 0 prints the JSON line; auto recompute then counts
-// the state as sharded over the world).
+// rank, the same per-GPU batch as one GPU; rank 0 prints the JSON line; auto recompute then plans
+// fsdp with compiler::PlanFsdpMemory, its own buffers included, and hsdp with the state as sharded
+// over the world).
 // Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
 // pinned buffers, a fresh random batch per step); the median step after warm-up. Memory: the
 // caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces).
@@ -170,6 +171,8 @@ absl::Status Main(int argc, char** argv) {
   SG_ASSIGN_OR_RETURN(LlamaBenchConfig c, LlamaBenchConfigNamed(f.config));
   SG_ASSIGN_OR_RETURN(graph::Graph fwd, graph::BuildLlamaForward(c.model));
   CompileOptions o = LlamaStepOptions(c, device, RecomputePolicy::kNone);
+  // Set before ChooseRecompute: an FSDP step is planned with its own buffers (PlanFsdpMemory).
+  o.strategy = strategy;
   if (f.recompute == "auto") {
     // The budget less what the plan does not count (kernel scratch, library workspaces: ~0.2 GiB
     // at 1b); sharded strategies hold 1/world of the state per GPU.

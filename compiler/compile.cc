@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/autotune.h"
 #include "compiler/distributed.h"
+#include "compiler/fsdp.h"
 #include "graph/cache.h"
 #include "graph/ops.h"
 #include "graph/pipeline.h"
@@ -179,8 +180,14 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
     CompileOptions t = *o;
     t.recompute = p;
     t.recompute_swiglu_layers = swiglu_layers;
-    SG_ASSIGN_OR_RETURN(PlannedMemory m, PlanMemory(forward, t));
-    last = m.arena_bytes + m.state_bytes / state_shards;
+    if (t.strategy == Strategy::kFsdp && state_shards > 1) {
+      // The FSDP runtime's own buffers (gradient shards, gathered parameters, staging).
+      SG_ASSIGN_OR_RETURN(ShardedStepMemory m, PlanFsdpMemory(forward, t, state_shards));
+      last = m.Total();
+    } else {
+      SG_ASSIGN_OR_RETURN(PlannedMemory m, PlanMemory(forward, t));
+      last = m.arena_bytes + m.state_bytes / state_shards;
+    }
     if (last > budget_bytes) return false;
     o->recompute = p;
     o->recompute_swiglu_layers = swiglu_layers;

@@ -169,7 +169,8 @@ class CompiledStep {
 // for a strategy or an op the current build cannot run on the device (naming them).
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph, const CompileOptions& options);
 
-// The least recompute whose plan (arena + state / state_shards) fits `budget_bytes`: none, then
+// The least recompute whose plan fits `budget_bytes` (arena + state / state_shards; for
+// options->strategy == kFsdp with state_shards > 1, PlanFsdpMemory's total per rank): none, then
 // selective with SwiGLU recomputed in 0, 1, 2, ... layers, then full. Sets options->recompute and
 // options->recompute_swiglu_layers; returns the planned bytes. Plans only (allocates nothing).
 absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t budget_bytes, int state_shards,
@@ -184,7 +185,7 @@ bool RegisterStrategyCompiler(Strategy strategy, StrategyCompiler compile);
 // The memory plan Compile would allocate at options.binding on options.device (arena and state
 // sizes, steps per impl), allocating nothing: e.g. the 1b step's activation peak, and that every
 // op has a CUDA kernel, checked on a machine without a GPU. Single-device (options.strategy is
-// ignored).
+// ignored): an FSDP rank's memory is PlanFsdpMemory's (compiler/distributed.h).
 absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& graph, const CompileOptions& options);
 
 }  // namespace sg::compiler

@@ -92,13 +92,15 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::
     kept.push_back(train.outputs()[o]);
   }
 
-  // Dead code: the optimizer nodes and whatever only they read (moments, step, lr, ...).
+  // Dead code: the optimizer nodes and whatever only they read (moments, step, lr, ...). A
+  // parameter nothing live reads goes too: the full-size AdamW moments would otherwise stay in the
+  // lowered program's state (8 bytes per parameter on every rank, beside the runtime's shards).
   std::vector<int> uses(train.num_value_ids(), 0);
   for (const graph::GraphOutput& o : kept) ++uses[o.value];
   for (int i = int(nodes.size()) - 1; i >= 0; --i) {
     const Node& n = nodes[i];
     bool live = !dead.count(i);
-    if (live && n.op != OpKind::kParameter) {
+    if (live && !(n.op == OpKind::kParameter && param_of_value.count(n.outputs[0]))) {
       live = false;
       for (int v : n.outputs) live = live || uses[v] > 0;
     }

@@ -6,7 +6,9 @@
 //   SG_ASSIGN_OR_RETURN(DataParallelGraph dp, SplitOptimizer(train_step));
 //   // dp.graph: outputs "loss" and "grad:<p>"; inputs as before plus "loss_scale" (f32[])
 //
-// Rewrites:
+// The optimizer's inputs (AdamW moments, step, lr) are dropped with it: the runtime keeps its own
+// shards of them, and a full-size copy in the lowered program would cost every rank 8 bytes per
+// parameter. Rewrites:
 //  - every trainable parameter <p> read in the backward phase is read there from a separate,
 //    non-trainable parameter "<p>@bwd", so forward and backward get separately gathered buffers
 //    (ZeRO-3 re-gathers in backward instead of keeping full weights alive through the step);

@@ -52,6 +52,12 @@ absl::Status ParameterDims(const graph::Graph& train, const sharding::ShardingPl
 
 }  // namespace
 
+absl::StatusOr<ShardedStepMemory> PlanFsdpMemory(const graph::Graph& forward, const CompileOptions& o, int ranks) {
+  SG_RETURN_IF_ERROR(graph::Verify(forward));
+  SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(forward, o));
+  return ShardedDataParallelStep::PlanMemory(train, o, ranks, /*shard_rank=*/0, ranks);
+}
+
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o) {
   SG_RETURN_IF_ERROR(graph::Verify(g));
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));

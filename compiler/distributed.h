@@ -35,6 +35,15 @@ namespace sg::compiler {
 // yet (e.g. FSDP x TP, micro-batches with tensor parallelism), naming it.
 absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Graph& g, const CompileOptions& o);
 
+// What one rank of a kFsdp step over `ranks` ranks allocates (ShardedStepMemory, compiler/fsdp.h):
+// rank 0, which holds the largest torch.chunk rows. `forward` as Compile takes it; options.binding
+// is per rank. Plans only: e.g. the 1b step on 2 GPUs, on a machine without a GPU. Beyond the
+// single-device plan's arena + state / ranks it counts the f32 gradient shards, the gathered
+// parameters and unit gradients in the arena, and the collective staging; the CPU's host-ring
+// reduce-scatter work buffer (comm) is not in it.
+struct ShardedStepMemory;
+absl::StatusOr<ShardedStepMemory> PlanFsdpMemory(const graph::Graph& forward, const CompileOptions& o, int ranks);
+
 // The training step Compile prepares from a forward graph (mixed precision, the graph pipeline),
 // or `g` itself when it is one already. Shared by the single-device and distributed paths.
 absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o);

@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/autotune.h"
+#include "compiler/fsdp_internal.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/status.h"
@@ -15,26 +16,6 @@
 namespace sg::compiler {
 
 using graph::Phase;
-
-struct ShardedDataParallelStep::Param {
-  std::string name;
-  int unit = 0;
-  int64_t rows = 0, row = 0, chunk = 0;  // dim-0 extent, elements per row, ceil(rows / P)
-  sharding::ChunkRange mine;             // this rank's rows
-  int64_t pack_offset = 0;               // in the unit's per-rank bucket block (elements)
-  double weight_decay = 0;
-  TensorView full_fwd, full_bwd, grad_full;  // lowered program buffers (full_bwd may be empty)
-  TensorView shard, grad, m, v;              // this rank's rows, flat f32
-};
-
-struct ShardedDataParallelStep::Unit {
-  std::string name;
-  std::vector<int> params;
-  int64_t block = 0;  // elements per rank in a bucket: sum of chunk * row
-  int fwd_at = INT_MAX, fwd_first = INT_MAX, bwd_at = INT_MAX, bwd_first = INT_MAX;
-  int grad_done = -1, rs_at = INT_MAX, rs_wait_at = INT_MAX;
-  std::unique_ptr<Event> fwd_done, bwd_done, rs_done;
-};
 
 namespace {
 
@@ -106,10 +87,14 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     for (const bool bwd : {false, true}) {
       const int v = g.FindSource(bwd ? dpp.name + kBackwardSuffix : dpp.name);
       if (v < 0) continue;
-      for (int n : users[v]) (bwd ? u.bwd_first : u.fwd_first) = std::min(bwd ? u.bwd_first : u.fwd_first, n);
+      for (int n : users[v]) {
+        (bwd ? u.bwd_first : u.fwd_first) = std::min(bwd ? u.bwd_first : u.fwd_first, n);
+        (bwd ? p->bwd_last : p->fwd_last) = std::max(bwd ? p->bwd_last : p->fwd_last, n);
+      }
     }
     const int go = g.FindOutput("grad:" + dpp.name);
-    u.grad_done = std::max(u.grad_done, g.value(g.outputs()[go].value).producer);
+    p->grad_from = g.value(g.outputs()[go].value).producer;
+    u.grad_done = std::max(u.grad_done, p->grad_from);
     param_index_[p->name] = int(params_.size());
     params_.push_back(std::move(p));
   }
@@ -158,7 +143,9 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     }
     b->second /= micro_batches_;
   }
+  lo.plan_only = plan_only_;
   SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, binding, o.device, lo));
+  if (plan_only_) return SizeBuffers();
   if (layout_.rewrite_program) SG_RETURN_IF_ERROR(layout_.rewrite_program(*program_));
   for (const auto& p : params_) parameter_names_.push_back(p->name);
   SG_RETURN_IF_ERROR(Allocate());
@@ -188,55 +175,23 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
 absl::Status ShardedDataParallelStep::Allocate() {
   const Device d = program_->device;
   const int P = shard_size_;
-  int64_t shard_bytes = 0, staging = 0;
-  std::vector<int64_t> offsets;
-  for (auto& p : params_) {
-    const TensorView full = program_->sources.count(p->name) ? program_->sources.at(p->name)
-                                                             : program_->sources.at(p->name + kBackwardSuffix);
-    if (full.dtype() != DType::kF32) {
-      return absl::UnimplementedError(absl::StrCat("sharded data parallel: parameter '", p->name,
-                                                   "' is ", DTypeName(full.dtype()), ", expected f32 master weights"));
-    }
-    p->rows = full.shape().empty() ? 1 : full.shape()[0];
-    p->row = p->rows == 0 ? 0 : full.numel() / p->rows;
-    p->chunk = sharding::MaxChunk(p->rows, P);
-    p->mine = sharding::Chunk(p->rows, P, shard_rank_);
-    auto src = program_->sources.find(p->name);
-    if (src != program_->sources.end()) p->full_fwd = src->second;
-    src = program_->sources.find(p->name + kBackwardSuffix);
-    if (src != program_->sources.end()) p->full_bwd = src->second;
-    p->grad_full = program_->outputs.at("grad:" + p->name);
-    if (p->grad_full.dtype() != DType::kF32) {
-      return absl::UnimplementedError(absl::StrCat("sharded data parallel: gradient of '", p->name, "' is ",
-                                                   DTypeName(p->grad_full.dtype()), ", expected f32"));
-    }
-    Unit& u = *units_[p->unit];
-    p->pack_offset = u.block;
-    u.block += p->chunk * p->row;
-    offsets.push_back(shard_bytes);
-    shard_bytes += 4 * AlignUp(p->mine.length * p->row * 4);
-  }
-  for (auto& u : units_) staging = std::max(staging, u->block * P);
-  SG_ASSIGN_OR_RETURN(shards_, DeviceMemory::Allocate(d, shard_bytes));
-  SG_ASSIGN_OR_RETURN(buckets_, DeviceMemory::Allocate(d, 2 * AlignUp(std::max<int64_t>(staging, 1) * 4)));
-  send_ = TensorView(buckets_.data(), DType::kF32, {staging}, d);
-  recv_ = TensorView(buckets_.data() + AlignUp(std::max<int64_t>(staging, 1) * 4), DType::kF32, {staging}, d);
+  SG_RETURN_IF_ERROR(SizeBuffers());
+  SG_ASSIGN_OR_RETURN(shards_, DeviceMemory::Allocate(d, memory_.shard_bytes));
+  SG_ASSIGN_OR_RETURN(buckets_, DeviceMemory::Allocate(d, memory_.bucket_bytes));
+  const int64_t packed = packed_.numel(), block = block_.numel();
+  packed_ = TensorView(buckets_.data(), DType::kF32, {packed}, d);
+  block_ = TensorView(buckets_.data() + AlignUp(std::max<int64_t>(packed, 1) * 4), DType::kF32, {block}, d);
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
     const int64_t n = p.mine.length * p.row, step = AlignUp(n * 4);
-    char* base = shards_.data() + offsets[i];
+    char* base = shards_.data() + shard_offsets_[i];
     p.shard = TensorView(base, DType::kF32, {n}, d);
     p.grad = TensorView(base + step, DType::kF32, {n}, d);
     p.m = TensorView(base + 2 * step, DType::kF32, {n}, d);
     p.v = TensorView(base + 3 * step, DType::kF32, {n}, d);
   }
-  // Scalars: lr, counter (i64), local norm, P norms, norm, clip, world losses (per micro-batch),
-  // 3 dummies of P, this rank's micro-batch losses.
   const int64_t W = world_size_, K = micro_batches_;
-  const int64_t slots[] = {1, 2, 1, P, 1, 1, W * K, P, P, P, K};
-  int64_t total = 0;
-  for (int64_t n : slots) total += AlignUp(n * 4);
-  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, total));
+  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, ScalarBytes()));
   char* at = scalars_.data();
   auto take = [&](int64_t n, DType t = DType::kF32) {
     TensorView v(at, t, {n}, d);
@@ -319,17 +274,25 @@ Step ShardedDataParallelStep::WaitStep(std::string name, Phase phase, const Even
 
 absl::Status ShardedDataParallelStep::Gather(const Unit& u, bool backward, const Stream& s) {
   const int P = shard_size_;
+  if (Direct(u)) {
+    // Rank k's rows are rows [k n/P, (k+1) n/P) of the full tensor: gather into it in place.
+    const Param& p = *params_[u.params[0]];
+    const TensorView& full = backward ? p.full_bwd : p.full_fwd;
+    if (full.raw() == nullptr) return absl::OkStatus();
+    if (layout_.shard == nullptr) return CopyTensor(p.shard, Flat(full, 0, p.shard.numel()), s);
+    return layout_.shard->AllGather(p.shard, Flat(full, 0, full.numel()), s);
+  }
   bool padded = false;
   for (int i : u.params) padded = padded || params_[i]->mine.length < params_[i]->chunk;
-  if (padded) SG_RETURN_IF_ERROR(ZeroTensor(Flat(send_, 0, u.block), s));
+  if (padded) SG_RETURN_IF_ERROR(ZeroTensor(Flat(block_, 0, u.block), s));
   for (int i : u.params) {
     const Param& p = *params_[i];
-    if (p.mine.length > 0) SG_RETURN_IF_ERROR(CopyTensor(p.shard, Flat(send_, p.pack_offset, p.shard.numel()), s));
+    if (p.mine.length > 0) SG_RETURN_IF_ERROR(CopyTensor(p.shard, Flat(block_, p.pack_offset, p.shard.numel()), s));
   }
   if (layout_.shard != nullptr) {
-    SG_RETURN_IF_ERROR(layout_.shard->AllGather(Flat(send_, 0, u.block), Flat(recv_, 0, u.block * P), s));
+    SG_RETURN_IF_ERROR(layout_.shard->AllGather(Flat(block_, 0, u.block), Flat(packed_, 0, u.block * P), s));
   } else {
-    SG_RETURN_IF_ERROR(CopyTensor(Flat(send_, 0, u.block), Flat(recv_, 0, u.block), s));
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(block_, 0, u.block), Flat(packed_, 0, u.block), s));
   }
   for (int k = 0; k < P; ++k) {
     for (int i : u.params) {
@@ -337,7 +300,7 @@ absl::Status ShardedDataParallelStep::Gather(const Unit& u, bool backward, const
       const TensorView& full = backward ? p.full_bwd : p.full_fwd;
       const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
       if (full.raw() == nullptr || r.length == 0) continue;
-      SG_RETURN_IF_ERROR(CopyTensor(Flat(recv_, k * u.block + p.pack_offset, r.length * p.row),
+      SG_RETURN_IF_ERROR(CopyTensor(Flat(packed_, k * u.block + p.pack_offset, r.length * p.row),
                                     Flat(full, r.offset * p.row, r.length * p.row), s));
     }
   }
@@ -346,29 +309,38 @@ absl::Status ShardedDataParallelStep::Gather(const Unit& u, bool backward, const
 
 absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumulate, const Stream& s) {
   const int P = shard_size_;
-  SG_RETURN_IF_ERROR(ZeroTensor(Flat(send_, 0, u.block * P), s));
-  for (int k = 0; k < P; ++k) {
-    for (int i : u.params) {
-      const Param& p = *params_[i];
-      const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
-      if (r.length == 0) continue;
-      SG_RETURN_IF_ERROR(CopyTensor(Flat(p.grad_full, r.offset * p.row, r.length * p.row),
-                                    Flat(send_, k * u.block + p.pack_offset, r.length * p.row), s));
+  const bool direct = Direct(u);
+  // The sum of this rank's block: straight into the gradient shard when nothing is added to it.
+  const TensorView sum = direct && !accumulate ? params_[u.params[0]]->grad : Flat(block_, 0, u.block);
+  TensorView input;
+  if (direct) {
+    input = Flat(params_[u.params[0]]->grad_full, 0, u.block * P);
+  } else {
+    input = Flat(packed_, 0, u.block * P);
+    SG_RETURN_IF_ERROR(ZeroTensor(input, s));
+    for (int k = 0; k < P; ++k) {
+      for (int i : u.params) {
+        const Param& p = *params_[i];
+        const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
+        if (r.length == 0) continue;
+        SG_RETURN_IF_ERROR(CopyTensor(Flat(p.grad_full, r.offset * p.row, r.length * p.row),
+                                      Flat(packed_, k * u.block + p.pack_offset, r.length * p.row), s));
+      }
     }
   }
   if (layout_.shard != nullptr) {
-    SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(Flat(send_, 0, u.block * P), Flat(recv_, 0, u.block),
-                                                    comm::ReduceOp::kSum, s));
+    SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(input, sum, comm::ReduceOp::kSum, s));
   } else {
-    SG_RETURN_IF_ERROR(CopyTensor(Flat(send_, 0, u.block), Flat(recv_, 0, u.block), s));
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, u.block), sum, s));
   }
   if (layout_.replicate != nullptr) {
-    SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(Flat(recv_, 0, u.block), comm::ReduceOp::kSum, s));
+    SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(sum, comm::ReduceOp::kSum, s));
   }
+  if (direct && !accumulate) return absl::OkStatus();
   for (int i : u.params) {
     const Param& p = *params_[i];
     if (p.mine.length == 0) continue;
-    const TensorView summed = Flat(recv_, p.pack_offset, p.grad.numel());
+    const TensorView summed = Flat(block_, p.pack_offset, p.grad.numel());
     SG_RETURN_IF_ERROR(accumulate ? kernels::Add(p.grad, summed, p.grad, s) : CopyTensor(summed, p.grad, s));
   }
   return absl::OkStatus();

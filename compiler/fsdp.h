@@ -19,8 +19,11 @@
 //   optimizer global grad norm (local sums of squares, the P local norms all-gathered over the
 //             shard group) for clipping, then one multi-tensor AdamW over the local shards.
 // Collectives run on the executor's comm stream ordered against compute by events (on the CPU
-// both are the host thread, in schedule order). Uneven chunks are zero-padded to ceil(n/P) rows
-// inside each bucket. The loss is each rank's mean over its non-ignored tokens; Run counts them,
+// both are the host thread, in schedule order). A unit of one parameter whose rows split evenly
+// (embeddings, output, final norm) is all-gathered straight into its full buffer and
+// reduce-scattered straight from its full gradient into the shard; other units go through two
+// staging buffers: the unit packed rank-major and one rank's block. Uneven chunks are zero-padded
+// to ceil(n/P) rows inside each bucket. Memory per rank: ShardedStepMemory (PlanMemory plans it). The loss is each rank's mean over its non-ignored tokens; Run counts them,
 // all-gathers the counts, and seeds backward with local/global count; the reported loss is the
 // count-weighted mean of the all-gathered local losses: the global mean.
 //
@@ -66,8 +69,40 @@ struct DataParallelLayout {
       shard_batch;
 };
 
+// Device memory of a sharded data-parallel step on one rank, by buffer (what Create takes from
+// AllocatorFor(device)), plus the collectives' own scratch inside comm. Kernel library workspaces
+// (cuBLASLt, autotuning) are not included.
+struct ShardedStepMemory {
+  int64_t arena_bytes = 0;   // the lowered forward + backward: activations, gathered (transient)
+                             // parameters, full gradients until reduce-scattered, kernel scratch
+  int64_t state_bytes = 0;   // the program's state: the (micro-batch) inputs
+  int64_t shard_bytes = 0;   // this rank's f32 rows of every parameter, its gradient, AdamW m and v
+  int64_t bucket_bytes = 0;  // collective staging: packed units (all-gather / reduce-scatter)
+  int64_t other_bytes = 0;   // scalars; full-batch inputs with micro-batches
+  // comm's reduce-scatter work buffer, the size of its input (the largest unit's gradients): the
+  // host ring (CPU) copies its input into one for each call, the device ring keeps one when the
+  // shard group has more than 2 ranks; 0 otherwise. Taken while the steps run, not by Create.
+  int64_t comm_scratch_bytes = 0;
+  // Parts of arena_bytes, for accounting (each the most live at one node, not necessarily at the
+  // arena's peak): f32 gathered parameters (forward and "@bwd" copies), f32 full unit gradients
+  // until their reduce-scatter is waited for.
+  int64_t gathered_peak_bytes = 0, unit_grads_peak_bytes = 0;
+  int64_t Total() const {
+    return arena_bytes + state_bytes + shard_bytes + bucket_bytes + other_bytes + comm_scratch_bytes;
+  }
+  std::string ToString() const;
+};
+
 class ShardedDataParallelStep : public CompiledStep {
  public:
+  // What Create would allocate on rank `shard_rank` of a shard group of `shard_size` (with
+  // `world_size` ranks in all), planning only: e.g. the 1b FSDP step's per-GPU memory, checked on
+  // a machine without a GPU. The same errors as Create's lowering.
+  //
+  //   SG_ASSIGN_OR_RETURN(ShardedStepMemory m, ShardedDataParallelStep::PlanMemory(train, o, 2, 0, 2));
+  static absl::StatusOr<ShardedStepMemory> PlanMemory(const graph::Graph& train, const CompileOptions& options,
+                                                      int shard_size, int shard_rank, int world_size);
+
   // `train`: the prepared training step (adamw nodes, "grad:<p>" outputs). Collective: every
   // rank calls it with the same graph and options.
   static absl::StatusOr<std::unique_ptr<ShardedDataParallelStep>> Create(const graph::Graph& train,
@@ -86,6 +121,8 @@ class ShardedDataParallelStep : public CompiledStep {
   // This rank's shard of a parameter, its optimizer state or "grad:<p>"; otherwise as the base.
   absl::StatusOr<TensorView> View(const std::string& name) const override;
   absl::StatusOr<StepTrace> TraceStep(const std::map<std::string, TensorView>& batch) override;
+  // What this step allocated (equal to PlanMemory's answer for its options and groups).
+  const ShardedStepMemory& memory() const { return memory_; }
 
   ~ShardedDataParallelStep() override;
 
@@ -94,7 +131,13 @@ class ShardedDataParallelStep : public CompiledStep {
   struct Unit;
   ShardedDataParallelStep() = default;
   absl::Status Build(const graph::Graph& train, const CompileOptions& options);
+  // Fills the parameters' and units' sizes and offsets and memory_, allocating nothing.
+  absl::Status SizeBuffers();
+  int64_t ScalarBytes() const;
   absl::Status Allocate();
+  // A unit of one parameter whose rows split evenly: gathered straight into its full buffer and
+  // reduce-scattered straight from its full gradient (no packing through the buckets).
+  bool Direct(const Unit& u) const;
   absl::Status Schedule();
   absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
   absl::Status Gather(const Unit& u, bool backward, const Stream& s);
@@ -121,7 +164,12 @@ class ShardedDataParallelStep : public CompiledStep {
   std::vector<std::unique_ptr<Unit>> units_;
   std::map<std::string, int> param_index_;
   DeviceMemory shards_, buckets_, scalars_;
-  TensorView send_, recv_;  // staging, f32
+  // Staging, f32: packed_ holds a whole unit rank-major (all-gather output, reduce-scatter input)
+  // for units that are not Direct; block_ one rank's block (all-gather input, reduce-scatter output).
+  TensorView packed_, block_;
+  bool plan_only_ = false;
+  ShardedStepMemory memory_;
+  std::vector<int64_t> shard_offsets_;  // per parameter, in shards_
   TensorView lr_, counter_, norm_local_, norms_, norm_, clip_, losses_, dummy_[3];
   std::shared_ptr<void> local_list_, norm_list_;  // kernels::AdamWTensorList
   std::unique_ptr<Event> ready_, comm_done_, norms_done_;

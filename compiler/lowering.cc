@@ -448,6 +448,7 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding
   p->binding = binding;
   p->device = device;
   Lowerer l(p.get(), options);
+  l.set_allocate(!options.plan_only);
   SG_RETURN_IF_ERROR(l.Run());
   return p;
 }

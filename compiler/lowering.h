@@ -114,11 +114,14 @@ struct PlannedMemory {
 //  - host_scalars: f32 scalar inputs (by name) whose current value the runtime also keeps at a host
 //    address, set before each Run: a softmax_cross_entropy_backward seeded by one of them (the
 //    data-parallel "loss_scale", compiler/data_parallel_graph.h) lowers onto kernels/cross_entropy
-//    with grad_scale read from that address at launch. The program is then not capturable.
+//    with grad_scale read from that address at launch. The program is then not capturable;
+//  - plan_only: run the whole lowering but allocate nothing (as PlanStepMemory): the program's
+//    plan and state_bytes are filled in, its views point nowhere and its steps must not run.
 struct LowerOptions {
   std::map<std::string, int> transient_sources;
   std::map<std::string, int> output_live_until;
   std::map<std::string, const float*> host_scalars;
+  bool plan_only = false;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the

@@ -1,0 +1,39 @@
+// Internal to compiler/fsdp.cc and compiler/fsdp_memory.cc: the sharded data-parallel step's
+// per-parameter and per-unit bookkeeping.
+#ifndef SGTRAIN_COMPILER_FSDP_INTERNAL_H_
+#define SGTRAIN_COMPILER_FSDP_INTERNAL_H_
+
+#include <climits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "compiler/fsdp.h"
+#include "sharding/placement.h"
+
+namespace sg::compiler {
+
+struct ShardedDataParallelStep::Param {
+  std::string name;
+  int unit = 0;
+  int64_t rows = 0, row = 0, chunk = 0;  // dim-0 extent, elements per row, ceil(rows / P)
+  sharding::ChunkRange mine;             // this rank's rows
+  int64_t pack_offset = 0;               // in the unit's per-rank bucket block (elements)
+  double weight_decay = 0;
+  TensorView full_fwd, full_bwd, grad_full;  // lowered program buffers (full_bwd may be empty)
+  int fwd_last = -1, bwd_last = -1, grad_from = -1;  // node indices: last readers, gradient producer
+  TensorView shard, grad, m, v;              // this rank's rows, flat f32
+};
+
+struct ShardedDataParallelStep::Unit {
+  std::string name;
+  std::vector<int> params;
+  int64_t block = 0;  // elements per rank in a bucket: sum of chunk * row
+  int fwd_at = INT_MAX, fwd_first = INT_MAX, bwd_at = INT_MAX, bwd_first = INT_MAX;
+  int grad_done = -1, rs_at = INT_MAX, rs_wait_at = INT_MAX;
+  std::unique_ptr<Event> fwd_done, bwd_done, rs_done;
+};
+
+}  // namespace sg::compiler
+
+#endif  // SGTRAIN_COMPILER_FSDP_INTERNAL_H_

@@ -1,0 +1,132 @@
+// ShardedDataParallelStep's memory: the sizes of its buffers (shared by Allocate and the
+// planning-only PlanMemory) and the accounting of what lives in the arena.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/fsdp.h"
+#include "compiler/fsdp_internal.h"
+#include "kernels/core/status.h"
+#include "sharding/placement.h"
+
+namespace sg::compiler {
+
+std::string ShardedStepMemory::ToString() const {
+  return absl::StrCat("arena ", arena_bytes, " + state ", state_bytes, " + shards ", shard_bytes, " + buckets ",
+                      bucket_bytes, " + other ", other_bytes, " + comm scratch ", comm_scratch_bytes, " = ", Total(),
+                      " bytes");
+}
+
+absl::StatusOr<ShardedStepMemory> ShardedDataParallelStep::PlanMemory(const graph::Graph& train,
+                                                                      const CompileOptions& options, int shard_size,
+                                                                      int shard_rank, int world_size) {
+  if (shard_size < 1 || shard_rank < 0 || shard_rank >= shard_size || world_size < shard_size) {
+    return absl::InvalidArgumentError(absl::StrCat("ShardedDataParallelStep::PlanMemory: expected 0 <= shard_rank < "
+                                                   "shard_size <= world_size, found rank ", shard_rank, " of ",
+                                                   shard_size, ", world ", world_size));
+  }
+  std::unique_ptr<ShardedDataParallelStep> s(new ShardedDataParallelStep());
+  s->plan_only_ = true;
+  s->shard_size_ = shard_size;
+  s->shard_rank_ = shard_rank;
+  s->world_size_ = world_size;
+  SG_RETURN_IF_ERROR(s->Build(train, options));
+  return s->memory_;
+}
+
+bool ShardedDataParallelStep::Direct(const Unit& u) const {
+  if (u.params.size() != 1) return false;
+  const Param& p = *params_[u.params[0]];
+  return p.rows >= shard_size_ && p.rows % shard_size_ == 0;
+}
+
+absl::Status ShardedDataParallelStep::SizeBuffers() {
+  const int P = shard_size_;
+  int64_t shard_bytes = 0;
+  shard_offsets_.clear();
+  for (auto& p : params_) {
+    const TensorView full = program_->sources.count(p->name) ? program_->sources.at(p->name)
+                                                             : program_->sources.at(p->name + kBackwardSuffix);
+    if (full.dtype() != DType::kF32) {
+      return absl::UnimplementedError(absl::StrCat("sharded data parallel: parameter '", p->name,
+                                                   "' is ", DTypeName(full.dtype()), ", expected f32 master weights"));
+    }
+    p->rows = full.shape().empty() ? 1 : full.shape()[0];
+    p->row = p->rows == 0 ? 0 : full.numel() / p->rows;
+    p->chunk = sharding::MaxChunk(p->rows, P);
+    p->mine = sharding::Chunk(p->rows, P, shard_rank_);
+    auto src = program_->sources.find(p->name);
+    if (src != program_->sources.end()) p->full_fwd = src->second;
+    src = program_->sources.find(p->name + kBackwardSuffix);
+    if (src != program_->sources.end()) p->full_bwd = src->second;
+    p->grad_full = program_->outputs.at("grad:" + p->name);
+    if (p->grad_full.dtype() != DType::kF32) {
+      return absl::UnimplementedError(absl::StrCat("sharded data parallel: gradient of '", p->name, "' is ",
+                                                   DTypeName(p->grad_full.dtype()), ", expected f32"));
+    }
+    Unit& u = *units_[p->unit];
+    p->pack_offset = u.block;
+    u.block += p->chunk * p->row;
+    shard_offsets_.push_back(shard_bytes);
+    shard_bytes += 4 * AlignUp(p->mine.length * p->row * 4);
+  }
+  // A Direct unit needs no packed staging, and no block staging unless micro-batches after the
+  // first add their reduce-scattered gradients to the shards.
+  int64_t packed = 0, block = 0, largest = 0;
+  for (auto& u : units_) {
+    if (!Direct(*u)) packed = std::max(packed, u->block * P);
+    if (!Direct(*u) || micro_batches_ > 1) block = std::max(block, u->block);
+    largest = std::max(largest, u->block * P);
+  }
+  packed_ = TensorView(nullptr, DType::kF32, {packed}, program_->device);
+  block_ = TensorView(nullptr, DType::kF32, {block}, program_->device);
+  memory_ = ShardedStepMemory();
+  memory_.arena_bytes = program_->plan.arena_bytes;
+  memory_.state_bytes = program_->state_bytes;
+  memory_.shard_bytes = shard_bytes;
+  memory_.bucket_bytes = AlignUp(std::max<int64_t>(packed, 1) * 4) + AlignUp(std::max<int64_t>(block, 1) * 4);
+  memory_.other_bytes = ScalarBytes();
+  // Inside the arena: the gathered parameters and the full unit gradients live at once, at their
+  // busiest node (each from where the runtime issues it to its last reader).
+  const int num_nodes = int(dp_.graph.nodes().size());
+  std::vector<int64_t> gathered(size_t(num_nodes) + 2, 0), grads(size_t(num_nodes) + 2, 0);
+  auto live = [&](std::vector<int64_t>& d, int from, int to, int64_t bytes) {
+    if (from < 0 || from > num_nodes || to < from) return;
+    d[size_t(from)] += bytes;
+    d[size_t(std::min(to, num_nodes)) + 1] -= bytes;
+  };
+  for (auto& p : params_) {
+    const Unit& u = *units_[p->unit];
+    const int64_t bytes = p->rows * p->row * 4;
+    if (u.fwd_at != INT_MAX && p->fwd_last >= 0) live(gathered, u.fwd_at, p->fwd_last, bytes);
+    if (u.bwd_at != INT_MAX && p->bwd_last >= 0) live(gathered, u.bwd_at, p->bwd_last, bytes);
+    live(grads, p->grad_from, std::min(u.rs_wait_at, num_nodes), bytes);
+  }
+  int64_t g_sum = 0, r_sum = 0;
+  for (int i = 0; i <= num_nodes; ++i) {
+    g_sum += gathered[size_t(i)];
+    r_sum += grads[size_t(i)];
+    memory_.gathered_peak_bytes = std::max(memory_.gathered_peak_bytes, g_sum);
+    memory_.unit_grads_peak_bytes = std::max(memory_.unit_grads_peak_bytes, r_sum);
+  }
+  if (P > 1 && (program_->device.is_cpu() || P > 2)) memory_.comm_scratch_bytes = largest * 4;
+  if (micro_batches_ > 1) {
+    for (const std::string& name : program_->input_names) {
+      if (name == kLossScaleName) continue;
+      const TensorView& micro = program_->sources.at(name);
+      memory_.other_bytes += AlignUp(micro.numel() * int64_t(SizeOf(micro.dtype())) * micro_batches_);
+    }
+  }
+  return absl::OkStatus();
+}
+
+int64_t ShardedDataParallelStep::ScalarBytes() const {
+  const int64_t P = shard_size_, W = world_size_, K = micro_batches_;
+  // lr, counter (i64), local norm, P norms, norm, clip, world losses (per micro-batch), 3 dummies
+  // of P, this rank's micro-batch losses.
+  const int64_t slots[] = {1, 2, 1, P, 1, 1, W * K, P, P, P, K};
+  int64_t total = 0;
+  for (int64_t n : slots) total += AlignUp(n * 4);
+  return total;
+}
+
+}  // namespace sg::compiler
