@@ -232,6 +232,32 @@ absl::Status CompiledStep::AddStepCounter() {
   return absl::OkStatus();
 }
 
+Step CompiledStep::CommStep(std::string name, graph::Phase phase, Event* ready,
+                            std::function<absl::Status(const Stream&)> body, Event* done) {
+  Step st;
+  st.kind = Step::Kind::kCollective;
+  st.name = std::move(name);
+  st.phase = phase;
+  st.stream = 1;
+  st.impl = "collective";
+  st.launch = [this, ready, body = std::move(body), done](const Stream& comm) -> absl::Status {
+    SG_RETURN_IF_ERROR(ready->Record(executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(ready->Block(comm));
+    SG_RETURN_IF_ERROR(body(comm));
+    return done->Record(comm);
+  };
+  return st;
+}
+
+Step CompiledStep::WaitStep(std::string name, graph::Phase phase, const Event* done) {
+  Step st;
+  st.name = std::move(name);
+  st.phase = phase;
+  st.impl = "wait";
+  st.launch = [done](const Stream& s) { return done->Block(s); };
+  return st;
+}
+
 CompiledStep::~CompiledStep() {
   if (executor_ != nullptr) (void)executor_->Synchronize();
 }

@@ -150,6 +150,14 @@ class CompiledStep {
   friend absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph&, const CompileOptions&);
   CompiledStep() = default;
   absl::Status CopyInputs(const std::map<std::string, TensorView>& batch);
+  // For the distributed runtimes' schedules (compiler/fsdp.h, compiler/tensor_parallel.h): a step
+  // on the communication stream that first waits for everything enqueued on the compute stream
+  // (through `ready`), runs `body` there and records `done`; the compute stream is looked up when
+  // the step runs, so the schedule may be built before the executor.
+  Step CommStep(std::string name, graph::Phase phase, Event* ready, std::function<absl::Status(const Stream&)> body,
+                Event* done);
+  // A step that makes its stream wait for `done`.
+  static Step WaitStep(std::string name, graph::Phase phase, const Event* done);
   absl::Status AddStepCounter();
 
   std::unique_ptr<Program> program_;

@@ -246,32 +246,6 @@ absl::Status ShardedDataParallelStep::Allocate() {
   return absl::OkStatus();
 }
 
-Step ShardedDataParallelStep::CommStep(std::string name, Phase phase,
-                                       std::function<absl::Status(const Stream&)> body, Event* done) {
-  Step st;
-  st.kind = Step::Kind::kCollective;
-  st.name = std::move(name);
-  st.phase = phase;
-  st.stream = 1;
-  st.impl = "collective";
-  st.launch = [this, body = std::move(body), done](const Stream& comm) -> absl::Status {
-    SG_RETURN_IF_ERROR(ready_->Record(executor_->compute_stream()));
-    SG_RETURN_IF_ERROR(ready_->Block(comm));
-    SG_RETURN_IF_ERROR(body(comm));
-    return done->Record(comm);
-  };
-  return st;
-}
-
-Step ShardedDataParallelStep::WaitStep(std::string name, Phase phase, const Event* done) {
-  Step st;
-  st.name = std::move(name);
-  st.phase = phase;
-  st.impl = "wait";
-  st.launch = [done](const Stream& s) { return done->Block(s); };
-  return st;
-}
-
 absl::Status ShardedDataParallelStep::Gather(const Unit& u, bool backward, const Stream& s) {
   const int P = shard_size_;
   if (Direct(u)) {

@@ -149,10 +149,10 @@ class ShardedDataParallelStep : public CompiledStep {
   // Full-batch input buffers for micro_batches_ > 1 (staged into by Run, sliced per micro-batch).
   absl::Status AllocateFullInputs();
   absl::Status StageFullInputs(const std::map<std::string, TensorView>& batch);
-  // A step on the comm stream that first waits for everything enqueued on compute so far, runs
-  // `body`, and records `done`.
-  Step CommStep(std::string name, graph::Phase phase, std::function<absl::Status(const Stream&)> body, Event* done);
-  Step WaitStep(std::string name, graph::Phase phase, const Event* done);
+  // CompiledStep::CommStep ordered after compute through this step's `ready_` event.
+  Step CommStep(std::string name, graph::Phase phase, std::function<absl::Status(const Stream&)> body, Event* done) {
+    return CompiledStep::CommStep(std::move(name), phase, ready_.get(), std::move(body), done);
+  }
   absl::Status GatherRows(const TensorView& shard, const Param& p, const TensorView& host) const;
   const Param* FindParam(const std::string& name, TensorView Param::*which, const std::string& prefix) const;
 

@@ -205,32 +205,6 @@ absl::Status TensorParallelStep::Allocate() {
   return absl::OkStatus();
 }
 
-Step TensorParallelStep::CommStep(std::string name, Phase phase, std::function<absl::Status(const Stream&)> body,
-                                  Event* done) {
-  Step st;
-  st.kind = Step::Kind::kCollective;
-  st.name = std::move(name);
-  st.phase = phase;
-  st.stream = 1;
-  st.impl = "collective";
-  st.launch = [this, body = std::move(body), done](const Stream& comm) -> absl::Status {
-    SG_RETURN_IF_ERROR(ready_->Record(executor_->compute_stream()));
-    SG_RETURN_IF_ERROR(ready_->Block(comm));
-    SG_RETURN_IF_ERROR(body(comm));
-    return done->Record(comm);
-  };
-  return st;
-}
-
-Step TensorParallelStep::WaitStep(std::string name, Phase phase, const Event* done) {
-  Step st;
-  st.name = std::move(name);
-  st.phase = phase;
-  st.impl = "wait";
-  st.launch = [done](const Stream& s) { return done->Block(s); };
-  return st;
-}
-
 // The tp all-reduces go in after the steps of the node that completes each partial sum and are
 // waited for before the first step of the node that needs the sum; then the dp gradient
 // all-reduce, the grad norm and AdamW on the local slices.

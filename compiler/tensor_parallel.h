@@ -83,8 +83,10 @@ class TensorParallelStep : public CompiledStep {
   absl::Status Allocate();
   absl::Status Schedule();
   absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
-  Step CommStep(std::string name, graph::Phase phase, std::function<absl::Status(const Stream&)> body, Event* done);
-  Step WaitStep(std::string name, graph::Phase phase, const Event* done);
+  // CompiledStep::CommStep ordered after compute through this step's `ready_` event.
+  Step CommStep(std::string name, graph::Phase phase, std::function<absl::Status(const Stream&)> body, Event* done) {
+    return CompiledStep::CommStep(std::move(name), phase, ready_.get(), std::move(body), done);
+  }
   const Param* FindParam(const std::string& name, const std::string& prefix) const;
 
   TensorParallelLayout layout_;
