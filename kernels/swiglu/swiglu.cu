@@ -3,11 +3,12 @@
 // loads per thread in flight that is ~64-96 KB per SM, above the ~25 KB per SM HBM3e needs at H200
 // latency. The packed [gate | up] form indexes by row; separate tensors are one flat row.
 //
-// Backward, two kernels selected by SG_SWIGLU_BWD (read per call) until the GPU run picks one:
-// "unrolled" (default for bf16 in the 16-byte layout): two packs per thread per grid-stride step (6
-// 16-byte loads in flight before the first store, kept raw) and 32-bit pack indices (one 32-bit
-// division per pack instead of a 64-bit one, ~100 instructions per 8 elements) when the problem
-// has fewer than 2^31 packs; "v1": the first kernel (2.97 TB/s on H200 at 16384 x 5632 bf16).
+// Backward, two kernels selected by SG_SWIGLU_BWD (read per call): "v1" (the default): one pack
+// per thread per grid-stride step over a one-wave grid (cuda_vec::ResidentGrid); "unrolled": two
+// packs per thread per step (6 16-byte loads in flight before the first store, kept raw) with
+// 32-bit pack indices. On H200 at 16384 x 8192 bf16 (2026-11-30, batch timing): v1 3.63 TB/s,
+// unrolled 3.48, once both grids were one wave (before, with GridFor's 8 blocks per SM, unrolled's
+// 3 resident blocks ran 2.67 waves: 3.40, and v1 3.06).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -147,9 +148,9 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-bool UseBackwardV1() {
+bool UseBackwardUnrolled() {
   const char* v = std::getenv("SG_SWIGLU_BWD");
-  return v != nullptr && std::strcmp(v, "v1") == 0;
+  return v != nullptr && std::strcmp(v, "unrolled") == 0;
 }
 
 // The 16-byte path needs every row of every operand to start on a 16-byte boundary.
@@ -193,7 +194,7 @@ absl::Status Backward(const Problem& p, const void* dout, const void* gate, cons
   const bool rows = p.rows > 1;
   // bf16 only: f32 packs take twice the registers and spilled.
   if constexpr (sizeof(T) == 2) {
-    if (!UseBackwardV1() && vec && p.cols % 8 == 0 &&
+    if (UseBackwardUnrolled() && vec && p.cols % 8 == 0 &&
         packs < (int64_t(1) << 31) - 2 * int64_t(kThreads) * 132 * 8) {
       const unsigned grid =
           cuda_vec::ResidentGrid(BackwardUnrolledKernel<T>, kThreads, (packs + 2 * kThreads - 1) / (2 * kThreads));
