@@ -1,0 +1,326 @@
+// CUDA flash attention forward, v4 variant "wgmma" (experiment, SG_ATTENTION_KERNEL=v4
+// SG_ATTN_FWD_VARIANT=wgmma): Hopper warpgroup MMA. mma.sync tops out near two thirds of the H200's
+// tensor throughput; wgmma reaches it, and runs asynchronously to the issuing warps.
+//
+// One block of 2 warpgroups per (128-query tile, head, batch); warpgroup w owns query rows
+// [64 w, 64 w + 64). Key tiles of 128 in a 2-stage cp.async ring (one barrier per tile), as in v2:
+//   S = Q K^T   wgmma m64n128k16, Q and K from shared memory (K-major, 128-byte swizzle)
+//   softmax     on the S accumulators (the mma.sync C layout per warp), scale folded into exp2
+//   O += P V    wgmma m64n{D}k16, P from registers (the mma.sync A layout per warp), V from shared
+//               memory through an MN-major descriptor (V stays [key][d] as loaded)
+// Not yet here (FA3): TMA loads, producer/consumer warp specialization, ping-pong between the
+// warpgroups, overlapping the softmax with the next QK^T.
+//
+// Shared-memory layout of every operand tile [rows][D]: D / 64 column blocks of [rows][64] (128-byte
+// rows), 16-byte chunk c of row r at chunk (c ^ (r % 8)) -- the 128-byte swizzle pattern, in
+// 1024-byte atoms of 8 rows. Descriptors (PTX "matrix descriptor"): K-major (Q, K): SBO = 1024 (next
+// 8 rows), LBO unused (1); a k16 step is +32 bytes inside an atom, +rows*128 per column block.
+// MN-major (V as B of P V): SBO = 1024 (next 8 keys), LBO = rows*128 (next 64 columns of d).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/attention_device.cuh"
+#include "kernels/attention/attention_fwd_v4.cuh"
+#include "kernels/attention/attention_tiling.h"
+
+namespace sg::kernels::internal::attention_device {
+namespace {
+
+template <int kDim>
+struct WgmmaFwdConfig {
+  static constexpr int kD = kDim, kThreads = 256, kBlockM = 128, kBlockN = 128, kStages = 2;
+  static_assert(kD == 64 || kD == 128, "head_dim 64 or 128 (whole 64-column swizzle blocks)");
+  static constexpr int kQBytes = kBlockM * kD * 2, kKvBytes = kBlockN * kD * 2;
+  // + 1 KB to align the tiles to the 1024-byte swizzle atoms.
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + 1024;
+};
+
+// The device helpers exist only in the sm_90a pass (the compute_90 PTX pass has no wgmma).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// --- wgmma PTX wrappers (sm_90a) ---------------------------------------------------------------------
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaWaitAll() { asm volatile("wgmma.wait_group.sync.aligned 0;\n" ::: "memory"); }
+// Keeps the compiler from moving accesses of the accumulators across the fences and waits above.
+template <int kN>
+__device__ __forceinline__ void FenceOperands(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// A shared-memory matrix descriptor with 128-byte swizzling.
+__device__ __forceinline__ uint64_t Sw128Desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t((lbo_bytes & 0x3FFFF) >> 4) << 16 |
+         uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// d = A B (accumulate == 0) or d += A B for one k16 step, m64n128k16; A and B from shared memory
+// (K-major descriptors).
+__device__ __forceinline__ void WgmmaSS128(float (&d)[64], uint64_t a_desc, uint64_t b_desc, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+
+// d += A B for one k16 step, m64n128k16; A from registers (the mma.sync A layout in each warp),
+// B from shared memory through an MN-major descriptor (imm-trans-b = 1).
+__device__ __forceinline__ void WgmmaRS128(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+// d += A B for one k16 step, m64n64k16; A from registers (the mma.sync A layout in each warp),
+// B from shared memory through an MN-major descriptor (imm-trans-b = 1).
+__device__ __forceinline__ void WgmmaRS64(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+}
+
+// --- The kernel --------------------------------------------------------------------------------------
+
+// Async copy of a [kRows][kD] tile (rows `row_stride` elements apart, rows >= valid_rows zero-filled)
+// into the swizzled layout at `tile` (1024-byte aligned), by all kThreads threads.
+template <int kRows, int kD, int kThreads>
+__device__ __forceinline__ void LoadSwizzled(uint32_t tile, const bf16* g, int64_t row_stride,
+                                             int valid_rows) {
+  constexpr int kChunks = kD / 8;
+  static_assert(kRows * kChunks % kThreads == 0, "tile load must split evenly");
+#pragma unroll
+  for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
+    const int idx = i * kThreads + int(threadIdx.x), r = idx / kChunks, c = idx % kChunks;
+    const bool valid = r < valid_rows;
+    const uint32_t dst = tile + (c / 8) * (kRows * 128) + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+    CpAsync16(dst, g + (valid ? r : 0) * row_stride + c * 8, valid);
+  }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+template <int kD>
+__global__ void __launch_bounds__(256, 1)
+    WgmmaFwdKernel(Problem pr, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                   const bf16* __restrict__ v, bf16* __restrict__ out, float* __restrict__ lse) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = WgmmaFwdConfig<kD>;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t sq = (SmemAddr(smem) + 1023) & ~1023u;
+  const uint32_t sk = sq + C::kQBytes, sv = sk + kStages * C::kKvBytes;  // stage s at + s * kKvBytes
+
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int m_block = pr.causal ? int(gridDim.y) - 1 - int(blockIdx.y) : int(blockIdx.y);
+  const int h = blockIdx.x, b = blockIdx.z, kh = h / (pr.heads / pr.kv_heads);
+  const int m0 = m_block * kBlockM;
+  const int64_t q_row = int64_t(pr.heads) * kD, k_row = int64_t(pr.kv_heads) * kD;
+  const bf16* q_base = q + (int64_t(b) * pr.seq_q + m0) * q_row + h * kD;
+  const bf16* k_base = k + int64_t(b) * pr.seq_k * k_row + kh * kD;
+  const bf16* v_base = v + int64_t(b) * pr.seq_k * k_row + kh * kD;
+
+  const int n_end = VisibleKeyEnd(min(m0 + kBlockM, pr.seq_q), pr.seq_k, pr.causal, pr.q_minus_k);
+  const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
+
+  // Commit groups: Q, then one per key tile (empty past the end).
+  LoadSwizzled<kBlockM, kD, C::kThreads>(sq, q_base, q_row, pr.seq_q - m0);
+  CpAsyncCommit();
+  auto load_kv = [&](int t) {
+    if (t < n_tiles) {
+      const int n = t * kBlockN;
+      const uint32_t offset = (t % kStages) * C::kKvBytes;
+      LoadSwizzled<kBlockN, kD, C::kThreads>(sk + offset, k_base + n * k_row, k_row, pr.seq_k - n);
+      LoadSwizzled<kBlockN, kD, C::kThreads>(sv + offset, v_base + n * k_row, k_row, pr.seq_k - n);
+    }
+    CpAsyncCommit();
+  };
+  load_kv(0);
+
+  float o[kD / 2] = {};  // m64n{kD} accumulator: n8 chunk j holds (row g, 8j + 2t..), (row g + 8, ..)
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  const int first_row = m0 + 64 * wg + 16 * warp + lane / 4;  // and first_row + 8
+  // This warpgroup's 64 rows of Q; k16 step kk at + (kk / 4) column blocks + (kk % 4) * 32 bytes.
+  const uint32_t q_tile = sq + wg * 64 * 128;
+
+  for (int t = 0; t < n_tiles; ++t) {
+    // Tile t landed and is visible to the async proxy; everyone is done with tile t - 1 (its
+    // wgmmas were waited for), whose stage the copy below refills.
+    CpAsyncWait<0>();
+    FenceProxyAsyncShared();
+    __syncthreads();
+    load_kv(t + 1);
+    const int n0 = t * kBlockN;
+    const uint32_t k_tile = sk + (t % kStages) * C::kKvBytes, v_tile = sv + (t % kStages) * C::kKvBytes;
+
+    // S = Q K^T.
+    float s[kBlockN / 2];
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
+    FenceOperands(s);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kD / 16; ++kk) {
+      const uint32_t offset = (kk / 4) * (kBlockM * 128) + (kk % 4) * 32;
+      const uint64_t a_desc = Sw128Desc(q_tile + offset, 16, 1024);
+      const uint64_t b_desc = Sw128Desc(k_tile + (kk / 4) * (kBlockN * 128) + (kk % 4) * 32, 16, 1024);
+      WgmmaSS128(s, a_desc, b_desc, kk > 0);
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+    FenceOperands(s);
+
+    // Mask keys past the end and (causal) after the query.
+    if (TileNeedsMask(m0, n0, kBlockN, pr.seq_k, pr.causal, pr.q_minus_k)) {
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) {
+        const int col = n0 + (i / 4) * 8 + 2 * (lane % 4) + (i & 1);
+        const int row = first_row + ((i & 2) ? 8 : 0);
+        if (col >= pr.seq_k || (pr.causal && int64_t(col) > row + pr.q_minus_k)) s[i] = -INFINITY;
+      }
+    }
+
+    // Online softmax in the log2 domain on raw scores (scale > 0): p = 2^(s c - m).
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      float mx = -INFINITY;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+      mx = fmaxf(row_max[r], QuadMax(mx) * pr.scale_log2);
+      const float m_use = mx == -INFINITY ? 0.f : mx;  // fully masked so far: keep 2^x finite
+      const float alpha = FastExp2(row_max[r] - m_use);
+      row_max[r] = mx;
+      float sum = 0.f;
+#pragma unroll
+      for (int j = 0; j < kBlockN / 8; ++j) {
+        s[4 * j + 2 * r] = FastExp2(fmaf(s[4 * j + 2 * r], pr.scale_log2, -m_use));
+        s[4 * j + 2 * r + 1] = FastExp2(fmaf(s[4 * j + 2 * r + 1], pr.scale_log2, -m_use));
+        sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+      }
+      row_sum[r] = row_sum[r] * alpha + sum;  // per-thread partial; quad-reduced at the end
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        o[4 * j + 2 * r] *= alpha;
+        o[4 * j + 2 * r + 1] *= alpha;
+      }
+    }
+
+    // O += P V: P packed to bf16 A fragments (k16 step kk = S chunks 2 kk and 2 kk + 1).
+    uint32_t p[kBlockN / 16][4];
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) p[kk][i] = PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+    }
+    FenceOperands(o);
+    WgmmaFence();
+#pragma unroll
+    for (int kk = 0; kk < kBlockN / 16; ++kk) {
+      const uint64_t b_desc = Sw128Desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
+      if constexpr (kD == 128) {
+        WgmmaRS128(o, p[kk], b_desc);
+      } else {
+        WgmmaRS64(o, p[kk], b_desc);
+      }
+    }
+    WgmmaCommit();
+    WgmmaWaitAll();
+    FenceOperands(o);
+  }
+  CpAsyncWait<0>();  // with no key tiles the Q copy may still be in flight
+
+  // Normalize and write out (lse as v2: natural log, [b, h, row]).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = QuadSum(row_sum[r]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = first_row + 8 * r;
+    if (row < pr.seq_q) {
+      if (lane % 4 == 0) {
+        lse[(int64_t(b) * pr.heads + h) * pr.seq_q + row] = l > 0.f ? (row_max[r] + __log2f(l)) * kLn2 : -INFINITY;
+      }
+      bf16* out_row = out + (int64_t(b) * pr.seq_q + row) * q_row + h * kD + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(out_row + 8 * j) = PackBf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+      }
+    }
+  }
+#else
+  __trap();  // wgmma needs sm_90a; the dispatch launches this kernel only there
+#endif
+}
+
+template <int kD>
+absl::Status LaunchWgmma(const Problem& pr, int batch, const void* q, const void* k, const void* v,
+                         void* out, float* lse, cudaStream_t stream) {
+  using C = WgmmaFwdConfig<kD>;
+  const int m_blocks = (pr.seq_q + C::kBlockM - 1) / C::kBlockM;
+  SG_CHECK_ARG(m_blocks <= 65535, "attention v4 wgmma forward: at most 65535 query tiles of ",
+               C::kBlockM, " rows, found seq_q ", pr.seq_q);
+  SG_RETURN_IF_ERROR(AllowSmem(WgmmaFwdKernel<kD>, C::kSmemBytes));
+  WgmmaFwdKernel<kD><<<dim3(pr.heads, m_blocks, batch), C::kThreads, C::kSmemBytes, stream>>>(
+      pr, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+      static_cast<bf16*>(out), lse);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(WgmmaFwdKernel);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status LaunchForwardV4Wgmma(const Problem& pr, int head_dim, int batch, const void* q,
+                                  const void* k, const void* v, void* out, float* lse,
+                                  cudaStream_t stream) {
+  int device = 0, major = 0, minor = 0;
+  SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "attention v4 wgmma forward: needs an sm_90 GPU (wgmma), found compute capability ", major,
+        ".", minor));
+  }
+  if (head_dim == 64) return LaunchWgmma<64>(pr, batch, q, k, v, out, lse, stream);
+  return LaunchWgmma<128>(pr, batch, q, k, v, out, lse, stream);
+}
+
+}  // namespace sg::kernels::internal::attention_device
