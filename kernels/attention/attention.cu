@@ -495,8 +495,8 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
   // grid's y (at most 65535); v3 covers the rest.
   if (variant == AttentionKernel::kV4 && pr.scale_log2 > 0.f && p.seq_q <= int64_t(65535) * 128) {
     SG_ASSIGN_OR_RETURN(FwdV4Variant fwd, FwdV4VariantFromEnv());
-    if (fwd == FwdV4Variant::kWgmma) {
-      return LaunchForwardV4Wgmma(pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
+    if (IsWgmma(fwd)) {
+      return LaunchForwardV4Wgmma(fwd, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
     }
     return LaunchForwardV4Mma(fwd, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
   }
