@@ -59,6 +59,17 @@ __device__ __forceinline__ void FenceOperands(float (&d)[kN]) {
   for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
 }
 
+// The same for the A fragments of an RS wgmma: they are read asynchronously until the wait, so they
+// must stay allocated (not reused for temporaries) until then.
+template <int kK>
+__device__ __forceinline__ void FenceOperands(uint32_t (&a)[kK][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kK; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kk][i])::"memory");
+  }
+}
+
 // A shared-memory matrix descriptor with 128-byte swizzling.
 __device__ __forceinline__ uint64_t Sw128Desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
   return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t((lbo_bytes & 0x3FFFF) >> 4) << 16 |
@@ -329,6 +340,7 @@ __global__ void __launch_bounds__(256, 1)
       IssuePV<kD, kBlockN>(o, p, v_tile(t));
       WgmmaWait<0>();
       FenceOperands(o);
+      FenceOperands(p);
     }
   } else if (n_tiles > 0) {
     // Tile 0's scores; then per tile t: P(t) packed, O rescaled, QK^T(t + 1) and PV(t) issued,
@@ -360,6 +372,7 @@ __global__ void __launch_bounds__(256, 1)
       SoftmaxTile<kBlockN>(s, row_max, row_sum, alpha, pr.scale_log2);
       WgmmaWait<0>();
       FenceOperands(o);
+      FenceOperands(p);
     }
     // The last tile's PV.
     PackP<kBlockN>(p, s);
@@ -367,6 +380,7 @@ __global__ void __launch_bounds__(256, 1)
     IssuePV<kD, kBlockN>(o, p, v_tile(n_tiles - 1));
     WgmmaWait<0>();
     FenceOperands(o);
+    FenceOperands(p);
   }
   CpAsyncWait<0>();  // with no key tiles the Q copy may still be in flight
 
