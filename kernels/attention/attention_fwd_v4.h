@@ -16,6 +16,8 @@
 //   wgmmap    128-key tiles; QK^T of tile t + 1 and PV of tile t in flight together, the softmax
 //             of tile t + 1 under the PV (3 stages)
 //   wgmmap64  as wgmmap with 64-key tiles (fewer registers in flight)
+//   wgmmat    as wgmma with V transposed in shared memory, so that P V reads a K-major B like
+//             QK^T does (a check on the MN-major descriptor of the others)
 #ifndef SGTRAIN_KERNELS_ATTENTION_ATTENTION_FWD_V4_H_
 #define SGTRAIN_KERNELS_ATTENTION_ATTENTION_FWD_V4_H_
 
@@ -27,7 +29,16 @@
 
 namespace sg::kernels::internal {
 
-enum class FwdV4Variant { k4x32, k4x32j, k8x16q, k8x16, kWgmma, kWgmmaPipelined, kWgmmaPipelined64 };
+enum class FwdV4Variant {
+  k4x32,
+  k4x32j,
+  k8x16q,
+  k8x16,
+  kWgmma,
+  kWgmmaPipelined,
+  kWgmmaPipelined64,
+  kWgmmaTransposedV
+};
 inline bool IsWgmma(FwdV4Variant v) { return v >= FwdV4Variant::kWgmma; }
 
 struct FwdV4VariantName {
@@ -40,7 +51,8 @@ constexpr FwdV4VariantName kFwdV4Variants[] = {{FwdV4Variant::k4x32, "4x32"},
                                                {FwdV4Variant::k8x16, "8x16"},
                                                {FwdV4Variant::kWgmma, "wgmma"},
                                                {FwdV4Variant::kWgmmaPipelined, "wgmmap"},
-                                               {FwdV4Variant::kWgmmaPipelined64, "wgmmap64"}};
+                                               {FwdV4Variant::kWgmmaPipelined64, "wgmmap64"},
+                                               {FwdV4Variant::kWgmmaTransposedV, "wgmmat"}};
 
 // SG_ATTN_FWD_VARIANT (unset or empty: 4x32); anything else is InvalidArgument.
 inline absl::StatusOr<FwdV4Variant> FwdV4VariantFromEnv() {

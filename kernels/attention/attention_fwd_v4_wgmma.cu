@@ -29,14 +29,16 @@
 namespace sg::kernels::internal::attention_device {
 namespace {
 
-template <int kDim, bool kPipelined, int kKeys>
+template <int kDim, bool kPipelined, int kKeys, bool kTransposeV>
 struct WgmmaFwdConfig {
   static constexpr int kD = kDim, kThreads = 256, kBlockM = 128, kBlockN = kKeys;
   static constexpr int kStages = kPipelined ? 3 : 2;
+  static constexpr bool kVt = kTransposeV;
   static_assert(kD == 64 || kD == 128, "head_dim 64 or 128 (whole 64-column swizzle blocks)");
+  static_assert(!(kVt && kPipelined), "V^T is implemented for the plain loop only");
   static constexpr int kQBytes = kBlockM * kD * 2, kKvBytes = kBlockN * kD * 2;
-  // + 1 KB to align the tiles to the 1024-byte swizzle atoms.
-  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + 1024;
+  // + a V^T tile with kVt; + 1 KB to align the tiles to the 1024-byte swizzle atoms.
+  static constexpr int kSmemBytes = kQBytes + (2 * kStages + (kVt ? 1 : 0)) * kKvBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
 
@@ -112,8 +114,9 @@ __device__ __forceinline__ void WgmmaSS128(float (&d)[64], uint64_t a_desc, uint
       : "l"(a_desc), "l"(b_desc), "r"(accumulate));
 }
 
-// d += A B for one k16 step, m64n128k16; A from registers (the mma.sync A layout in each warp),
-// B from shared memory through an MN-major descriptor (imm-trans-b = 1).
+// d += A B for one k16 step, m64n{64,128}k16; A from registers (the mma.sync A layout in each warp),
+// B from shared memory: kTransB = 1 through an MN-major descriptor, 0 K-major.
+template <int kTransB>
 __device__ __forceinline__ void WgmmaRS128(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
@@ -122,7 +125,7 @@ __device__ __forceinline__ void WgmmaRS128(float (&d)[64], const uint32_t (&a)[4
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
       "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
       "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, 1;\n}\n"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
@@ -131,23 +134,22 @@ __device__ __forceinline__ void WgmmaRS128(float (&d)[64], const uint32_t (&a)[4
         "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
         "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
         "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB));
 }
 
-// d += A B for one k16 step, m64n64k16; A from registers (the mma.sync A layout in each warp),
-// B from shared memory through an MN-major descriptor (imm-trans-b = 1).
+template <int kTransB>
 __device__ __forceinline__ void WgmmaRS64(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc) {
   asm volatile(
       "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
       "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, 1;\n}\n"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
         "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
         "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
         "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB));
 }
 
 // --- Pieces of the kernel -----------------------------------------------------------------------------
@@ -189,22 +191,48 @@ __device__ __forceinline__ void IssueQK(float (&s)[kBlockN / 2], uint32_t q_tile
   WgmmaCommit();
 }
 
-// Issues O += P V (P: bf16 A fragments, k16 step kk = keys 16 kk..) as one wgmma group.
-template <int kD, int kBlockN>
+// Issues O += P V (P: bf16 A fragments, k16 step kk = keys 16 kk..) as one wgmma group. kVt: the
+// tile is V^T ([kD][kBlockN], K-major, from TransposeV), else V as loaded ([kBlockN][kD], MN-major).
+template <int kD, int kBlockN, bool kVt>
 __device__ __forceinline__ void IssuePV(float (&o)[kD / 2], const uint32_t (&p)[kBlockN / 16][4],
                                         uint32_t v_tile) {
   FenceOperands(o);
   WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    const uint64_t b_desc = Sw128Desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
+    const uint64_t b_desc =
+        kVt ? Sw128Desc(v_tile + (kk / 4) * (kD * 128) + (kk % 4) * 32, 16, 1024)
+            : Sw128Desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
     if constexpr (kD == 128) {
-      WgmmaRS128(o, p[kk], b_desc);
+      WgmmaRS128<kVt ? 0 : 1>(o, p[kk], b_desc);
     } else {
-      WgmmaRS64(o, p[kk], b_desc);
+      WgmmaRS64<kVt ? 0 : 1>(o, p[kk], b_desc);
     }
   }
   WgmmaCommit();
+}
+
+// V^T of a swizzled [kBlockN][kD] V tile into vt, swizzled [kD][kBlockN] (K-major for P V), by the
+// 8 warps: each ldmatrix.x4.trans takes 8 keys x 32 columns of d and hands every lane two
+// consecutive keys of one d row. Both sides are conflict-free (the swizzle spreads the 8 rows).
+template <int kD, int kBlockN>
+__device__ __forceinline__ void TransposeV(uint32_t vt, uint32_t v_tile, int warp_id, int lane) {
+  constexpr int kKeyGroups = kBlockN / 8, kJobs = kKeyGroups * (kD / 32);
+  static_assert(kJobs % 8 == 0, "jobs split evenly over the 8 warps");
+#pragma unroll
+  for (int job = warp_id; job < kJobs; job += 8) {
+    const int k0 = (job % kKeyGroups) * 8, c0 = (job / kKeyGroups) * 4;  // keys k0.., d chunks c0..
+    const int c = c0 + lane / 8, key = k0 + lane % 8;                       // the row this lane names
+    uint32_t r[4];
+    Ldmatrix4Trans(r, v_tile + (c / 8) * (kBlockN * 128) + key * 128 + (((c % 8) ^ (key % 8)) * 16));
+    const int kc = k0 / 8;  // the 16-byte chunk of keys k0..k0+7 in a V^T row
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int row = (c0 + m) * 8 + lane / 4;  // d
+      const uint32_t dst = vt + (kc / 8) * (kD * 128) + row * 128 + (((kc % 8) ^ (row % 8)) * 16) + 4 * (lane % 4);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst), "r"(r[m]) : "memory");
+    }
+  }
 }
 
 // Masks keys past the end and (causal) after the query in the scores of key tile n0. Element i of
@@ -268,16 +296,17 @@ __device__ __forceinline__ void PackP(uint32_t (&p)[kBlockN / 16][4], const floa
 // kPipelined = true ("wgmmap"): the QK^T of tile t + 1 and the PV of tile t are issued together and
 // the softmax of tile t + 1 runs while the tensor cores do that PV (FA3's intra-warpgroup overlap);
 // 3 stages, since tile t's V, tile t + 1's K and the copy of tile t + 2 are live at once.
-template <int kD, bool kPipelined, int kKeys>
+template <int kD, bool kPipelined, int kKeys, bool kVt>
 __global__ void __launch_bounds__(256, 1)
     WgmmaFwdKernel(Problem pr, const bf16* __restrict__ q, const bf16* __restrict__ k,
                    const bf16* __restrict__ v, bf16* __restrict__ out, float* __restrict__ lse) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = WgmmaFwdConfig<kD, kPipelined, kKeys>;
+  using C = WgmmaFwdConfig<kD, kPipelined, kKeys, kVt>;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t sq = (SmemAddr(smem) + 1023) & ~1023u;
   const uint32_t sk = sq + C::kQBytes, sv = sk + kStages * C::kKvBytes;  // stage s at + s * kKvBytes
+  const uint32_t svt = sv + kStages * C::kKvBytes;                       // V^T (kVt)
 
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int m_block = pr.causal ? int(gridDim.y) - 1 - int(blockIdx.y) : int(blockIdx.y);
@@ -328,6 +357,7 @@ __global__ void __launch_bounds__(256, 1)
     for (int t = 0; t < n_tiles; ++t) {
       all_landed();  // tile t
       load_kv(t + 1);
+      if constexpr (kVt) TransposeV<kD, kBlockN>(svt, v_tile(t), threadIdx.x / 32, lane);
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
       IssueQK<kD, kBlockM, kBlockN>(s, q_tile, k_tile(t));
@@ -337,7 +367,11 @@ __global__ void __launch_bounds__(256, 1)
       SoftmaxTile<kBlockN>(s, row_max, row_sum, alpha, pr.scale_log2);
       RescaleO<kD>(o, alpha);
       PackP<kBlockN>(p, s);
-      IssuePV<kD, kBlockN>(o, p, v_tile(t));
+      if constexpr (kVt) {  // V^T written (generic proxy) by every warp, read by wgmma
+        FenceProxyAsyncShared();
+        __syncthreads();
+      }
+      IssuePV<kD, kBlockN, kVt>(o, p, kVt ? svt : v_tile(t));
       WgmmaWait<0>();
       FenceOperands(o);
       FenceOperands(p);
@@ -365,7 +399,7 @@ __global__ void __launch_bounds__(256, 1)
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
       IssueQK<kD, kBlockM, kBlockN>(s, q_tile, k_tile(t + 1));
-      IssuePV<kD, kBlockN>(o, p, v_tile(t));
+      IssuePV<kD, kBlockN, false>(o, p, v_tile(t));
       WgmmaWait<1>();  // groups complete in order: QK^T(t + 1) is done, PV(t) may still run
       FenceOperands(s);
       MaskTile<kBlockN>(s, pr, m0, (t + 1) * kBlockN, first_row, lane);
@@ -377,7 +411,7 @@ __global__ void __launch_bounds__(256, 1)
     // The last tile's PV.
     PackP<kBlockN>(p, s);
     RescaleO<kD>(o, alpha);
-    IssuePV<kD, kBlockN>(o, p, v_tile(n_tiles - 1));
+    IssuePV<kD, kBlockN, false>(o, p, v_tile(n_tiles - 1));
     WgmmaWait<0>();
     FenceOperands(o);
     FenceOperands(p);
@@ -406,11 +440,11 @@ __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-template <int kD, bool kPipelined, int kKeys>
+template <int kD, bool kPipelined, int kKeys, bool kVt = false>
 absl::Status LaunchWgmma(const Problem& pr, int batch, const void* q, const void* k, const void* v,
                          void* out, float* lse, cudaStream_t stream) {
-  using C = WgmmaFwdConfig<kD, kPipelined, kKeys>;
-  auto* kernel = WgmmaFwdKernel<kD, kPipelined, kKeys>;
+  using C = WgmmaFwdConfig<kD, kPipelined, kKeys, kVt>;
+  auto* kernel = WgmmaFwdKernel<kD, kPipelined, kKeys, kVt>;
   const int m_blocks = (pr.seq_q + C::kBlockM - 1) / C::kBlockM;
   SG_CHECK_ARG(m_blocks <= 65535, "attention v4 wgmma forward: at most 65535 query tiles of ",
                C::kBlockM, " rows, found seq_q ", pr.seq_q);
@@ -433,6 +467,8 @@ absl::Status LaunchWgmmaVariant(FwdV4Variant variant, const Problem& pr, int bat
       return LaunchWgmma<kD, true, 128>(pr, batch, q, k, v, out, lse, stream);
     case FwdV4Variant::kWgmmaPipelined64:
       return LaunchWgmma<kD, true, 64>(pr, batch, q, k, v, out, lse, stream);
+    case FwdV4Variant::kWgmmaTransposedV:
+      return LaunchWgmma<kD, false, 128, true>(pr, batch, q, k, v, out, lse, stream);
     default:
       return absl::InvalidArgumentError("attention v4 forward: not a wgmma variant");
   }
