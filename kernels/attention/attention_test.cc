@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "kernels/attention/attention_fwd_v4.h"
 #include "kernels/attention/attention_internal.h"
@@ -567,13 +568,39 @@ class ScopedKernelVariant {
   ScopedEnv kernel_, fwd_;
 };
 
+std::string VariantName(const KernelVariant& v) {
+  return *v.fwd == '\0' ? v.kernel : absl::StrCat(v.kernel, "/", v.fwd);
+}
+
+// Every variant, or those SG_ATTENTION_TEST_VARIANTS names (comma-separated, e.g. "v3,v4/wgmma"),
+// so that a variant that faults (and takes the CUDA context with it) can be run in a process of
+// its own.
 std::vector<KernelVariant> AllKernelVariants() {
   std::vector<KernelVariant> all = {{"v1", ""}, {"v2", ""}, {"v3", ""}, {"v3a", ""}};
   for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) all.push_back({"v4", v.name});
-  return all;
+  const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
+  if (only == nullptr || *only == '\0') return all;
+  const std::vector<std::string> names = absl::StrSplit(only, ',');
+  std::vector<KernelVariant> chosen;
+  for (const KernelVariant& v : all) {
+    if (std::find(names.begin(), names.end(), VariantName(v)) != names.end()) chosen.push_back(v);
+  }
+  EXPECT_EQ(chosen.size(), names.size()) << "SG_ATTENTION_TEST_VARIANTS='" << only
+                                         << "' names a variant that does not exist";
+  return chosen;
 }
 
-std::string VariantName(const KernelVariant& v) { return absl::StrCat(v.kernel, " ", v.fwd); }
+TEST(AttentionCpuTest, TestVariantFilterPicksNamedVariants) {
+  {
+    ScopedEnv only("SG_ATTENTION_TEST_VARIANTS", "v3,v4/wgmma");
+    const std::vector<KernelVariant> chosen = AllKernelVariants();
+    ASSERT_EQ(chosen.size(), 2u);
+    EXPECT_EQ(VariantName(chosen[0]), "v3");
+    EXPECT_EQ(VariantName(chosen[1]), "v4/wgmma");
+  }
+  ScopedEnv all("SG_ATTENTION_TEST_VARIANTS", "");
+  EXPECT_EQ(AllKernelVariants().size(), 4 + std::size(internal::kFwdV4Variants));
+}
 
 TEST_P(AttentionCudaTest, MatchesCpuReference) {
   SG_SKIP_WITHOUT_CUDA();
