@@ -4,7 +4,7 @@
 
 namespace sg::compiler {
 
-std::string GraphModeExplanation(const CompileOptions& o, const Executor& executor) {
+std::string GraphModeExplanation(const CompileOptions& o, const Executor& executor, absl::string_view runtime_reason) {
   if (executor.will_capture()) {
     return absl::StrCat("CUDA graph: the whole step (collectives included) is captured after ", o.warmup_steps,
                         " eager warm-up step", o.warmup_steps == 1 ? "" : "s", ", then replayed");
@@ -12,6 +12,7 @@ std::string GraphModeExplanation(const CompileOptions& o, const Executor& execut
   if (!o.device.is_cuda()) return "eager (CPU: no CUDA graphs)";
   if (!o.cuda_graph) return "eager (CompileOptions::cuda_graph is off)";
   if (CudaGraphsDisabledByEnv()) return "eager (SG_CUDA_GRAPH=0)";
+  if (!runtime_reason.empty()) return absl::StrCat("eager (", runtime_reason, ")");
   return "eager (a step reads a host value when it is launched, which a graph replay would not see)";
 }
 

@@ -43,13 +43,15 @@
 // becomes an error instead of a hang, eager or replayed.
 //
 // Not captured (eager, and the explanation says why): the CPU, CompileOptions::cuda_graph false,
-// SG_CUDA_GRAPH=0 in the environment, and a program that reads a host value at launch.
+// SG_CUDA_GRAPH=0 in the environment, a program that reads a host value at launch, and context
+// parallelism (its ring attention's point-to-point exchanges are not verified under capture).
 #ifndef SGTRAIN_COMPILER_DIST_CUDA_GRAPH_H_
 #define SGTRAIN_COMPILER_DIST_CUDA_GRAPH_H_
 
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "comm/process_group.h"
 #include "compiler/compile.h"
@@ -57,9 +59,11 @@
 
 namespace sg::compiler {
 
-// One clause for a distributed step's explanation: "CUDA graph: captured after 1 eager warm-up
-// step, then replayed" or "eager (<why>)".
-std::string GraphModeExplanation(const CompileOptions& options, const Executor& executor);
+// One clause for a distributed step's explanation: "CUDA graph: the whole step ... is captured
+// after 1 eager warm-up step, then replayed" or "eager (<why>)". `runtime_reason`: why the runtime
+// itself turned capture off (named when options and environment would have allowed it).
+std::string GraphModeExplanation(const CompileOptions& options, const Executor& executor,
+                                 absl::string_view runtime_reason = "");
 
 // Waits for every step queued on the executor's compute stream (the communication stream is joined
 // into it at the end of each step). With a group on a CUDA device: ProcessGroup::WaitStream with

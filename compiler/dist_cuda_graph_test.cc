@@ -4,7 +4,7 @@
 // spread or the bf16 floor) and like one GPU (testing::CompareSteps). Rank 0's token count changes
 // every step, so a replay that kept the captured loss seed would train wrongly. A peer that dies
 // while the survivor's graph is in flight turns into an error within the deadline, not a hang.
-// Without 2 GPUs every test skips; on the CPU the steps run eagerly (the explanation says so).
+// Without 2 GPUs those tests skip; on the CPU (2 processes) the step runs eagerly and says so.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -40,7 +40,8 @@ testing::StepData MakeData(Strategy strategy) {
   }
   testing::StepDataOptions o(kSteps, kGlobalBatch, kSeq, c.vocab);
   o.small_matrices = true;
-  testing::StepData d = testing::MakeStepData(*testing::TinyLlama(c), uint64_t(comm::testing::EnvInt("SG_DIST_SEED", 1)), o);
+  const uint64_t seed = uint64_t(comm::testing::EnvInt("SG_DIST_SEED", 1));
+  testing::StepData d = testing::MakeStepData(*testing::TinyLlama(c), seed, o);
   for (size_t i = 0; i < d.batches.size(); ++i) {
     std::vector<double>& t = d.batches[i].at("targets").data;
     for (size_t k = 0; k <= i && k < t.size(); ++k) t[k] = -100;
@@ -193,6 +194,36 @@ TEST(Workers, DISABLED_DeadRankDuringReplay) {
   std::cout << "rank 0 failed as expected after " << absl::FormatDuration(absl::Now() - start) << ": " << st << "\n";
   EXPECT_LT(absl::Now() - start, absl::Seconds(40));
   step.reset();  // must not hang either: a stuck replay was aborted
+}
+
+// On the CPU (2 processes) the step runs eagerly, says so, and still trains (its loss seeds come
+// from the device-side table the graph path uses).
+TEST(Workers, DISABLED_CpuRunsEagerly) {
+  const int rank = int(comm::testing::EnvInt("RANK", 0));
+  testing::TinyLlamaConfig c;
+  testing::StepDataOptions so(2, kGlobalBatch, kSeq, c.vocab);
+  so.ignored_targets = {1};
+  const uint64_t seed = uint64_t(comm::testing::EnvInt("SG_DIST_SEED", 1));
+  testing::StepData d = testing::MakeStepData(*testing::TinyLlama(c), seed, so);
+  CompileOptions o;
+  o.strategy = Strategy::kFsdp;
+  o.comm_timeout_s = 30;
+  o.binding = {{"batch", kGlobalBatch / 2}, {"seq", kSeq}};
+  std::unique_ptr<CompiledStep> step = testing::CompileAndInit(d, o, testing::kCpuLr);
+  ASSERT_NE(step, nullptr);
+  EXPECT_TRUE(absl::StrContains(step->explanation(), "eager (CPU: no CUDA graphs)")) << step->explanation();
+  for (const graph::Feeds& b : d.batches) {
+    auto mine = testing::Rows(b, rank, 2);
+    ASSERT_TRUE(step->Run(testing::Views(mine)).ok());
+    absl::StatusOr<StepMetrics> m = step->ReadMetrics();
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_GT(m->loss, 1.0f);
+    EXPECT_FALSE(step->executor().replaying_graph());
+  }
+}
+
+TEST(DistCudaGraphTest, CpuStepsRunEagerlyAndSaySo) {
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_CpuRunsEagerly", {SeedEnv()}, absl::Seconds(100));
 }
 
 bool TwoGpus() { return CudaDeviceCount() >= 2; }
