@@ -85,6 +85,10 @@ absl::Status ProcessGroup::OrderBefore(Transport* t, const Stream& stream) {
 #ifdef SG_WITH_CUDA
   DeviceState& ds = *device_state_;
   ds.events.Reset();
+  if (!ds.captured) {
+    SG_ASSIGN_OR_RETURN(ds.captured, Capturing(t->stream()));
+    if (!ds.captured) SG_ASSIGN_OR_RETURN(ds.captured, Capturing(&stream));
+  }
   SG_ASSIGN_OR_RETURN(cudaEvent_t e, NextEvent(ds.events));
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, Native(stream.native() ? stream : *t->stream())));
   SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Native(*t->stream()), e, 0));
@@ -125,6 +129,7 @@ absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes
                                      scratch_bytes));
     // The old scratch may still be read by queued reductions: let them finish before freeing it.
     SG_RETURN_IF_ERROR(ds.reduce_stream->Synchronize());
+    if (ds.captured) ds.retired.push_back(std::move(ds.scratch));
     SG_ASSIGN_OR_RETURN(ds.scratch, Tensor::Empty({(scratch_bytes + 3) / 4}, DType::kF32, t->device()));
   }
   return absl::OkStatus();
@@ -397,6 +402,7 @@ absl::Status ProcessGroup::DeviceReduceScatter(OpState& op, Transport* tr, const
                                        input.nbytes()));
       // Growing the buffer: queued work on the old one must finish before it is freed.
       SG_RETURN_IF_ERROR(tr->stream()->Synchronize());
+      if (device_state_->captured) device_state_->retired.push_back(std::move(w));
       SG_ASSIGN_OR_RETURN(w, Tensor::Empty({input.numel()}, input.dtype(), input.device()));
     }
     work = static_cast<char*>(w.view().raw());

@@ -19,7 +19,8 @@
 // captured when the caller's stream is being captured: it only records and waits on events it
 // created once (the transport's and the reduce stream fork from the caller's stream and join it
 // again), issues NCCL calls, and neither synchronizes nor allocates once its buffers have grown to
-// the sizes the same collectives needed eagerly (growing inside a capture is FailedPrecondition).
+// the sizes the same collectives needed eagerly (growing inside a capture is FailedPrecondition;
+// a buffer that grows in a later eager collective is kept, not freed, since a graph may use it).
 // Every rank must capture the same sequence of collectives. Sequence numbers, progress keys and
 // deadlines are host-side: they advance when a collective is captured, not when it is replayed;
 // WaitStream is the deadline for replayed work.
