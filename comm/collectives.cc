@@ -86,8 +86,9 @@ absl::Status ProcessGroup::OrderBefore(Transport* t, const Stream& stream) {
   DeviceState& ds = *device_state_;
   ds.events.Reset();
   if (!ds.captured) {
-    SG_ASSIGN_OR_RETURN(ds.captured, Capturing(t->stream()));
-    if (!ds.captured) SG_ASSIGN_OR_RETURN(ds.captured, Capturing(&stream));
+    SG_ASSIGN_OR_RETURN(const bool comm_capturing, Capturing(t->stream()));
+    SG_ASSIGN_OR_RETURN(const bool caller_capturing, Capturing(&stream));
+    ds.captured = comm_capturing || caller_capturing;
   }
   SG_ASSIGN_OR_RETURN(cudaEvent_t e, NextEvent(ds.events));
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, Native(stream.native() ? stream : *t->stream())));

@@ -18,6 +18,7 @@
 #include "comm/store.h"
 #include "comm/ucx_transport.h"
 #include "gtest/gtest.h"
+#include "kernels/core/status.h"
 #include "kernels/core/testing.h"
 
 #ifdef SG_WITH_CUDA
