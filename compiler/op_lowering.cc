@@ -143,7 +143,9 @@ LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions&
               return kernels::CrossEntropyForward(logits, targets, loss, valid, o, s);
             }};
   }
-  o.grad_scale = f.cross_entropy_scale.at(pair->second);
+  auto constant = f.cross_entropy_scale.find(pair->second);
+  if (constant != f.cross_entropy_scale.end()) o.grad_scale = constant->second;
+  o.grad_scale_tensor = v.device_seed;
   TensorView dlogits = AsMatrix(v.fused_out[0]);
   return {"kernel", [=](const Stream& s) {
             return kernels::CrossEntropyForwardBackward(logits, targets, loss, valid, dlogits, o, s);
@@ -151,19 +153,25 @@ LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions&
 }
 
 // An unfused softmax_cross_entropy_backward: the fused kernel with the loss written to scratch,
-// scaled by a constant loss cotangent, or by one the runtime keeps at a host address and sets
+// scaled by a constant loss cotangent, by a device f32[] input (the dynamic loss scale), or by one
+// the runtime keeps at a host address and sets
 // before each step (read at launch: eager execution only, Program::capturable is false then). A
 // cotangent computed on the device has no kernel (the CE kernel takes its scale from the host):
 // the reference runs it on the CPU.
 LoweredOp CrossEntropyBackward(const Node& n, const NodeViews& v, const LoweringFusions& f, int index) {
   auto scale = f.cross_entropy_scale.find(index);
   auto host_scale = f.cross_entropy_host_scale.find(index);
-  if (scale == f.cross_entropy_scale.end() && host_scale == f.cross_entropy_host_scale.end()) return {};
+  const bool device_scale = f.cross_entropy_device_scale.count(index) > 0;
+  if (scale == f.cross_entropy_scale.end() && host_scale == f.cross_entropy_host_scale.end() && !device_scale) {
+    return {};
+  }
   kernels::CrossEntropyOptions o;
   o.ignore_index = graph::AttrInt(n, "ignore_index");
   const float* seed = nullptr;
   if (scale != f.cross_entropy_scale.end()) {
     o.grad_scale = scale->second;
+  } else if (device_scale) {
+    o.grad_scale_tensor = v.in[0];
   } else {
     seed = host_scale->second;
   }
@@ -290,12 +298,15 @@ absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const Sid
       return op;
     }
     case OpKind::kAttention:
-      // The CUDA kernels cover bf16 with head_dim 64/128; other cases use the reference on the CPU.
+      // The CUDA kernels cover bf16 with head_dim 64/128; other cases use the reference on the CPU
+      // (the CPU kernels cover f32 and bf16; f16 runs the graph interpreter there).
+      if (device.is_cpu() && v.in[0].dtype() == DType::kF16) return Reference(n, v, device);
       if (device.is_cpu() || (v.in[0].dtype() == DType::kBF16 && (v.in[0].dim(3) == 64 || v.in[0].dim(3) == 128))) {
         return Attention(n, v);
       }
       return LoweredOp{};
     case OpKind::kAttentionBackward:
+      if (device.is_cpu() && v.in[1].dtype() == DType::kF16) return Reference(n, v, device);
       if (device.is_cpu() || (v.in[1].dtype() == DType::kBF16 && (v.in[1].dim(3) == 64 || v.in[1].dim(3) == 128))) {
         return AttentionBackward(n, v, matched());
       }

@@ -34,14 +34,18 @@ absl::Status Run(const char* op, const TensorView& logits, const TensorView& tar
                  const Stream& stream) {
   SG_CHECK_ARG(logits.rank() == 2 && logits.numel() > 0, op, ": logits must be non-empty [tokens, vocab], found ",
                logits.ToString());
-  SG_CHECK_ARG((logits.dtype() == DType::kF32 || logits.dtype() == DType::kBF16) && logits.is_contiguous(), op,
-               ": logits must be contiguous f32 or bf16, found ", logits.ToString());
+  SG_CHECK_ARG(IsFloating(logits.dtype()) && logits.is_contiguous(), op,
+               ": logits must be contiguous f32, bf16 or f16, found ", logits.ToString());
   Problem p;
   p.rows = logits.dim(0);
   p.vocab = logits.dim(1);
   p.dtype = logits.dtype();
   p.ignore_index = o.ignore_index;
   p.grad_scale = o.grad_scale;
+  if (o.grad_scale_tensor.raw() != nullptr) {
+    SG_RETURN_IF_ERROR(CheckScalar(op, "grad_scale_tensor", o.grad_scale_tensor, DType::kF32, logits.device()));
+    p.grad_scale_dev = o.grad_scale_tensor.data<float>();
+  }
   SG_CHECK_ARG((targets.dtype() == DType::kI32 || targets.dtype() == DType::kI64) && targets.rank() == 1 &&
                    targets.dim(0) == p.rows && targets.is_contiguous() && targets.device() == logits.device(),
                op, ": targets must be contiguous i32 or i64 [", p.rows, "]@", logits.device().ToString(), ", found ",

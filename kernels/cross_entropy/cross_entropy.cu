@@ -12,6 +12,7 @@
 //   3. FinishKernel: loss = sum of row losses in a fixed order (f64) / valid: deterministic.
 // The target logit is read before the block's first barrier, so dlogits may overwrite logits.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -64,6 +65,25 @@ template <> struct Raw16<__nv_bfloat16> {
     return r;
   }
 };
+template <> struct Raw16<__half> {
+  static constexpr int kE = 8;
+  __device__ static void Unpack(const uint4& r, float (&f)[kE]) {
+    const __half2* h = reinterpret_cast<const __half2*>(&r);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 v = __half22float2(h[k]);
+      f[2 * k] = v.x;
+      f[2 * k + 1] = v.y;
+    }
+  }
+  __device__ static uint4 Pack(const float (&f)[kE]) {
+    uint4 r;
+    __half2* h = reinterpret_cast<__half2*>(&r);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(f[2 * k], f[2 * k + 1]);
+    return r;
+  }
+};
 
 // (m, s) <- the pair for the union: max, and sum of exp relative to that max.
 __device__ __forceinline__ void Merge(float& m, float& s, float m2, float s2) {
@@ -106,16 +126,19 @@ __device__ __forceinline__ RowInfo InfoFor(const I* targets, int64_t row, int64_
 
 // Row epilogue shared by both row kernels: the row's loss (thread 0) and the gradient scale.
 __device__ __forceinline__ float FinishRow(const RowInfo& info, float lse, float target_logit, float* row_loss,
-                                           int64_t row, const int32_t* valid, float grad_scale) {
+                                           int64_t row, const int32_t* valid, float grad_scale,
+                                           const float* grad_scale_dev) {
   if (threadIdx.x == 0) row_loss[row] = info.ignored ? 0.f : info.bad ? NAN : lse - target_logit;
   const int32_t count = *valid;
+  if (grad_scale_dev != nullptr) grad_scale *= *grad_scale_dev;
   return info.ignored || count == 0 ? 0.f : grad_scale / float(count);
 }
 
 template <typename T, typename I, int kK>
 __global__ void __launch_bounds__(kThreads, 2)
     RegisterRowKernelV1(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
-                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
+                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale,
+                      const float* __restrict__ grad_scale_dev) {
   using R = Raw16<T>;
   constexpr int kE = R::kE;
   __shared__ float sm_m[kWarps], sm_s[kWarps], sm_target;
@@ -150,7 +173,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   BlockMerge(m, s, sm_m, sm_s);
   const float lse = m + logf(s);
-  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale);
+  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale, grad_scale_dev);
   if (dlogits == nullptr) return;
   const float lse_scaled = lse * kLog2e;
   const int target = info.ignored || info.bad ? -1 : int(info.target);
@@ -188,7 +211,8 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
 template <typename T, typename I, int kK>
 __global__ void __launch_bounds__(kThreads, 2)
     RegisterRowKernel(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
-                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
+                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale,
+                      const float* __restrict__ grad_scale_dev) {
   using R = Raw16<T>;
   constexpr int kE = R::kE;
   // With 8 packs a thread, 4 go to shared memory (cp.async, no registers while in flight) and 4 stay
@@ -262,6 +286,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bool ignored = sm_ignored != 0;
   if (threadIdx.x == 0) row_loss[row] = ignored ? 0.f : target < 0 ? NAN : lse - sm_target;  // < 0: bad target
   const int32_t count = *valid;
+  if (grad_scale_dev != nullptr) grad_scale *= *grad_scale_dev;
   const float scale = ignored || count == 0 ? 0.f : grad_scale / float(count);
   if (dlogits == nullptr) return;
   const float lse_scaled = lse * kLog2e;
@@ -290,7 +315,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <typename T, typename I, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     ChunkedRowKernel(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
-                     const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
+                     const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale,
+                      const float* __restrict__ grad_scale_dev) {
   using R = Raw16<T>;
   constexpr int kE = kVec ? R::kE : 1;
   __shared__ float sm_m[kWarps], sm_s[kWarps], sm_target;
@@ -320,7 +346,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   BlockMerge(m, s, sm_m, sm_s);
   const float lse = m + logf(s);
-  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale);
+  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale, grad_scale_dev);
   if (dlogits == nullptr) return;
   T* out = dlogits + row * vocab;
   for (int64_t i = threadIdx.x; i < steps; i += kThreads) {
@@ -385,7 +411,7 @@ absl::Status LaunchRows(const Problem& p, const void* logits, const void* target
   const int64_t per_thread = (p.vocab / kE + kThreads - 1) / kThreads;
   const unsigned grid = unsigned(p.rows);
   const RowKernel kernel = RowKernelFromEnv();
-#define SG_ARGS x, t, g, row_loss, valid, p.vocab, p.ignore_index, p.grad_scale
+#define SG_ARGS x, t, g, row_loss, valid, p.vocab, p.ignore_index, p.grad_scale, p.grad_scale_dev
   if (aligned && per_thread <= kMaxPacksPerThread && kernel == RowKernel::kRegisters) {
     if (per_thread <= 1) RegisterRowKernel<T, I, 1><<<grid, kThreads, 0, s>>>(SG_ARGS);
     else if (per_thread <= 2) RegisterRowKernel<T, I, 2><<<grid, kThreads, 0, s>>>(SG_ARGS);
@@ -429,6 +455,10 @@ absl::Status RunCuda(const Problem& p, const void* logits, const void* targets, 
     if (p.dtype == DType::kBF16) {
       if (p.targets_i64) return Run<__nv_bfloat16, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
       return Run<__nv_bfloat16, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
+    }
+    if (p.dtype == DType::kF16) {
+      if (p.targets_i64) return Run<__half, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
+      return Run<__half, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
     }
     if (p.targets_i64) return Run<float, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
     return Run<float, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);

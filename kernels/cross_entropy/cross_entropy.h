@@ -1,7 +1,7 @@
 // Fused softmax cross-entropy over the vocabulary: the mean loss and its gradient with respect to
 // the logits in one pass over the logits, without an f32 copy of them.
 //
-//   // logits: [tokens, vocab] bf16 or f32; targets: i32 or i64 [tokens]
+//   // logits: [tokens, vocab] bf16, f16 or f32; targets: i32 or i64 [tokens]
 //   // loss: f32 scalar, valid: i32 scalar (device tensors, written on `stream`, no host sync)
 //   SG_RETURN_IF_ERROR(sg::kernels::CrossEntropyForwardBackward(logits, targets, loss, valid,
 //                                                               /*dlogits=*/logits, {}, stream));
@@ -32,6 +32,9 @@ struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   // Multiplies dlogits: the upstream gradient of the loss (e.g. 1 / gradient-accumulation steps).
   float grad_scale = 1.f;
+  // Optional f32 one-element tensor on the logits' device multiplying grad_scale, read at launch on
+  // the device (a dynamic loss scale that a captured CUDA graph replays); default-constructed: none.
+  TensorView grad_scale_tensor;
 };
 
 // Writes loss (f32, one element) and valid (i32, one element: tokens not ignored), and dlogits

@@ -9,6 +9,7 @@
 // division per pack instead of a 64-bit one, ~100 instructions per 8 elements) when the problem
 // has fewer than 2^31 packs; "v1": the first kernel (2.97 TB/s on H200 at 16384 x 5632 bf16).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -215,6 +216,7 @@ absl::Status Backward(const Problem& p, const void* dout, const void* gate, cons
 absl::Status ForwardCuda(const Problem& p, const void* gate, const void* up, void* out, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return Forward<__nv_bfloat16>(p, gate, up, out, s);
+  if (p.dtype == DType::kF16) return Forward<__half>(p, gate, up, out, s);
   return Forward<float>(p, gate, up, out, s);
 }
 
@@ -222,6 +224,7 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* gate, 
                           void* dup, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return Backward<__nv_bfloat16>(p, dout, gate, up, dgate, dup, s);
+  if (p.dtype == DType::kF16) return Backward<__half>(p, dout, gate, up, dgate, dup, s);
   return Backward<float>(p, dout, gate, up, dgate, dup, s);
 }
 
