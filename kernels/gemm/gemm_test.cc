@@ -154,6 +154,8 @@ std::vector<Case> Cases() {
       cases.push_back({0, 64, 48, 80, ta, tb, bf16, bf16});
       cases.push_back({0, 33, 17, 71, ta, tb, bf16, f32});
       cases.push_back({3, 19, 24, 40, ta, tb, bf16, bf16});
+      cases.push_back({0, 64, 48, 80, ta, tb, DType::kF16, DType::kF16});
+      cases.push_back({0, 33, 17, 71, ta, tb, DType::kF16, f32});
     }
   }
   Case c = {0, 45, 64, 96, false, true, bf16, bf16};
