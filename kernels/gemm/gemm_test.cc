@@ -282,14 +282,14 @@ TEST(GemmCpuTest, BadArgumentsAreNamed) {
   Tensor bb = empty({8, 5}, DType::kBF16);
   g.b = bb;
   s = Gemm(g, Stream::Cpu());
-  EXPECT_NE(s.message().find("must both be f32 or both bf16"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("must both be f32, both bf16 or both f16"), std::string::npos) << s;
 
   Tensor a16 = empty({4, 8}, DType::kBF16), d16 = empty({4, 5}, DType::kBF16), bf = empty({8, 5}, DType::kF32);
   g.a = a;  // f32 inputs cannot produce bf16
   g.b = bf;
   g.d = d16;
   s = Gemm(g, Stream::Cpu());
-  EXPECT_NE(s.message().find("d must be f32, or bf16 for bf16 inputs"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("d must be f32, or the inputs' 16-bit dtype"), std::string::npos) << s;
 
   g.a = a16;
   g.b = bb;
