@@ -390,6 +390,10 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
     }
     std::map<std::string, double> m = {{"loss", loss}, {"lr", step.lr}, {"grad_norm", step.grad_norm},
                                        {"tokens_per_s", tps}, {"memory_bytes", double(MemoryBytes(device))}};
+    if (o.precision == compiler::Precision::kF16Mixed) {
+      m["loss_scale"] = step.loss_scale;
+      m["skipped"] = step.skipped ? 1 : 0;
+    }
     if (device.is_cuda()) {
       const double peak = o.precision == compiler::Precision::kF32 ? 67e12 : 989e12;  // H200 dense
       m["mfu"] = tps * FlopsPerToken(o.config, o.seq) / peak;
