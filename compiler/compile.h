@@ -10,7 +10,9 @@
 //   SG_RETURN_IF_ERROR(step->Run({{"tokens", tokens}, {"targets", targets}}));   // no host sync
 //   SG_ASSIGN_OR_RETURN(sg::compiler::StepMetrics m, step->ReadMetrics());      // syncs
 //
-// Inside Compile: the mixed-precision rewrite (compiler/training_graph.h) and the graph layer's
+// Precision::kF16Mixed adds dynamic loss scaling decided on the device (LossScaleOptions below;
+// StepMetrics reports the scale and skipped steps). Inside Compile: the mixed-precision rewrite
+// (compiler/training_graph.h) and the graph layer's
 // pipeline (graph/pipeline.h: fusion, autodiff, grad-norm clipping + AdamW, CSE, DCE, recompute)
 // when given a forward graph; then lowering
 // to a schedule over one memory-planned arena (compiler/lowering.h) and an executor that replays

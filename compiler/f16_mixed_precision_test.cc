@@ -324,6 +324,7 @@ TEST(F16MixedPrecisionTest, CudaPlan) {
   absl::Status s = PlanMemory(Forward(), o).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "attention")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "bf16-only")) << s;
 }
 
 // ---- GPU ----------------------------------------------------------------------------------------
