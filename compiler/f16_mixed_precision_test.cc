@@ -274,6 +274,37 @@ TEST(F16MixedPrecisionTest, TrainingTracksF32) {
   }
 }
 
+// Recompute does not change the f16 step: the same loss, norm and gradients under every policy
+// (the loss-scale seed is placed after the recompute pass).
+TEST(F16MixedPrecisionTest, RecomputeGivesTheSameStep) {
+  graph::Graph fwd = Forward();
+  Feeds params = testing::RandomParameters(fwd, sg::testing::Rng());
+  Batch batch = BatchOn(testing::RandomBatch(kBatch, kSeq, kVocab, sg::testing::Rng()), Device::Cpu());
+  std::map<std::string, std::vector<double>> base;
+  float base_loss = 0;
+  for (RecomputePolicy p : {RecomputePolicy::kNone, RecomputePolicy::kSelective, RecomputePolicy::kFull}) {
+    SCOPED_TRACE(graph::RecomputePolicyName(p));
+    CompileOptions o = Options(Precision::kF16Mixed);
+    o.recompute = p;
+    auto step = CompileWith(fwd, params, o);
+    ASSERT_NE(step, nullptr);
+    ASSERT_TRUE(step->Run(batch.Views()).ok());
+    auto m = step->ReadMetrics();
+    ASSERT_TRUE(m.ok());
+    EXPECT_FALSE(m->skipped);
+    if (p == RecomputePolicy::kNone) base_loss = m->loss;
+    EXPECT_EQ(m->loss, base_loss);
+    for (const std::string& name : step->parameter_names()) {
+      std::vector<double> g = ReadValue(*step, "grad:" + name);
+      if (p == RecomputePolicy::kNone) {
+        base[name] = g;
+      } else {
+        EXPECT_LT(sg::testing::RelativeError(g, base[name]), 1e-6) << name;
+      }
+    }
+  }
+}
+
 TEST(F16MixedPrecisionTest, BadOptionsAreClearErrors) {
   graph::Graph fwd = Forward();
   CompileOptions o = Options(Precision::kF16Mixed);
