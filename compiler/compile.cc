@@ -1,7 +1,9 @@
 #include "compiler/compile.h"
 
 #include <algorithm>
+#include <optional>
 
+#include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -50,10 +52,12 @@ graph::PipelineOptions Pipeline(const CompileOptions& o) {
 absl::StatusOr<graph::Graph> PrepareTrainingGraph(const graph::Graph& g, const CompileOptions& o) {
   if (IsTrainingGraph(g)) return g;
   graph::Graph forward = g;
-  if (o.precision == Precision::kBF16Mixed) {
-    SG_ASSIGN_OR_RETURN(forward, ToMixedPrecision(g));
+  if (o.precision != Precision::kF32) {
+    SG_ASSIGN_OR_RETURN(forward, ToMixedPrecision(g, ComputeDType(o.precision)));
   }
-  return graph::OptimizeTrainStep(forward, Pipeline(o));
+  SG_ASSIGN_OR_RETURN(graph::Graph train, graph::OptimizeTrainStep(forward, Pipeline(o)));
+  if (o.precision == Precision::kF16Mixed) return SeedLossWithScale(train);
+  return train;
 }
 
 namespace {
@@ -101,6 +105,45 @@ absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, cons
   return absl::OkStatus();
 }
 
+// The lowering's view of CompileOptions::loss_scale; none unless kF16Mixed.
+std::optional<kernels::LossScaleConfig> LossScaler(const CompileOptions& o) {
+  if (o.precision != Precision::kF16Mixed) return std::nullopt;
+  kernels::LossScaleConfig c;
+  c.backoff = float(o.loss_scale.backoff);
+  c.growth = float(o.loss_scale.growth);
+  c.min_scale = float(o.loss_scale.min_scale);
+  c.growth_interval = o.loss_scale.growth_interval;
+  return c;
+}
+
+// The lowering's Unimplemented for an f16 step on CUDA names the ops; say which kernels are missing.
+absl::Status F16Hint(const absl::Status& s, const CompileOptions& o) {
+  if (s.ok() || o.precision != Precision::kF16Mixed || !absl::IsUnimplemented(s) || !o.device.is_cuda() ||
+      !absl::StrContains(s.message(), "attention")) {
+    return s;
+  }
+  return absl::UnimplementedError(absl::StrCat(s.message(), " (f16 mixed precision: the CUDA attention kernels "
+                                               "are bf16-only so far; use bf16 mixed precision on CUDA)"));
+}
+
+absl::Status CheckLossScaleOptions(const CompileOptions& o) {
+  if (o.precision != Precision::kF16Mixed) return absl::OkStatus();
+  if (o.strategy != Strategy::kNone || o.micro_batches != 1) {
+    return absl::UnimplementedError(absl::StrCat("Compile: f16 mixed precision (dynamic loss scaling) runs on one "
+                                                 "device only; found strategy '", StrategyName(o.strategy),
+                                                 "' with micro_batches ", o.micro_batches));
+  }
+  const LossScaleOptions& l = o.loss_scale;
+  if (!(l.initial_scale >= l.min_scale && l.min_scale > 0 && l.backoff > 0 && l.backoff < 1 && l.growth > 1 &&
+        l.growth_interval >= 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Compile: loss_scale options need initial_scale >= min_scale > 0, 0 < backoff < 1, growth > 1 and "
+        "growth_interval >= 1; found initial_scale ", l.initial_scale, " min_scale ", l.min_scale, " backoff ",
+        l.backoff, " growth ", l.growth, " growth_interval ", l.growth_interval));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 namespace {
@@ -116,6 +159,7 @@ bool RegisterStrategyCompiler(Strategy strategy, StrategyCompiler compile) {
 }
 
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, const CompileOptions& o) {
+  SG_RETURN_IF_ERROR(CheckLossScaleOptions(o));
   auto registered = Registry().find(o.strategy);
   if (registered != Registry().end()) return registered->second(g, o);
   if (o.strategy == Strategy::kContextParallel || o.strategy == Strategy::kPipeline) {
@@ -138,7 +182,11 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
       step->parameter_names_.push_back(graph::AttrString(n, "name"));
     }
   }
-  SG_ASSIGN_OR_RETURN(step->program_, Lower(std::move(train), o.binding, o.device));
+  LowerOptions lo;
+  lo.loss_scaler = LossScaler(o);
+  auto program = Lower(std::move(train), o.binding, o.device, lo);
+  SG_RETURN_IF_ERROR(F16Hint(program.status(), o));
+  step->program_ = *std::move(program);
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
   eo.warmup_steps = o.warmup_steps;
@@ -157,6 +205,15 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
     SG_RETURN_IF_ERROR(ZeroTensor(c, step->executor_->compute_stream()));
     SG_RETURN_IF_ERROR(step->executor_->Synchronize());
   }
+  if (step->program_->loss_scaler_state.bytes() > 0) {
+    TensorView s(step->program_->loss_scaler_state.data(), DType::kF32, {2}, o.device);
+    SG_RETURN_IF_ERROR(ZeroTensor(s, step->executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(step->executor_->Synchronize());
+  }
+  if (lo.loss_scaler) {
+    const float initial = float(o.loss_scale.initial_scale);
+    SG_RETURN_IF_ERROR(step->Write(kLossScaleName, TensorView(const_cast<float*>(&initial), DType::kF32, {}, Device::Cpu())));
+  }
   SG_RETURN_IF_ERROR(step->AddStepCounter());
   std::map<std::string, TensorView> inputs;
   for (const std::string& name : step->program_->input_names) {
@@ -168,8 +225,13 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
 
 absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOptions& o) {
   SG_RETURN_IF_ERROR(graph::Verify(g));
+  SG_RETURN_IF_ERROR(CheckLossScaleOptions(o));
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
-  return PlanStepMemory(std::move(train), o.binding, o.device);
+  LowerOptions lo;
+  lo.loss_scaler = LossScaler(o);
+  auto plan = PlanStepMemory(std::move(train), o.binding, o.device, lo);
+  SG_RETURN_IF_ERROR(F16Hint(plan.status(), o));
+  return plan;
 }
 
 absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t budget_bytes, int state_shards,
@@ -347,6 +409,12 @@ absl::StatusOr<StepMetrics> CompiledStep::ReadMetrics() const {
     SG_RETURN_IF_ERROR(Read(kStepName, TensorView(&step, DType::kF32, {}, Device::Cpu())));
   }
   m.step = int64_t(step);
+  if (program_->loss_scaler_state.bytes() > 0) {
+    float skipped = 0;
+    SG_RETURN_IF_ERROR(Read(kLossScaleName, TensorView(&m.loss_scale, DType::kF32, {}, Device::Cpu())));
+    SG_RETURN_IF_ERROR(Read("loss_scale.skipped", TensorView(&skipped, DType::kF32, {}, Device::Cpu())));
+    m.skipped = skipped != 0;
+  }
   return m;
 }
 

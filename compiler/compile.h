@@ -10,7 +10,9 @@
 //   SG_RETURN_IF_ERROR(step->Run({{"tokens", tokens}, {"targets", targets}}));   // no host sync
 //   SG_ASSIGN_OR_RETURN(sg::compiler::StepMetrics m, step->ReadMetrics());      // syncs
 //
-// Inside Compile: the mixed-precision rewrite (compiler/training_graph.h) and the graph layer's
+// Precision::kF16Mixed adds dynamic loss scaling decided on the device (LossScaleOptions below;
+// StepMetrics reports the scale and skipped steps). Inside Compile: the mixed-precision rewrite
+// (compiler/training_graph.h) and the graph layer's
 // pipeline (graph/pipeline.h: fusion, autodiff, grad-norm clipping + AdamW, CSE, DCE, recompute)
 // when given a forward graph; then lowering
 // to a schedule over one memory-planned arena (compiler/lowering.h) and an executor that replays
@@ -53,6 +55,19 @@ const char* StrategyName(Strategy s);
 // values crossing a layer boundary).
 using RecomputePolicy = graph::RecomputePolicy;
 
+// Dynamic loss scaling under Precision::kF16Mixed (torch.cuda.amp.GradScaler's defaults), decided
+// on the device every step (kernels/adamw's UpdateLossScale), so a captured step replays it: the
+// loss's backward is seeded with the scale S ("loss_scale", a runtime-owned source), the gradient
+// norm and AdamW see the gradients times 1/S, and a step whose gradient norm is not finite leaves
+// parameters, moments and "step" unchanged, multiplies S by backoff (not below min_scale) and
+// restarts the count of good steps; after growth_interval good steps in a row S is multiplied by
+// growth.
+struct LossScaleOptions {
+  double initial_scale = 65536.0;
+  int64_t growth_interval = 2000;
+  double backoff = 0.5, growth = 2.0, min_scale = 1.0;
+};
+
 struct CompileOptions {
   Strategy strategy = Strategy::kNone;
   // Device mesh shape for distributed strategies, e.g. {2, 2} ("dp" x "tp"); empty: {world size}.
@@ -60,6 +75,7 @@ struct CompileOptions {
   std::vector<int64_t> mesh;
   int64_t comm_timeout_s = 300;  // deadline of every collective (a dead peer fails the step)
   Precision precision = Precision::kF32;
+  LossScaleOptions loss_scale;  // kF16Mixed only (single device: kNone, micro_batches 1)
   RecomputePolicy recompute = RecomputePolicy::kNone;
   // kSelective: recompute SwiGLU only in the first n layers (-1: all); see ChooseRecompute.
   int recompute_swiglu_layers = -1;
@@ -98,9 +114,13 @@ struct CompileOptions {
 };
 
 struct StepMetrics {
-  float loss = 0;
-  float grad_norm = 0;
-  int64_t step = 0;  // optimizer updates done
+  float loss = 0;       // unscaled, also under kF16Mixed
+  float grad_norm = 0;  // of the unscaled gradients, before clipping (non-finite on a skipped step)
+  int64_t step = 0;     // optimizer updates done
+  // kF16Mixed: the loss scale the next step uses, and whether the last step's update was skipped
+  // (non-finite gradients). 1 and false otherwise.
+  float loss_scale = 1;
+  bool skipped = false;
 };
 
 class CompiledStep {
@@ -119,8 +139,11 @@ class CompiledStep {
   virtual absl::Status SetLearningRate(float lr);
 
   // Copies into / out of any source: parameters by model name, "opt.m.<param>",
-  // "opt.v.<param>", "step" (updates done), "lr". `host` must match dtype and element
-  // count. Read also accepts graph outputs ("loss", "grad_norm", "grad:<param>").
+  // "opt.v.<param>", "step" (updates done), "lr", and under kF16Mixed "loss_scale" (f32[]) and
+  // "loss_scale.good_steps" (f32[]). `host` must match dtype and element count. Read also accepts
+  // graph outputs ("loss", "grad_norm", "grad:<param>": under kF16Mixed the gradients of
+  // loss_scale * loss, as the backward computed them) and "loss_scale.skipped" (f32[], 1 when the
+  // last step was skipped).
   // Distributed steps take and give the FULL (global) tensors: Write keeps this rank's shard,
   // Read gathers the shards (collective: every rank calls it in the same order).
   virtual absl::Status Write(const std::string& name, const TensorView& host);

@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/training_graph.h"  // kLossScaleName
 #include "graph/ir.h"
 
 namespace sg::compiler {
 
-inline constexpr const char* kLossScaleName = "loss_scale";
 inline constexpr const char* kBackwardSuffix = "@bwd";
 
 struct DataParallelParam {

@@ -22,8 +22,8 @@ absl::Status CheckMatch(const std::string& what, const TensorView& dev, const Te
 
 absl::StatusOr<graph::Graph> PrepareForward(const graph::Graph& g, const CompileOptions& o) {
   graph::Graph forward = g;
-  if (o.precision == Precision::kBF16Mixed) {
-    SG_ASSIGN_OR_RETURN(forward, ToMixedPrecision(g));
+  if (o.precision != Precision::kF32) {
+    SG_ASSIGN_OR_RETURN(forward, ToMixedPrecision(g, ComputeDType(o.precision)));
   }
   if (o.fuse) {
     SG_ASSIGN_OR_RETURN(forward, graph::FuseForKernels(forward));

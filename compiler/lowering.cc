@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "compiler/lowering_fusion.h"
 #include "compiler/op_lowering.h"
+#include "compiler/training_graph.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/allocator.h"
@@ -75,7 +76,9 @@ class Lowerer {
     SG_RETURN_IF_ERROR(graph::Verify(g_));
     SG_RETURN_IF_ERROR(graph::CheckBinding(g_, p_->binding));
     SG_RETURN_IF_ERROR(Shapes());
-    fusions_ = FindLoweringFusions(g_);
+    std::set<std::string> device_seeds = o_.device_scalars;
+    if (o_.loss_scaler) device_seeds.insert(kLossScaleName);
+    fusions_ = FindLoweringFusions(g_, device_seeds);
     HostScalarSeeds();
     Roots();
     SG_RETURN_IF_ERROR(Updates());
@@ -89,22 +92,21 @@ class Lowerer {
   void set_allocate(bool a) { allocate_ = a; }
 
  private:
-  // softmax_cross_entropy_backward nodes seeded by an input the runtime mirrors on the host, or
-  // one the kernel reads from the device.
+  // softmax_cross_entropy_backward nodes seeded by an input the runtime mirrors on the host (those
+  // the kernel reads from the device were found by FindLoweringFusions).
   void HostScalarSeeds() {
     const auto& nodes = g_.nodes();
     for (int j = 0; j < int(nodes.size()); ++j) {
       const Node& b = nodes[j];
-      if (b.op != OpKind::kSoftmaxCrossEntropyBackward || fusions_.cross_entropy_scale.count(j)) continue;
+      if (b.op != OpKind::kSoftmaxCrossEntropyBackward || fusions_.cross_entropy_scale.count(j) ||
+          fusions_.cross_entropy_device_scale.count(j)) {
+        continue;
+      }
       const Node& seed = nodes[g_.value(b.inputs[0]).producer];
       if (seed.op != OpKind::kInput || g_.type(b.inputs[0]).dtype != DType::kF32 || g_.type(b.inputs[0]).rank() != 0) {
         continue;
       }
       const std::string name = graph::AttrString(seed, "name");
-      if (o_.device_scalars.count(name)) {
-        fusions_.cross_entropy_device_scale.insert(j);
-        continue;
-      }
       auto it = o_.host_scalars.find(name);
       if (it == o_.host_scalars.end() || it->second == nullptr) continue;
       fusions_.cross_entropy_host_scale[j] = it->second;
@@ -277,8 +279,26 @@ class Lowerer {
       if (n.op == OpKind::kInput) p_->input_names.push_back(name);
     }
     for (const graph::GraphOutput& o : g_.outputs()) p_->outputs[o.name] = p_->values[o.value];
+    if (o_.loss_scaler) SG_RETURN_IF_ERROR(LossScalerState());
     side_views_.clear();
     for (int s = 0; s < planner_.size(); ++s) side_views_.push_back(arena + p_->plan.offsets[s]);
+    return absl::OkStatus();
+  }
+
+  absl::Status LossScalerState() {
+    if (!source_of_name_.count(kLossScaleName)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("loss scaling needs the f32[] input \"", kLossScaleName, "\" seeding the loss's backward"));
+    }
+    char* base = reinterpret_cast<char*>(uintptr_t{1} << 40);  // planning only: never dereferenced
+    if (allocate_) {
+      SG_ASSIGN_OR_RETURN(p_->loss_scaler_state, DeviceMemory::Allocate(p_->device, 8));
+      base = p_->loss_scaler_state.data();
+    }
+    good_steps_ = TensorView(base, DType::kF32, {}, p_->device);
+    skipped_ = TensorView(base + 4, DType::kF32, {}, p_->device);
+    p_->sources["loss_scale.good_steps"] = good_steps_;
+    p_->outputs["loss_scale.skipped"] = skipped_;
     return absl::OkStatus();
   }
 
@@ -383,10 +403,29 @@ class Lowerer {
         st.launch = [list, max_norm, norm, clip](const Stream& s) {
           return kernels::GradNorm(*list, max_norm, norm, clip, s);
         };
+        if (o_.loss_scaler) {
+          // The norm of the scaled gradients, then the scaler turns it (and the clip factor AdamW
+          // reads) into the unscaled values, or into the skip signal.
+          kernels::LossScaleConfig c = *o_.loss_scaler;
+          c.max_norm = max_norm;
+          TensorView scale = p_->values[source_of_name_.at(kLossScaleName)], good = good_steps_, skipped = skipped_;
+          auto step_it = source_of_name_.find(kStepName);
+          TensorView step = step_it == source_of_name_.end() ? TensorView() : p_->values[step_it->second];
+          st.name = "grad_norm + loss scale update (multi-tensor)";
+          st.launch = [list, c, norm, clip, scale, good, skipped, step](const Stream& s) -> absl::Status {
+            SG_RETURN_IF_ERROR(kernels::GradNorm(*list, 0.f, norm, clip, s));
+            return kernels::UpdateLossScale(c, norm, clip, scale, good, skipped, step, s);
+          };
+          scaled_norm_ = true;
+        }
         p_->schedule.steps.push_back(std::move(st));
         continue;
       }
       NodeViews nv;
+      if (auto ce = fusions_.cross_entropy.find(i); ce != fusions_.cross_entropy.end()) {
+        auto seed = fusions_.cross_entropy_device_scale.find(ce->second);
+        if (seed != fusions_.cross_entropy_device_scale.end()) nv.device_seed = p_->values[seed->second];
+      }
       for (int v : n.inputs) nv.in.push_back(p_->values[v]);
       for (int v : n.outputs) nv.out.push_back(p_->values[v]);
       for (int s : side_.ForNode(i)) {
@@ -407,6 +446,11 @@ class Lowerer {
       st.impl = op.impl;
       st.launch = std::move(op.launch);
       p_->schedule.steps.push_back(std::move(st));
+    }
+    if (o_.loss_scaler && !scaled_norm_) {
+      return absl::UnimplementedError(
+          "loss scaling needs the adamw nodes batched into one multi-tensor launch (each updating its parameter and "
+          "moments in place, with shared betas, eps, step, lr and clip) and grad_norm over exactly their gradients");
     }
     if (!missing.empty()) {
       std::vector<std::string> parts;
@@ -441,6 +485,8 @@ class Lowerer {
   LoweringFusions fusions_;
   std::set<int> copy_casts_;
   bool allocate_ = true;
+  bool scaled_norm_ = false;
+  TensorView good_steps_, skipped_;
   int adamw_first_ = -1;
   std::function<absl::Status(const Stream&)> adamw_launch_;
 };
@@ -459,12 +505,13 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(Graph graph, const graph::Binding
   return p;
 }
 
-absl::StatusOr<PlannedMemory> PlanStepMemory(Graph graph, const graph::Binding& binding, Device device) {
+absl::StatusOr<PlannedMemory> PlanStepMemory(Graph graph, const graph::Binding& binding, Device device,
+                                             const LowerOptions& options) {
   Program p;
   p.graph = std::move(graph);
   p.binding = binding;
   p.device = device;
-  Lowerer l(&p, LowerOptions());
+  Lowerer l(&p, options);
   l.set_allocate(false);
   SG_RETURN_IF_ERROR(l.Run());
   PlannedMemory m;

@@ -31,12 +31,14 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/memory_plan.h"
 #include "graph/ir.h"
+#include "kernels/adamw/adamw.h"
 #include "kernels/core/stream.h"
 #include "kernels/core/tensor.h"
 
@@ -94,6 +96,9 @@ struct Program {
   // (f32 master, bf16 copy) pairs: the copy is persistent state, written by the AdamW pass (or by
   // the cast step when the AdamW nodes are not batched); refresh it after writing the master.
   std::vector<std::pair<TensorView, TensorView>> weight_copies;
+  // LowerOptions::loss_scaler: the count of good steps and the skipped flag (f32[] each), also in
+  // `sources` ("loss_scale.good_steps") and `outputs` ("loss_scale.skipped").
+  DeviceMemory loss_scaler_state;
   // False when a step reads a host value at launch (LowerOptions::host_scalars): the executor then
   // never captures the schedule into a CUDA graph, whose replays would keep the captured value.
   bool capturable = true;
@@ -120,6 +125,12 @@ struct PlannedMemory {
 //    run (e.g. copied from a per-micro-batch table by a schedule step): the kernel reads the
 //    input's buffer when it runs (CrossEntropyOptions::grad_scale_from), so the program stays
 //    capturable and a CUDA graph replay uses the value of that replay;
+//  - loss_scaler: dynamic loss scaling (Precision::kF16Mixed; the graph's loss backward is seeded
+//    by the f32[] input "loss_scale", compiler/training_graph.h's SeedLossWithScale): the seed is
+//    read on the device by the fused cross-entropy, and the batched grad_norm step is followed by
+//    kernels/adamw's UpdateLossScale (max_norm taken from the grad_norm node), so AdamW sees the
+//    unscaled, clipped gradients and skips a non-finite step. Unimplemented unless every adamw
+//    node is batched into the multi-tensor launch;
 //  - plan_only: run the whole lowering but allocate nothing (as PlanStepMemory): the program's
 //    plan and state_bytes are filled in, its views point nowhere and its steps must not run.
 struct LowerOptions {
@@ -127,6 +138,7 @@ struct LowerOptions {
   std::map<std::string, int> output_live_until;
   std::map<std::string, const float*> host_scalars;
   std::set<std::string> device_scalars;
+  std::optional<kernels::LossScaleConfig> loss_scaler;
   bool plan_only = false;
 };
 
@@ -140,7 +152,8 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(graph::Graph graph, const graph::
 // lowering rule for every node) but allocates and launches nothing: the 1b step's plan, and whether
 // every op has a kernel on a CUDA device, can be checked on a machine without that device. The
 // same errors as Lower (Unimplemented listing ops without a kernel on `device`).
-absl::StatusOr<PlannedMemory> PlanStepMemory(graph::Graph graph, const graph::Binding& binding, Device device);
+absl::StatusOr<PlannedMemory> PlanStepMemory(graph::Graph graph, const graph::Binding& binding, Device device,
+                                             const LowerOptions& options = {});
 
 // The device view of a program's source or output called `name`; NotFound names `owner` (e.g.
 // "compiled step") and `name`.

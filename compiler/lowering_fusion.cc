@@ -38,7 +38,7 @@ bool WritesF32(const Graph& g, int v) {
 
 }  // namespace
 
-LoweringFusions FindLoweringFusions(const Graph& g) {
+LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>& device_seeds) {
   LoweringFusions f;
   const auto& nodes = g.nodes();
   const int nn = int(nodes.size());
@@ -55,6 +55,11 @@ LoweringFusions FindLoweringFusions(const Graph& g) {
     if (b.op != OpKind::kSoftmaxCrossEntropyBackward) continue;
     float scale = 0;
     if (IsConstantScalarFill(g, b.inputs[0], &scale)) f.cross_entropy_scale[j] = scale;
+    const Node& seed = nodes[g.value(b.inputs[0]).producer];
+    if (seed.op == OpKind::kInput && device_seeds.count(graph::AttrString(seed, "name")) &&
+        g.type(b.inputs[0]).dtype == DType::kF32 && g.type(b.inputs[0]).rank() == 0) {
+      f.cross_entropy_device_scale[j] = b.inputs[0];
+    }
   }
   for (int i = 0; i < nn; ++i) {
     const Node& fw = nodes[i];
@@ -62,7 +67,7 @@ LoweringFusions FindLoweringFusions(const Graph& g) {
     for (int j = i + 1; j < nn; ++j) {
       const Node& b = nodes[j];
       if (b.op != OpKind::kSoftmaxCrossEntropyBackward || f.fused_away.count(j) ||
-          !f.cross_entropy_scale.count(j) || b.inputs[1] != fw.inputs[0] || b.inputs[2] != fw.inputs[1] ||
+          (!f.cross_entropy_scale.count(j) && !f.cross_entropy_device_scale.count(j)) || b.inputs[1] != fw.inputs[0] || b.inputs[2] != fw.inputs[1] ||
           graph::AttrInt(b, "ignore_index") != graph::AttrInt(fw, "ignore_index")) {
         continue;
       }
@@ -84,10 +89,11 @@ LoweringFusions FindLoweringFusions(const Graph& g) {
     const int in = n.inputs[0], out = n.outputs[0];
     const DType from = g.type(in).dtype, to = g.type(out).dtype;
     const Node& producer = nodes[g.value(in).producer];
-    if (from == DType::kBF16 && to == DType::kF32 && users[in].size() == 1 && !is_output[in] && WritesF32(g, in)) {
+    const bool half = [](DType t) { return t == DType::kBF16 || t == DType::kF16; }(from);
+    if (half && to == DType::kF32 && users[in].size() == 1 && !is_output[in] && WritesF32(g, in)) {
       f.folded_cast[in] = out;
       f.fused_away.insert(i);
-    } else if (from == DType::kF32 && to == DType::kBF16 && producer.op == OpKind::kParameter &&
+    } else if (from == DType::kF32 && (to == DType::kBF16 || to == DType::kF16) && producer.op == OpKind::kParameter &&
                graph::AttrBool(producer, "trainable") && updated_params.count(in) && !is_output[out]) {
       auto [it, first] = copy_of_param.insert({in, out});
       if (first) {

@@ -5,13 +5,14 @@
 //   if (f.fused_away.count(i)) { /* node i has no step: another node's launch computes it */ }
 //
 //  - Cross-entropy: softmax_cross_entropy and its backward on the same logits/targets, with the
-//    loss cotangent a constant fill (autodiff's seed), become ONE kernels/cross_entropy launch at
+//    loss cotangent a constant fill (autodiff's seed) or an f32[] input named in `device_seeds`
+//    (the dynamic loss scale, read on the device), become ONE kernels/cross_entropy launch at
 //    the forward node writing the loss and dlogits in one pass (grad_scale = the constant). The
 //    backward node then has no step; dlogits overwrites the logits when nothing else reads them.
-//  - Folded casts: a bf16 value whose only use is a cast to f32 (a weight gradient under mixed
+//  - Folded casts: a bf16 (or f16) value whose only use is a cast to f32 (a weight gradient under mixed
 //    precision: matmul dW, norm dweight, embedding dtable) is written in f32 directly by its
 //    producer (cuBLASLt accumulates in f32 anyway); the cast has no step and no bf16 buffer exists.
-//  - Weight copies: a cast of a trainable f32 parameter to bf16 (the compute copy made by
+//  - Weight copies: a cast of a trainable f32 parameter to bf16 or f16 (the compute copy made by
 //    ToMixedPrecision) is a persistent buffer the multi-tensor AdamW rewrites in the same pass as
 //    the master weights, instead of a cast at the start of every forward. A second cast of the
 //    same parameter (recompute clones casts into the backward) reads that copy: no step, no buffer.
@@ -24,6 +25,7 @@
 
 #include <map>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -34,12 +36,13 @@ namespace sg::compiler {
 struct LoweringFusions {
   std::map<int, int> cross_entropy;             // forward node -> its fused backward node
   std::map<int, float> cross_entropy_scale;     // backward node -> constant loss cotangent
+  // backward node -> the f32[] input value seeding it, which the kernel reads from the device when
+  // it runs (capturable): the inputs named in FindLoweringFusions' `device_seeds`
+  // (LowerOptions::device_scalars, and "loss_scale" under dynamic loss scaling)
+  std::map<int, int> cross_entropy_device_scale;
   // backward node -> host address of its loss cotangent (LowerOptions::host_scalars; filled by the
   // lowering, not by FindLoweringFusions), read at each launch
   std::map<int, const float*> cross_entropy_host_scale;
-  // backward nodes whose loss cotangent is an input the kernel reads from the device when it runs
-  // (LowerOptions::device_scalars; filled by the lowering): capturable
-  std::set<int> cross_entropy_device_scale;
   std::map<int, int> folded_cast;               // bf16 value -> the f32 cast output it is written as
   std::map<int, int> weight_copy;               // bf16 cast output -> the f32 parameter value
   std::map<int, int> duplicate_copy;            // a recomputed cast of a parameter -> its weight copy
@@ -47,7 +50,7 @@ struct LoweringFusions {
   std::set<int> fused_away;                     // nodes without a step of their own (CE backward, folded casts)
 };
 
-LoweringFusions FindLoweringFusions(const graph::Graph& g);
+LoweringFusions FindLoweringFusions(const graph::Graph& g, const std::set<std::string>& device_seeds = {});
 
 }  // namespace sg::compiler
 

@@ -143,7 +143,9 @@ LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions&
               return kernels::CrossEntropyForward(logits, targets, loss, valid, o, s);
             }};
   }
-  o.grad_scale = f.cross_entropy_scale.at(pair->second);
+  auto constant = f.cross_entropy_scale.find(pair->second);
+  if (constant != f.cross_entropy_scale.end()) o.grad_scale = constant->second;
+  if (v.device_seed.raw() != nullptr) o.grad_scale_from = static_cast<const float*>(v.device_seed.raw());
   TensorView dlogits = AsMatrix(v.fused_out[0]);
   return {"kernel", [=](const Stream& s) {
             return kernels::CrossEntropyForwardBackward(logits, targets, loss, valid, dlogits, o, s);
@@ -153,7 +155,8 @@ LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions&
 // An unfused softmax_cross_entropy_backward: the fused kernel with the loss written to scratch,
 // scaled by a constant loss cotangent, or by one the runtime keeps at a host address and sets
 // before each step (read at launch: eager execution only, Program::capturable is false then), or
-// read from the seed input's device buffer by the kernel (capturable). A
+// read from the seed input's device buffer by the kernel (capturable: the data-parallel token
+// share, or the dynamic loss scale of Precision::kF16Mixed). A
 // cotangent computed on the device has no kernel (the CE kernel takes its scale from the host):
 // the reference runs it on the CPU.
 LoweredOp CrossEntropyBackward(const Node& n, const NodeViews& v, const LoweringFusions& f, int index) {
@@ -296,12 +299,15 @@ absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const Sid
       return op;
     }
     case OpKind::kAttention:
-      // The CUDA kernels cover bf16 with head_dim 64/128; other cases use the reference on the CPU.
+      // The CUDA kernels cover bf16 with head_dim 64/128; other cases use the reference on the CPU
+      // (the CPU kernels cover f32 and bf16; f16 runs the graph interpreter there).
+      if (device.is_cpu() && v.in[0].dtype() == DType::kF16) return Reference(n, v, device);
       if (device.is_cpu() || (v.in[0].dtype() == DType::kBF16 && (v.in[0].dim(3) == 64 || v.in[0].dim(3) == 128))) {
         return Attention(n, v);
       }
       return LoweredOp{};
     case OpKind::kAttentionBackward:
+      if (device.is_cpu() && v.in[1].dtype() == DType::kF16) return Reference(n, v, device);
       if (device.is_cpu() || (v.in[1].dtype() == DType::kBF16 && (v.in[1].dim(3) == 64 || v.in[1].dim(3) == 128))) {
         return AttentionBackward(n, v, matched());
       }

@@ -45,6 +45,8 @@ struct NodeViews {
   std::vector<char*> side;  // base pointers of the node's side slots
   // A fused cross-entropy forward: the backward node's dlogits, written by this node's launch.
   std::vector<TensorView> fused_out;
+  // A cross-entropy (fused forward or backward) seeded from device memory: the f32[] seed.
+  TensorView device_seed;
 };
 
 struct LoweredOp {

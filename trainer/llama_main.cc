@@ -47,7 +47,7 @@ ABSL_FLAG(std::string, strategy, "none", "distribution: none, fsdp, hybrid, tp, 
 ABSL_FLAG(int64_t, micro_batches, 0, "--strategy=pp: micro-batches per step (0: one sequence each)");
 ABSL_FLAG(std::string, mesh, "", "device mesh for --strategy, e.g. 2x2");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA when present), cpu or cuda");
-ABSL_FLAG(std::string, precision, "", "f32 or bf16 (default: f32 on the CPU, bf16 on CUDA)");
+ABSL_FLAG(std::string, precision, "", "f32, bf16 or f16 (f16: dynamic loss scaling; default: f32 on the CPU, bf16 on CUDA)");
 ABSL_FLAG(std::string, name, "", "run name: outputs go to ./runs/<name> (default: the preset)");
 ABSL_FLAG(std::string, resume, "", "'latest' (bare --resume) for the run's latest checkpoint, 'auto' for the latest "
           "if there is one (else a fresh run: what a restarting launcher needs), or a checkpoint path");

@@ -256,8 +256,9 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   o.device = device;
   o.precision = (f.precision == "bf16" || (f.precision.empty() && device.is_cuda())) ? compiler::Precision::kBF16Mixed
                                                                                      : compiler::Precision::kF32;
-  if (!f.precision.empty() && f.precision != "bf16" && f.precision != "f32") {
-    return absl::InvalidArgumentError(absl::StrCat("--precision: expected f32 or bf16, found '", f.precision, "'"));
+  if (f.precision == "f16") o.precision = compiler::Precision::kF16Mixed;  // dynamic loss scaling
+  if (!f.precision.empty() && f.precision != "bf16" && f.precision != "f16" && f.precision != "f32") {
+    return absl::InvalidArgumentError(absl::StrCat("--precision: expected f32, bf16 or f16, found '", f.precision, "'"));
   }
   o.strategy = strategy;
   o.mesh = mesh;
@@ -306,7 +307,8 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
     std::fprintf(stderr, "data    : %s\n", data.description.c_str());
     std::fprintf(stderr, "training: %s, %s, batch %ld x seq %ld x accum %ld x ranks %d = %ld tokens/step, lr %g -> %g "
                  "(warm-up %ld, cosine)%s\n", device.ToString().c_str(),
-                 o.precision == compiler::Precision::kF32 ? "f32" : "bf16 mixed", long(o.batch), long(o.seq),
+                 o.precision == compiler::Precision::kF32 ? "f32"
+                 : o.precision == compiler::Precision::kF16Mixed ? "f16 mixed (loss scaling)" : "bf16 mixed", long(o.batch), long(o.seq),
                  long(o.grad_accum), o.world_size, long(t->tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
                  budget > 0 ? absl::StrFormat(", time budget %.0f s", budget).c_str() : "");
     if (r != nullptr) {
@@ -388,6 +390,10 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
     }
     std::map<std::string, double> m = {{"loss", loss}, {"lr", step.lr}, {"grad_norm", step.grad_norm},
                                        {"tokens_per_s", tps}, {"memory_bytes", double(MemoryBytes(device))}};
+    if (o.precision == compiler::Precision::kF16Mixed) {
+      m["loss_scale"] = step.loss_scale;
+      m["skipped"] = step.skipped ? 1 : 0;
+    }
     if (device.is_cuda()) {
       const double peak = o.precision == compiler::Precision::kF32 ? 67e12 : 989e12;  // H200 dense
       m["mfu"] = tps * FlopsPerToken(o.config, o.seq) / peak;

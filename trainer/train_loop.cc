@@ -274,6 +274,8 @@ absl::StatusOr<StepResult> Trainer::Step() {
   r.step = step_;
   r.loss = m.loss;
   r.grad_norm = m.grad_norm;
+  r.loss_scale = m.loss_scale;
+  r.skipped = m.skipped;
   r.tokens = tokens_per_step();
   return r;
 }

@@ -92,6 +92,11 @@ struct StepResult {
   double grad_norm = 0;
   double lr = 0;
   int64_t tokens = 0;  // tokens in this update over all ranks
+  // f16 mixed precision: the loss scale the next step uses, and whether this step's update was
+  // skipped (non-finite gradients; the learning-rate schedule still advances, as with PyTorch's
+  // GradScaler). 1 and false otherwise.
+  double loss_scale = 1;
+  bool skipped = false;
 };
 
 class Trainer {

@@ -1,6 +1,7 @@
 #include "kernels/adamw/adamw.h"
 
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/adamw/adamw_internal.h"
@@ -54,7 +55,8 @@ absl::StatusOr<AdamWTensorList> AdamWTensorList::Create(const std::vector<AdamWP
     SG_RETURN_IF_ERROR(ExpectTensor(p.m, what + " m", DType::kF32, p.param.shape(), list.device_));
     SG_RETURN_IF_ERROR(ExpectTensor(p.v, what + " v", DType::kF32, p.param.shape(), list.device_));
     if (Present(p.param_copy)) {
-      SG_RETURN_IF_ERROR(ExpectTensor(p.param_copy, what + " param_copy", DType::kBF16, p.param.shape(), list.device_));
+      const DType copy = p.param_copy.dtype() == DType::kF16 ? DType::kF16 : DType::kBF16;
+      SG_RETURN_IF_ERROR(ExpectTensor(p.param_copy, what + " param_copy", copy, p.param.shape(), list.device_));
     }
     Descriptor d{};
     d.param = p.param.data<float>();
@@ -66,6 +68,7 @@ absl::StatusOr<AdamWTensorList> AdamWTensorList::Create(const std::vector<AdamWP
     d.first_chunk = list.chunks_;
     d.weight_decay = p.weight_decay;
     d.grad_bf16 = p.grad.dtype() == DType::kBF16;
+    d.copy_f16 = Present(p.param_copy) && p.param_copy.dtype() == DType::kF16;
     d.vec = Aligned16(d.param) && Aligned16(d.grad) && Aligned16(d.m) && Aligned16(d.v) &&
             (d.param_copy == nullptr || Aligned16(d.param_copy));
     const int64_t chunks = (d.numel + kChunk - 1) / kChunk;
@@ -143,6 +146,37 @@ absl::Status ScaleGrads(const AdamWTensorList& list, const TensorView& scale, co
   return adamw_internal::ScaleGradsCuda(ListsOf(list), scale.data<float>(), stream.native());
 #else
   return NoCuda("ScaleGrads");
+#endif
+}
+
+absl::Status UpdateLossScale(const LossScaleConfig& config, const TensorView& norm, const TensorView& grad_scale,
+                             const TensorView& scale, const TensorView& good_steps, const TensorView& skipped,
+                             const TensorView& step, const Stream& stream) {
+  const char* op = "UpdateLossScale";
+  const Device d = norm.device();
+  for (const auto& [name, t] : {std::pair<const char*, const TensorView*>{"norm", &norm}, {"grad_scale", &grad_scale},
+                                {"scale", &scale}, {"good_steps", &good_steps}, {"skipped", &skipped}}) {
+    SG_RETURN_IF_ERROR(CheckScalar(op, name, *t, {DType::kF32}, d));
+  }
+  if (Present(step)) SG_RETURN_IF_ERROR(CheckScalar(op, "step", step, {DType::kF32}, d));
+  SG_CHECK_ARG(config.backoff > 0 && config.backoff < 1 && config.growth > 1 && config.growth_interval >= 1 &&
+                   config.min_scale > 0,
+               op, ": need 0 < backoff < 1, growth > 1, growth_interval >= 1 and min_scale > 0, found backoff ",
+               config.backoff, " growth ", config.growth, " growth_interval ", config.growth_interval, " min_scale ",
+               config.min_scale);
+  const adamw_internal::ScalerConfig c{config.max_norm, config.backoff, config.growth, config.min_scale,
+                                       config.growth_interval};
+  const adamw_internal::ScalerValues v{norm.data<float>(), grad_scale.data<float>(), scale.data<float>(),
+                                       good_steps.data<float>(), skipped.data<float>(),
+                                       Present(step) ? step.data<float>() : nullptr};
+  if (d.is_cpu()) {
+    adamw_internal::UpdateLossScaleCpu(c, v);
+    return absl::OkStatus();
+  }
+#ifdef SG_WITH_CUDA
+  return adamw_internal::UpdateLossScaleCuda(c, v, stream.native());
+#else
+  return NoCuda(op);
 #endif
 }
 

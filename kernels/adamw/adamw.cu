@@ -5,6 +5,8 @@
 // take a scalar path. Per element AdamW moves 28 bytes (f32 grad) or 26 (bf16 grad), plus 2 for
 // the bf16 copy: bandwidth-bound, so the math is kept to one rsqrt-free division per element.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <math_constants.h>
 #include <cuda_runtime.h>
 
 #include "kernels/adamw/adamw_internal.h"
@@ -90,7 +92,17 @@ __device__ __forceinline__ void UpdateAt(const Descriptor& d, int64_t i, const S
   Store4<kN>(d.m + i, m);
   Store4<kN>(d.v + i, v);
   Store4<kN>(d.param + i, p);
-  if (d.param_copy != nullptr) {
+  if (d.param_copy != nullptr && d.copy_f16) {
+    __half* out = reinterpret_cast<__half*>(d.param_copy) + i;
+    if constexpr (kN == 4) {
+      uint2 raw;
+      *reinterpret_cast<__half2*>(&raw.x) = __floats2half2_rn(p[0], p[1]);
+      *reinterpret_cast<__half2*>(&raw.y) = __floats2half2_rn(p[2], p[3]);
+      *reinterpret_cast<uint2*>(out) = raw;
+    } else {
+      *out = __float2half_rn(p[0]);
+    }
+  } else if (d.param_copy != nullptr) {
     __nv_bfloat16* out = reinterpret_cast<__nv_bfloat16*>(d.param_copy) + i;
     if constexpr (kN == 4) {
       uint2 raw;
@@ -125,11 +137,13 @@ struct UpdateFn {
 
 __global__ void __launch_bounds__(kThreads) AdamWKernel(Lists l, Hyper h) {
   UpdateFn fn{LoadConsts(h)};
+  if (!isfinite(fn.c.grad_scale)) return;  // the loss scaler's overflow signal: skip the step
   for (int64_t c = blockIdx.x; c < l.chunks; c += gridDim.x) ForChunk(l, c, fn);
 }
 
 // Runs after AdamWKernel on the same stream: every block has read the old step by then.
-__global__ void IncrementStepKernel(void* step, bool i64) {
+__global__ void IncrementStepKernel(void* step, bool i64, const float* grad_scale) {
+  if (grad_scale != nullptr && !isfinite(*grad_scale)) return;  // a skipped step
   if (i64) {
     *static_cast<int64_t*>(step) += 1;
   } else {
@@ -206,6 +220,29 @@ struct ScaleFn {
   }
 };
 
+// One thread: UpdateLossScaleCpu's formulas (adamw_cpu.cc), on the device.
+__global__ void LossScaleKernel(ScalerConfig c, ScalerValues v) {
+  const float s = *v.scale;
+  const float norm = *v.norm / s;
+  *v.norm = norm;
+  if (!isfinite(norm)) {
+    *v.grad_scale = CUDART_NAN_F;
+    *v.skipped = 1.f;
+    *v.good_steps = 0.f;
+    *v.scale = fmaxf(s * c.backoff, c.min_scale);
+    if (v.step != nullptr) *v.step -= 1.f;
+    return;
+  }
+  const float clip = c.max_norm > 0.f ? fminf(1.f, c.max_norm / (norm + 1e-6f)) : 1.f;
+  *v.grad_scale = clip / s;
+  *v.skipped = 0.f;
+  *v.good_steps += 1.f;
+  if (*v.good_steps >= float(c.growth_interval)) {
+    *v.good_steps = 0.f;
+    if (isfinite(s * c.growth)) *v.scale = s * c.growth;
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) ScaleKernel(Lists l, const float* scale) {
   ScaleFn fn{*scale};
   for (int64_t c = blockIdx.x; c < l.chunks; c += gridDim.x) ForChunk(l, c, fn);
@@ -217,7 +254,7 @@ absl::Status StepCuda(const Lists& l, const Hyper& h, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   AdamWKernel<<<cuda_vec::GridFor(l.chunks), kThreads, 0, s>>>(l, h);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(AdamWKernel);
-  IncrementStepKernel<<<1, 1, 0, s>>>(const_cast<void*>(h.step), h.step_i64);
+  IncrementStepKernel<<<1, 1, 0, s>>>(const_cast<void*>(h.step), h.step_i64, h.grad_scale);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(IncrementStepKernel);
   return absl::OkStatus();
 }
@@ -241,6 +278,12 @@ absl::Status GradNormCuda(const Lists& l, float max_norm, float* norm, float* cl
 absl::Status ScaleGradsCuda(const Lists& l, const float* scale, void* stream) {
   ScaleKernel<<<cuda_vec::GridFor(l.chunks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(l, scale);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ScaleKernel);
+  return absl::OkStatus();
+}
+
+absl::Status UpdateLossScaleCuda(const ScalerConfig& c, const ScalerValues& v, void* stream) {
+  LossScaleKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(c, v);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(LossScaleKernel);
   return absl::OkStatus();
 }
 

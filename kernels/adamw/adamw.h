@@ -9,7 +9,9 @@
 // Per element (PyTorch's AdamW), with t = *step + 1, g = grad * (*grad_scale):
 //   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
 //   p = p (1 - lr wd) - lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
-// and the optional bf16 copy of p is written in the same pass. f32 arithmetic throughout.
+// and the optional bf16 or f16 copy of p is written in the same pass. f32 arithmetic throughout.
+// A non-finite *grad_scale skips the step: parameters, moments and step are left unchanged (the
+// dynamic loss scaler's overflow signal, UpdateLossScale below).
 #ifndef SGTRAIN_KERNELS_ADAMW_ADAMW_H_
 #define SGTRAIN_KERNELS_ADAMW_ADAMW_H_
 
@@ -27,7 +29,7 @@ struct AdamWParam {
   TensorView param;       // f32 master weights, updated in place
   TensorView grad;        // f32 or bf16
   TensorView m, v;        // f32 moments, updated in place
-  TensorView param_copy;  // optional bf16 copy of param (default-constructed: none)
+  TensorView param_copy;  // optional bf16 or f16 copy of param (default-constructed: none)
   float weight_decay = 0.f;  // decoupled; 0 for norms and biases by convention
 };
 
@@ -72,6 +74,26 @@ absl::Status GradNorm(const AdamWTensorList& list, float max_norm, const TensorV
 
 // grad *= *scale for every gradient in the list (clipping applied to the gradients themselves).
 absl::Status ScaleGrads(const AdamWTensorList& list, const TensorView& scale, const Stream& stream);
+
+// Dynamic loss scaling (f16 mixed precision, as torch.cuda.amp.GradScaler) decided on the device,
+// so a captured step replays it. Run after GradNorm over gradients of a loss multiplied by *scale
+// and before AdamWStep(..., grad_scale):
+//   norm /= *scale (the unscaled norm);
+//   finite: grad_scale = min(1, max_norm / (norm + 1e-6)) / *scale (1 for max_norm <= 0: no
+//     clipping), skipped = 0, good_steps += 1, and after growth_interval good steps in a row
+//     *scale *= growth (kept when that overflows f32), good_steps = 0;
+//   non-finite: grad_scale = NaN (AdamWStep then skips the update), skipped = 1, good_steps = 0,
+//     *scale = max(*scale * backoff, min_scale), and *step -= 1 when step is given (a step counter
+//     the runtime advanced before it knew the step would be skipped).
+// Every tensor: f32 one element on one device (step optional). One thread, one launch.
+struct LossScaleConfig {
+  float max_norm = 0.f;
+  float backoff = 0.5f, growth = 2.f, min_scale = 1.f;
+  int64_t growth_interval = 2000;
+};
+absl::Status UpdateLossScale(const LossScaleConfig& config, const TensorView& norm, const TensorView& grad_scale,
+                             const TensorView& scale, const TensorView& good_steps, const TensorView& skipped,
+                             const TensorView& step, const Stream& stream);
 
 }  // namespace sg::kernels
 

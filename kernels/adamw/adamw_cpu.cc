@@ -34,6 +34,7 @@ void StepCpu(const Lists& l, const Hyper& h) {
   const float t = float(prev + 1);
   const float lr = *h.lr;
   const float gs = h.grad_scale != nullptr ? *h.grad_scale : 1.f;
+  if (!std::isfinite(gs)) return;  // the loss scaler's overflow signal: skip the step
   const float step_size = lr / (1.f - std::pow(h.beta1, t));
   const float inv_sqrt_bc2 = 1.f / std::sqrt(1.f - std::pow(h.beta2, t));
   ForChunks(l, [&](const Descriptor& d, int64_t, int64_t begin, int64_t end) {
@@ -46,7 +47,7 @@ void StepCpu(const Lists& l, const Hyper& h) {
       d.m[i] = m;
       d.v[i] = v;
       d.param[i] = p;
-      if (d.param_copy != nullptr) d.param_copy[i] = BFloat16::FromFloat(p).bits;
+      if (d.param_copy != nullptr) d.param_copy[i] = d.copy_f16 ? Half::FromFloat(p).bits : BFloat16::FromFloat(p).bits;
     }
   });
   if (h.step_i64) {
@@ -81,6 +82,28 @@ void ScaleGradsCpu(const Lists& l, const float* scale) {
       }
     }
   });
+}
+
+void UpdateLossScaleCpu(const ScalerConfig& c, const ScalerValues& v) {
+  const float s = *v.scale;
+  const float norm = *v.norm / s;
+  *v.norm = norm;
+  if (!std::isfinite(norm)) {
+    *v.grad_scale = NAN;
+    *v.skipped = 1.f;
+    *v.good_steps = 0.f;
+    *v.scale = std::max(s * c.backoff, c.min_scale);
+    if (v.step != nullptr) *v.step -= 1.f;
+    return;
+  }
+  const float clip = c.max_norm > 0 ? std::min(1.f, c.max_norm / (norm + 1e-6f)) : 1.f;
+  *v.grad_scale = clip / s;
+  *v.skipped = 0.f;
+  *v.good_steps += 1.f;
+  if (*v.good_steps >= float(c.growth_interval)) {
+    *v.good_steps = 0.f;
+    if (std::isfinite(s * c.growth)) *v.scale = s * c.growth;
+  }
 }
 
 }  // namespace sg::kernels::adamw_internal

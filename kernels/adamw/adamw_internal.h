@@ -14,13 +14,13 @@ struct Descriptor {
   void* grad;
   float* m;
   float* v;
-  uint16_t* param_copy;  // bf16 bits, or null
+  uint16_t* param_copy;  // bf16 or f16 bits (copy_f16), or null
   int64_t numel;
   int64_t first_chunk;
   float weight_decay;
   int32_t grad_bf16;  // 1: bf16 gradient, 0: f32
   int32_t vec;        // 1: every pointer 16-byte aligned (float4 path)
-  int32_t pad;
+  int32_t copy_f16;   // 1: param_copy is f16, 0: bf16
 };
 static_assert(sizeof(Descriptor) % 8 == 0, "Descriptor is stored as int64 words");
 constexpr int64_t kDescriptorWords = int64_t(sizeof(Descriptor) / 8);
@@ -40,13 +40,29 @@ struct Hyper {
   const float* grad_scale;  // or null
 };
 
+// The loss scaler's one-element f32 values (adamw.h's UpdateLossScale); step may be null.
+struct ScalerValues {
+  float* norm;
+  float* grad_scale;
+  float* scale;
+  float* good_steps;
+  float* skipped;
+  float* step;
+};
+struct ScalerConfig {
+  float max_norm, backoff, growth, min_scale;
+  int64_t growth_interval;
+};
+
 void StepCpu(const Lists& l, const Hyper& h);
+void UpdateLossScaleCpu(const ScalerConfig& c, const ScalerValues& v);
 void GradNormCpu(const Lists& l, float max_norm, float* norm, float* clip);
 void ScaleGradsCpu(const Lists& l, const float* scale);
 
 absl::Status StepCuda(const Lists& l, const Hyper& h, void* stream);
 absl::Status GradNormCuda(const Lists& l, float max_norm, float* norm, float* clip, int device, void* stream);
 absl::Status ScaleGradsCuda(const Lists& l, const float* scale, void* stream);
+absl::Status UpdateLossScaleCuda(const ScalerConfig& c, const ScalerValues& v, void* stream);
 
 }  // namespace sg::kernels::adamw_internal
 

@@ -152,8 +152,104 @@ void CheckNorm(Device device) {
   EXPECT_EQ(ToHost(clip)[0], 1.0);
 }
 
+// f16 weight copies are the f32 result rounded once; a non-finite grad_scale (the loss scaler's
+// overflow signal) leaves parameters, moments, copies and the step counter bitwise unchanged.
+void CheckF16CopiesAndSkip(Device device) {
+  SCOPED_TRACE(device.ToString());
+  Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
+  State s = MakeState(Specs(), device);
+  for (AdamWParam& p : s.params) {
+    if (p.param_copy.raw() == nullptr) continue;
+    Tensor c = Tensor::Empty(p.param.shape(), DType::kF16, device).value();
+    Poison(c);
+    p.param_copy = c.view();
+    s.owners.push_back(c);
+  }
+  auto list = AdamWTensorList::Create(s.params);
+  ASSERT_TRUE(list.ok()) << list.status();
+  Tensor lr = FromHost({3e-3}, {}, DType::kF32, device);
+  Tensor step = FromHost({0}, {1}, DType::kI64, device);
+  Tensor scale = FromHost({0.5}, {}, DType::kF32, device);
+  ASSERT_TRUE(AdamWStep(*list, {}, lr, step, scale, stream).ok());
+  ASSERT_TRUE(stream.Synchronize().ok());
+  EXPECT_EQ(ToHost(step)[0], 1.0);
+  auto all = [&] {
+    std::vector<std::vector<double>> v;
+    for (const AdamWParam& p : s.params) {
+      for (const TensorView* t : {&p.param, &p.m, &p.v, &p.param_copy}) {
+        if (t->raw() != nullptr) v.push_back(ToHost(*t));
+      }
+    }
+    return v;
+  };
+  for (const AdamWParam& p : s.params) {
+    if (p.param_copy.raw() == nullptr) continue;
+    const Tensor rounded = FromHost(ToHost(p.param), p.param.shape(), DType::kF16, Device::Cpu());
+    EXPECT_EQ(ToHost(p.param_copy), ToHost(rounded));
+  }
+  const auto before = all();
+  for (double bad : {double(NAN), double(INFINITY)}) {
+    Tensor skip = FromHost({bad}, {}, DType::kF32, device);
+    ASSERT_TRUE(AdamWStep(*list, {}, lr, step, skip, stream).ok());
+    ASSERT_TRUE(stream.Synchronize().ok());
+    EXPECT_EQ(ToHost(step)[0], 1.0) << bad;
+    EXPECT_EQ(all(), before) << bad;
+  }
+}
+
+// UpdateLossScale against the rules in adamw.h, one row per case.
+void CheckLossScale(Device device) {
+  SCOPED_TRACE(device.ToString());
+  Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
+  struct Case {
+    double scaled_norm, scale, good, step;  // inputs
+    double norm, grad_scale, new_scale, new_good, skipped, new_step;  // expected
+  };
+  LossScaleConfig c;
+  c.max_norm = 1.f;
+  c.growth_interval = 3;
+  c.min_scale = 4.f;
+  const Case cases[] = {
+      {0.5 * 1024, 1024, 0, 7, 0.5, 1.0 / 1024, 1024, 1, 0, 7},                  // below max_norm: no clip
+      {4.0 * 1024, 1024, 1, 7, 4.0, (1 / (4.0 + 1e-6)) / 1024, 1024, 2, 0, 7},   // clipped
+      {0.5 * 1024, 1024, 2, 7, 0.5, 1.0 / 1024, 2048, 0, 0, 7},                  // third good step: growth
+      {INFINITY, 1024, 2, 7, INFINITY, NAN, 512, 0, 1, 6},                       // overflow: back off
+      {NAN, 6, 1, 7, NAN, NAN, 4, 0, 1, 6},                                      // not below min_scale
+  };
+  for (const Case& k : cases) {
+    SCOPED_TRACE(std::to_string(k.scaled_norm) + " at scale " + std::to_string(k.scale));
+    Tensor norm = FromHost({k.scaled_norm}, {}, DType::kF32, device);
+    Tensor gs = Tensor::Empty({}, DType::kF32, device).value();
+    Poison(gs);
+    Tensor scale = FromHost({k.scale}, {}, DType::kF32, device);
+    Tensor good = FromHost({k.good}, {}, DType::kF32, device);
+    Tensor skipped = Tensor::Empty({}, DType::kF32, device).value();
+    Poison(skipped);
+    Tensor step = FromHost({k.step}, {}, DType::kF32, device);
+    ASSERT_TRUE(UpdateLossScale(c, norm, gs, scale, good, skipped, step, stream).ok());
+    ASSERT_TRUE(stream.Synchronize().ok());
+    auto same = [](double got, double want) {
+      if (std::isnan(want) || std::isinf(want)) return std::isnan(want) ? std::isnan(got) : got == want;
+      return std::abs(got - want) <= 1e-6 * std::abs(want);
+    };
+    EXPECT_TRUE(same(ToHost(norm)[0], k.norm)) << ToHost(norm)[0];
+    EXPECT_TRUE(same(ToHost(gs)[0], k.grad_scale)) << ToHost(gs)[0];
+    EXPECT_EQ(ToHost(scale)[0], k.new_scale);
+    EXPECT_EQ(ToHost(good)[0], k.new_good);
+    EXPECT_EQ(ToHost(skipped)[0], k.skipped);
+    EXPECT_EQ(ToHost(step)[0], k.new_step);
+  }
+  Tensor one = FromHost({1}, {}, DType::kF32, device);
+  LossScaleConfig bad = c;
+  bad.backoff = 1.5f;
+  absl::Status st = UpdateLossScale(bad, one, one, one, one, one, TensorView(), stream);
+  EXPECT_NE(st.message().find("backoff 1.5"), std::string::npos) << st;
+}
+
 TEST(AdamWCpuTest, MatchesDoubleReference) { CheckSteps(Device::Cpu()); }
 TEST(AdamWCpuTest, GradNormAndClipping) { CheckNorm(Device::Cpu()); }
+TEST(AdamWCpuTest, F16CopiesAndNonFiniteScaleSkips) { CheckF16CopiesAndSkip(Device::Cpu()); }
+TEST(AdamWCpuTest, LossScaleUpdate) { CheckLossScale(Device::Cpu()); }
 
 TEST(AdamWCpuTest, BadArgumentsAreNamed) {
   Tensor p = Tensor::Empty({8}, DType::kF32, Device::Cpu()).value();
@@ -182,6 +278,8 @@ TEST(AdamWCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
   CheckSteps(Device::Cuda(0));
   CheckNorm(Device::Cuda(0));
+  CheckF16CopiesAndSkip(Device::Cuda(0));
+  CheckLossScale(Device::Cuda(0));
 }
 
 }  // namespace

@@ -12,7 +12,7 @@ using add_rmsnorm_internal::Problem;
 // `t` is the reference tensor (x forward, h backward): its shape, dtype and device fix the others.
 absl::StatusOr<Problem> CheckArgs(const char* op, const char* name, const TensorView& t, const TensorView& weight) {
   SG_CHECK_ARG(t.rank() >= 1 && t.numel() > 0, op, ": ", name, " must be non-empty, found ", t.ToString());
-  SG_CHECK_ARG(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16, op, ": ", name, " must be f32 or bf16, found ",
+  SG_CHECK_ARG(IsFloating(t.dtype()), op, ": ", name, " must be f32, bf16 or f16, found ",
                t.ToString());
   SG_CHECK_ARG(t.is_contiguous(), op, ": ", name, " must be contiguous, found ", t.ToString());
   Problem p;

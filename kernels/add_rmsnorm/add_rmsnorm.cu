@@ -3,6 +3,7 @@
 // written once, h kept in registers between the sum of squares and the output) and the residual
 // gradient dh_in added in the backward (dy, dh_in and h read once, dh written once).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/add_rmsnorm/add_rmsnorm_internal.h"
@@ -34,6 +35,7 @@ absl::Status ForwardCuda(const Problem& p, const void* x, const void* delta, con
                          float* rstd, int device, void* stream, const LaunchConfig& cfg) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return Forward<__nv_bfloat16>(p, x, delta, w, h, y, rstd, device, s, cfg);
+  if (p.dtype == DType::kF16) return Forward<__half>(p, x, delta, w, h, y, rstd, device, s, cfg);
   return Forward<float>(p, x, delta, w, h, y, rstd, device, s, cfg);
 }
 
@@ -41,6 +43,7 @@ absl::Status BackwardCuda(const Problem& p, const void* dy, const void* dh_in, c
                           const float* rstd, void* dh, float* dw, int device, void* stream, const LaunchConfig& cfg) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return Backward<__nv_bfloat16>(p, dy, dh_in, h, w, rstd, dh, dw, device, s, cfg);
+  if (p.dtype == DType::kF16) return Backward<__half>(p, dy, dh_in, h, w, rstd, dh, dw, device, s, cfg);
   return Backward<float>(p, dy, dh_in, h, w, rstd, dh, dw, device, s, cfg);
 }
 

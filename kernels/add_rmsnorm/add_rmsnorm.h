@@ -1,6 +1,6 @@
 // Fused residual add + RMSNorm, the form a Llama block uses between its attention and MLP halves:
 //
-//   // x, delta, h, y: [rows, dim] (f32 or bf16, one dtype); weight: [dim]; rstd: f32 [rows]
+//   // x, delta, h, y: [rows, dim] (f32, bf16 or f16, one dtype); weight: [dim]; rstd: f32 [rows]
 //   SG_RETURN_IF_ERROR(AddRmsNormForward(x, delta, weight, 1e-5f, h, y, rstd, stream));
 //   SG_RETURN_IF_ERROR(AddRmsNormBackward(dy, dh_in, h, weight, rstd, dh, dweight, stream));
 //

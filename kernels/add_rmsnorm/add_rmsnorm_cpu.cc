@@ -74,6 +74,9 @@ void ForwardCpu(const Problem& p, const void* x, const void* delta, const void* 
   if (p.dtype == DType::kBF16) {
     using T = BFloat16;
     Forward(p, In<T>(x), In<T>(delta), In<T>(w), Out<T>(h), Out<T>(y), rstd);
+  } else if (p.dtype == DType::kF16) {
+    using T = Half;
+    Forward(p, In<T>(x), In<T>(delta), In<T>(w), Out<T>(h), Out<T>(y), rstd);
   } else {
     Forward(p, In<float>(x), In<float>(delta), In<float>(w), Out<float>(h), Out<float>(y), rstd);
   }
@@ -83,6 +86,9 @@ void BackwardCpu(const Problem& p, const void* dy, const void* dh_in, const void
                  const float* rstd, void* dh, float* dw) {
   if (p.dtype == DType::kBF16) {
     using T = BFloat16;
+    Backward(p, In<T>(dy), In<T>(dh_in), In<T>(h), In<T>(w), rstd, Out<T>(dh), dw);
+  } else if (p.dtype == DType::kF16) {
+    using T = Half;
     Backward(p, In<T>(dy), In<T>(dh_in), In<T>(h), In<T>(w), rstd, Out<T>(dh), dw);
   } else {
     Backward(p, In<float>(dy), In<float>(dh_in), In<float>(h), In<float>(w), rstd, Out<float>(dh), dw);

@@ -34,8 +34,8 @@ absl::Status Run(const char* op, const TensorView& logits, const TensorView& tar
                  const Stream& stream) {
   SG_CHECK_ARG(logits.rank() == 2 && logits.numel() > 0, op, ": logits must be non-empty [tokens, vocab], found ",
                logits.ToString());
-  SG_CHECK_ARG((logits.dtype() == DType::kF32 || logits.dtype() == DType::kBF16) && logits.is_contiguous(), op,
-               ": logits must be contiguous f32 or bf16, found ", logits.ToString());
+  SG_CHECK_ARG(IsFloating(logits.dtype()) && logits.is_contiguous(), op,
+               ": logits must be contiguous f32, bf16 or f16, found ", logits.ToString());
   Problem p;
   p.rows = logits.dim(0);
   p.vocab = logits.dim(1);

@@ -12,6 +12,7 @@
 //   3. FinishKernel: loss = sum of row losses in a fixed order (f64) / valid: deterministic.
 // The target logit is read before the block's first barrier, so dlogits may overwrite logits.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -64,6 +65,25 @@ template <> struct Raw16<__nv_bfloat16> {
     return r;
   }
 };
+template <> struct Raw16<__half> {
+  static constexpr int kE = 8;
+  __device__ static void Unpack(const uint4& r, float (&f)[kE]) {
+    const __half2* h = reinterpret_cast<const __half2*>(&r);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      const float2 v = __half22float2(h[k]);
+      f[2 * k] = v.x;
+      f[2 * k + 1] = v.y;
+    }
+  }
+  __device__ static uint4 Pack(const float (&f)[kE]) {
+    uint4 r;
+    __half2* h = reinterpret_cast<__half2*>(&r);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(f[2 * k], f[2 * k + 1]);
+    return r;
+  }
+};
 
 // (m, s) <- the pair for the union: max, and sum of exp relative to that max.
 __device__ __forceinline__ void Merge(float& m, float& s, float m2, float s2) {
@@ -104,18 +124,14 @@ __device__ __forceinline__ RowInfo InfoFor(const I* targets, int64_t row, int64_
   return RowInfo{t, ignored, !ignored && (t < 0 || t >= vocab)};
 }
 
-// CrossEntropyOptions::grad_scale_from: read by the kernel, so a graph replay sees its current value.
-__device__ __forceinline__ float GradScale(float grad_scale, const float* grad_scale_from) {
-  return grad_scale_from == nullptr ? grad_scale : grad_scale * *grad_scale_from;
-}
-
 // Row epilogue shared by both row kernels: the row's loss (thread 0) and the gradient scale.
 __device__ __forceinline__ float FinishRow(const RowInfo& info, float lse, float target_logit, float* row_loss,
                                            int64_t row, const int32_t* valid, float grad_scale,
                                            const float* grad_scale_from) {
   if (threadIdx.x == 0) row_loss[row] = info.ignored ? 0.f : info.bad ? NAN : lse - target_logit;
   const int32_t count = *valid;
-  return info.ignored || count == 0 ? 0.f : GradScale(grad_scale, grad_scale_from) / float(count);
+  if (grad_scale_from != nullptr) grad_scale *= *grad_scale_from;
+  return info.ignored || count == 0 ? 0.f : grad_scale / float(count);
 }
 
 template <typename T, typename I, int kK>
@@ -270,7 +286,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bool ignored = sm_ignored != 0;
   if (threadIdx.x == 0) row_loss[row] = ignored ? 0.f : target < 0 ? NAN : lse - sm_target;  // < 0: bad target
   const int32_t count = *valid;
-  const float scale = ignored || count == 0 ? 0.f : GradScale(grad_scale, grad_scale_from) / float(count);
+  if (grad_scale_from != nullptr) grad_scale *= *grad_scale_from;
+  const float scale = ignored || count == 0 ? 0.f : grad_scale / float(count);
   if (dlogits == nullptr) return;
   const float lse_scaled = lse * kLog2e;
   const int target_pack = target < 0 ? -1 : target / kE;
@@ -299,7 +316,7 @@ template <typename T, typename I, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     ChunkedRowKernel(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale,
-                     const float* __restrict__ grad_scale_from) {
+                      const float* __restrict__ grad_scale_from) {
   using R = Raw16<T>;
   constexpr int kE = kVec ? R::kE : 1;
   __shared__ float sm_m[kWarps], sm_s[kWarps], sm_target;
@@ -438,6 +455,10 @@ absl::Status RunCuda(const Problem& p, const void* logits, const void* targets, 
     if (p.dtype == DType::kBF16) {
       if (p.targets_i64) return Run<__nv_bfloat16, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
       return Run<__nv_bfloat16, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
+    }
+    if (p.dtype == DType::kF16) {
+      if (p.targets_i64) return Run<__half, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
+      return Run<__half, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
     }
     if (p.targets_i64) return Run<float, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
     return Run<float, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);

@@ -1,7 +1,7 @@
 // Fused softmax cross-entropy over the vocabulary: the mean loss and its gradient with respect to
 // the logits in one pass over the logits, without an f32 copy of them.
 //
-//   // logits: [tokens, vocab] bf16 or f32; targets: i32 or i64 [tokens]
+//   // logits: [tokens, vocab] bf16, f16 or f32; targets: i32 or i64 [tokens]
 //   // loss: f32 scalar, valid: i32 scalar (device tensors, written on `stream`, no host sync)
 //   SG_RETURN_IF_ERROR(sg::kernels::CrossEntropyForwardBackward(logits, targets, loss, valid,
 //                                                               /*dlogits=*/logits, {}, stream));
@@ -34,7 +34,8 @@ struct CrossEntropyOptions {
   float grad_scale = 1.f;
   // Optional: a one-element f32 on the logits' device that also multiplies dlogits, read when the
   // kernel runs (not when it is launched), so a captured CUDA graph uses its current value: e.g. a
-  // data-parallel rank's token share, written before each replay. Null: grad_scale alone.
+  // data-parallel rank's token share written before each replay, or the dynamic loss scale of f16
+  // training. Null: grad_scale alone.
   const float* grad_scale_from = nullptr;
 };
 

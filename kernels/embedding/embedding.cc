@@ -39,7 +39,7 @@ absl::StatusOr<Problem> Check(const char* op, const TensorView& tokens, const Te
   p.dim = table.dim(1);
   p.tokens_i64 = tokens.dtype() == DType::kI64;
   p.dtype = rows_tensor.dtype();
-  SG_CHECK_ARG(p.dtype == DType::kF32 || p.dtype == DType::kBF16, op, ": ", rows_name, " must be f32 or bf16, found ",
+  SG_CHECK_ARG(IsFloating(p.dtype), op, ": ", rows_name, " must be f32, bf16 or f16, found ",
                rows_tensor.ToString());
   Shape rows_shape = tokens.shape();
   rows_shape.push_back(p.dim);
@@ -55,8 +55,8 @@ absl::StatusOr<Problem> Check(const char* op, const TensorView& tokens, const Te
 
 absl::Status EmbeddingForward(const TensorView& tokens, const TensorView& table, const TensorView& out,
                               const Stream& stream) {
-  SG_CHECK_ARG(table.dtype() == DType::kF32 || table.dtype() == DType::kBF16,
-               "EmbeddingForward: table must be f32 or bf16, found ", table.ToString());
+  SG_CHECK_ARG(IsFloating(table.dtype()),
+               "EmbeddingForward: table must be f32, bf16 or f16, found ", table.ToString());
   SG_ASSIGN_OR_RETURN(Problem p, Check("EmbeddingForward", tokens, table, table.dtype(), out, "out"));
   SG_CHECK_ARG(out.dtype() == table.dtype(), "EmbeddingForward: out must have the table's dtype ",
                DTypeName(table.dtype()), ", found ", out.ToString());

@@ -16,6 +16,7 @@
 // Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -260,6 +261,9 @@ absl::Status ForwardCuda(const Problem& p, const void* tokens, const void* table
     return p.tokens_i64 ? Forward<__nv_bfloat16, int64_t>(p, tokens, table, out, s)
                         : Forward<__nv_bfloat16, int32_t>(p, tokens, table, out, s);
   }
+  if (p.dtype == DType::kF16) {
+    return p.tokens_i64 ? Forward<__half, int64_t>(p, tokens, table, out, s) : Forward<__half, int32_t>(p, tokens, table, out, s);
+  }
   return p.tokens_i64 ? Forward<float, int64_t>(p, tokens, table, out, s) : Forward<float, int32_t>(p, tokens, table, out, s);
 }
 
@@ -267,6 +271,7 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens
                           void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return BackwardAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s);
+  if (p.dtype == DType::kF16) return BackwardAlloc<__half>(p, dout, tokens, dtable, device, s);
   return BackwardAlloc<float>(p, dout, tokens, dtable, device, s);
 }
 

@@ -1,6 +1,6 @@
 // Token embedding: a row gather forward and a deterministic scatter-add backward.
 //
-//   // tokens: i32 or i64 [batch, seq]; table: [vocab, dim] (f32 or bf16); out: [batch, seq, dim]
+//   // tokens: i32 or i64 [batch, seq]; table: [vocab, dim] (f32, bf16 or f16); out: [batch, seq, dim]
 //   SG_RETURN_IF_ERROR(sg::kernels::EmbeddingForward(tokens, table, out, stream));
 //   // dout: [batch, seq, dim] (table's dtype); dtable: f32 [vocab, dim], overwritten
 //   SG_RETURN_IF_ERROR(sg::kernels::EmbeddingBackward(dout, tokens, dtable, stream));

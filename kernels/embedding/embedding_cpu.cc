@@ -46,6 +46,8 @@ void ForwardCpu(const Problem& p, const void* tokens, const void* table, void* o
 void BackwardCpu(const Problem& p, const void* dout, const void* tokens, float* dtable) {
   if (p.dtype == DType::kBF16) {
     Backward(p, static_cast<const BFloat16*>(dout), tokens, dtable);
+  } else if (p.dtype == DType::kF16) {
+    Backward(p, static_cast<const Half*>(dout), tokens, dtable);
   } else {
     Backward(p, static_cast<const float*>(dout), tokens, dtable);
   }

@@ -36,7 +36,7 @@ const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = {
       {1, 1, 1, 1, DType::kF32, DType::kI32},        {2, 7, 11, 5, DType::kF32, DType::kI64},
       {3, 33, 100, 24, DType::kF32, DType::kI32},    {2, 9, 50, 8, DType::kBF16, DType::kI64},
-      {4, 65, 301, 200, DType::kBF16, DType::kI32},  {1, 300, 1000, 2048, DType::kBF16, DType::kI32},
+      {4, 65, 301, 200, DType::kBF16, DType::kI32},  {4, 65, 301, 200, DType::kF16, DType::kI32},  {1, 300, 1000, 2048, DType::kBF16, DType::kI32},
   };
   return cases;
 }

@@ -48,10 +48,11 @@ absl::StatusOr<Problem> CheckArgs(const GemmArgs& g) {
   const Device dev = g.d.device();
   SG_CHECK_ARG(g.a.device() == dev && g.b.device() == dev, "Gemm: a, b and d must be on one device, found a ",
                g.a.ToString(), ", b ", g.b.ToString(), ", d ", g.d.ToString());
-  SG_CHECK_ARG(g.a.dtype() == g.b.dtype() && (g.a.dtype() == DType::kF32 || g.a.dtype() == DType::kBF16),
-               "Gemm: a and b must both be f32 or both bf16, found a ", g.a.ToString(), ", b ", g.b.ToString());
-  SG_CHECK_ARG(g.d.dtype() == DType::kF32 || (g.d.dtype() == DType::kBF16 && g.a.dtype() == DType::kBF16),
-               "Gemm: d must be f32, or bf16 for bf16 inputs; found a ", g.a.ToString(), ", d ", g.d.ToString());
+  SG_CHECK_ARG(g.a.dtype() == g.b.dtype() && IsFloating(g.a.dtype()),
+               "Gemm: a and b must both be f32, both bf16 or both f16, found a ", g.a.ToString(), ", b ",
+               g.b.ToString());
+  SG_CHECK_ARG(g.d.dtype() == DType::kF32 || g.d.dtype() == g.a.dtype(),
+               "Gemm: d must be f32, or the inputs' 16-bit dtype; found a ", g.a.ToString(), ", d ", g.d.ToString());
 
   Problem p;
   p.ab_dtype = g.a.dtype();

@@ -2,6 +2,7 @@
 // per-row alpha vector itself (see gemm_cublaslt.cc). One block per row, 16-byte accesses when the
 // row allows them. It reads and writes d once more, which is why the epilogue path is preferred.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/core/status.h"
@@ -13,9 +14,11 @@ namespace {
 template <typename T> __device__ __forceinline__ float Get(const T& v);
 template <> __device__ __forceinline__ float Get(const float& v) { return v; }
 template <> __device__ __forceinline__ float Get(const __nv_bfloat16& v) { return __bfloat162float(v); }
+template <> __device__ __forceinline__ float Get(const __half& v) { return __half2float(v); }
 template <typename T> __device__ __forceinline__ T Make(float v);
 template <> __device__ __forceinline__ float Make(float v) { return v; }
 template <> __device__ __forceinline__ __nv_bfloat16 Make(float v) { return __float2bfloat16_rn(v); }
+template <> __device__ __forceinline__ __half Make(float v) { return __float2half_rn(v); }
 
 // d[row, :] *= scale[row % rows] for row in [0, batch * rows).
 template <typename T>
@@ -50,6 +53,8 @@ absl::Status ScaleRowsCuda(void* d, DType dtype, int64_t batch, int64_t rows, in
   if (dtype == DType::kBF16) {
     ScaleRowsKernel<__nv_bfloat16><<<blocks, 256, 0, s>>>(static_cast<__nv_bfloat16*>(d), rows, cols, ld,
                                                            batch_stride, scale);
+  } else if (dtype == DType::kF16) {
+    ScaleRowsKernel<__half><<<blocks, 256, 0, s>>>(static_cast<__half*>(d), rows, cols, ld, batch_stride, scale);
   } else {
     ScaleRowsKernel<float><<<blocks, 256, 0, s>>>(static_cast<float*>(d), rows, cols, ld, batch_stride, scale);
   }

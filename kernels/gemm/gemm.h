@@ -40,7 +40,7 @@ enum class GemmAlgo : uint8_t { kDefault, kHeuristic, kTuned };
 //
 // Shapes (per batch entry): op(a) is [M,K] (a is [K,M] when trans_a), op(b) is [K,N] (b is [N,K]
 // when trans_b), d and c are [M,N], bias is [N], row_scale is [M].
-// Dtypes: a and b both f32 or both bf16; d is f32, or bf16 for bf16 inputs; c and bias have d's
+// Dtypes: a and b both f32, both bf16 or both f16; d is f32 or the inputs' dtype; c and bias have d's
 // dtype; row_scale is f32. All tensors on one device.
 struct GemmArgs {
   TensorView a;

@@ -82,6 +82,12 @@ void Run(const Problem& p) {
 void GemmCpu(const Problem& p) {
   if (p.ab_dtype == DType::kF32) {
     Run<float, float>(p);
+  } else if (p.ab_dtype == DType::kF16) {
+    if (p.d_dtype == DType::kF32) {
+      Run<Half, float>(p);
+    } else {
+      Run<Half, Half>(p);
+    }
   } else if (p.d_dtype == DType::kF32) {
     Run<BFloat16, float>(p);
   } else {

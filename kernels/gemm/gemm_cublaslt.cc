@@ -63,7 +63,9 @@ namespace {
 
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;
 
-cudaDataType_t CudaType(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+cudaDataType_t CudaType(DType t) {
+  return t == DType::kBF16 ? CUDA_R_16BF : t == DType::kF16 ? CUDA_R_16F : CUDA_R_32F;
+}
 
 // --- per-device state -----------------------------------------------------------------------------
 
@@ -227,7 +229,7 @@ absl::StatusOr<LayoutPtr> MakeLayout(const LtMatrix& m, int batch) {
 
 // Largest power of two up to 16 dividing the address and every stride (in bytes) of an operand.
 uint32_t Alignment(const void* ptr, int64_t ld, int64_t batch_stride, cudaDataType_t t) {
-  const uint64_t elem = t == CUDA_R_16BF ? 2 : 4;
+  const uint64_t elem = t == CUDA_R_16BF || t == CUDA_R_16F ? 2 : 4;
   const uint64_t bits = uint64_t(reinterpret_cast<uintptr_t>(ptr)) | uint64_t(ld) * elem |
                         uint64_t(batch_stride) * elem;
   uint32_t a = 16;
@@ -391,7 +393,7 @@ std::string LibraryVersion() { return absl::StrCat("cublasLt ", cublasLtGetVersi
 int64_t ExtentBytes(const LtMatrix& m, int batch) {
   const int64_t outer = int64_t(m.row_order ? m.rows : m.cols), inner = int64_t(m.row_order ? m.cols : m.rows);
   const int64_t elems = (outer - 1) * m.ld + inner + int64_t(batch - 1) * m.batch_stride;
-  return elems * (m.type == CUDA_R_16BF ? 2 : 4);
+  return elems * (m.type == CUDA_R_16BF || m.type == CUDA_R_16F ? 2 : 4);
 }
 
 // Device memory from the caching allocator for the scope.

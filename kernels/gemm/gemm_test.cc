@@ -154,6 +154,8 @@ std::vector<Case> Cases() {
       cases.push_back({0, 64, 48, 80, ta, tb, bf16, bf16});
       cases.push_back({0, 33, 17, 71, ta, tb, bf16, f32});
       cases.push_back({3, 19, 24, 40, ta, tb, bf16, bf16});
+      cases.push_back({0, 64, 48, 80, ta, tb, DType::kF16, DType::kF16});
+      cases.push_back({0, 33, 17, 71, ta, tb, DType::kF16, f32});
     }
   }
   Case c = {0, 45, 64, 96, false, true, bf16, bf16};
@@ -280,14 +282,14 @@ TEST(GemmCpuTest, BadArgumentsAreNamed) {
   Tensor bb = empty({8, 5}, DType::kBF16);
   g.b = bb;
   s = Gemm(g, Stream::Cpu());
-  EXPECT_NE(s.message().find("must both be f32 or both bf16"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("must both be f32, both bf16 or both f16"), std::string::npos) << s;
 
   Tensor a16 = empty({4, 8}, DType::kBF16), d16 = empty({4, 5}, DType::kBF16), bf = empty({8, 5}, DType::kF32);
   g.a = a;  // f32 inputs cannot produce bf16
   g.b = bf;
   g.d = d16;
   s = Gemm(g, Stream::Cpu());
-  EXPECT_NE(s.message().find("d must be f32, or bf16 for bf16 inputs"), std::string::npos) << s;
+  EXPECT_NE(s.message().find("d must be f32, or the inputs' 16-bit dtype"), std::string::npos) << s;
 
   g.a = a16;
   g.b = bb;

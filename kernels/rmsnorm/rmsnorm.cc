@@ -11,8 +11,8 @@ using rmsnorm_internal::Problem;
 
 absl::StatusOr<Problem> CheckArgs(const char* op, const TensorView& x, const TensorView& weight) {
   SG_CHECK_ARG(x.rank() >= 1 && x.numel() > 0, op, ": x must be non-empty, found ", x.ToString());
-  SG_CHECK_ARG(x.dtype() == DType::kF32 || x.dtype() == DType::kBF16, op,
-               ": x must be f32 or bf16, found ", x.ToString());
+  SG_CHECK_ARG(IsFloating(x.dtype()), op,
+               ": x must be f32, bf16 or f16, found ", x.ToString());
   SG_CHECK_ARG(x.is_contiguous(), op, ": x must be contiguous, found ", x.ToString());
   Problem p;
   p.dim = x.dim(-1);

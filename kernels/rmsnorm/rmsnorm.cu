@@ -1,6 +1,7 @@
 // CUDA RMSNorm: the dtype dispatch onto the kernels shared with add+RMSNorm (rmsnorm_launch.h, which
 // describes the layout). Measured bandwidth on H200 against PyTorch: benchmarks/README.md.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "kernels/rmsnorm/rmsnorm_internal.h"
@@ -31,6 +32,7 @@ absl::Status ForwardCuda(const Problem& p, const void* x, const void* w, void* y
                          void* stream, const LaunchConfig& cfg) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return Forward<__nv_bfloat16>(p, x, w, y, rstd, device, s, cfg);
+  if (p.dtype == DType::kF16) return Forward<__half>(p, x, w, y, rstd, device, s, cfg);
   return Forward<float>(p, x, w, y, rstd, device, s, cfg);
 }
 
@@ -38,6 +40,7 @@ absl::Status BackwardCuda(const Problem& p, const void* dy, const void* x, const
                           void* dx, float* dw, int device, void* stream, const LaunchConfig& cfg) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return Backward<__nv_bfloat16>(p, dy, x, w, rstd, dx, dw, device, s, cfg);
+  if (p.dtype == DType::kF16) return Backward<__half>(p, dy, x, w, rstd, dx, dw, device, s, cfg);
   return Backward<float>(p, dy, x, w, rstd, dx, dw, device, s, cfg);
 }
 

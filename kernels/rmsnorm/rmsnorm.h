@@ -1,6 +1,6 @@
 // RMSNorm over the last dimension, forward and backward: the template every kernel package follows.
 //
-//   // x, y: [rows, dim] (f32 or bf16); weight: [dim] (x's dtype); rstd: f32 [rows]
+//   // x, y: [rows, dim] (f32, bf16 or f16); weight: [dim] (x's dtype); rstd: f32 [rows]
 //   SG_RETURN_IF_ERROR(sg::kernels::RmsNormForward(x, weight, 1e-5f, y, rstd, stream));
 //   SG_RETURN_IF_ERROR(sg::kernels::RmsNormBackward(dy, x, weight, rstd, dx, dweight, stream));
 //

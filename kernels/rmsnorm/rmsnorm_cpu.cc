@@ -60,6 +60,8 @@ void Backward(const Problem& p, const T* dy, const T* x, const T* w, const float
 void ForwardCpu(const Problem& p, const void* x, const void* w, void* y, float* rstd) {
   if (p.dtype == DType::kBF16) {
     Forward(p, static_cast<const BFloat16*>(x), static_cast<const BFloat16*>(w), static_cast<BFloat16*>(y), rstd);
+  } else if (p.dtype == DType::kF16) {
+    Forward(p, static_cast<const Half*>(x), static_cast<const Half*>(w), static_cast<Half*>(y), rstd);
   } else {
     Forward(p, static_cast<const float*>(x), static_cast<const float*>(w), static_cast<float*>(y), rstd);
   }
@@ -70,6 +72,9 @@ void BackwardCpu(const Problem& p, const void* dy, const void* x, const void* w,
   if (p.dtype == DType::kBF16) {
     Backward(p, static_cast<const BFloat16*>(dy), static_cast<const BFloat16*>(x),
              static_cast<const BFloat16*>(w), rstd, static_cast<BFloat16*>(dx), dw);
+  } else if (p.dtype == DType::kF16) {
+    Backward(p, static_cast<const Half*>(dy), static_cast<const Half*>(x), static_cast<const Half*>(w), rstd,
+             static_cast<Half*>(dx), dw);
   } else {
     Backward(p, static_cast<const float*>(dy), static_cast<const float*>(x), static_cast<const float*>(w), rstd,
              static_cast<float*>(dx), dw);

@@ -29,7 +29,7 @@ absl::StatusOr<Problem> Check(const char* op, const TensorView& q, const TensorV
                               const TensorView& k_out, const RopeOptions& o) {
   SG_CHECK_ARG(q.rank() == 4 && q.numel() > 0, op, ": q must be non-empty [batch, seq, heads, head_dim], found ",
                q.ToString());
-  SG_CHECK_ARG(q.dtype() == DType::kF32 || q.dtype() == DType::kBF16, op, ": q must be f32 or bf16, found ",
+  SG_CHECK_ARG(IsFloating(q.dtype()), op, ": q must be f32, bf16 or f16, found ",
                q.ToString());
   SG_CHECK_ARG(q.is_contiguous(), op, ": q must be contiguous, found ", q.ToString());
   Problem p;

@@ -14,6 +14,7 @@
 //
 // head_dim % 16 != 0 or unaligned tensors take kW = 1 with scalar accesses (both kernels).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -272,6 +273,7 @@ absl::Status Apply(const Problem& p, const Buffers& b, cudaStream_t s) {
 absl::Status ApplyCuda(const Problem& p, const Buffers& b, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return Apply<__nv_bfloat16>(p, b, s);
+  if (p.dtype == DType::kF16) return Apply<__half>(p, b, s);
   return Apply<float>(p, b, s);
 }
 

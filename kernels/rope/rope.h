@@ -1,7 +1,7 @@
 // Rotary position embedding (RoPE) in the Hugging Face Llama convention, forward and backward,
 // applied to q and k together (their head counts may differ), in place or out of place.
 //
-//   // q: [batch, seq, q_heads, head_dim], k: [batch, seq, kv_heads, head_dim], bf16 or f32
+//   // q: [batch, seq, q_heads, head_dim], k: [batch, seq, kv_heads, head_dim], bf16, f16 or f32
 //   sg::kernels::RopeOptions opt;  opt.theta = 500000.f;  opt.position_offset = shard * seq;
 //   SG_RETURN_IF_ERROR(sg::kernels::RopeForward(q, k, q, k, opt, stream));     // in place
 //   SG_RETURN_IF_ERROR(sg::kernels::RopeBackward(dq, dk, dq, dk, opt, stream));

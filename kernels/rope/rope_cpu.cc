@@ -69,6 +69,8 @@ void Apply(const Problem& p, const Buffers& b) {
 void ApplyCpu(const Problem& p, const Buffers& b) {
   if (p.dtype == DType::kBF16) {
     Apply<BFloat16>(p, b);
+  } else if (p.dtype == DType::kF16) {
+    Apply<Half>(p, b);
   } else {
     Apply<float>(p, b);
   }

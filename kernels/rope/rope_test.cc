@@ -61,7 +61,7 @@ const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = {
       {1, 1, 1, 0, 2, DType::kF32, 0},     {2, 5, 3, 1, 6, DType::kF32, 7},     {1, 9, 4, 2, 16, DType::kF32, 0},
       {3, 17, 5, 3, 64, DType::kF32, 40},  {2, 7, 2, 2, 10, DType::kBF16, 3},   {2, 33, 6, 2, 64, DType::kBF16, 100},
-      {1, 19, 8, 8, 128, DType::kBF16, 0}, {1, 5, 3, 0, 32, DType::kBF16, 11},
+      {1, 19, 8, 8, 128, DType::kBF16, 0}, {1, 5, 3, 0, 32, DType::kBF16, 11},  {2, 33, 6, 2, 64, DType::kF16, 100},
       // More chunks per token than one CTA step of the token-run kernel (130 heads x 8 chunks; 48
       // heads x 65 scalar pairs), and token counts that leave a partial run.
       {1, 3, 100, 30, 128, DType::kBF16, 5}, {2, 3, 40, 8, 130, DType::kF32, 1}, {3, 7, 7, 1, 64, DType::kBF16, 0},

@@ -11,7 +11,7 @@ using swiglu_internal::Problem;
 
 absl::Status CheckInput(const char* op, const TensorView& t) {
   SG_CHECK_ARG(t.rank() >= 1 && t.numel() > 0, op, ": input must be non-empty, found ", t.ToString());
-  SG_CHECK_ARG(t.dtype() == DType::kF32 || t.dtype() == DType::kBF16, op, ": input must be f32 or bf16, found ",
+  SG_CHECK_ARG(IsFloating(t.dtype()), op, ": input must be f32, bf16 or f16, found ",
                t.ToString());
   SG_CHECK_ARG(t.is_contiguous(), op, ": input must be contiguous, found ", t.ToString());
   return absl::OkStatus();

@@ -10,6 +10,7 @@
 // unrolled 3.48, once both grids were one wave (before, with GridFor's 8 blocks per SM, unrolled's
 // 3 resident blocks ran 2.67 waves: 3.40, and v1 3.06).
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -276,6 +277,7 @@ absl::Status Backward(const Problem& p, const void* dout, const void* gate, cons
 absl::Status ForwardCuda(const Problem& p, const void* gate, const void* up, void* out, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return Forward<__nv_bfloat16>(p, gate, up, out, s);
+  if (p.dtype == DType::kF16) return Forward<__half>(p, gate, up, out, s);
   return Forward<float>(p, gate, up, out, s);
 }
 
@@ -283,6 +285,7 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* gate, 
                           void* dup, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) return Backward<__nv_bfloat16>(p, dout, gate, up, dgate, dup, s);
+  if (p.dtype == DType::kF16) return Backward<__half>(p, dout, gate, up, dgate, dup, s);
   return Backward<float>(p, dout, gate, up, dgate, dup, s);
 }
 

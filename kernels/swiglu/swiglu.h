@@ -1,5 +1,5 @@
 // SwiGLU, the Llama MLP activation: out = silu(gate) * up with silu(g) = g * sigmoid(g), forward and
-// backward, in f32 or bf16 with f32 arithmetic.
+// backward, in f32, bf16 or f16 with f32 arithmetic.
 //
 //   // gate, up, out: [tokens, ffn]
 //   SG_RETURN_IF_ERROR(sg::kernels::SwiGluForward(gate, up, out, stream));
@@ -7,7 +7,7 @@
 //   // One fused up-projection output gate_up: [tokens, 2 * ffn] = [gate | up]
 //   SG_RETURN_IF_ERROR(sg::kernels::SwiGluPackedForward(gate_up, out, stream));
 //
-// All tensors contiguous, one dtype (f32 or bf16), one device. Outputs may alias inputs of the same
+// All tensors contiguous, one dtype (f32, bf16 or f16), one device. Outputs may alias inputs of the same
 // layout (dgate over gate, dup over up, dgate_up over gate_up). CPU tensors run the reference loops;
 // CUDA tensors run 16-byte vectorized kernels on `stream`.
 #ifndef SGTRAIN_KERNELS_SWIGLU_SWIGLU_H_

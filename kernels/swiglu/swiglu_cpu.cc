@@ -52,6 +52,8 @@ void Backward(const Problem& p, const T* dout, const T* gate, const T* up, T* dg
 void ForwardCpu(const Problem& p, const void* gate, const void* up, void* out) {
   if (p.dtype == DType::kBF16) {
     Forward(p, static_cast<const BFloat16*>(gate), static_cast<const BFloat16*>(up), static_cast<BFloat16*>(out));
+  } else if (p.dtype == DType::kF16) {
+    Forward(p, static_cast<const Half*>(gate), static_cast<const Half*>(up), static_cast<Half*>(out));
   } else {
     Forward(p, static_cast<const float*>(gate), static_cast<const float*>(up), static_cast<float*>(out));
   }
@@ -62,6 +64,10 @@ void BackwardCpu(const Problem& p, const void* dout, const void* gate, const voi
     using B = BFloat16;
     Backward(p, static_cast<const B*>(dout), static_cast<const B*>(gate), static_cast<const B*>(up),
              static_cast<B*>(dgate), static_cast<B*>(dup));
+  } else if (p.dtype == DType::kF16) {
+    using H = Half;
+    Backward(p, static_cast<const H*>(dout), static_cast<const H*>(gate), static_cast<const H*>(up),
+             static_cast<H*>(dgate), static_cast<H*>(dup));
   } else {
     Backward(p, static_cast<const float*>(dout), static_cast<const float*>(gate), static_cast<const float*>(up),
              static_cast<float*>(dgate), static_cast<float*>(dup));

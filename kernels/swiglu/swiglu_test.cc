@@ -48,7 +48,7 @@ struct Case {
 const std::vector<Case>& Cases() {
   static const std::vector<Case> cases = {{1, 1, DType::kF32},    {3, 7, DType::kF32},    {5, 16, DType::kF32},
                                           {17, 344, DType::kF32}, {1, 9, DType::kBF16},   {9, 24, DType::kBF16},
-                                          {33, 1000, DType::kBF16}, {64, 5632, DType::kBF16}};
+                                          {33, 1000, DType::kBF16}, {64, 5632, DType::kBF16}, {33, 1000, DType::kF16}};
   return cases;
 }
 
