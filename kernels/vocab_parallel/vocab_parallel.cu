@@ -164,11 +164,11 @@ absl::Status StatsCuda(const CeProblem& p, const void* logits, const void* targe
   (void)device;
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (p.dtype == DType::kBF16) {
-    return p.targets_i64 ? Stats<__nv_bfloat16, int64_t>(p, logits, targets, stats, s)
-                         : Stats<__nv_bfloat16, int32_t>(p, logits, targets, stats, s);
+    if (p.targets_i64) return Stats<__nv_bfloat16, int64_t>(p, logits, targets, stats, s);
+    return Stats<__nv_bfloat16, int32_t>(p, logits, targets, stats, s);
   }
-  return p.targets_i64 ? Stats<float, int64_t>(p, logits, targets, stats, s)
-                       : Stats<float, int32_t>(p, logits, targets, stats, s);
+  if (p.targets_i64) return Stats<float, int64_t>(p, logits, targets, stats, s);
+  return Stats<float, int32_t>(p, logits, targets, stats, s);
 }
 
 absl::Status FinishCuda(const CeProblem& p, const void* logits, const void* targets, const float* gathered,
@@ -178,14 +178,17 @@ absl::Status FinishCuda(const CeProblem& p, const void* logits, const void* targ
   SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate((p.rows + 1) * int64_t(sizeof(float))));
   float* row_loss = static_cast<float*>(scratch);
   int32_t* valid = reinterpret_cast<int32_t*>(row_loss + p.rows);
-  absl::Status st;
-  if (p.dtype == DType::kBF16) {
-    st = p.targets_i64 ? Finish<__nv_bfloat16, int64_t>(p, logits, targets, gathered, dloss, loss, dlogits, row_loss, valid, s)
-                       : Finish<__nv_bfloat16, int32_t>(p, logits, targets, gathered, dloss, loss, dlogits, row_loss, valid, s);
-  } else {
-    st = p.targets_i64 ? Finish<float, int64_t>(p, logits, targets, gathered, dloss, loss, dlogits, row_loss, valid, s)
-                       : Finish<float, int32_t>(p, logits, targets, gathered, dloss, loss, dlogits, row_loss, valid, s);
-  }
+  auto run = [&]() -> absl::Status {
+    if (p.dtype == DType::kBF16) {
+      if (p.targets_i64) {
+        return Finish<__nv_bfloat16, int64_t>(p, logits, targets, gathered, dloss, loss, dlogits, row_loss, valid, s);
+      }
+      return Finish<__nv_bfloat16, int32_t>(p, logits, targets, gathered, dloss, loss, dlogits, row_loss, valid, s);
+    }
+    if (p.targets_i64) return Finish<float, int64_t>(p, logits, targets, gathered, dloss, loss, dlogits, row_loss, valid, s);
+    return Finish<float, int32_t>(p, logits, targets, gathered, dloss, loss, dlogits, row_loss, valid, s);
+  };
+  const absl::Status st = run();
   alloc->Free(scratch);  // reused only by later work on the same stream
   return st;
 }
