@@ -75,6 +75,10 @@ struct CompileOptions {
   bool fuse = true;  // the graph layer's kernel fusion pass
   bool cuda_graph = true;  // CUDA: capture the step after `warmup_steps` eager steps
   int warmup_steps = 1;
+  // kTensorParallel: split the token embedding and the LM head over the vocabulary (Megatron's
+  // vocabulary-parallel embedding and cross-entropy; compiler/tensor_parallel.h); false keeps them
+  // replicated on every tp rank, with full-vocabulary logits.
+  bool tp_vocab_parallel = true;
   // kContextParallel: shard parameters ZeRO-3 style over every rank (FSDP x CP) instead of
   // replicating them (gradients all-reduced).
   bool context_parallel_fsdp = false;

@@ -10,6 +10,7 @@
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/status.h"
+#include "sharding/placement.h"
 
 namespace sg::compiler {
 
@@ -29,25 +30,29 @@ int64_t Numel(const Shape& s) {
   return n;
 }
 
-// Row-major split of `global` along dim d into T equal slices: outer blocks of `mid` rows of
-// `inner` elements, of which slice r holds rows [r*mid/T, (r+1)*mid/T).
+// Row-major split of `global` along dim d into T torch.chunk pieces (equal unless the dim is an
+// uneven vocabulary): outer blocks of `mid` rows of `inner` elements, of which piece r holds rows
+// sharding::Chunk(mid, T, r).
 struct Split {
-  int64_t outer = 1, mid = 1, inner = 1, part = 1;
-  Split(const Shape& global, int d, int T) {
+  int64_t outer = 1, mid = 1, inner = 1;
+  int T = 1;
+  Split(const Shape& global, int d, int parts) : T(parts) {
     for (int k = 0; k < d; ++k) outer *= global[size_t(k)];
     mid = global[size_t(d)];
     for (size_t k = size_t(d) + 1; k < global.size(); ++k) inner *= global[k];
-    part = mid / T;
   }
-  // Slice r of `full` into the contiguous `local`, or back (to_full).
+  // Elements of the largest piece: what an all-gather pads every piece to.
+  int64_t MaxNumel() const { return outer * sharding::MaxChunk(mid, T) * inner; }
+  // Piece r of `full` into the contiguous `local`, or back (to_full).
   void Copy(float* full, float* local, int r, bool to_full) const {
+    const sharding::ChunkRange c = sharding::Chunk(mid, T, r);
     for (int64_t o = 0; o < outer; ++o) {
-      float* f = full + (o * mid + r * part) * inner;
-      float* l = local + o * part * inner;
+      float* f = full + (o * mid + c.offset) * inner;
+      float* l = local + o * c.length * inner;
       if (to_full) {
-        std::memcpy(f, l, size_t(part * inner) * 4);
+        std::memcpy(f, l, size_t(c.length * inner) * 4);
       } else {
-        std::memcpy(l, f, size_t(part * inner) * 4);
+        std::memcpy(l, f, size_t(c.length * inner) * 4);
       }
     }
   }
@@ -95,7 +100,9 @@ absl::Status TensorParallelStep::Build(const graph::Graph& train, const CompileO
   eps_ = float(dp.eps);
   targets_ = dp.targets;
   ignore_index_ = dp.ignore_index;
-  SG_ASSIGN_OR_RETURN(tp_, BuildTensorParallelGraph(dp, tp_size_, tp_rank_));
+  TensorParallelGraphOptions go;
+  go.vocab_parallel = o.tp_vocab_parallel;
+  SG_ASSIGN_OR_RETURN(tp_, BuildTensorParallelGraph(dp, tp_size_, tp_rank_, go));
   absl::StrAppend(&explanation_, "; tensor parallel: ", tp_.Summary());
   LowerOptions lo;
   // The loss's backward seed (1, or this dp rank's token share) is read on the host at launch.
@@ -117,6 +124,7 @@ absl::Status TensorParallelStep::Build(const graph::Graph& train, const CompileO
     params_.push_back(std::move(p));
   }
   SG_RETURN_IF_ERROR(Allocate());
+  SG_RETURN_IF_ERROR(LowerVocabOps());
   SG_RETURN_IF_ERROR(Schedule());
   ExecutorOptions eo;
   // The ring collectives' device path synchronizes its own reduce stream with the host (not
@@ -457,13 +465,17 @@ absl::Status TensorParallelStep::Read(const std::string& name, const TensorView&
       SG_RETURN_IF_ERROR(CopyTensor(src, TensorView(full.data(), DType::kF32, {src.numel()}, Device::Cpu()), s));
       SG_RETURN_IF_ERROR(executor_->Synchronize());
     } else {
-      const int64_t n = src.numel();
+      // Every piece padded to the largest one (uneven vocabulary pieces), all-gathered in rank order.
+      const Split split(p->tp.global, p->tp.dim, tp_size_);
+      const int64_t n = split.MaxNumel();
+      SG_ASSIGN_OR_RETURN(Tensor send, Tensor::Empty({n}, DType::kF32, program_->device));
       SG_ASSIGN_OR_RETURN(Tensor recv, Tensor::Empty({n * tp_size_}, DType::kF32, program_->device));
-      SG_RETURN_IF_ERROR(layout_.tp->AllGather(src, recv.view(), s));
+      SG_RETURN_IF_ERROR(ZeroTensor(send.view(), s));
+      SG_RETURN_IF_ERROR(CopyTensor(src, TensorView(send.view().raw(), DType::kF32, {src.numel()}, program_->device), s));
+      SG_RETURN_IF_ERROR(layout_.tp->AllGather(send.view(), recv.view(), s));
       std::vector<float> gathered(size_t(n * tp_size_));
       SG_RETURN_IF_ERROR(CopyTensor(recv.view(), TensorView(gathered.data(), DType::kF32, {n * tp_size_}, Device::Cpu()), s));
       SG_RETURN_IF_ERROR(executor_->Synchronize());
-      const Split split(p->tp.global, p->tp.dim, tp_size_);
       for (int r = 0; r < tp_size_; ++r) split.Copy(full.data(), gathered.data() + r * n, r, /*to_full=*/true);
     }
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(full.data(), DType::kF32, host.shape(), Device::Cpu()), host, s));

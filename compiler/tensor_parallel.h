@@ -15,9 +15,14 @@
 // waited for just before its first reader needs the sum, so independent compute (e.g. the weight
 // gradients in backward) overlaps it. Per Llama block that is the row-parallel wo / w2 outputs in
 // forward and the input gradients of the column-parallel wq/wk/wv and w1/w3 in backward.
+// Vocabulary parallelism (the default; CompileOptions::tp_vocab_parallel): the embedding table and
+// the LM head are split over the vocabulary (uneven torch.chunk pieces when T does not divide it);
+// the embedding's output is all-reduced like a row-parallel output, and the loss runs on the logits
+// shard (compiler/tensor_parallel_vocab.cc: kernels/vocab_parallel and one all-gather(tp) of 3
+// floats per token), so no rank holds full-vocabulary logits or their gradient.
 // Parameters, their gradients and AdamW state stay in their placements: split weights as local
-// slices, replicated ones (norms, embedding, LM head) whole on every rank, with gradients that
-// agree across the tp group because everything they depend on does. The optimizer:
+// slices, replicated ones (norms) whole on every rank, with gradients that agree across the tp
+// group because everything they depend on does. The optimizer:
 //   grad norm  sqrt(sum over tp ranks of |split grads|^2 + |replicated grads|^2): local sums, the
 //              split part all-gathered over the tp group, then one GradNorm over the pieces;
 //   AdamW      one multi-tensor launch over this rank's slices and the replicated parameters.
@@ -25,9 +30,9 @@
 // (sum) over the dp group on the comm stream as soon as the unit's last one exists, and the loss
 // is each rank's token-weighted share of the global mean (as in compiler/fsdp.h).
 // Not lowered yet: FSDP across dim 0 (the natural route is compiler/fsdp.h's runtime over this
-// per-rank graph, its grad norm counting replicated weights on tp rank 0 only), vocab-parallel
-// embedding / LM head / cross-entropy, sequence parallelism (the sharding layer plans all three),
-// and CUDA-graph capture (as for FSDP: the ring collectives and the host loss seed).
+// per-rank graph, its grad norm counting replicated weights on tp rank 0 only), sequence
+// parallelism (the sharding layer plans both), and CUDA-graph capture (as for FSDP: the ring
+// collectives and the host loss seed).
 #ifndef SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
 #define SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
 
@@ -67,6 +72,7 @@ class TensorParallelStep : public CompiledStep {
   absl::Status SetLearningRate(float lr) override;
   // Parameters, "opt.m.<p>", "opt.v.<p>" take and "grad:<p>" also gives full tensors (Read of a
   // split one gathers: collective over the tp group); "loss" and "grad_norm" are global values.
+  // An unevenly split vocabulary is gathered and scattered in its torch.chunk pieces.
   absl::Status Write(const std::string& name, const TensorView& host) override;
   absl::Status Read(const std::string& name, const TensorView& host) const override;
   // This rank's slice of a parameter, its optimizer state or "grad:<p>"; otherwise as the base.
@@ -81,6 +87,9 @@ class TensorParallelStep : public CompiledStep {
   TensorParallelStep() = default;
   absl::Status Build(const graph::Graph& train, const CompileOptions& options);
   absl::Status Allocate();
+  // Replaces the lowered steps of tp_.vocab_ops (compiler/tensor_parallel_vocab.cc). After
+  // Allocate (its comm steps wait on ready_), before Schedule.
+  absl::Status LowerVocabOps();
   absl::Status Schedule();
   absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
   // CompiledStep::CommStep ordered after compute through this step's `ready_` event.
@@ -98,7 +107,8 @@ class TensorParallelStep : public CompiledStep {
   DeviceMemory moments_, scalars_;
   TensorView lr_, counter_, norm_split_, norms_, norm_repl_, norm_, clip_, losses_, dummy_[2];
   std::shared_ptr<void> all_list_, split_list_, repl_list_, norm_list_;  // kernels::AdamWTensorList
-  std::vector<std::unique_ptr<Event>> reduce_done_;
+  std::vector<std::unique_ptr<Event>> reduce_done_, vocab_done_;
+  DeviceMemory vocab_scratch_;  // the cross-entropy's per-token statistics (LowerVocabOps)
   std::unique_ptr<Event> ready_, grads_done_, norms_done_, comm_done_;
   std::string targets_;  // the input holding the loss's targets
   int64_t ignore_index_ = -100;

@@ -1,7 +1,9 @@
 // Tensor-parallel Compile on real processes (localhost, CPU, UCX) against the single-process step
 // on the same batch: the loss, the gradient norm and EVERY gradient (gathered to full shape) after
 // one step, and every parameter after 3 steps, on 2 and 4 tp ranks, with full recompute, and on a
-// 2x2 mesh (DDP x TP). Each rank also checks its replicated gradients against the reference, so
+// 2x2 mesh (DDP x TP); with the vocabulary split (the default: embedding and LM head sharded, the
+// cross-entropy on the logits shard) also for a vocabulary that 2 and 4 do not divide (uneven
+// torch.chunk pieces) and a tied LM head. Each rank also checks its replicated gradients against the reference, so
 // the tp ranks agree on them. Plus the per-rank graph itself (no processes): which weights split,
 // how many all-reduces, and the errors for heads that do not divide. Tolerance: f32 kernels summing
 // in another order (partial sums over ranks): relative 2e-5 on loss and norm, 1e-4 on gradients
@@ -63,8 +65,12 @@ graph::LlamaConfig ModelConfig() {
 // `wide`: dim 512 and ffn 2048 (8M parameters) for a batch of a few tokens, where the planner's
 // cost model prefers tensor parallelism (its traffic scales with activations, DDP's and FSDP's
 // with parameters).
-testing::StepData MakeData(bool model = false, bool cuda = false, bool wide = false, bool small_weights = false) {
+// `vocab` > 0 replaces the vocabulary; `tied`: the LM head is the embedding table.
+testing::StepData MakeData(bool model = false, bool cuda = false, bool wide = false, bool small_weights = false,
+                           int64_t vocab = 0, bool tied = false) {
   testing::TinyLlamaConfig c = TpConfig();
+  if (vocab > 0) c.vocab = vocab;
+  c.tied = tied;
   if (wide) {
     c.dim = 512;
     c.ffn = 2048;
@@ -123,6 +129,8 @@ struct Case {
   bool cuda = false;   // GPU `rank`, bf16 mixed precision
   bool bf16 = false;   // bf16 mixed precision on the CPU
   bool wide = false;   // MakeData's wide model
+  int64_t vocab = 0;   // > 0: the tiny model's vocabulary
+  bool tied = false;   // the tiny model's LM head is its embedding table
 };
 
 // kAuto: the per-rank batch is half the global one, and the reference takes as many rows as the
@@ -149,7 +157,7 @@ void CompareWithSingleProcess(const Case& c) {
   }
   // bf16: matrices scaled down (as on CUDA) so the logits stay moderate; with RandomParameters'
   // 0.3 the tiny model's softmax is so peaked that two bf16 runs differ by a few percent.
-  testing::StepData d = MakeData(c.model, cuda, wide, /*small_weights=*/bf16);
+  testing::StepData d = MakeData(c.model, cuda, wide, /*small_weights=*/bf16, c.vocab, c.tied);
   CompileOptions tp_opt;
   tp_opt.device = device;
   tp_opt.precision = precision;
@@ -231,6 +239,17 @@ TEST(Workers, DISABLED_AutoWide) {
   c.wide = true;
   CompareWithSingleProcess(c);
 }
+// 33 over 2 ranks: 17 + 16 rows; over 4: 9 + 9 + 9 + 6.
+TEST(Workers, DISABLED_TpOddVocab) {
+  Case c;
+  c.vocab = 33;
+  CompareWithSingleProcess(c);
+}
+TEST(Workers, DISABLED_TpTied) {
+  Case c;
+  c.tied = true;
+  CompareWithSingleProcess(c);
+}
 TEST(Workers, DISABLED_TpBf16) {
   Case c;
   c.bf16 = true;
@@ -272,6 +291,18 @@ TEST(TensorParallelTest, TwoRanksEqualOneProcess) {
 
 TEST(TensorParallelTest, FourRanksEqualOneProcess) {
   testing::ExpectWorkersPass(4, "Workers.DISABLED_Tp", {SeedEnv()}, absl::Seconds(100));
+}
+
+TEST(TensorParallelTest, OddVocabularyOnTwoRanksEqualsOneProcess) {
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_TpOddVocab", {SeedEnv()}, absl::Seconds(100));
+}
+
+TEST(TensorParallelTest, OddVocabularyOnFourRanksEqualsOneProcess) {
+  testing::ExpectWorkersPass(4, "Workers.DISABLED_TpOddVocab", {SeedEnv()}, absl::Seconds(100));
+}
+
+TEST(TensorParallelTest, TiedEmbeddingAndLmHeadOnTwoRanksEqualsOneProcess) {
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_TpTied", {SeedEnv()}, absl::Seconds(100));
 }
 
 TEST(TensorParallelTest, Bf16MixedPrecisionOnTwoRanksEqualsOneProcess) {
@@ -316,40 +347,101 @@ TEST(TensorParallelTest, IndivisibleHeadsAreRefusedClearly) {
 
 // The per-rank graph, without processes.
 absl::StatusOr<TensorParallelGraph> RankGraph(const testing::TinyLlamaConfig& c, int T, int rank,
-                                              RecomputePolicy recompute = RecomputePolicy::kNone) {
+                                              RecomputePolicy recompute = RecomputePolicy::kNone,
+                                              bool vocab_parallel = true) {
   SG_ASSIGN_OR_RETURN(graph::Graph forward, testing::TinyLlama(c));
   CompileOptions o;
   o.recompute = recompute;
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(forward, o));
   SG_ASSIGN_OR_RETURN(DataParallelGraph dp, SplitOptimizer(train));
-  return BuildTensorParallelGraph(dp, T, rank);
+  TensorParallelGraphOptions go;
+  go.vocab_parallel = vocab_parallel;
+  return BuildTensorParallelGraph(dp, T, rank, go);
 }
 
 TEST(TensorParallelGraphTest, MegatronPlacementsFromTheStrategy) {
   const testing::TinyLlamaConfig c = TpConfig();
-  for (int rank : {0, 1}) {
-    auto tp = RankGraph(c, 2, rank);
-    ASSERT_TRUE(tp.ok()) << tp.status();
-    std::cout << tp->Summary() << "\n";
-    int split = 0;
-    for (const TpParam& p : tp->params) {
-      const bool column = p.name.find(".wq.") != std::string::npos || p.name.find(".wk.") != std::string::npos ||
-                          p.name.find(".wv.") != std::string::npos || p.name.find(".w1.") != std::string::npos ||
-                          p.name.find(".w3.") != std::string::npos;
-      const bool row = p.name.find(".wo.") != std::string::npos || p.name.find(".w2.") != std::string::npos;
-      EXPECT_EQ(p.dim, column ? 0 : row ? 1 : -1) << p.name;
-      if (p.dim >= 0) {
-        ++split;
-        EXPECT_EQ(p.local[size_t(p.dim)] * 2, p.global[size_t(p.dim)]) << p.name;
-      } else {
-        EXPECT_EQ(p.local, p.global) << p.name;
+  for (bool vocab_parallel : {true, false}) {
+    for (int rank : {0, 1}) {
+      auto tp = RankGraph(c, 2, rank, RecomputePolicy::kNone, vocab_parallel);
+      ASSERT_TRUE(tp.ok()) << tp.status();
+      std::cout << tp->Summary() << "\n";
+      int split = 0;
+      for (const TpParam& p : tp->params) {
+        const bool column = p.name.find(".wq.") != std::string::npos || p.name.find(".wk.") != std::string::npos ||
+                            p.name.find(".wv.") != std::string::npos || p.name.find(".w1.") != std::string::npos ||
+                            p.name.find(".w3.") != std::string::npos;
+        const bool row = p.name.find(".wo.") != std::string::npos || p.name.find(".w2.") != std::string::npos;
+        const bool vocab = p.name == "tok_embeddings.weight" || p.name == "output.weight";
+        EXPECT_EQ(p.dim, column || (vocab && vocab_parallel) ? 0 : row ? 1 : -1) << p.name;
+        if (p.dim >= 0) {
+          ++split;
+          EXPECT_EQ(p.local[size_t(p.dim)] * 2, p.global[size_t(p.dim)]) << p.name;
+        } else {
+          EXPECT_EQ(p.local, p.global) << p.name;
+        }
+      }
+      EXPECT_EQ(split, 7 * c.layers + (vocab_parallel ? 2 : 0));
+      // Per block: the wo and w2 outputs in forward, the column-parallel input gradients in
+      // backward; vocabulary parallel adds the embedding's output and the LM head's input gradient.
+      EXPECT_EQ(int(tp->all_reduces.size()), 4 * c.layers + (vocab_parallel ? 2 : 0));
+      EXPECT_EQ(tp->dropped_residuals, rank == 0 ? 0 : 2 * c.layers);
+      // embedding, embedding_backward, softmax_cross_entropy and its backward on the shard.
+      ASSERT_EQ(tp->vocab_ops.size(), vocab_parallel ? 4u : 0u);
+      for (const TpVocabOp& v : tp->vocab_ops) {
+        EXPECT_EQ(v.start, rank * c.vocab / 2);
+        EXPECT_EQ(v.length, c.vocab / 2);
       }
     }
-    EXPECT_EQ(split, 7 * c.layers);
-    // Per block: the wo and w2 outputs in forward, the column-parallel input gradients in backward.
-    EXPECT_EQ(int(tp->all_reduces.size()), 4 * c.layers);
-    EXPECT_EQ(tp->dropped_residuals, rank == 0 ? 0 : 2 * c.layers);
   }
+}
+
+// 33 over 4 ranks: torch.chunk's 9, 9, 9, 6 rows of the table, the LM head and the logits.
+TEST(TensorParallelGraphTest, UnevenVocabularySplitsAsChunks) {
+  testing::TinyLlamaConfig c = TpConfig();
+  c.vocab = 33;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto tp = RankGraph(c, 4, rank);
+    ASSERT_TRUE(tp.ok()) << tp.status();
+    const int64_t want = rank < 3 ? 9 : 6;
+    for (const TpParam& p : tp->params) {
+      if (p.name == "tok_embeddings.weight" || p.name == "output.weight") {
+        EXPECT_EQ(p.local[0], want) << p.name;
+      }
+    }
+    ASSERT_FALSE(tp->vocab_ops.empty());
+    EXPECT_EQ(tp->vocab_ops[0].start, 9 * rank);
+    EXPECT_EQ(tp->vocab_ops[0].length, want);
+  }
+  // 5 over 4 (chunks of 2): rank 3 would hold nothing.
+  c.vocab = 5;
+  auto tiny = RankGraph(c, 4, 3);
+  ASSERT_FALSE(tiny.ok());
+  EXPECT_EQ(tiny.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(tiny.status().message()).find("vocabulary of 5 leaves rank 3 no rows"), std::string::npos)
+      << tiny.status();
+}
+
+// The memory the vocabulary split saves, in the lowered per-rank plan: the logits and dlogits of
+// a 4096-token vocabulary at batch 4 x seq 8 are 512 KiB each in full, half per rank over 2.
+TEST(TensorParallelGraphTest, VocabularyParallelPlanHoldsHalfTheLogits) {
+  testing::TinyLlamaConfig c = TpConfig();
+  c.vocab = 4096;
+  const graph::Binding binding = {{"batch", kGlobalBatch}, {"seq", kSeq}};
+  auto split = RankGraph(c, 2, 0);
+  auto whole = RankGraph(c, 2, 0, RecomputePolicy::kNone, /*vocab_parallel=*/false);
+  ASSERT_TRUE(split.ok()) << split.status();
+  ASSERT_TRUE(whole.ok()) << whole.status();
+  auto a = PlanStepMemory(split->graph, binding, Device::Cpu());
+  auto b = PlanStepMemory(whole->graph, binding, Device::Cpu());
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  const int64_t half_logits = kGlobalBatch * kSeq * c.vocab / 2 * 4;
+  std::cout << "arena per rank: vocabulary parallel " << a->arena_bytes << " B, replicated " << b->arena_bytes
+            << " B; state " << a->state_bytes << " vs " << b->state_bytes << " B\n";
+  EXPECT_LE(a->arena_bytes, b->arena_bytes - half_logits);
+  // The table and LM head (f32) are halved too.
+  EXPECT_LE(a->state_bytes, b->state_bytes - c.vocab * c.dim * 4);
 }
 
 TEST(TensorParallelGraphTest, LlamaModelSplitsLikeTheTestModel) {
@@ -364,15 +456,16 @@ TEST(TensorParallelGraphTest, LlamaModelSplitsLikeTheTestModel) {
   std::cout << tp->Summary() << "\n";
   int split = 0;
   for (const TpParam& p : tp->params) split += p.dim >= 0;
-  EXPECT_EQ(split, 7 * ModelConfig().n_layers);
-  EXPECT_EQ(int(tp->all_reduces.size()), 4 * ModelConfig().n_layers);
+  EXPECT_EQ(split, 7 * ModelConfig().n_layers + 2);  // + the embedding and the LM head
+  EXPECT_EQ(int(tp->all_reduces.size()), 4 * ModelConfig().n_layers + 2);
+  EXPECT_EQ(tp->vocab_ops.size(), 4u);
 }
 
 TEST(TensorParallelGraphTest, FullRecomputeAllReducesTheRecomputedRowParallelOutputs) {
   auto tp = RankGraph(TpConfig(), 2, 1, RecomputePolicy::kFull);
   ASSERT_TRUE(tp.ok()) << tp.status();
   std::cout << tp->Summary() << "\n";
-  EXPECT_GT(int(tp->all_reduces.size()), 4 * TpConfig().layers);
+  EXPECT_GT(int(tp->all_reduces.size()), 4 * TpConfig().layers + 2);
 }
 
 TEST(TensorParallelGraphTest, HeadsAndFfnMustDivide) {
