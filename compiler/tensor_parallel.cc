@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/data_parallel_graph.h"
+#include "compiler/tensor_parallel_steps.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/status.h"
@@ -29,34 +30,6 @@ int64_t Numel(const Shape& s) {
   for (int64_t d : s) n *= d;
   return n;
 }
-
-// Row-major split of `global` along dim d into T torch.chunk pieces (equal unless the dim is an
-// uneven vocabulary): outer blocks of `mid` rows of `inner` elements, of which piece r holds rows
-// sharding::Chunk(mid, T, r).
-struct Split {
-  int64_t outer = 1, mid = 1, inner = 1;
-  int T = 1;
-  Split(const Shape& global, int d, int parts) : T(parts) {
-    for (int k = 0; k < d; ++k) outer *= global[size_t(k)];
-    mid = global[size_t(d)];
-    for (size_t k = size_t(d) + 1; k < global.size(); ++k) inner *= global[k];
-  }
-  // Elements of the largest piece: what an all-gather pads every piece to.
-  int64_t MaxNumel() const { return outer * sharding::MaxChunk(mid, T) * inner; }
-  // Piece r of `full` into the contiguous `local`, or back (to_full).
-  void Copy(float* full, float* local, int r, bool to_full) const {
-    const sharding::ChunkRange c = sharding::Chunk(mid, T, r);
-    for (int64_t o = 0; o < outer; ++o) {
-      float* f = full + (o * mid + c.offset) * inner;
-      float* l = local + o * c.length * inner;
-      if (to_full) {
-        std::memcpy(f, l, size_t(c.length * inner) * 4);
-      } else {
-        std::memcpy(l, f, size_t(c.length * inner) * 4);
-      }
-    }
-  }
-};
 
 absl::Status CheckFull(const std::string& name, int64_t numel, const TensorView& host) {
   if (host.dtype() != DType::kF32 || host.numel() != numel) {
@@ -124,7 +97,11 @@ absl::Status TensorParallelStep::Build(const graph::Graph& train, const CompileO
     params_.push_back(std::move(p));
   }
   SG_RETURN_IF_ERROR(Allocate());
-  SG_RETURN_IF_ERROR(LowerVocabOps());
+  tp_steps_ = std::make_unique<TpStepResources>();
+  const TpCommStep comm_step = [this](std::string name, Phase phase, std::function<absl::Status(const Stream&)> body,
+                                      Event* done) { return CommStep(std::move(name), phase, std::move(body), done); };
+  SG_RETURN_IF_ERROR(ReplaceVocabSteps(*program_, tp_, layout_.tp, comm_step, tp_steps_.get()));
+  SG_RETURN_IF_ERROR(InsertTpAllReduces(*program_, tp_, layout_.tp, comm_step, tp_steps_.get()));
   SG_RETURN_IF_ERROR(Schedule());
   ExecutorOptions eo;
   // The ring collectives' device path synchronizes its own reduce stream with the host (not
@@ -202,10 +179,6 @@ absl::Status TensorParallelStep::Allocate() {
   b.param = b.m = b.v = dummy_[1];
   b.grad = norm_repl_;
   SG_ASSIGN_OR_RETURN(norm_list_, make({a, b}));
-  for (size_t k = 0; k < tp_.all_reduces.size(); ++k) {
-    SG_ASSIGN_OR_RETURN(Event ev, Event::Create(d));
-    reduce_done_.push_back(std::make_unique<Event>(std::move(ev)));
-  }
   for (auto* e : {&ready_, &grads_done_, &norms_done_, &comm_done_}) {
     SG_ASSIGN_OR_RETURN(Event ev, Event::Create(d));
     *e = std::make_unique<Event>(std::move(ev));
@@ -213,27 +186,11 @@ absl::Status TensorParallelStep::Allocate() {
   return absl::OkStatus();
 }
 
-// The tp all-reduces go in after the steps of the node that completes each partial sum and are
-// waited for before the first step of the node that needs the sum; then the dp gradient
-// all-reduce, the grad norm and AdamW on the local slices.
+// After the tp all-reduces (InsertTpAllReduces): the dp gradient all-reduces, the grad norm and
+// AdamW on the local slices.
 absl::Status TensorParallelStep::Schedule() {
-  std::multimap<int, Step> after, before;
+  std::multimap<int, Step> after;
   const graph::Graph& g = program_->graph;
-  if (layout_.tp != nullptr) {
-    for (size_t k = 0; k < tp_.all_reduces.size(); ++k) {
-      const TpAllReduce& a = tp_.all_reduces[k];
-      const TensorView v = program_->values[size_t(a.value)];
-      if (v.raw() == nullptr && v.numel() > 0) {
-        return absl::InternalError(absl::StrCat("tensor parallel: the partial sum of ", a.where, " has no buffer"));
-      }
-      const Phase phase = g.nodes()[size_t(a.issue_after)].phase;
-      comm::ProcessGroup* tp = layout_.tp;
-      after.emplace(a.issue_after, CommStep(absl::StrCat("all-reduce(tp) ", a.where), phase,
-                                            [tp, v](const Stream& s) { return tp->AllReduce(v, comm::ReduceOp::kSum, s); },
-                                            reduce_done_[k].get()));
-      before.emplace(a.needed_by, WaitStep(absl::StrCat("wait all-reduce(tp) ", a.where), phase, reduce_done_[k].get()));
-    }
-  }
   if (layout_.dp != nullptr) {
     // Data parallelism: each unit's gradients (compiler/UnitOf: a block, the embedding, ...) are
     // summed over the dp group as soon as the last of them exists, overlapping the rest of the
@@ -266,17 +223,10 @@ absl::Status TensorParallelStep::Schedule() {
   };
   std::vector<Step> steps;
   for (Step& st : program_->schedule.steps) {
-    if (st.node >= 0) {
-      flush(&after, st.node, &steps);
-      flush(&before, st.node + 1, &steps);
-    }
+    if (st.node >= 0) flush(&after, st.node, &steps);
     steps.push_back(std::move(st));
   }
   flush(&after, INT_MAX, &steps);
-  while (!before.empty()) {  // the waits for graph outputs (needed_by INT_MAX)
-    steps.push_back(std::move(before.begin()->second));
-    before.erase(before.begin());
-  }
 
   const Phase opt = Phase::kOptimizer;
   if (layout_.dp != nullptr) {
@@ -444,7 +394,7 @@ absl::Status TensorParallelStep::Write(const std::string& name, const TensorView
     if (p->tp.dim < 0) {
       local = full;
     } else {
-      Split(p->tp.global, p->tp.dim, tp_size_).Copy(full.data(), local.data(), tp_rank_, /*to_full=*/false);
+      TpSplit(p->tp.global, p->tp.dim, tp_size_).Copy(full.data(), local.data(), tp_rank_, /*to_full=*/false);
     }
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(local.data(), DType::kF32, {dst.numel()}, Device::Cpu()), dst, s));
     return executor_->Synchronize();
@@ -466,7 +416,7 @@ absl::Status TensorParallelStep::Read(const std::string& name, const TensorView&
       SG_RETURN_IF_ERROR(executor_->Synchronize());
     } else {
       // Every piece padded to the largest one (uneven vocabulary pieces), all-gathered in rank order.
-      const Split split(p->tp.global, p->tp.dim, tp_size_);
+      const TpSplit split(p->tp.global, p->tp.dim, tp_size_);
       const int64_t n = split.MaxNumel();
       SG_ASSIGN_OR_RETURN(Tensor send, Tensor::Empty({n}, DType::kF32, program_->device));
       SG_ASSIGN_OR_RETURN(Tensor recv, Tensor::Empty({n * tp_size_}, DType::kF32, program_->device));

@@ -18,7 +18,7 @@
 // Vocabulary parallelism (the default; CompileOptions::tp_vocab_parallel): the embedding table and
 // the LM head are split over the vocabulary (uneven torch.chunk pieces when T does not divide it);
 // the embedding's output is all-reduced like a row-parallel output, and the loss runs on the logits
-// shard (compiler/tensor_parallel_vocab.cc: kernels/vocab_parallel and one all-gather(tp) of 3
+// shard (compiler/tensor_parallel_steps.h: kernels/vocab_parallel and one all-gather(tp) of 3
 // floats per token), so no rank holds full-vocabulary logits or their gradient.
 // Parameters, their gradients and AdamW state stay in their placements: split weights as local
 // slices, replicated ones (norms) whole on every rank, with gradients that agree across the tp
@@ -50,6 +50,8 @@
 #include "sharding/mesh.h"
 
 namespace sg::compiler {
+
+struct TpStepResources;  // compiler/tensor_parallel_steps.h
 
 // Which ranks a tensor-parallel step talks to. Null groups are this rank alone.
 struct TensorParallelLayout {
@@ -87,9 +89,6 @@ class TensorParallelStep : public CompiledStep {
   TensorParallelStep() = default;
   absl::Status Build(const graph::Graph& train, const CompileOptions& options);
   absl::Status Allocate();
-  // Replaces the lowered steps of tp_.vocab_ops (compiler/tensor_parallel_vocab.cc). After
-  // Allocate (its comm steps wait on ready_), before Schedule.
-  absl::Status LowerVocabOps();
   absl::Status Schedule();
   absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
   // CompiledStep::CommStep ordered after compute through this step's `ready_` event.
@@ -107,8 +106,7 @@ class TensorParallelStep : public CompiledStep {
   DeviceMemory moments_, scalars_;
   TensorView lr_, counter_, norm_split_, norms_, norm_repl_, norm_, clip_, losses_, dummy_[2];
   std::shared_ptr<void> all_list_, split_list_, repl_list_, norm_list_;  // kernels::AdamWTensorList
-  std::vector<std::unique_ptr<Event>> reduce_done_, vocab_done_;
-  DeviceMemory vocab_scratch_;  // the cross-entropy's per-token statistics (LowerVocabOps)
+  std::unique_ptr<TpStepResources> tp_steps_;  // the tp all-reduces' and vocabulary steps' buffers
   std::unique_ptr<Event> ready_, grads_done_, norms_done_, comm_done_;
   std::string targets_;  // the input holding the loss's targets
   int64_t ignore_index_ = -100;

@@ -1,6 +1,7 @@
-// TensorParallelStep's vocabulary-parallel launches (compiler/tensor_parallel_graph.h's
+// The steps the tensor-parallel runtimes put into a lowered per-rank program: the tp all-reduces
+// of partial sums, and the vocabulary-parallel launches (compiler/tensor_parallel_graph.h's
 // vocab_ops): the lowered program's steps for those nodes run the full-vocabulary kernels, which
-// are not valid on a shard; this replaces them with kernels/vocab_parallel and the tp all-gather
+// are not valid on a shard; they are replaced with kernels/vocab_parallel and the tp all-gather
 // of the cross-entropy's per-token statistics. Per softmax_cross_entropy node:
 //   stats     kernel   local max, sum-exp and target logit per token: f32 [3, tokens]
 //   gather    comm     all-gather(tp) of the stats into f32 [T, 3, tokens] (comm stream)
@@ -8,10 +9,13 @@
 //   finish    kernel   the loss (and in the backward dlogits, scaled by the loss cotangent)
 // The backward of a cross-entropy over the same logits and targets reuses the forward's gathered
 // statistics (the logits are unchanged in between): one finish kernel, no second collective.
-#include <cstring>
+#include "compiler/tensor_parallel_steps.h"
+
+#include <algorithm>
+#include <climits>
+#include <map>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/tensor_parallel.h"
 #include "graph/ops.h"
 #include "kernels/core/status.h"
 #include "kernels/vocab_parallel/vocab_parallel.h"
@@ -37,13 +41,25 @@ Step Kernel(std::string name, int node, graph::Phase phase, std::function<absl::
   return st;
 }
 
+// A step that makes its stream wait for `done` (as CompiledStep::WaitStep).
+Step Wait(std::string name, graph::Phase phase, const Event* done) {
+  Step st;
+  st.name = std::move(name);
+  st.phase = phase;
+  st.impl = "wait";
+  st.launch = [done](const Stream& s) { return done->Block(s); };
+  return st;
+}
+
 }  // namespace
 
-absl::Status TensorParallelStep::LowerVocabOps() {
+absl::Status ReplaceVocabSteps(Program& program, const TensorParallelGraph& tp_, comm::ProcessGroup* group,
+                               const TpCommStep& comm_step, TpStepResources* owned) {
   if (tp_.vocab_ops.empty()) return absl::OkStatus();
-  const graph::Graph& g = program_->graph;
-  const Device d = program_->device;
-  auto view = [&](int v) { return program_->values[size_t(v)]; };
+  const graph::Graph& g = program.graph;
+  const Device d = program.device;
+  const int tp_size = group != nullptr ? group->size() : 1;
+  auto view = [&](int v) { return program.values[size_t(v)]; };
   // The statistics buffers: per cross-entropy forward (and unmatched backward) 3 * tokens floats
   // of this rank's and 3 * tokens * T gathered, plus one scratch loss.
   std::vector<int> ce_nodes;
@@ -52,12 +68,12 @@ absl::Status TensorParallelStep::LowerVocabOps() {
     if (op.op != OpKind::kSoftmaxCrossEntropy && op.op != OpKind::kSoftmaxCrossEntropyBackward) continue;
     const graph::Node& n = g.nodes()[size_t(op.node)];
     const int64_t tokens = view(n.inputs[op.op == OpKind::kSoftmaxCrossEntropy ? 1 : 2]).numel();
-    bytes += AlignUp(3 * tokens * 4) + AlignUp(3 * tokens * 4 * tp_size_);
+    bytes += AlignUp(3 * tokens * 4) + AlignUp(3 * tokens * 4 * tp_size);
   }
-  SG_ASSIGN_OR_RETURN(vocab_scratch_, DeviceMemory::Allocate(d, bytes));
+  SG_ASSIGN_OR_RETURN(owned->vocab_scratch, DeviceMemory::Allocate(d, bytes));
   int64_t at = 0;
   auto take = [&](Shape s) {
-    TensorView v(vocab_scratch_.data() + at, DType::kF32, s, d);
+    TensorView v(owned->vocab_scratch.data() + at, DType::kF32, s, d);
     at += AlignUp(std::max<int64_t>(v.numel() * 4, 4));
     return v;
   };
@@ -108,17 +124,17 @@ absl::Status TensorParallelStep::LowerVocabOps() {
         }
         if (gathered.raw() == nullptr) {
           const TensorView stats = take({3, logits.dim(0)});
-          gathered = take({tp_size_, 3, logits.dim(0)});
+          gathered = take({tp_size, 3, logits.dim(0)});
           replacement.emplace(op.node, Kernel(absl::StrCat("vocab_parallel stats ", where), op.node, phase,
                                               [=](const Stream& s) {
                                                 return kernels::VocabParallelCrossEntropyStats(logits, targets, start,
                                                                                                o, stats, s);
                                               }));
           SG_ASSIGN_OR_RETURN(Event ev, Event::Create(d));
-          vocab_done_.push_back(std::make_unique<Event>(std::move(ev)));
-          Event* done = vocab_done_.back().get();
-          comm::ProcessGroup* tp = layout_.tp;
-          Step gather = CommStep(absl::StrCat("all-gather(tp) vocab_parallel stats ", where), phase,
+          owned->events.push_back(std::make_unique<Event>(std::move(ev)));
+          Event* done = owned->events.back().get();
+          comm::ProcessGroup* tp = group;
+          Step gather = comm_step(absl::StrCat("all-gather(tp) vocab_parallel stats ", where), phase,
                                  [tp, stats, gathered](const Stream& s) -> absl::Status {
                                    if (tp == nullptr) return CopyTensor(stats, Flat(gathered), s);
                                    return tp->AllGather(Flat(stats), Flat(gathered), s);
@@ -126,7 +142,7 @@ absl::Status TensorParallelStep::LowerVocabOps() {
                                  done);
           gather.node = op.node;
           replacement.emplace(op.node, std::move(gather));
-          Step wait = WaitStep(absl::StrCat("wait all-gather(tp) vocab_parallel stats ", where), phase, done);
+          Step wait = Wait(absl::StrCat("wait all-gather(tp) vocab_parallel stats ", where), phase, done);
           wait.node = op.node;
           replacement.emplace(op.node, std::move(wait));
           if (!backward) forward_stats.push_back({lv, tv, gathered});
@@ -149,7 +165,7 @@ absl::Status TensorParallelStep::LowerVocabOps() {
   // two nodes: its backward's dlogits would go missing).
   std::map<int, int> seen;
   std::vector<Step> steps;
-  for (Step& st : program_->schedule.steps) {
+  for (Step& st : program.schedule.steps) {
     auto range = replacement.equal_range(st.node);
     if (st.node < 0 || range.first == range.second) {
       steps.push_back(std::move(st));
@@ -168,7 +184,52 @@ absl::Status TensorParallelStep::LowerVocabOps() {
           ") has no step of its own (fused with another node), which the vocabulary-parallel lowering does not cover"));
     }
   }
-  program_->schedule.steps = std::move(steps);
+  program.schedule.steps = std::move(steps);
+  return absl::OkStatus();
+}
+
+absl::Status InsertTpAllReduces(Program& program, const TensorParallelGraph& tp, comm::ProcessGroup* group,
+                                const TpCommStep& comm_step, TpStepResources* owned) {
+  if (group == nullptr) return absl::OkStatus();
+  const graph::Graph& g = program.graph;
+  std::multimap<int, Step> after, before;
+  for (const TpAllReduce& a : tp.all_reduces) {
+    const TensorView v = program.values[size_t(a.value)];
+    if (v.raw() == nullptr && v.numel() > 0) {
+      return absl::InternalError(absl::StrCat("tensor parallel: the partial sum of ", a.where, " has no buffer"));
+    }
+    SG_ASSIGN_OR_RETURN(Event ev, Event::Create(program.device));
+    owned->events.push_back(std::make_unique<Event>(std::move(ev)));
+    Event* done = owned->events.back().get();
+    const graph::Phase phase = g.nodes()[size_t(a.issue_after)].phase;
+    after.emplace(a.issue_after, comm_step(absl::StrCat("all-reduce(tp) ", a.where), phase,
+                                           [group, v](const Stream& s) {
+                                             return group->AllReduce(v, comm::ReduceOp::kSum, s);
+                                           },
+                                           done));
+    before.emplace(a.needed_by, Wait(absl::StrCat("wait all-reduce(tp) ", a.where), phase, done));
+  }
+  auto flush = [](std::multimap<int, Step>* m, int below, std::vector<Step>* out) {
+    while (!m->empty() && m->begin()->first < below) {
+      out->push_back(std::move(m->begin()->second));
+      m->erase(m->begin());
+    }
+  };
+  std::vector<Step> steps;
+  for (Step& st : program.schedule.steps) {
+    if (st.node >= 0) {
+      flush(&after, st.node, &steps);
+      flush(&before, st.node + 1, &steps);
+    }
+    steps.push_back(std::move(st));
+  }
+  flush(&after, INT_MAX, &steps);
+  flush(&before, INT_MAX, &steps);  // the waits for graph outputs (needed_by INT_MAX)
+  while (!before.empty()) {
+    steps.push_back(std::move(before.begin()->second));
+    before.erase(before.begin());
+  }
+  program.schedule.steps = std::move(steps);
   return absl::OkStatus();
 }
 
