@@ -79,6 +79,9 @@ struct CompileOptions {
   // vocabulary-parallel embedding and cross-entropy; compiler/tensor_parallel.h); false keeps them
   // replicated on every tp rank, with full-vocabulary logits.
   bool tp_vocab_parallel = true;
+  // kTensorParallel on a 2-D mesh {D, T}: shard each rank's tp slices ZeRO-3 style over mesh dim
+  // 0 (FSDP x TP; compiler/tensor_parallel_fsdp.h) instead of replicating them there (DDP).
+  bool tensor_parallel_fsdp = false;
   // kContextParallel: shard parameters ZeRO-3 style over every rank (FSDP x CP) instead of
   // replicating them (gradients all-reduced).
   bool context_parallel_fsdp = false;

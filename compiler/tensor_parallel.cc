@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/data_parallel_graph.h"
+#include "compiler/tensor_parallel_fsdp.h"
 #include "compiler/tensor_parallel_steps.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
@@ -464,11 +465,18 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileTensorParallel(const graph:
   if (mesh.ndim() == 2) {
     SG_ASSIGN_OR_RETURN(layout.dp, ctx->Group(mesh, {0}));
   }
+  const bool fsdp = mesh.ndim() == 2 && o.tensor_parallel_fsdp;
   std::string why = absl::StrCat(why_first, why_first.empty() ? "" : "; ", "strategy tensor_parallel: tp over ",
                                  mesh.dim_size(tp_dim), " ranks",
-                                 mesh.ndim() == 2 ? absl::StrCat(" (mesh dim 1) x data parallel over ", mesh.dim_size(0),
-                                                                 " (mesh dim 0)")
+                                 mesh.ndim() == 2 ? absl::StrCat(" (mesh dim 1) x ", fsdp ? "fsdp" : "data parallel",
+                                                                 " over ", mesh.dim_size(0), " (mesh dim 0)")
                                                   : std::string());
+  if (fsdp) {
+    SG_ASSIGN_OR_RETURN(comm::ProcessGroup * all, ctx->Group(mesh, {0, 1}));
+    SG_ASSIGN_OR_RETURN(std::unique_ptr<TensorParallelFsdpStep> step,
+                        TensorParallelFsdpStep::Create(train, o, layout.tp, layout.dp, all, std::move(ctx), std::move(why)));
+    return std::unique_ptr<CompiledStep>(std::move(step));
+  }
   SG_ASSIGN_OR_RETURN(std::unique_ptr<TensorParallelStep> step,
                       TensorParallelStep::Create(train, o, layout, std::move(ctx), std::move(why)));
   return std::unique_ptr<CompiledStep>(std::move(step));

@@ -8,6 +8,7 @@
 // how many all-reduces, and the errors for heads that do not divide. Tolerance: f32 kernels summing
 // in another order (partial sums over ranks): relative 2e-5 on loss and norm, 1e-4 on gradients
 // and parameters.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <iostream>
@@ -19,6 +20,7 @@
 #include "compiler/dist_context.h"
 #include "compiler/distributed.h"
 #include "compiler/tensor_parallel.h"
+#include "compiler/tensor_parallel_fsdp.h"
 #include "compiler/tensor_parallel_graph.h"
 #include "compiler/testing/step_compare.h"
 #include "compiler/testing/tiny_llama.h"
@@ -131,7 +133,27 @@ struct Case {
   bool wide = false;   // MakeData's wide model
   int64_t vocab = 0;   // > 0: the tiny model's vocabulary
   bool tied = false;   // the tiny model's LM head is its embedding table
+  bool fsdp = false;   // FSDP x TP (tensor_parallel_fsdp) on the 2-D mesh instead of DDP x TP
 };
+
+// FSDP x TP: every parameter, its gradient and AdamW state on this rank are its dp rows
+// (torch.chunk over the D ranks of mesh dim 0) of its tp slice.
+void ExpectShardedOverDp(CompiledStep& step, int D, int dp_rank) {
+  auto* f = dynamic_cast<TensorParallelFsdpStep*>(&step);
+  ASSERT_NE(f, nullptr) << "expected the FSDP x TP runtime";
+  for (const TpParam& p : f->tp_graph().params) {
+    int64_t local = 1;
+    for (int64_t d : p.local) local *= d;
+    const int64_t rows = p.local[0], row = local / rows;
+    const int64_t chunk = (rows + D - 1) / D;
+    const int64_t mine = std::max<int64_t>(0, std::min(rows, (dp_rank + 1) * chunk) - dp_rank * chunk) * row;
+    for (const std::string& name : {p.name, "grad:" + p.name, "opt.m." + p.name}) {
+      auto view = f->View(name);
+      ASSERT_TRUE(view.ok()) << view.status();
+      EXPECT_EQ(view->numel(), mine) << name << " (tp slice " << local << " elements)";
+    }
+  }
+}
 
 // kAuto: the per-rank batch is half the global one, and the reference takes as many rows as the
 // chosen strategy's data shares consume (tp peers share a batch).
@@ -164,6 +186,7 @@ void CompareWithSingleProcess(const Case& c) {
   tp_opt.strategy = strategy;
   tp_opt.mesh = mesh;
   tp_opt.recompute = recompute;
+  tp_opt.tensor_parallel_fsdp = c.fsdp;
   tp_opt.comm_timeout_s = 30;
   tp_opt.binding = {{"batch", kGlobalBatch / planned_dp}, {"seq", kSeq}};
   // Scaled-down weights (0.03): lr 1e-2 steps would be a third of them, and AdamW's normalized
@@ -194,6 +217,7 @@ void CompareWithSingleProcess(const Case& c) {
   cmp.expect_nonzero_grads = true;
   cmp.after_step = [&](int s) {
     if (s == 0 && mesh.empty() && strategy == Strategy::kTensorParallel) ExpectReplicatedGradientsAgree(*tp);
+    if (s == 0 && c.fsdp) ExpectShardedOverDp(*tp, dp, dp_rank);
   };
   if (!testing::CompareSteps(d, *ref, *tp, cmp)) return;
 
@@ -226,6 +250,28 @@ TEST(Workers, DISABLED_TpRecompute) {
 TEST(Workers, DISABLED_DpTp) {
   Case c;
   c.mesh = {2, 2};
+  CompareWithSingleProcess(c);
+}
+TEST(Workers, DISABLED_FsdpTp) {
+  Case c;
+  c.mesh = {2, 2};
+  c.fsdp = true;
+  CompareWithSingleProcess(c);
+}
+// 33 over tp 2: 17 + 16 rows, each over dp 2: 9 + 8 and 8 + 8; the head tied to the table.
+TEST(Workers, DISABLED_FsdpTpOddVocabTied) {
+  Case c;
+  c.mesh = {2, 2};
+  c.fsdp = true;
+  c.vocab = 33;
+  c.tied = true;
+  CompareWithSingleProcess(c);
+}
+TEST(Workers, DISABLED_FsdpTpCuda) {
+  Case c;
+  c.mesh = {2, 2};
+  c.fsdp = true;
+  c.cuda = true;
   CompareWithSingleProcess(c);
 }
 TEST(Workers, DISABLED_Auto) {
@@ -317,6 +363,15 @@ TEST(TensorParallelTest, DataParallelTimesTensorParallelOn2x2Mesh) {
   testing::ExpectWorkersPass(4, "Workers.DISABLED_DpTp", {SeedEnv()}, absl::Seconds(100));
 }
 
+TEST(TensorParallelTest, FsdpTimesTensorParallelOn2x2Mesh) {
+  comm::testing::WorkerRun run = testing::ExpectWorkersPass(4, "Workers.DISABLED_FsdpTp", {SeedEnv()}, absl::Seconds(100));
+  EXPECT_NE(run.outputs[0].find("(mesh dim 1) x fsdp over 2 (mesh dim 0)"), std::string::npos) << run.outputs[0];
+}
+
+TEST(TensorParallelTest, FsdpTimesTensorParallelWithOddTiedVocabularyOn2x2Mesh) {
+  testing::ExpectWorkersPass(4, "Workers.DISABLED_FsdpTpOddVocabTied", {SeedEnv()}, absl::Seconds(100));
+}
+
 TEST(TensorParallelTest, LlamaModelWithSelectiveRecomputeOnTwoRanksEqualsOneProcess) {
   testing::ExpectWorkersPass(2, "Workers.DISABLED_TpModel", {SeedEnv()}, absl::Seconds(100));
 }
@@ -339,6 +394,13 @@ TEST(TensorParallelTest, TwoGpusEqualOneGpu) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
   testing::ExpectWorkersPass(2, "Workers.DISABLED_TpCuda", {SeedEnv()}, absl::Seconds(120));
+}
+
+// GPU: FSDP x TP on a 2x2 mesh of 4 GPUs vs 1 GPU.
+TEST(TensorParallelTest, FsdpTimesTensorParallelOnFourGpusEqualsOneGpu) {
+  SG_SKIP_WITHOUT_CUDA();
+  if (CudaDeviceCount() < 4) GTEST_SKIP() << "needs 4 GPUs, found " << CudaDeviceCount();
+  testing::ExpectWorkersPass(4, "Workers.DISABLED_FsdpTpCuda", {SeedEnv()}, absl::Seconds(120));
 }
 
 TEST(TensorParallelTest, IndivisibleHeadsAreRefusedClearly) {
