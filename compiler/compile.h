@@ -42,8 +42,9 @@
 namespace sg::compiler {
 
 // kNone: one device. kFsdp (ZeRO-3 over every mesh dim), kHybridShard (2-D mesh: replicate across
-// dim 0, shard within dim 1), kTensorParallel (Megatron over the mesh's last dim, DDP across dim 0
-// of a 2-D mesh; compiler/tensor_parallel.h), kAuto (sharding::ChooseStrategy picks): the job's
+// dim 0, shard within dim 1), kTensorParallel (Megatron over the mesh's last dim, DDP or, with
+// tensor_parallel_fsdp, FSDP across dim 0 of a 2-D mesh; compiler/tensor_parallel.h),
+// kAuto (sharding::ChooseStrategy picks): the job's
 // processes (see compiler/distributed.h). kContextParallel (sequence sharded over the last mesh dim,
 // ring attention; compiler/context_parallel/cp_step.h) and kPipeline (layers split into stages over
 // the mesh, 1F1B; compiler/pipeline/pp_step.h) are registered by those targets (link them).

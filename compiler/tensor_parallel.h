@@ -29,10 +29,10 @@
 // With data parallelism each unit's gradients (a block's, the embedding's, ...) are all-reduced
 // (sum) over the dp group on the comm stream as soon as the unit's last one exists, and the loss
 // is each rank's token-weighted share of the global mean (as in compiler/fsdp.h).
-// Not lowered yet: FSDP across dim 0 (the natural route is compiler/fsdp.h's runtime over this
-// per-rank graph, its grad norm counting replicated weights on tp rank 0 only), sequence
-// parallelism (the sharding layer plans both), and CUDA-graph capture (as for FSDP: the ring
-// collectives and the host loss seed).
+// FSDP across dim 0 instead of DDP (CompileOptions::tensor_parallel_fsdp, or kAuto choosing
+// fsdp_tp) is compiler/tensor_parallel_fsdp.h: compiler/fsdp.h's runtime over this per-rank graph.
+// Not lowered yet: sequence parallelism (the sharding layer plans it) and CUDA-graph capture (as
+// for FSDP: the ring collectives and the host loss seed).
 #ifndef SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
 #define SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
 
@@ -116,7 +116,8 @@ class TensorParallelStep : public CompiledStep {
   float beta1_ = 0.9f, beta2_ = 0.95f, eps_ = 1e-8f;
 };
 
-// Compile's kTensorParallel: tp over `mesh`'s last dim, DDP over dim 0 of a 2-D mesh. `train` is
+// Compile's kTensorParallel: tp over `mesh`'s last dim, DDP over dim 0 of a 2-D mesh (FSDP with
+// options.tensor_parallel_fsdp: a TensorParallelFsdpStep). `train` is
 // the prepared training step; `why` (e.g. the planner's explanation) starts explanation().
 // InvalidArgument for a mesh of more than 2 dims. The binding is per tp group: its ranks take the
 // same batch (CompiledStep::data_rank()).

@@ -313,6 +313,27 @@ TEST(Workers, DISABLED_TpModel) {
   CompareWithSingleProcess(c);
 }
 
+// kAuto on a 2x2 mesh: fsdp_tp is a candidate (whichever wins, the step compiles and runs).
+TEST(Workers, DISABLED_Auto2x2) {
+  testing::StepData d = MakeData();
+  CompileOptions o;
+  o.strategy = Strategy::kAuto;
+  o.mesh = {2, 2};
+  o.comm_timeout_s = 30;
+  o.binding = {{"batch", 1}, {"seq", kSeq}};
+  std::unique_ptr<CompiledStep> step = testing::CompileAndInit(d, o, testing::kCpuLr);
+  ASSERT_NE(step, nullptr);
+  if (comm::testing::EnvInt("RANK", 0) == 0) std::cout << step->explanation() << "\n";
+  const auto batch = testing::Rows(d.batches[0], step->data_rank(), step->data_ranks(), step->data_ranks());
+  ASSERT_TRUE(step->Run(testing::Views(batch)).ok());
+  auto m = step->ReadMetrics();
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_GT(m->loss, 1.f);
+  auto ctx = DistContext::FromEnv(Device::Cpu(), {});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_TRUE((*ctx)->world().Barrier().ok());
+}
+
 // kv heads 2 over 4 ranks: a clear error on every rank, no hang.
 TEST(Workers, DISABLED_IndivisibleHeads) {
   testing::TinyLlamaConfig c = TpConfig();
@@ -394,6 +415,13 @@ TEST(TensorParallelTest, TwoGpusEqualOneGpu) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
   testing::ExpectWorkersPass(2, "Workers.DISABLED_TpCuda", {SeedEnv()}, absl::Seconds(120));
+}
+
+TEST(TensorParallelTest, AutoOn2x2MeshConsidersFsdpTimesTensorParallel) {
+  comm::testing::WorkerRun run = testing::ExpectWorkersPass(4, "Workers.DISABLED_Auto2x2", {SeedEnv()}, absl::Seconds(100));
+  EXPECT_NE(run.outputs[0].find("candidates the runtime lowers: replicate, fsdp, hybrid_shard, tp, fsdp_tp"),
+            std::string::npos)
+      << run.outputs[0];
 }
 
 // GPU: FSDP x TP on a 2x2 mesh of 4 GPUs vs 1 GPU.
