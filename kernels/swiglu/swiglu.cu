@@ -166,13 +166,16 @@ absl::Status Forward(const Problem& p, const void* gate, const void* up, void* o
   const T* g = static_cast<const T*>(gate);
   const T* u = static_cast<const T*>(up);
   T* o = static_cast<T*>(out);
-  const unsigned grid = cuda_vec::GridFor((p.rows * ((p.cols + 7) / 8) + kThreads - 1) / kThreads);
+  const int64_t blocks = (p.rows * ((p.cols + 7) / 8) + kThreads - 1) / kThreads;
   const bool vec = Vectorizable(p, {gate, up, out});
   const bool rows = p.rows > 1;
-  if (vec && rows) ForwardKernel<T, true, true><<<grid, kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
-  if (vec && !rows) ForwardKernel<T, true, false><<<grid, kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
-  if (!vec && rows) ForwardKernel<T, false, true><<<grid, kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
-  if (!vec && !rows) ForwardKernel<T, false, false><<<grid, kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
+  auto launch = [&](auto kernel) {
+    kernel<<<cuda_vec::ResidentGrid(kernel, kThreads, blocks), kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
+  };
+  if (vec && rows) launch(ForwardKernel<T, true, true>);
+  if (vec && !rows) launch(ForwardKernel<T, true, false>);
+  if (!vec && rows) launch(ForwardKernel<T, false, true>);
+  if (!vec && !rows) launch(ForwardKernel<T, false, false>);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ForwardKernel);
   return absl::OkStatus();
 }
@@ -192,15 +195,17 @@ absl::Status Backward(const Problem& p, const void* dout, const void* gate, cons
   if constexpr (sizeof(T) == 2) {
     if (!UseBackwardV1() && vec && p.cols % 8 == 0 &&
         packs < (int64_t(1) << 31) - 2 * int64_t(kThreads) * 132 * 8) {
-      const unsigned grid = cuda_vec::GridFor((packs + 2 * kThreads - 1) / (2 * kThreads));
+      const unsigned grid =
+          cuda_vec::ResidentGrid(BackwardUnrolledKernel<T>, kThreads, (packs + 2 * kThreads - 1) / (2 * kThreads));
       BackwardUnrolledKernel<T><<<grid, kThreads, 0, s>>>(d, g, u, dg, du, p.rows, p.cols, p.in_stride);
       SG_CUDA_RETURN_IF_LAUNCH_ERROR(BackwardUnrolledKernel);
       return absl::OkStatus();
     }
   }
-  const unsigned grid = cuda_vec::GridFor((packs + kThreads - 1) / kThreads);
-#define SG_LAUNCH(V, R) \
-  BackwardKernel<T, V, R><<<grid, kThreads, 0, s>>>(d, g, u, dg, du, p.rows, p.cols, p.in_stride)
+  const int64_t blocks = (packs + kThreads - 1) / kThreads;
+#define SG_LAUNCH(V, R)                                                                               \
+  BackwardKernel<T, V, R><<<cuda_vec::ResidentGrid(BackwardKernel<T, V, R>, kThreads, blocks), kThreads, 0, s>>>( \
+      d, g, u, dg, du, p.rows, p.cols, p.in_stride)
   if (vec && rows) SG_LAUNCH(true, true);
   if (vec && !rows) SG_LAUNCH(true, false);
   if (!vec && rows) SG_LAUNCH(false, true);
