@@ -2,14 +2,15 @@
 // on the same batch: the loss, the gradient norm and EVERY gradient (gathered to full shape) after
 // one step, and every parameter after 3 steps, on 2 and 4 tp ranks, with full recompute, and on a
 // 2x2 mesh (DDP x TP, and FSDP x TP: each tp slice sharded over the dp ranks, checked through the
-// shard views); with the vocabulary split (the default: embedding and LM head sharded, the
-// cross-entropy on the logits shard) also for a vocabulary that 2 and 4 do not divide (uneven
-// torch.chunk pieces) and a tied LM head. kAuto on a 2x2 mesh offers fsdp_tp. Each rank also checks its replicated gradients against the reference, so
-// the tp ranks agree on them. Plus the per-rank graph itself (no processes): which weights split,
-// how many all-reduces, the uneven vocabulary pieces, the logits memory the vocabulary split saves
-// in the lowered plan, and the errors for heads that do not divide and a vocabulary too small. Tolerance: f32 kernels summing
-// in another order (partial sums over ranks): relative 2e-5 on loss and norm, 1e-4 on gradients
-// and parameters.
+// shard views). The vocabulary is split (embedding and LM head sharded, the cross-entropy on the
+// logits shard) in all of them, also for a vocabulary 2 and 4 do not divide (uneven torch.chunk
+// pieces) and a tied LM head. kAuto on a 2x2 mesh offers fsdp_tp. Each rank also checks its
+// replicated gradients against the reference, so the tp ranks agree on them. Plus the per-rank
+// graph itself (no processes): which weights split, how many all-reduces, the uneven vocabulary
+// pieces, the logits memory the vocabulary split saves in the lowered plan, and the errors for
+// heads that do not divide and a vocabulary too small. Tolerance: f32 kernels summing in another
+// order (partial sums over ranks): relative 2e-5 on loss and norm, 1e-4 on gradients and
+// parameters.
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
