@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<TensorParallelFsdpStep>> TensorParallelFsdpStep::
   layout.rewrite_graph = [self, vocab_parallel](DataParallelGraph g) -> absl::StatusOr<DataParallelGraph> {
     TensorParallelGraphOptions go;
     go.vocab_parallel = vocab_parallel;
+    go.keep_backward_copies = true;  // gathered again for backward, as FSDP does
     SG_ASSIGN_OR_RETURN(self->tp_, BuildTensorParallelGraph(g, self->tp_size_, self->tp_rank_, go));
     for (const TpParam& p : self->tp_.params) {
       if (p.dim >= 0) self->split_.insert(p.name);

@@ -17,10 +17,10 @@
 // the whole model: every rank's local shard norm all-gathered over all D x T ranks, replicated
 // parameters (norms) counted on tp rank 0 only. The loss is the token-weighted mean over the dp
 // group (tp peers share a batch: data_rank() is the dp index).
-// Not covered: micro-batches (as the tp runtime), CUDA-graph capture, the "@bwd" re-gather in
-// backward (a tp slice gathered for forward stays until its last backward reader: ZeRO-3's
-// memory for optimizer state and gradients, parameters live from their unit's forward to its
-// backward).
+// Backward reads "<p>@bwd" copies (TensorParallelGraphOptions::keep_backward_copies) gathered
+// again before the unit's backward, so a gathered tp slice lives for one unit's forward or
+// backward only: ZeRO-3's memory, over the tp slices. Not covered: micro-batches (as the tp
+// runtime), CUDA-graph capture.
 #ifndef SGTRAIN_COMPILER_TENSOR_PARALLEL_FSDP_H_
 #define SGTRAIN_COMPILER_TENSOR_PARALLEL_FSDP_H_
 

@@ -207,8 +207,13 @@ absl::StatusOr<TensorParallelGraph> BuildTensorParallelGraph(const DataParallelG
         if (base < 0 || !map[size_t(base)].valid()) {
           return absl::InvalidArgumentError(absl::StrCat("tensor parallel: '", name, "' has no parameter before it"));
         }
-        map[size_t(n.outputs[0])] = map[size_t(base)];
         pl[size_t(n.outputs[0])] = pl[size_t(base)];
+        if (options.keep_backward_copies) {
+          map[size_t(n.outputs[0])] = b.Parameter(name, graph::AttrDType(n, "dtype"), b.type(map[size_t(base)]).shape,
+                                                  /*trainable=*/false);
+        } else {
+          map[size_t(n.outputs[0])] = map[size_t(base)];
+        }
         continue;
       }
       Placement p;

@@ -74,6 +74,9 @@ struct TpVocabOp {
 
 struct TensorParallelGraphOptions {
   bool vocab_parallel = true;  // shard the embedding and LM head over the vocabulary (else R)
+  // Keep each "<p>@bwd" copy as its own (non-trainable) parameter of the local shape, for a
+  // runtime that gathers parameters separately for backward (FSDP x TP); else it reads <p>.
+  bool keep_backward_copies = false;
 };
 
 struct TensorParallelGraph {
@@ -87,7 +90,7 @@ struct TensorParallelGraph {
 };
 
 // `dp`: SplitOptimizer's graph of a prepared training step. Every "<p>@bwd" copy reads <p> again
-// (TP keeps its shard resident). InvalidArgument, saying what was expected and found, when a
+// (TP keeps its shard resident) unless options.keep_backward_copies. InvalidArgument, saying what was expected and found, when a
 // split extent is not divisible by tp_size (attention q/kv heads, ffn, a symbolic dim);
 // Unimplemented naming the node for a redistribution other than a partial-sum all-reduce.
 // InvalidArgument when a vocabulary split would leave a rank no rows (vocab < about T).

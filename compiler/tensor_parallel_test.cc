@@ -227,12 +227,20 @@ void CompareWithSingleProcess(const Case& c) {
   // The trace: the tp all-reduces on the comm stream.
   auto trace = tp->TraceStep(testing::Views(testing::Rows(d.batches[0], dp_rank, dp, rows)));
   ASSERT_TRUE(trace.ok()) << trace.status();
-  int reduces = 0;
+  int reduces = 0, backward_gathers = 0;
   for (const TraceEvent& e : trace->events) {
     if (e.category == "collective" && e.name.find("all-reduce(tp)") != std::string::npos) {
       ++reduces;
       EXPECT_EQ(e.stream, 1) << e.name;
     }
+    if (e.category == "collective" && e.name.find("all-gather") != std::string::npos &&
+        e.name.find("(backward)") != std::string::npos) {
+      ++backward_gathers;
+    }
+  }
+  // FSDP x TP gathers every unit's tp slices again for its backward ("<p>@bwd").
+  if (c.fsdp) {
+    EXPECT_GE(backward_gathers, int(TpConfig().layers)) << "backward all-gathers";
   }
   if (tp->explanation().find("strategy tensor_parallel") != std::string::npos) {
     EXPECT_GE(reduces, 4 * TpConfig().layers) << "2 forward + 2 backward all-reduces per block";
