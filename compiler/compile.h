@@ -44,8 +44,9 @@
 namespace sg::compiler {
 
 // kNone: one device. kFsdp (ZeRO-3 over every mesh dim), kHybridShard (2-D mesh: replicate across
-// dim 0, shard within dim 1), kTensorParallel (Megatron over the mesh's last dim, DDP across dim 0
-// of a 2-D mesh; compiler/tensor_parallel.h), kAuto (sharding::ChooseStrategy picks): the job's
+// dim 0, shard within dim 1), kTensorParallel (Megatron over the mesh's last dim, DDP or, with
+// tensor_parallel_fsdp, FSDP across dim 0 of a 2-D mesh; compiler/tensor_parallel.h),
+// kAuto (sharding::ChooseStrategy picks): the job's
 // processes (see compiler/distributed.h). kContextParallel (sequence sharded over the last mesh dim,
 // ring attention; compiler/context_parallel/cp_step.h) and kPipeline (layers split into stages over
 // the mesh, 1F1B; compiler/pipeline/pp_step.h) are registered by those targets (link them).
@@ -95,6 +96,13 @@ struct CompileOptions {
   // distributed steps' explanation() says which, and why.
   bool cuda_graph = true;
   int warmup_steps = 1;
+  // kTensorParallel: split the token embedding and the LM head over the vocabulary (Megatron's
+  // vocabulary-parallel embedding and cross-entropy; compiler/tensor_parallel.h); false keeps them
+  // replicated on every tp rank, with full-vocabulary logits.
+  bool tp_vocab_parallel = true;
+  // kTensorParallel on a 2-D mesh {D, T}: shard each rank's tp slices ZeRO-3 style over mesh dim
+  // 0 (FSDP x TP; compiler/tensor_parallel_fsdp.h) instead of replicating them there (DDP).
+  bool tensor_parallel_fsdp = false;
   // kContextParallel: shard parameters ZeRO-3 style over every rank (FSDP x CP) instead of
   // replicating them (gradients all-reduced).
   bool context_parallel_fsdp = false;

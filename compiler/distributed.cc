@@ -107,14 +107,21 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileDistributed(const graph::Gr
       // Tensor parallelism over the mesh's last dim, when the model splits evenly on it.
       const absl::Status tp = TensorParallelApplies(train, mesh.dim_size(mesh.ndim() - 1), o.loss);
       if (tp.ok()) po2.candidates.push_back(sharding::StrategyKind::kTensorParallel);
+      // FSDP x TP on a 2-D mesh: the tp slices also sharded over dim 0, when memory needs it.
+      if (tp.ok() && mesh.ndim() == 2) po2.candidates.push_back(sharding::StrategyKind::kFsdpTp);
       SG_ASSIGN_OR_RETURN(sharding::PlannerResult r, sharding::ChooseStrategy(train, mesh, global, po2));
       plan = r.candidates[r.chosen].plan;
       why = absl::StrCat("auto (candidates the runtime lowers: replicate, fsdp", mesh.ndim() == 2 ? ", hybrid_shard" : "",
-                         tp.ok() ? ", tp" : "", "): ", r.explanation,
+                         tp.ok() ? ", tp" : "", tp.ok() && mesh.ndim() == 2 ? ", fsdp_tp" : "", "): ", r.explanation,
                          tp.ok() ? "" : absl::StrCat(" (tp not considered: ", tp.message(), ")"));
       if (ctx->rank() == 0) std::cerr << "[sg::compiler] " << why << "\n";
       if (plan.strategy.kind == sharding::StrategyKind::kTensorParallel) {
         return CompileTensorParallel(train, o, ctx, mesh, why);
+      }
+      if (plan.strategy.kind == sharding::StrategyKind::kFsdpTp) {
+        CompileOptions fsdp_tp = o;
+        fsdp_tp.tensor_parallel_fsdp = true;
+        return CompileTensorParallel(train, fsdp_tp, ctx, mesh, why);
       }
       break;
     }

@@ -51,22 +51,35 @@ absl::StatusOr<std::unique_ptr<ShardedDataParallelStep>> ShardedDataParallelStep
     const graph::Graph& train, const CompileOptions& options, DataParallelLayout layout,
     std::shared_ptr<DistContext> context, std::string explanation) {
   std::unique_ptr<ShardedDataParallelStep> s(new ShardedDataParallelStep());
-  s->layout_ = layout;
-  s->context_ = std::move(context);
-  s->explanation_ = std::move(explanation);
-  s->shard_size_ = layout.shard ? layout.shard->size() : 1;
-  s->shard_rank_ = layout.shard ? layout.shard->rank() : 0;
-  s->world_size_ = layout.world ? layout.world->size() : 1;
-  s->data_rank_ = layout.world ? layout.world->rank() : 0;
-  s->data_ranks_ = s->world_size_;
-  SG_RETURN_IF_ERROR(s->Build(train, options));
+  SG_RETURN_IF_ERROR(s->Init(train, options, std::move(layout), std::move(context), std::move(explanation)));
   return s;
+}
+
+absl::Status ShardedDataParallelStep::Init(const graph::Graph& train, const CompileOptions& options,
+                                           DataParallelLayout layout, std::shared_ptr<DistContext> context,
+                                           std::string explanation) {
+  layout_ = std::move(layout);
+  context_ = std::move(context);
+  explanation_ = std::move(explanation);
+  shard_size_ = layout_.shard ? layout_.shard->size() : 1;
+  shard_rank_ = layout_.shard ? layout_.shard->rank() : 0;
+  world_size_ = layout_.world ? layout_.world->size() : 1;
+  data_rank_ = layout_.world ? layout_.world->rank() : 0;
+  data_ranks_ = world_size_;
+  return Build(train, options);
+}
+
+int ShardedDataParallelStep::NormRanks() const {
+  return layout_.norm_group != nullptr ? layout_.norm_group->size() : shard_size_;
 }
 
 // Analysis of the forward+backward graph: units, where each collective is issued and waited
 // for, then lowering with the parameters as transient buffers.
 absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const CompileOptions& o) {
   SG_ASSIGN_OR_RETURN(dp_, SplitOptimizer(train, o.loss));
+  if (layout_.rewrite_graph) {
+    SG_ASSIGN_OR_RETURN(dp_, layout_.rewrite_graph(std::move(dp_)));
+  }
   const graph::Graph& g = dp_.graph;
   const int num_nodes = int(g.nodes().size());
   const std::vector<std::vector<int>> users = g.Users();
@@ -218,11 +231,11 @@ absl::Status ShardedDataParallelStep::Allocate() {
   counter_ = TensorView(at, DType::kI64, {}, d);
   at += AlignUp(8);
   norm_local_ = take(1);
-  norms_ = take(P);
+  norms_ = take(NormRanks());
   norm_ = take(1);
   clip_ = take(1);
   losses_ = take(W * K);
-  for (TensorView& x : dummy_) x = take(P);
+  for (TensorView& x : dummy_) x = take(NormRanks());
   local_losses_ = take(K);
   seeds_ = take(K);
   std::vector<kernels::AdamWParam> local;
@@ -243,6 +256,22 @@ absl::Status ShardedDataParallelStep::Allocate() {
   }
   SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList list, kernels::AdamWTensorList::Create(local));
   local_list_ = std::make_shared<kernels::AdamWTensorList>(std::move(list));
+  if (layout_.counts_in_norm) {
+    std::vector<kernels::AdamWParam> counted;
+    for (size_t i = 0, k = 0; i < params_.size(); ++i) {
+      if (params_[i]->mine.length == 0) continue;
+      if (layout_.counts_in_norm(params_[i]->name)) counted.push_back(local[k]);
+      ++k;
+    }
+    if (counted.empty()) {  // nothing counted here: the norm of zeros (the scalars start zeroed)
+      kernels::AdamWParam zero;
+      zero.param = zero.m = zero.v = dummy_[0];
+      zero.grad = dummy_[1];
+      counted.push_back(zero);
+    }
+    SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList cl, kernels::AdamWTensorList::Create(counted));
+    counted_list_ = std::make_shared<kernels::AdamWTensorList>(std::move(cl));
+  }
   kernels::AdamWParam n;
   n.param = dummy_[0];
   n.grad = norms_;
@@ -481,15 +510,17 @@ absl::Status ShardedDataParallelStep::Schedule() {
   }, comm_done_.get()));
   auto local = std::static_pointer_cast<kernels::AdamWTensorList>(local_list_);
   auto norms = std::static_pointer_cast<kernels::AdamWTensorList>(norm_list_);
+  auto counted = std::static_pointer_cast<kernels::AdamWTensorList>(counted_list_ ? counted_list_ : local_list_);
   Step ln;
   ln.name = "grad_norm (local shards)";
   ln.phase = opt;
   ln.impl = "kernel";
-  ln.launch = [this, local](const Stream& s) { return kernels::GradNorm(*local, 0.f, norm_local_, TensorView(), s); };
+  ln.launch = [this, counted](const Stream& s) { return kernels::GradNorm(*counted, 0.f, norm_local_, TensorView(), s); };
   steps.push_back(std::move(ln));
   steps.push_back(CommStep("all-gather local grad norms", opt, [this](const Stream& s) -> absl::Status {
-    if (layout_.shard == nullptr) return CopyTensor(norm_local_, norms_, s);
-    return layout_.shard->AllGather(norm_local_, norms_, s);
+    comm::ProcessGroup* g = layout_.norm_group != nullptr ? layout_.norm_group : layout_.shard;
+    if (g == nullptr) return CopyTensor(norm_local_, norms_, s);
+    return g->AllGather(norm_local_, norms_, s);
   }, norms_done_.get()));
   steps.push_back(WaitStep("wait grad norms", opt, norms_done_.get()));
   const float max_norm = float(dp_.max_grad_norm);

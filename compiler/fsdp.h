@@ -67,6 +67,15 @@ struct DataParallelLayout {
   std::function<absl::Status(const std::map<std::string, TensorView>& batch, const Stream& stream,
                              std::map<std::string, TensorView>* local)>
       shard_batch;
+  // Tensor parallelism inside the shards (FSDP x TP, compiler/tensor_parallel_fsdp.h) adapts it
+  // through these: rewrite_graph replaces SplitOptimizer's graph before anything is sized (with
+  // the per-rank tp graph: parameters of local shape, tp collectives added by rewrite_program);
+  // the local gradient norms are all-gathered over norm_group (null: the shard group), and a
+  // parameter's shard enters this rank's local norm only when counts_in_norm says so (null: all),
+  // so a copy replicated over another group is counted once.
+  std::function<absl::StatusOr<DataParallelGraph>(DataParallelGraph)> rewrite_graph;
+  comm::ProcessGroup* norm_group = nullptr;
+  std::function<bool(const std::string& param)> counts_in_norm;
 };
 
 // Device memory of a sharded data-parallel step on one rank, by buffer (what Create takes from
@@ -126,10 +135,19 @@ class ShardedDataParallelStep : public CompiledStep {
 
   ~ShardedDataParallelStep() override;
 
+ protected:
+  // Waits for the queued steps with the deadline comm_timeout_ (compiler/dist_cuda_graph.h).
+  absl::Status Wait() const;
+  ShardedDataParallelStep() = default;
+  // Create's body: for a subclass that adapts the step through the layout's hooks.
+  absl::Status Init(const graph::Graph& train, const CompileOptions& options, DataParallelLayout layout,
+                    std::shared_ptr<DistContext> context, std::string explanation);
+
  private:
   struct Param;
   struct Unit;
-  ShardedDataParallelStep() = default;
+  // Ranks whose local gradient norms make the global one (the norm group's size, or the shard's).
+  int NormRanks() const;
   absl::Status Build(const graph::Graph& train, const CompileOptions& options);
   // Fills the parameters' and units' sizes and offsets and memory_, allocating nothing.
   absl::Status SizeBuffers();
@@ -154,8 +172,6 @@ class ShardedDataParallelStep : public CompiledStep {
     return CompiledStep::CommStep(std::move(name), phase, ready_.get(), std::move(body), done);
   }
   absl::Status GatherRows(const TensorView& shard, const Param& p, const TensorView& host) const;
-  // Waits for the queued steps with the deadline comm_timeout_ (compiler/dist_cuda_graph.h).
-  absl::Status Wait() const;
   const Param* FindParam(const std::string& name, TensorView Param::*which, const std::string& prefix) const;
 
   DataParallelLayout layout_;
@@ -174,6 +190,7 @@ class ShardedDataParallelStep : public CompiledStep {
   std::vector<int64_t> shard_offsets_;  // per parameter, in shards_
   TensorView lr_, counter_, norm_local_, norms_, norm_, clip_, losses_, dummy_[3];
   std::shared_ptr<void> local_list_, norm_list_;  // kernels::AdamWTensorList
+  std::shared_ptr<void> counted_list_;  // the shards counts_in_norm keeps (null: local_list_)
   std::unique_ptr<Event> ready_, comm_done_, norms_done_;
   // Non-ignored tokens per (world rank, micro-batch), rank-major, last Run.
   std::vector<int64_t> counts_;

@@ -8,9 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/data_parallel_graph.h"
 #include "compiler/dist_cuda_graph.h"
+#include "compiler/tensor_parallel_fsdp.h"
+#include "compiler/tensor_parallel_steps.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/status.h"
+#include "sharding/placement.h"
 
 namespace sg::compiler {
 
@@ -29,30 +32,6 @@ int64_t Numel(const Shape& s) {
   for (int64_t d : s) n *= d;
   return n;
 }
-
-// Row-major split of `global` along dim d into T equal slices: outer blocks of `mid` rows of
-// `inner` elements, of which slice r holds rows [r*mid/T, (r+1)*mid/T).
-struct Split {
-  int64_t outer = 1, mid = 1, inner = 1, part = 1;
-  Split(const Shape& global, int d, int T) {
-    for (int k = 0; k < d; ++k) outer *= global[size_t(k)];
-    mid = global[size_t(d)];
-    for (size_t k = size_t(d) + 1; k < global.size(); ++k) inner *= global[k];
-    part = mid / T;
-  }
-  // Slice r of `full` into the contiguous `local`, or back (to_full).
-  void Copy(float* full, float* local, int r, bool to_full) const {
-    for (int64_t o = 0; o < outer; ++o) {
-      float* f = full + (o * mid + r * part) * inner;
-      float* l = local + o * part * inner;
-      if (to_full) {
-        std::memcpy(f, l, size_t(part * inner) * 4);
-      } else {
-        std::memcpy(l, f, size_t(part * inner) * 4);
-      }
-    }
-  }
-};
 
 absl::Status CheckFull(const std::string& name, int64_t numel, const TensorView& host) {
   if (host.dtype() != DType::kF32 || host.numel() != numel) {
@@ -100,7 +79,9 @@ absl::Status TensorParallelStep::Build(const graph::Graph& train, const CompileO
   eps_ = float(dp.eps);
   targets_ = dp.targets;
   ignore_index_ = dp.ignore_index;
-  SG_ASSIGN_OR_RETURN(tp_, BuildTensorParallelGraph(dp, tp_size_, tp_rank_));
+  TensorParallelGraphOptions go;
+  go.vocab_parallel = o.tp_vocab_parallel;
+  SG_ASSIGN_OR_RETURN(tp_, BuildTensorParallelGraph(dp, tp_size_, tp_rank_, go));
   absl::StrAppend(&explanation_, "; tensor parallel: ", tp_.Summary());
   LowerOptions lo;
   // The loss's backward seed (1, or this dp rank's token share), staged by Run, is read on the
@@ -123,6 +104,11 @@ absl::Status TensorParallelStep::Build(const graph::Graph& train, const CompileO
     params_.push_back(std::move(p));
   }
   SG_RETURN_IF_ERROR(Allocate());
+  tp_steps_ = std::make_unique<TpStepResources>();
+  const TpCommStep comm_step = [this](std::string name, Phase phase, std::function<absl::Status(const Stream&)> body,
+                                      Event* done) { return CommStep(std::move(name), phase, std::move(body), done); };
+  SG_RETURN_IF_ERROR(ReplaceVocabSteps(*program_, tp_, layout_.tp, comm_step, tp_steps_.get()));
+  SG_RETURN_IF_ERROR(InsertTpAllReduces(*program_, tp_, layout_.tp, comm_step, tp_steps_.get()));
   SG_RETURN_IF_ERROR(Schedule());
   // Captured after the warm-up like the single-device step (compiler/dist_cuda_graph.h).
   comm_timeout_ = absl::Seconds(o.comm_timeout_s);
@@ -201,10 +187,6 @@ absl::Status TensorParallelStep::Allocate() {
   b.param = b.m = b.v = dummy_[1];
   b.grad = norm_repl_;
   SG_ASSIGN_OR_RETURN(norm_list_, make({a, b}));
-  for (size_t k = 0; k < tp_.all_reduces.size(); ++k) {
-    SG_ASSIGN_OR_RETURN(Event ev, Event::Create(d));
-    reduce_done_.push_back(std::make_unique<Event>(std::move(ev)));
-  }
   for (auto* e : {&ready_, &grads_done_, &norms_done_, &comm_done_}) {
     SG_ASSIGN_OR_RETURN(Event ev, Event::Create(d));
     *e = std::make_unique<Event>(std::move(ev));
@@ -212,27 +194,11 @@ absl::Status TensorParallelStep::Allocate() {
   return absl::OkStatus();
 }
 
-// The tp all-reduces go in after the steps of the node that completes each partial sum and are
-// waited for before the first step of the node that needs the sum; then the dp gradient
-// all-reduce, the grad norm and AdamW on the local slices.
+// After the tp all-reduces (InsertTpAllReduces): the dp gradient all-reduces, the grad norm and
+// AdamW on the local slices.
 absl::Status TensorParallelStep::Schedule() {
-  std::multimap<int, Step> after, before;
+  std::multimap<int, Step> after;
   const graph::Graph& g = program_->graph;
-  if (layout_.tp != nullptr) {
-    for (size_t k = 0; k < tp_.all_reduces.size(); ++k) {
-      const TpAllReduce& a = tp_.all_reduces[k];
-      const TensorView v = program_->values[size_t(a.value)];
-      if (v.raw() == nullptr && v.numel() > 0) {
-        return absl::InternalError(absl::StrCat("tensor parallel: the partial sum of ", a.where, " has no buffer"));
-      }
-      const Phase phase = g.nodes()[size_t(a.issue_after)].phase;
-      comm::ProcessGroup* tp = layout_.tp;
-      after.emplace(a.issue_after, CommStep(absl::StrCat("all-reduce(tp) ", a.where), phase,
-                                            [tp, v](const Stream& s) { return tp->AllReduce(v, comm::ReduceOp::kSum, s); },
-                                            reduce_done_[k].get()));
-      before.emplace(a.needed_by, WaitStep(absl::StrCat("wait all-reduce(tp) ", a.where), phase, reduce_done_[k].get()));
-    }
-  }
   if (layout_.dp != nullptr) {
     // Data parallelism: each unit's gradients (compiler/UnitOf: a block, the embedding, ...) are
     // summed over the dp group as soon as the last of them exists, overlapping the rest of the
@@ -265,17 +231,10 @@ absl::Status TensorParallelStep::Schedule() {
   };
   std::vector<Step> steps;
   for (Step& st : program_->schedule.steps) {
-    if (st.node >= 0) {
-      flush(&after, st.node, &steps);
-      flush(&before, st.node + 1, &steps);
-    }
+    if (st.node >= 0) flush(&after, st.node, &steps);
     steps.push_back(std::move(st));
   }
   flush(&after, INT_MAX, &steps);
-  while (!before.empty()) {  // the waits for graph outputs (needed_by INT_MAX)
-    steps.push_back(std::move(before.begin()->second));
-    before.erase(before.begin());
-  }
 
   const Phase opt = Phase::kOptimizer;
   if (layout_.dp != nullptr) {
@@ -443,7 +402,7 @@ absl::Status TensorParallelStep::Write(const std::string& name, const TensorView
     if (p->tp.dim < 0) {
       local = full;
     } else {
-      Split(p->tp.global, p->tp.dim, tp_size_).Copy(full.data(), local.data(), tp_rank_, /*to_full=*/false);
+      TpSplit(p->tp.global, p->tp.dim, tp_size_).Copy(full.data(), local.data(), tp_rank_, /*to_full=*/false);
     }
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(local.data(), DType::kF32, {dst.numel()}, Device::Cpu()), dst, s));
     return Wait();
@@ -464,13 +423,17 @@ absl::Status TensorParallelStep::Read(const std::string& name, const TensorView&
       SG_RETURN_IF_ERROR(CopyTensor(src, TensorView(full.data(), DType::kF32, {src.numel()}, Device::Cpu()), s));
       SG_RETURN_IF_ERROR(Wait());
     } else {
-      const int64_t n = src.numel();
+      // Every piece padded to the largest one (uneven vocabulary pieces), all-gathered in rank order.
+      const TpSplit split(p->tp.global, p->tp.dim, tp_size_);
+      const int64_t n = split.MaxNumel();
+      SG_ASSIGN_OR_RETURN(Tensor send, Tensor::Empty({n}, DType::kF32, program_->device));
       SG_ASSIGN_OR_RETURN(Tensor recv, Tensor::Empty({n * tp_size_}, DType::kF32, program_->device));
-      SG_RETURN_IF_ERROR(layout_.tp->AllGather(src, recv.view(), s));
+      SG_RETURN_IF_ERROR(ZeroTensor(send.view(), s));
+      SG_RETURN_IF_ERROR(CopyTensor(src, TensorView(send.view().raw(), DType::kF32, {src.numel()}, program_->device), s));
+      SG_RETURN_IF_ERROR(layout_.tp->AllGather(send.view(), recv.view(), s));
       std::vector<float> gathered(size_t(n * tp_size_));
       SG_RETURN_IF_ERROR(CopyTensor(recv.view(), TensorView(gathered.data(), DType::kF32, {n * tp_size_}, Device::Cpu()), s));
       SG_RETURN_IF_ERROR(Wait());
-      const Split split(p->tp.global, p->tp.dim, tp_size_);
       for (int r = 0; r < tp_size_; ++r) split.Copy(full.data(), gathered.data() + r * n, r, /*to_full=*/true);
     }
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(full.data(), DType::kF32, host.shape(), Device::Cpu()), host, s));
@@ -509,11 +472,18 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> CompileTensorParallel(const graph:
   if (mesh.ndim() == 2) {
     SG_ASSIGN_OR_RETURN(layout.dp, ctx->Group(mesh, {0}));
   }
+  const bool fsdp = mesh.ndim() == 2 && o.tensor_parallel_fsdp;
   std::string why = absl::StrCat(why_first, why_first.empty() ? "" : "; ", "strategy tensor_parallel: tp over ",
                                  mesh.dim_size(tp_dim), " ranks",
-                                 mesh.ndim() == 2 ? absl::StrCat(" (mesh dim 1) x data parallel over ", mesh.dim_size(0),
-                                                                 " (mesh dim 0)")
+                                 mesh.ndim() == 2 ? absl::StrCat(" (mesh dim 1) x ", fsdp ? "fsdp" : "data parallel",
+                                                                 " over ", mesh.dim_size(0), " (mesh dim 0)")
                                                   : std::string());
+  if (fsdp) {
+    SG_ASSIGN_OR_RETURN(comm::ProcessGroup * all, ctx->Group(mesh, {0, 1}));
+    SG_ASSIGN_OR_RETURN(std::unique_ptr<TensorParallelFsdpStep> step,
+                        TensorParallelFsdpStep::Create(train, o, layout.tp, layout.dp, all, std::move(ctx), std::move(why)));
+    return std::unique_ptr<CompiledStep>(std::move(step));
+  }
   SG_ASSIGN_OR_RETURN(std::unique_ptr<TensorParallelStep> step,
                       TensorParallelStep::Create(train, o, layout, std::move(ctx), std::move(why)));
   return std::unique_ptr<CompiledStep>(std::move(step));

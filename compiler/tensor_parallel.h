@@ -15,19 +15,24 @@
 // waited for just before its first reader needs the sum, so independent compute (e.g. the weight
 // gradients in backward) overlaps it. Per Llama block that is the row-parallel wo / w2 outputs in
 // forward and the input gradients of the column-parallel wq/wk/wv and w1/w3 in backward.
+// Vocabulary parallelism (the default; CompileOptions::tp_vocab_parallel): the embedding table and
+// the LM head are split over the vocabulary (uneven torch.chunk pieces when T does not divide it);
+// the embedding's output is all-reduced like a row-parallel output, and the loss runs on the logits
+// shard (compiler/tensor_parallel_steps.h: kernels/vocab_parallel and one all-gather(tp) of 3
+// floats per token), so no rank holds full-vocabulary logits or their gradient.
 // Parameters, their gradients and AdamW state stay in their placements: split weights as local
-// slices, replicated ones (norms, embedding, LM head) whole on every rank, with gradients that
-// agree across the tp group because everything they depend on does. The optimizer:
+// slices, replicated ones (norms) whole on every rank, with gradients that agree across the tp
+// group because everything they depend on does. The optimizer:
 //   grad norm  sqrt(sum over tp ranks of |split grads|^2 + |replicated grads|^2): local sums, the
 //              split part all-gathered over the tp group, then one GradNorm over the pieces;
 //   AdamW      one multi-tensor launch over this rank's slices and the replicated parameters.
 // With data parallelism each unit's gradients (a block's, the embedding's, ...) are all-reduced
 // (sum) over the dp group on the comm stream as soon as the unit's last one exists, and the loss
 // is each rank's token-weighted share of the global mean (as in compiler/fsdp.h).
-// Not lowered yet: FSDP across dim 0 (the natural route is compiler/fsdp.h's runtime over this
-// per-rank graph, its grad norm counting replicated weights on tp rank 0 only), vocab-parallel
-// embedding / LM head / cross-entropy, sequence parallelism (the sharding layer plans all three),
-// and CUDA-graph capture (as for FSDP: the ring collectives and the host loss seed).
+// FSDP across dim 0 instead of DDP (CompileOptions::tensor_parallel_fsdp, or kAuto choosing
+// fsdp_tp) is compiler/tensor_parallel_fsdp.h: compiler/fsdp.h's runtime over this per-rank graph.
+// Not lowered yet: sequence parallelism (the sharding layer plans it) and CUDA-graph capture (as
+// for FSDP: the ring collectives and the host loss seed).
 #ifndef SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
 #define SGTRAIN_COMPILER_TENSOR_PARALLEL_H_
 
@@ -45,6 +50,8 @@
 #include "sharding/mesh.h"
 
 namespace sg::compiler {
+
+struct TpStepResources;  // compiler/tensor_parallel_steps.h
 
 // Which ranks a tensor-parallel step talks to. Null groups are this rank alone.
 struct TensorParallelLayout {
@@ -67,6 +74,7 @@ class TensorParallelStep : public CompiledStep {
   absl::Status SetLearningRate(float lr) override;
   // Parameters, "opt.m.<p>", "opt.v.<p>" take and "grad:<p>" also gives full tensors (Read of a
   // split one gathers: collective over the tp group); "loss" and "grad_norm" are global values.
+  // An unevenly split vocabulary is gathered and scattered in its torch.chunk pieces.
   absl::Status Write(const std::string& name, const TensorView& host) override;
   absl::Status Read(const std::string& name, const TensorView& host) const override;
   // This rank's slice of a parameter, its optimizer state or "grad:<p>"; otherwise as the base.
@@ -98,7 +106,7 @@ class TensorParallelStep : public CompiledStep {
   DeviceMemory moments_, scalars_;
   TensorView lr_, counter_, norm_split_, norms_, norm_repl_, norm_, clip_, losses_, dummy_[2];
   std::shared_ptr<void> all_list_, split_list_, repl_list_, norm_list_;  // kernels::AdamWTensorList
-  std::vector<std::unique_ptr<Event>> reduce_done_;
+  std::unique_ptr<TpStepResources> tp_steps_;  // the tp all-reduces' and vocabulary steps' buffers
   std::unique_ptr<Event> ready_, grads_done_, norms_done_, comm_done_;
   std::string targets_;  // the input holding the loss's targets
   int64_t ignore_index_ = -100;
@@ -111,7 +119,8 @@ class TensorParallelStep : public CompiledStep {
   float beta1_ = 0.9f, beta2_ = 0.95f, eps_ = 1e-8f;
 };
 
-// Compile's kTensorParallel: tp over `mesh`'s last dim, DDP over dim 0 of a 2-D mesh. `train` is
+// Compile's kTensorParallel: tp over `mesh`'s last dim, DDP over dim 0 of a 2-D mesh (FSDP with
+// options.tensor_parallel_fsdp: a TensorParallelFsdpStep). `train` is
 // the prepared training step; `why` (e.g. the planner's explanation) starts explanation().
 // InvalidArgument for a mesh of more than 2 dims. The binding is per tp group: its ranks take the
 // same batch (CompiledStep::data_rank()).

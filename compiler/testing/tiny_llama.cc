@@ -20,10 +20,11 @@ absl::StatusOr<graph::Graph> TinyLlama(const TinyLlamaConfig& c) {
   auto param = [&](const std::string& name, graph::SymShape shape) {
     return b.Parameter(name, DType::kF32, std::move(shape));
   };
-  Value x;
+  Value x, table;
   {
     auto s = b.EnterScope("tok_embeddings");
-    x = b.Embedding(param("tok_embeddings.weight", {c.vocab, c.dim}), tokens);
+    table = param("tok_embeddings.weight", {c.vocab, c.dim});
+    x = b.Embedding(table, tokens);
   }
   for (int64_t l = 0; l < c.layers; ++l) {
     const std::string p = absl::StrCat("layers.", l);
@@ -55,7 +56,8 @@ absl::StatusOr<graph::Graph> TinyLlama(const TinyLlamaConfig& c) {
   {
     auto s = b.EnterScope("output");
     Value xn = b.RmsNorm(x, param("norm.weight", {c.dim}), c.eps);
-    Value logits = b.Matmul(xn, param("output.weight", {c.vocab, c.dim}), MatmulOptions::TransB());
+    Value head = c.tied ? table : param("output.weight", {c.vocab, c.dim});
+    Value logits = b.Matmul(xn, head, MatmulOptions::TransB());
     b.Output("loss", b.SoftmaxCrossEntropy(logits, targets));
   }
   return b.Finish();

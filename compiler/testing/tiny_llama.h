@@ -1,6 +1,7 @@
 // A tiny Llama forward graph for the compiler's tests (the real model lives in graph/models once
 // it lands): embedding, per layer RMSNorm -> GQA attention with RoPE -> residual, RMSNorm ->
-// SwiGLU MLP -> residual, final RMSNorm, untied LM head, mean cross-entropy.
+// SwiGLU MLP -> residual, final RMSNorm, LM head (untied, or `tied`: the embedding table),
+// mean cross-entropy.
 //
 //   SG_ASSIGN_OR_RETURN(graph::Graph g, TinyLlama({}));
 //   // inputs "tokens", "targets": i32[batch, seq]; output "loss"
@@ -20,6 +21,7 @@ namespace sg::compiler::testing {
 struct TinyLlamaConfig {
   int64_t vocab = 32, dim = 16, layers = 2, heads = 2, kv_heads = 1, ffn = 24;
   double eps = 1e-5, rope_theta = 10000.0;
+  bool tied = false;  // the LM head is tok_embeddings.weight (no output.weight)
 };
 
 absl::StatusOr<graph::Graph> TinyLlama(const TinyLlamaConfig& c);
