@@ -13,6 +13,20 @@ namespace {
 
 using internal::AttentionParams;
 
+bool IsAttentionDType(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
+
+// Calls f(T{}) with T the element type of t (f32, bf16 or f16: IsAttentionDType, checked before).
+template <typename F>
+void WithElementType(DType t, F&& f) {
+  if (t == DType::kF32) {
+    f(float{});
+  } else if (t == DType::kBF16) {
+    f(BFloat16{});
+  } else {
+    f(Half{});
+  }
+}
+
 absl::Status ExpectRank4(const TensorView& t, absl::string_view what) {
   SG_CHECK_ARG(t.rank() == 4, "attention ", what,
                ": expected rank 4 [batch, seq, heads, head_dim], found ", t.ToString());
@@ -26,9 +40,10 @@ absl::StatusOr<AttentionParams> CheckInputs(const TensorView& q, const TensorVie
                                             const TensorView& v, const AttentionOptions& opt) {
   SG_RETURN_IF_ERROR(ExpectRank4(q, "q"));
   SG_RETURN_IF_ERROR(ExpectRank4(k, "k"));
-  SG_CHECK_ARG(q.dtype() == DType::kF32 || q.dtype() == DType::kBF16,
-               "attention q: expected f32 or bf16, found ", q.ToString());
+  SG_CHECK_ARG(IsAttentionDType(q.dtype()), "attention q: expected f32, bf16 or f16, found ",
+               q.ToString());
   AttentionParams p;
+  p.dtype = q.dtype();
   p.batch = q.dim(0);
   p.seq_q = q.dim(1);
   p.heads = q.dim(2);
@@ -57,12 +72,14 @@ absl::Status ExpectStat(const TensorView& t, absl::string_view what, const Atten
   return ExpectTensor(t, what, DType::kF32, {p.batch, p.heads, p.seq_q}, device);
 }
 
-// The CUDA kernels cover bf16 with head_dim 64 or 128.
+// The CUDA kernels cover bf16 and f16 (the latter on the default family v4 only: attention.cu
+// says so at the call) with head_dim 64 or 128.
 absl::Status CheckCudaSupport(const TensorView& q, const AttentionParams& p) {
 #ifdef SG_WITH_CUDA
-  if (q.dtype() != DType::kBF16 || (p.head_dim != 64 && p.head_dim != 128)) {
-    return absl::UnimplementedError(
-        absl::StrCat("CUDA attention supports bf16 with head_dim 64 or 128, found ", q.ToString()));
+  if ((q.dtype() != DType::kBF16 && q.dtype() != DType::kF16) ||
+      (p.head_dim != 64 && p.head_dim != 128)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "CUDA attention supports bf16 or f16 with head_dim 64 or 128, found ", q.ToString()));
   }
   return absl::OkStatus();
 #else
@@ -80,13 +97,11 @@ absl::Status AttentionForward(const TensorView& q, const TensorView& k, const Te
   SG_RETURN_IF_ERROR(ExpectTensor(out, "attention out", q.dtype(), q.shape(), q.device()));
   SG_RETURN_IF_ERROR(ExpectStat(lse, "attention lse", p, q.device()));
   if (q.device().is_cpu()) {
-    if (q.dtype() == DType::kF32) {
-      internal::AttentionForwardCpu(p, q.data<float>(), k.data<float>(), v.data<float>(),
-                                    out.data<float>(), lse.data<float>());
-    } else {
-      internal::AttentionForwardCpu(p, q.data<BFloat16>(), k.data<BFloat16>(), v.data<BFloat16>(),
-                                    out.data<BFloat16>(), lse.data<float>());
-    }
+    WithElementType(q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      internal::AttentionForwardCpu(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(),
+                                    lse.data<float>());
+    });
     return absl::OkStatus();
   }
   SG_RETURN_IF_ERROR(CheckCudaSupport(q, p));
@@ -101,23 +116,21 @@ absl::Status AttentionForward(const TensorView& q, const TensorView& k, const Te
 absl::Status AttentionBackwardDelta(const TensorView& out, const TensorView& dout,
                                     const TensorView& delta, const Stream& stream) {
   SG_RETURN_IF_ERROR(ExpectRank4(out, "out"));
-  SG_CHECK_ARG(out.dtype() == DType::kF32 || out.dtype() == DType::kBF16,
-               "attention out: expected f32 or bf16, found ", out.ToString());
+  SG_CHECK_ARG(IsAttentionDType(out.dtype()), "attention out: expected f32, bf16 or f16, found ",
+               out.ToString());
   SG_RETURN_IF_ERROR(ExpectTensor(dout, "attention dout", out.dtype(), out.shape(), out.device()));
   AttentionParams p;
+  p.dtype = out.dtype();
   p.batch = out.dim(0);
   p.seq_q = out.dim(1);
   p.heads = out.dim(2);
   p.head_dim = out.dim(3);
   SG_RETURN_IF_ERROR(ExpectStat(delta, "attention delta", p, out.device()));
   if (out.device().is_cpu()) {
-    if (out.dtype() == DType::kF32) {
-      internal::AttentionBackwardDeltaCpu(p, out.data<float>(), dout.data<float>(),
-                                          delta.data<float>());
-    } else {
-      internal::AttentionBackwardDeltaCpu(p, out.data<BFloat16>(), dout.data<BFloat16>(),
-                                          delta.data<float>());
-    }
+    WithElementType(out.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      internal::AttentionBackwardDeltaCpu(p, out.data<T>(), dout.data<T>(), delta.data<float>());
+    });
     return absl::OkStatus();
   }
   SG_RETURN_IF_ERROR(CheckCudaSupport(out, p));
@@ -142,17 +155,12 @@ absl::Status AttentionBlockBackward(const TensorView& q, const TensorView& k, co
   SG_RETURN_IF_ERROR(ExpectTensor(dk, "attention dk", q.dtype(), k.shape(), q.device()));
   SG_RETURN_IF_ERROR(ExpectTensor(dv, "attention dv", q.dtype(), k.shape(), q.device()));
   if (q.device().is_cpu()) {
-    if (q.dtype() == DType::kF32) {
-      internal::AttentionBlockBackwardCpu(p, q.data<float>(), k.data<float>(), v.data<float>(),
-                                          dout.data<float>(), lse.data<float>(),
-                                          delta.data<float>(), dq.data<float>(), dk.data<float>(),
-                                          dv.data<float>());
-    } else {
-      internal::AttentionBlockBackwardCpu(
-          p, q.data<BFloat16>(), k.data<BFloat16>(), v.data<BFloat16>(), dout.data<BFloat16>(),
-          lse.data<float>(), delta.data<float>(), dq.data<BFloat16>(), dk.data<BFloat16>(),
-          dv.data<BFloat16>());
-    }
+    WithElementType(q.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      internal::AttentionBlockBackwardCpu(p, q.data<T>(), k.data<T>(), v.data<T>(), dout.data<T>(),
+                                          lse.data<float>(), delta.data<float>(), dq.data<T>(),
+                                          dk.data<T>(), dv.data<T>());
+    });
     return absl::OkStatus();
   }
   SG_RETURN_IF_ERROR(CheckCudaSupport(q, p));
@@ -185,8 +193,8 @@ absl::Status AttentionMerge(const TensorView& out_a, const TensorView& lse_a,
                             const TensorView& out_b, const TensorView& lse_b,
                             const TensorView& out, const TensorView& lse, const Stream& stream) {
   SG_RETURN_IF_ERROR(ExpectRank4(out_a, "merge out_a"));
-  SG_CHECK_ARG(out_a.dtype() == DType::kF32 || out_a.dtype() == DType::kBF16,
-               "attention merge out_a: expected f32 or bf16, found ", out_a.ToString());
+  SG_CHECK_ARG(IsAttentionDType(out_a.dtype()),
+               "attention merge out_a: expected f32, bf16 or f16, found ", out_a.ToString());
   const Device dev = out_a.device();
   SG_RETURN_IF_ERROR(ExpectTensor(out_b, "attention merge out_b", out_a.dtype(), out_a.shape(), dev));
   SG_RETURN_IF_ERROR(ExpectTensor(out, "attention merge out", out_a.dtype(), out_a.shape(), dev));
@@ -196,15 +204,12 @@ absl::Status AttentionMerge(const TensorView& out_a, const TensorView& lse_a,
   SG_RETURN_IF_ERROR(ExpectTensor(lse_b, "attention merge lse_b", DType::kF32, stat, dev));
   SG_RETURN_IF_ERROR(ExpectTensor(lse, "attention merge lse", DType::kF32, stat, dev));
   if (dev.is_cpu()) {
-    if (out.dtype() == DType::kF32) {
-      internal::AttentionMergeCpu(batch, seq, heads, dim, out_a.data<float>(), lse_a.data<float>(),
-                                  out_b.data<float>(), lse_b.data<float>(), out.data<float>(),
+    WithElementType(out.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      internal::AttentionMergeCpu(batch, seq, heads, dim, out_a.data<T>(), lse_a.data<float>(),
+                                  out_b.data<T>(), lse_b.data<float>(), out.data<T>(),
                                   lse.data<float>());
-    } else {
-      internal::AttentionMergeCpu(batch, seq, heads, dim, out_a.data<BFloat16>(),
-                                  lse_a.data<float>(), out_b.data<BFloat16>(), lse_b.data<float>(),
-                                  out.data<BFloat16>(), lse.data<float>());
-    }
+    });
     return absl::OkStatus();
   }
 #ifdef SG_WITH_CUDA

@@ -11,12 +11,14 @@
 //   over the group's query heads and 64-query tiles; dk/dv accumulate in registers (deterministic),
 //   dq is added with f32 atomics into a workspace and converted (scaled) at the end.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/attention_device.cuh"
@@ -196,10 +198,16 @@ __global__ void __launch_bounds__(FwdConfig<kD>::kThreads, 1)
 
 // --- Backward ----------------------------------------------------------------------------------------
 
-// delta[b, h, i] = dout_i . out_i: one warp per (b, i, h) row.
-template <int kD>
-__global__ void AttentionDeltaKernel(int64_t rows, int seq, int heads, const bf16* __restrict__ out,
-                                     const bf16* __restrict__ dout, float* __restrict__ delta) {
+// The two-element vector of T (bf16 or f16) and its conversion to floats.
+template <typename T>
+using Pair = std::conditional_t<kIsF16<T>, __half2, __nv_bfloat162>;
+__device__ __forceinline__ float2 PairToFloat2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
+__device__ __forceinline__ float2 PairToFloat2(__half2 v) { return __half22float2(v); }
+
+// delta[b, h, i] = dout_i . out_i: one warp per (b, i, h) row; T is bf16 or f16.
+template <typename T, int kD>
+__global__ void AttentionDeltaKernel(int64_t rows, int seq, int heads, const T* __restrict__ out,
+                                     const T* __restrict__ dout, float* __restrict__ delta) {
   const int64_t row = (int64_t(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
   if (row >= rows) return;
@@ -207,9 +215,9 @@ __global__ void AttentionDeltaKernel(int64_t rows, int seq, int heads, const bf1
   float acc = 0.f;
 #pragma unroll
   for (int e = 0; e < kPer; e += 2) {
-    const __nv_bfloat162 o = *reinterpret_cast<const __nv_bfloat162*>(out + row * kD + lane * kPer + e);
-    const __nv_bfloat162 d = *reinterpret_cast<const __nv_bfloat162*>(dout + row * kD + lane * kPer + e);
-    const float2 of = __bfloat1622float2(o), df = __bfloat1622float2(d);
+    const Pair<T> o = *reinterpret_cast<const Pair<T>*>(out + row * kD + lane * kPer + e);
+    const Pair<T> d = *reinterpret_cast<const Pair<T>*>(dout + row * kD + lane * kPer + e);
+    const float2 of = PairToFloat2(o), df = PairToFloat2(d);
     acc += of.x * df.x + of.y * df.y;
   }
 #pragma unroll
@@ -424,9 +432,11 @@ __global__ void ConvertDqKernel(int64_t n4, float scale, const float4* __restric
 
 __device__ __forceinline__ float ToF(float x) { return x; }
 __device__ __forceinline__ float ToF(bf16 x) { return __bfloat162float(x); }
+__device__ __forceinline__ float ToF(f16 x) { return __half2float(x); }
 template <typename T> __device__ T FromF(float x);
 template <> __device__ __forceinline__ float FromF<float>(float x) { return x; }
 template <> __device__ __forceinline__ bf16 FromF<bf16>(float x) { return __float2bfloat16(x); }
+template <> __device__ __forceinline__ f16 FromF<f16>(float x) { return __float2half_rn(x); }
 
 // One warp per (b, s, h) row. Every lane reads the statistics before any lane writes, so out/lse
 // may alias the a or b side.
@@ -483,6 +493,29 @@ absl::Status LaunchBackward(const Problem& pr, int batch, const void* q, const v
   return absl::OkStatus();
 }
 
+template <typename T>
+absl::Status LaunchDelta(const AttentionParams& p, int64_t blocks, int threads, const void* out,
+                         const void* dout, float* delta, cudaStream_t s) {
+  const int64_t rows = p.batch * p.seq_q * p.heads;
+  const auto* o = static_cast<const T*>(out);
+  const auto* d = static_cast<const T*>(dout);
+  if (p.head_dim == 64) {
+    AttentionDeltaKernel<T, 64><<<unsigned(blocks), threads, 0, s>>>(rows, int(p.seq_q), int(p.heads), o, d, delta);
+  } else {
+    AttentionDeltaKernel<T, 128><<<unsigned(blocks), threads, 0, s>>>(rows, int(p.seq_q), int(p.heads), o, d, delta);
+  }
+  return absl::OkStatus();
+}
+
+// f16 runs on the default family only (v4: the wgmma forward, v3's backward); the others are bf16.
+absl::Status CheckF16Family(const AttentionParams& p, AttentionKernel variant, absl::string_view what) {
+  if (p.dtype != DType::kF16 || variant == AttentionKernel::kV4) return absl::OkStatus();
+  const char* names[] = {"v1", "v2", "v3", "v3a", "v4"};
+  return absl::UnimplementedError(absl::StrCat(
+      "CUDA attention ", what, ": f16 runs on the default kernel family v4 only; SG_ATTENTION_KERNEL=",
+      names[int(variant)], " is bf16-only"));
+}
+
 }  // namespace
 
 absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const void* k,
@@ -490,15 +523,26 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
   if (p.batch * p.seq_q * p.heads == 0) return absl::OkStatus();
   SG_ASSIGN_OR_RETURN(Problem pr, MakeProblem(p));
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
+  SG_RETURN_IF_ERROR(CheckF16Family(p, variant, "forward"));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   // v4's kernels take the row max on raw scores (scale > 0) and put 128-row query tiles in the
-  // grid's y (at most 65535); v3 covers the rest.
+  // grid's y (at most 65535); v3 covers the rest (bf16 only).
   if (variant == AttentionKernel::kV4 && pr.scale_log2 > 0.f && p.seq_q <= int64_t(65535) * 128) {
     SG_ASSIGN_OR_RETURN(FwdV4Variant fwd, FwdV4VariantFromEnv());
     if (IsWgmma(fwd)) {
-      return LaunchForwardV4Wgmma(fwd, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
+      return LaunchForwardV4Wgmma(fwd, p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
+    }
+    if (p.dtype == DType::kF16) {
+      return absl::UnimplementedError(absl::StrCat(
+          "CUDA attention forward: f16 runs on the v4 forward variant 'wgmma' only; SG_ATTN_FWD_VARIANT='",
+          FwdV4VariantToName(fwd), "' is bf16-only"));
     }
     return LaunchForwardV4Mma(fwd, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
+  }
+  if (p.dtype == DType::kF16) {
+    return absl::UnimplementedError(absl::StrCat(
+        "CUDA attention forward: f16 needs the v4 wgmma forward, which takes scale > 0 and seq_q <= ",
+        int64_t(65535) * 128, "; found scale ", p.scale, ", seq_q ", p.seq_q));
   }
   if (variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a ||
       variant == AttentionKernel::kV4) {
@@ -520,12 +564,10 @@ absl::Status AttentionBackwardDeltaCuda(const AttentionParams& p, const void* ou
   const int64_t blocks = (rows * 32 + kThreads - 1) / kThreads;
   SG_CHECK_ARG(blocks < (int64_t(1) << 31), "CUDA attention delta: too many rows (", rows, ")");
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const auto* o = static_cast<const bf16*>(out);
-  const auto* d = static_cast<const bf16*>(dout);
-  if (p.head_dim == 64) {
-    AttentionDeltaKernel<64><<<unsigned(blocks), kThreads, 0, s>>>(rows, int(p.seq_q), int(p.heads), o, d, delta);
+  if (p.dtype == DType::kF16) {
+    SG_RETURN_IF_ERROR(LaunchDelta<f16>(p, blocks, kThreads, out, dout, delta, s));
   } else {
-    AttentionDeltaKernel<128><<<unsigned(blocks), kThreads, 0, s>>>(rows, int(p.seq_q), int(p.heads), o, d, delta);
+    SG_RETURN_IF_ERROR(LaunchDelta<bf16>(p, blocks, kThreads, out, dout, delta, s));
   }
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(AttentionDeltaKernel);
   return absl::OkStatus();
@@ -547,15 +589,21 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
     return absl::OkStatus();
   }
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
+  SG_RETURN_IF_ERROR(CheckF16Family(p, variant, "backward"));
   const bool v3 = variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a ||
                   variant == AttentionKernel::kV4;  // v4's backward is v3's
   if (v3 && (p.seq_k + kBwdV3BlockN - 1) / kBwdV3BlockN > 65535) {
+    if (p.dtype == DType::kF16) {
+      return absl::UnimplementedError(absl::StrCat(
+          "CUDA attention backward: f16 runs on v3's backward, which takes seq_k <= ",
+          int64_t(65535) * kBwdV3BlockN, ", found ", p.seq_k));
+    }
     variant = AttentionKernel::kV2;  // v3's grid holds at most 65535 key blocks (seq_k <= 8M)
   } else if (v3) {  // its own workspace layout and dq conversion
     SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(DqWorkspaceElems(p)) * sizeof(float), s));
     // seq_k = 0 (nk = 0): no key blocks; the conversion alone writes dq = 0.
-    return LaunchBackwardV3(pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse, delta, dq_accum,
-                            dq, dk, dv, /*bulk_dq=*/variant != AttentionKernel::kV3a, s);
+    return LaunchBackwardV3(p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse, delta,
+                            dq_accum, dq, dk, dv, /*bulk_dq=*/variant != AttentionKernel::kV3a, s);
   }
   SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(nq) * sizeof(float), s));
   if (nk > 0 && variant == AttentionKernel::kV2) {
@@ -591,6 +639,10 @@ absl::Status AttentionMergeCuda(DType dtype, int64_t batch, int64_t seq, int64_t
     AttentionMergeKernel<float><<<unsigned(blocks), kThreads, 0, s>>>(
         rows, int(seq), int(heads), int(head_dim), static_cast<const float*>(out_a), lse_a,
         static_cast<const float*>(out_b), lse_b, static_cast<float*>(out), lse);
+  } else if (dtype == DType::kF16) {
+    AttentionMergeKernel<f16><<<unsigned(blocks), kThreads, 0, s>>>(
+        rows, int(seq), int(heads), int(head_dim), static_cast<const f16*>(out_a), lse_a,
+        static_cast<const f16*>(out_b), lse_b, static_cast<f16*>(out), lse);
   } else {
     AttentionMergeKernel<bf16><<<unsigned(blocks), kThreads, 0, s>>>(
         rows, int(seq), int(heads), int(head_dim), static_cast<const bf16*>(out_a), lse_a,

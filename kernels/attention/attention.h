@@ -9,8 +9,10 @@
 // Layout: q, out, dout, dq are [batch, seq_q, heads, head_dim]; k, v, dk, dv are
 // [batch, seq_k, kv_heads, head_dim] with kv_heads dividing heads (grouped-query attention: query
 // head h reads key/value head h / (heads / kv_heads)). lse and delta are f32 [batch, heads, seq_q].
-// All tensors contiguous and on one device. CPU: f32 or bf16 (f64 accumulation, the reference).
-// CUDA: bf16, head_dim 64 or 128, f32 softmax statistics; any sequence lengths. The environment
+// All tensors contiguous and on one device. CPU: f32, bf16 or f16 (f64 accumulation, the
+// reference). CUDA: bf16 or f16 (IEEE half), head_dim 64 or 128, f32 softmax statistics; any
+// sequence lengths; f16 runs on the default kernel family only (v4 with its default forward
+// variant; other choices are Unimplemented for f16). The environment
 // variable SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4 picks the kernel family at each call (unset: v4, the
 // fastest measured; attention_internal.h says what each is; v4 is v3's backward with the forward
 // variant SG_ATTN_FWD_VARIANT names (unset: the Hopper wgmma forward), attention_fwd_v4.h);
@@ -82,7 +84,7 @@ absl::Status AttentionBlockBackward(const TensorView& q, const TensorView& k, co
 // Combines two partial attentions of the same queries over disjoint key sets:
 //   lse = logaddexp(lse_a, lse_b), out = e^(lse_a - lse) out_a + e^(lse_b - lse) out_b.
 // Rows with lse_a = lse_b = -inf give out = 0, lse = -inf. out/lse may alias out_a/lse_a (or the
-// b side) for a running merge. All outs share a dtype (f32 or bf16) and shape [batch, seq, heads,
+// b side) for a running merge. All outs share a dtype (f32, bf16 or f16) and shape [batch, seq, heads,
 // head_dim]; lses are f32 [batch, heads, seq].
 absl::Status AttentionMerge(const TensorView& out_a, const TensorView& lse_a,
                             const TensorView& out_b, const TensorView& lse_b,

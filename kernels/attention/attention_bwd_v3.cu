@@ -8,8 +8,9 @@
 //    tile (f32) to shared memory and one thread hands the whole tile (32 KB) to the TMA unit with a
 //    single cp.reduce.async.bulk .add.f32 into a tile-contiguous workspace [batch, heads, m_pad, D]
 //    (row r's 8-float chunks XOR-swizzled by r % 8, so the fragment stores are conflict-free); the
-//    warps go straight on. ConvertDqV3Kernel turns the workspace into bf16 dq. (Variant v3a keeps
-//    everything else and adds the tile with v2's per-thread atomics: a diagnostic for this change.)
+//    warps go straight on. ConvertDqV3Kernel turns the workspace into bf16 (or f16) dq. (Variant
+//    v3a keeps everything else and adds the tile with v2's per-thread atomics: a diagnostic for
+//    this change.)
 // 2. D64 uses 128 x 128 tiles (FlashAttention-2's choice for head_dim 64; v2 used 64 x 128 for
 //    both). Per 128-key block and 128 queries: 8 warps x {phase 1: 64 q x 32 k, phase 2: 32 k x 32
 //    d, phase 3: 32 q x 32 d} read 1152 ldmatrix.x4 for 2560 MMAs (0.45 per MMA; v2 at D64: 1408
@@ -23,6 +24,9 @@
 //    light blocks in the last wave: a list-scheduling model of the causal benchmark (1024 blocks
 //    on 132 SMs) puts v2's makespan 15% over the ideal, this order 3%. One batch in flight at a
 //    time keeps the L2 working set (Q, dO, dq workspace of 32 heads) the size v2's order had.
+//
+// Element types: bf16, and f16 (IEEE half) for the TMA-reduced dq (v3 / v4's backward; not v3a):
+// the same kernels with the f16 MMA and f16 roundings of P, dS, dk, dv and dq.
 //
 // Occupancy: one block of 8 warps per SM (launch bound 256 threads, 1 block; shared memory
 // 203 KB at D128, 210 KB at D64; ptxas: 255 registers, zero spills, both head dims).
@@ -38,7 +42,7 @@
 namespace sg::kernels::internal::attention_device {
 namespace {
 
-template <int kD>
+template <int kD, typename T = bf16>
 struct BwdV3Config {
   static constexpr int kWarps = 8, kThreads = kWarps * 32;
   static constexpr int kBlockN = kBwdV3BlockN;           // keys per block
@@ -55,12 +59,12 @@ struct BwdV3Config {
   static constexpr int kDqCols = kD / kDqWarpsD;
   static_assert(kDvCols % 16 == 0 && kDqCols % 16 == 0, "head_dim must split into 16-wide slices");
   static_assert(kD / 8 >= 8, "the dq swizzle permutes 8 chunks of 8 floats within a row");
-  using KvTile = SmemTile<kBlockN, kD>;
-  using QTile = SmemTile<kBlockM, kD>;
-  using PTile = SmemTile<kBlockM, kBlockN>;  // P and dS: [query][key]
+  using KvTile = SmemTile<kBlockN, kD, T>;
+  using QTile = SmemTile<kBlockM, kD, T>;
+  using PTile = SmemTile<kBlockM, kBlockN, T>;  // P and dS: [query][key]
   static constexpr int kDqBytes = kBlockM * kD * int(sizeof(float));  // one bulk reduction
   static constexpr int kSmemBytes =
-      kDqBytes + (2 * KvTile::kElems + 4 * QTile::kElems + 2 * PTile::kElems) * int(sizeof(bf16)) +
+      kDqBytes + (2 * KvTile::kElems + 4 * QTile::kElems + 2 * PTile::kElems) * int(sizeof(T)) +
       4 * kBlockM * int(sizeof(float));
   static_assert(kSmemBytes <= 227 * 1024, "exceeds the sm_90 shared memory per block");
 };
@@ -74,23 +78,24 @@ __device__ __forceinline__ int DqSwizzle(int row, int col) {
 
 // kBulkDq false (variant v3a, a diagnostic): the dQ tile goes to the same workspace positions by
 // per-thread red.global.add.v2.f32, as v2 does, instead of through shared memory and the TMA unit.
-template <int kD, bool kBulkDq>
-__global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
-    AttentionBackwardV3Kernel(Problem pr, int m_pad, const bf16* __restrict__ q,
-                              const bf16* __restrict__ k, const bf16* __restrict__ v,
-                              const bf16* __restrict__ dout, const float* __restrict__ lse,
+// T: the element type of q, k, v, dout, dk, dv (bf16 or f16).
+template <typename T, int kD, bool kBulkDq>
+__global__ void __launch_bounds__(BwdV3Config<kD, T>::kThreads, 1)
+    AttentionBackwardV3Kernel(Problem pr, int m_pad, const T* __restrict__ q,
+                              const T* __restrict__ k, const T* __restrict__ v,
+                              const T* __restrict__ dout, const float* __restrict__ lse,
                               const float* __restrict__ delta, float* __restrict__ dq_accum,
-                              bf16* __restrict__ dk, bf16* __restrict__ dv) {
-  using C = BwdV3Config<kD>;
+                              T* __restrict__ dk, T* __restrict__ dv) {
+  using C = BwdV3Config<kD, T>;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kP1MTiles = C::kP1MTiles;
   using QTile = typename C::QTile;
   extern __shared__ __align__(128) unsigned char smem[];
   float* const s_dq = reinterpret_cast<float*>(smem);  // [kBlockM * kD], swizzled
-  bf16* p = reinterpret_cast<bf16*>(smem + C::kDqBytes);
+  T* p = reinterpret_cast<T*>(smem + C::kDqBytes);
   const typename C::KvTile sk{p}, sv{p + C::KvTile::kElems};
   p += 2 * C::KvTile::kElems;
-  bf16* const q_stages = p;                       // [2] Q tiles
-  bf16* const do_stages = p + 2 * QTile::kElems;  // [2] dO tiles
+  T* const q_stages = p;                       // [2] Q tiles
+  T* const do_stages = p + 2 * QTile::kElems;  // [2] dO tiles
   p += 4 * QTile::kElems;
   const typename C::PTile sp{p}, sds{p + C::PTile::kElems};
   float* const s_lse = reinterpret_cast<float*>(sds.p + C::PTile::kElems);  // [2][kBlockM]
@@ -161,7 +166,7 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
     CpAsyncCommit();
 
     // Phase 1a: S = Q K^T for kP1Rows queries x 32 keys.
-    uint32_t p_pack[kP1MTiles][4][2];  // P as bf16 pairs: [m-tile][n8 tile][row half]
+    uint32_t p_pack[kP1MTiles][4][2];  // P as T pairs: [m-tile][n8 tile][row half]
     {
       float s[kP1MTiles][4][4] = {};
 #pragma unroll
@@ -175,8 +180,8 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
           LoadBNk(bk, sk, p1_k + nn * 16, kk * 16, lane);
 #pragma unroll
           for (int mt = 0; mt < kP1MTiles; ++mt) {
-            Mma(s[mt][2 * nn], a[mt], bk[0], bk[1]);
-            Mma(s[mt][2 * nn + 1], a[mt], bk[2], bk[3]);
+            Mma<T>(s[mt][2 * nn], a[mt], bk[0], bk[1]);
+            Mma<T>(s[mt][2 * nn + 1], a[mt], bk[2], bk[3]);
           }
         }
       }
@@ -204,15 +209,15 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
               }
               pr2[e] = prob;
             }
-            p_pack[mt][nt][r] = PackBf16(pr2[0], pr2[1]);
+            p_pack[mt][nt][r] = Pack2<T>(pr2[0], pr2[1]);
             *reinterpret_cast<uint32_t*>(sp.at(qi, p1_k + nt * 8 + 2 * (lane % 4))) = p_pack[mt][nt][r];
           }
         }
       }
     }
 
-    // Phase 1b: dP = dO V^T, then dS = P (dP - delta) -> shared memory (bf16). P here is the
-    // bf16-rounded value that dV also uses; dS is rounded to bf16 after this product anyway.
+    // Phase 1b: dP = dO V^T, then dS = P (dP - delta) -> shared memory (T). P here is the
+    // T-rounded value that dV also uses; dS is rounded to T after this product anyway.
     {
       float dp[kP1MTiles][4][4] = {};
 #pragma unroll
@@ -226,8 +231,8 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
           LoadBNk(bv, sv, p1_k + nn * 16, kk * 16, lane);
 #pragma unroll
           for (int mt = 0; mt < kP1MTiles; ++mt) {
-            Mma(dp[mt][2 * nn], a[mt], bv[0], bv[1]);
-            Mma(dp[mt][2 * nn + 1], a[mt], bv[2], bv[3]);
+            Mma<T>(dp[mt][2 * nn], a[mt], bv[0], bv[1]);
+            Mma<T>(dp[mt][2 * nn + 1], a[mt], bv[2], bv[3]);
           }
         }
       }
@@ -241,8 +246,8 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
           for (int nt = 0; nt < 4; ++nt) {
             const uint32_t pp = p_pack[mt][nt][r];
             *reinterpret_cast<uint32_t*>(sds.at(qi, p1_k + nt * 8 + 2 * (lane % 4))) =
-                PackBf16(Bf16LoToFloat(pp) * (dp[mt][nt][2 * r] - dl),
-                         Bf16HiToFloat(pp) * (dp[mt][nt][2 * r + 1] - dl));
+                Pack2<T>(Unpack2Lo<T>(pp) * (dp[mt][nt][2 * r] - dl),
+                         Unpack2Hi<T>(pp) * (dp[mt][nt][2 * r + 1] - dl));
           }
         }
       }
@@ -268,10 +273,10 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
         LoadBKn(bq, sq, kk * 16, p2_d + dd * 16, lane);
 #pragma unroll
         for (int mt = 0; mt < 2; ++mt) {
-          Mma(dv_acc[mt][2 * dd], ap[mt], bdo[0], bdo[1]);
-          Mma(dv_acc[mt][2 * dd + 1], ap[mt], bdo[2], bdo[3]);
-          Mma(dk_acc[mt][2 * dd], ads[mt], bq[0], bq[1]);
-          Mma(dk_acc[mt][2 * dd + 1], ads[mt], bq[2], bq[3]);
+          Mma<T>(dv_acc[mt][2 * dd], ap[mt], bdo[0], bdo[1]);
+          Mma<T>(dv_acc[mt][2 * dd + 1], ap[mt], bdo[2], bdo[3]);
+          Mma<T>(dk_acc[mt][2 * dd], ads[mt], bq[0], bq[1]);
+          Mma<T>(dk_acc[mt][2 * dd + 1], ads[mt], bq[2], bq[3]);
         }
       }
     }
@@ -292,8 +297,8 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
           LoadBKn(bk, sk, kk * 16, p3_d + dd * 16, lane);
 #pragma unroll
           for (int mt = 0; mt < 2; ++mt) {
-            Mma(dq[mt][2 * dd], a[mt], bk[0], bk[1]);
-            Mma(dq[mt][2 * dd + 1], a[mt], bk[2], bk[3]);
+            Mma<T>(dq[mt][2 * dd], a[mt], bk[0], bk[1]);
+            Mma<T>(dq[mt][2 * dd + 1], a[mt], bk[2], bk[3]);
           }
         }
       }
@@ -338,8 +343,8 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
 #pragma unroll
       for (int dt = 0; dt < kDvTiles; ++dt) {
         *reinterpret_cast<uint32_t*>(dk + off + dt * 8) =
-            PackBf16(dk_acc[mt][dt][2 * r] * scale, dk_acc[mt][dt][2 * r + 1] * scale);
-        *reinterpret_cast<uint32_t*>(dv + off + dt * 8) = PackBf16(dv_acc[mt][dt][2 * r], dv_acc[mt][dt][2 * r + 1]);
+            Pack2<T>(dk_acc[mt][dt][2 * r] * scale, dk_acc[mt][dt][2 * r + 1] * scale);
+        *reinterpret_cast<uint32_t*>(dv + off + dt * 8) = Pack2<T>(dv_acc[mt][dt][2 * r], dv_acc[mt][dt][2 * r + 1]);
       }
     }
   }
@@ -347,9 +352,9 @@ __global__ void __launch_bounds__(BwdV3Config<kD>::kThreads, 1)
 
 // dq[b, i, h, :] = scale * workspace[b, h, i, :] (un-swizzled), 8 elements per thread: one float4
 // pair in, one 16-byte store out, consecutive threads on consecutive output chunks.
-template <int kD>
+template <typename T, int kD>
 __global__ void ConvertDqV3Kernel(int64_t n8, int seq, int heads, int m_pad, float scale,
-                                  const float* __restrict__ acc, bf16* __restrict__ dq) {
+                                  const float* __restrict__ acc, T* __restrict__ dq) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n8) return;
   constexpr int kChunks = kD / 8;
@@ -363,51 +368,59 @@ __global__ void ConvertDqV3Kernel(int64_t n8, int seq, int heads, int m_pad, flo
   const float4 lo = reinterpret_cast<const float4*>(src)[0];
   const float4 hi = reinterpret_cast<const float4*>(src)[1];
   uint4 out;
-  out.x = PackBf16(lo.x * scale, lo.y * scale);
-  out.y = PackBf16(lo.z * scale, lo.w * scale);
-  out.z = PackBf16(hi.x * scale, hi.y * scale);
-  out.w = PackBf16(hi.z * scale, hi.w * scale);
+  out.x = Pack2<T>(lo.x * scale, lo.y * scale);
+  out.y = Pack2<T>(lo.z * scale, lo.w * scale);
+  out.z = Pack2<T>(hi.x * scale, hi.y * scale);
+  out.w = Pack2<T>(hi.z * scale, hi.w * scale);
   reinterpret_cast<uint4*>(dq)[i] = out;
 }
 
-template <int kD, bool kBulkDq>
+template <typename T, int kD, bool kBulkDq>
 absl::Status Launch(const Problem& pr, int batch, const void* q, const void* k, const void* v,
                     const void* dout, const float* lse, const float* delta, float* dq_accum,
                     void* dq, void* dk, void* dv, cudaStream_t stream) {
-  using C = BwdV3Config<kD>;
+  using C = BwdV3Config<kD, T>;
   const int m_pad = int(DqAccumRows(pr.seq_q));
   if (pr.seq_k > 0) {
-    SG_RETURN_IF_ERROR(AllowSmem(AttentionBackwardV3Kernel<kD, kBulkDq>, C::kSmemBytes));
+    SG_RETURN_IF_ERROR(AllowSmem(AttentionBackwardV3Kernel<T, kD, kBulkDq>, C::kSmemBytes));
     const int n_blocks = (pr.seq_k + C::kBlockN - 1) / C::kBlockN;
     SG_CHECK_ARG(n_blocks <= 65535, "CUDA attention backward v3: seq_k ", pr.seq_k,
                  " needs more than 65535 key blocks (the grid's y limit); use v2");
     const dim3 grid(pr.kv_heads, n_blocks, batch);
-    AttentionBackwardV3Kernel<kD, kBulkDq><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
-        pr, m_pad, static_cast<const bf16*>(q), static_cast<const bf16*>(k),
-        static_cast<const bf16*>(v), static_cast<const bf16*>(dout), lse, delta, dq_accum,
-        static_cast<bf16*>(dk), static_cast<bf16*>(dv));
+    AttentionBackwardV3Kernel<T, kD, kBulkDq><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+        pr, m_pad, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+        static_cast<const T*>(dout), lse, delta, dq_accum, static_cast<T*>(dk), static_cast<T*>(dv));
     SG_CUDA_RETURN_IF_LAUNCH_ERROR(AttentionBackwardV3Kernel);
   }
   constexpr int kThreads = 256;
   const int64_t n8 = int64_t(batch) * pr.seq_q * pr.heads * (kD / 8);
-  ConvertDqV3Kernel<kD><<<unsigned((n8 + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
-      n8, pr.seq_q, pr.heads, m_pad, pr.scale, dq_accum, static_cast<bf16*>(dq));
+  ConvertDqV3Kernel<T, kD><<<unsigned((n8 + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      n8, pr.seq_q, pr.heads, m_pad, pr.scale, dq_accum, static_cast<T*>(dq));
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ConvertDqV3Kernel);
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status LaunchBackwardV3(const Problem& pr, int head_dim, int batch, const void* q,
+absl::Status LaunchBackwardV3(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
                               bool bulk_dq, cudaStream_t stream) {
-  if (head_dim == 64) {
-    return bulk_dq ? Launch<64, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
-                   : Launch<64, false>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
+  if (dtype == DType::kF16) {
+    if (!bulk_dq) {
+      return absl::UnimplementedError(
+          "CUDA attention backward: f16 runs on the TMA-reduced dq (families v3 and v4); v3a is bf16-only");
+    }
+    return head_dim == 64
+               ? Launch<f16, 64, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
+               : Launch<f16, 128, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
   }
-  return bulk_dq ? Launch<128, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
-                 : Launch<128, false>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
+  if (head_dim == 64) {
+    return bulk_dq ? Launch<bf16, 64, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
+                   : Launch<bf16, 64, false>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
+  }
+  return bulk_dq ? Launch<bf16, 128, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
+                 : Launch<bf16, 128, false>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
 }
 
 }  // namespace sg::kernels::internal::attention_device

@@ -17,10 +17,12 @@ namespace {
 double Load(float v) { return v; }
 double Load(double v) { return v; }
 double Load(BFloat16 v) { return v.ToFloat(); }
+double Load(Half v) { return v.ToFloat(); }
 template <typename T> T Store(double v);
 template <> float Store<float>(double v) { return float(v); }
 template <> double Store<double>(double v) { return v; }
 template <> BFloat16 Store<BFloat16>(double v) { return BFloat16::FromFloat(float(v)); }
+template <> Half Store<Half>(double v) { return Half::FromFloat(float(v)); }
 
 constexpr double kNegInf = -std::numeric_limits<double>::infinity();
 
@@ -182,6 +184,7 @@ void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_d
                                                 T*);
 SG_INSTANTIATE_ATTENTION_CPU(float, float)
 SG_INSTANTIATE_ATTENTION_CPU(BFloat16, float)
+SG_INSTANTIATE_ATTENTION_CPU(Half, float)
 SG_INSTANTIATE_ATTENTION_CPU(double, double)
 #undef SG_INSTANTIATE_ATTENTION_CPU
 
@@ -190,5 +193,7 @@ template void AttentionMergeCpu<float>(int64_t, int64_t, int64_t, int64_t, const
 template void AttentionMergeCpu<BFloat16>(int64_t, int64_t, int64_t, int64_t, const BFloat16*,
                                           const float*, const BFloat16*, const float*, BFloat16*,
                                           float*);
+template void AttentionMergeCpu<Half>(int64_t, int64_t, int64_t, int64_t, const Half*, const float*,
+                                      const Half*, const float*, Half*, float*);
 
 }  // namespace sg::kernels::internal

@@ -1,6 +1,11 @@
 // Internal to kernels/attention (nvcc only): the device building blocks the CUDA attention kernels
-// share -- PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16), padded shared-memory tiles,
-// fragment loaders, quad reductions and the resolved problem description.
+// share -- PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 or f16), padded shared-memory
+// tiles, fragment loaders, quad reductions and the resolved problem description.
+//
+// Element type: the helpers that touch 16-bit data take it as a template parameter T, bf16 (the
+// default, what every kernel family supports) or f16 (IEEE half; the default family v4 only). Both
+// are 16-bit, so copies, ldmatrix and the fragment layouts are the same; only the MMA's operand type
+// and the float <-> 16-bit conversions differ.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16, g = lane / 4, t = lane % 4):
 //   A 16x16 row-major: a0 (g, 2t..2t+1), a1 (g+8, 2t..), a2 (g, 2t+8..), a3 (g+8, 2t+8..)
@@ -11,10 +16,12 @@
 #define SGTRAIN_KERNELS_ATTENTION_ATTENTION_DEVICE_CUH_
 
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "absl/status/statusor.h"
 #include "kernels/attention/attention_internal.h"
@@ -24,6 +31,12 @@ namespace sg::kernels::internal {
 namespace attention_device {
 
 using bf16 = __nv_bfloat16;
+using f16 = __half;
+// True for f16 (IEEE half), false for bf16; the kernels are instantiated for these two only.
+template <typename T>
+constexpr bool kIsF16 = std::is_same_v<T, f16>;
+template <typename T>
+constexpr bool kIs16Bit = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -60,13 +73,23 @@ __device__ __forceinline__ void Ldmatrix4Trans(uint32_t (&r)[4], uint32_t addr) 
                : "r"(addr));
 }
 
-// c += a @ b for one m16n8k16 tile.
+// c += a @ b for one m16n8k16 tile, with T (bf16 or f16) operands and f32 accumulators.
+template <typename T = bf16>
 __device__ __forceinline__ void Mma(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  static_assert(kIs16Bit<T>, "mma operands: bf16 or f16");
+  if constexpr (kIsF16<T>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
 }
 
 __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
@@ -78,6 +101,35 @@ __device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
 __device__ __forceinline__ float Bf16LoToFloat(uint32_t packed) { return __uint_as_float(packed << 16); }
 __device__ __forceinline__ float Bf16HiToFloat(uint32_t packed) {
   return __uint_as_float(packed & 0xffff0000u);
+}
+
+// lo, hi rounded to nearest T (bf16 or f16; f16 overflows to inf) in one 32-bit word, lo first.
+template <typename T>
+__device__ __forceinline__ uint32_t Pack2(float lo, float hi) {
+  static_assert(kIs16Bit<T>, "Pack2: bf16 or f16");
+  if constexpr (kIsF16<T>) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&v);
+  } else {
+    return PackBf16(lo, hi);
+  }
+}
+// The two halves of a Pack2<T> word as floats, exactly.
+template <typename T>
+__device__ __forceinline__ float Unpack2Lo(uint32_t packed) {
+  if constexpr (kIsF16<T>) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(packed & 0xffffu)));
+  } else {
+    return Bf16LoToFloat(packed);
+  }
+}
+template <typename T>
+__device__ __forceinline__ float Unpack2Hi(uint32_t packed) {
+  if constexpr (kIsF16<T>) {
+    return __half2float(__ushort_as_half(static_cast<unsigned short>(packed >> 16)));
+  } else {
+    return Bf16HiToFloat(packed);
+  }
 }
 
 // --- Bulk (TMA) reductions, sm_90 ------------------------------------------------------------------
@@ -106,31 +158,34 @@ __device__ __forceinline__ void FenceProxyAsyncShared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
-// The A operand of a k-step from two C accumulator tiles (columns 16k..16k+15 of a 16-row block).
+// The A operand (T: bf16 or f16) of a k-step from two C accumulator tiles (columns 16k..16k+15 of
+// a 16-row block).
+template <typename T = bf16>
 __device__ __forceinline__ void AccToA(uint32_t (&a)[4], const float (&c0)[4], const float (&c1)[4]) {
-  a[0] = PackBf16(c0[0], c0[1]);
-  a[1] = PackBf16(c0[2], c0[3]);
-  a[2] = PackBf16(c1[0], c1[1]);
-  a[3] = PackBf16(c1[2], c1[3]);
+  a[0] = Pack2<T>(c0[0], c0[1]);
+  a[1] = Pack2<T>(c0[2], c0[3]);
+  a[2] = Pack2<T>(c1[0], c1[1]);
+  a[3] = Pack2<T>(c1[2], c1[3]);
 }
 
 // --- Shared-memory tiles -----------------------------------------------------------------------------
 
-// A [kRows, kCols] bf16 tile with rows padded by 16 bytes: the 8 rows an ldmatrix reads then start
-// 4 banks apart, so every 8x8 load is conflict-free without swizzling.
-template <int kRows, int kCols>
+// A [kRows, kCols] tile of T (bf16 or f16) with rows padded by 16 bytes: the 8 rows an ldmatrix
+// reads then start 4 banks apart, so every 8x8 load is conflict-free without swizzling.
+template <int kRows, int kCols, typename T = bf16>
 struct SmemTile {
+  static_assert(kIs16Bit<T>, "tile elements: bf16 or f16");
   static_assert(kCols % 8 == 0, "tile columns must be whole 16-byte chunks");
   static constexpr int kStride = kCols + 8;
   static constexpr int kElems = kRows * kStride;
-  bf16* p;
-  __device__ bf16* at(int r, int c) const { return p + r * kStride + c; }
+  T* p;
+  __device__ T* at(int r, int c) const { return p + r * kStride + c; }
   __device__ uint32_t addr(int r, int c) const { return SmemAddr(at(r, c)); }
 
   // Async copy of rows [0, valid_rows) from global rows `row_stride` elements apart; rows beyond are
   // zero-filled. valid_rows >= 1.
   template <int kThreads>
-  __device__ void Load(const bf16* g, int64_t row_stride, int valid_rows) const {
+  __device__ void Load(const T* g, int64_t row_stride, int valid_rows) const {
     constexpr int kChunksPerRow = kCols / 8;
     static_assert((kRows * kChunksPerRow) % kThreads == 0, "tile load must split evenly");
 #pragma unroll
@@ -221,7 +276,8 @@ absl::Status LaunchForwardV3(const Problem& pr, int head_dim, int batch, const v
 // Variant v3 (attention_bwd_v3.cu): the backward kernel and the dq conversion. dq_accum holds
 // DqWorkspaceElems floats (zeroed by the caller) in v3's tile layout; dq is written here.
 // bulk_dq: dQ tiles added by the TMA unit (v3); false adds them with per-thread atomics (v3a).
-absl::Status LaunchBackwardV3(const Problem& pr, int head_dim, int batch, const void* q,
+// dtype: kBF16, or kF16 with bulk_dq (the default family v4's backward); else Unimplemented.
+absl::Status LaunchBackwardV3(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
                               bool bulk_dq, cudaStream_t stream);

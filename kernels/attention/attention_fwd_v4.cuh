@@ -17,8 +17,10 @@ absl::Status LaunchForwardV4Mma(FwdV4Variant variant, const Problem& pr, int hea
                                 const void* q, const void* k, const void* v, void* out, float* lse,
                                 cudaStream_t stream);
 // attention_fwd_v4_wgmma.cu: the wgmma variants (IsWgmma). Unimplemented on GPUs other than sm_90.
-absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, const Problem& pr, int head_dim, int batch,
-                                  const void* q, const void* k, const void* v, void* out,
+// dtype: kBF16 (every wgmma variant) or kF16 (the default variant kWgmma only; Unimplemented for
+// the others).
+absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, DType dtype, const Problem& pr, int head_dim,
+                                  int batch, const void* q, const void* k, const void* v, void* out,
                                   float* lse, cudaStream_t stream);
 
 }  // namespace sg::kernels::internal::attention_device

@@ -54,6 +54,14 @@ constexpr FwdV4VariantName kFwdV4Variants[] = {{FwdV4Variant::k4x32, "4x32"},
                                                {FwdV4Variant::kWgmmaPipelined64, "wgmmap64"},
                                                {FwdV4Variant::kWgmmaTransposedV, "wgmmat"}};
 
+// The variant's SG_ATTN_FWD_VARIANT spelling.
+inline const char* FwdV4VariantToName(FwdV4Variant variant) {
+  for (const FwdV4VariantName& v : kFwdV4Variants) {
+    if (v.variant == variant) return v.name;
+  }
+  return "?";
+}
+
 // SG_ATTN_FWD_VARIANT (unset or empty: wgmma, the fastest at every measured shape on H200 on
 // 2026-11-30: B=8 S=2048 H=32 KV=8 causal 278.8 / 370.9 TFLOP/s at D=64 / 128 against SDPA flash's
 // 261.4 / 305.0 in the same call); anything else is InvalidArgument.

@@ -8,6 +8,8 @@
 //   softmax     on the S accumulators (the mma.sync C layout per warp), scale folded into exp2
 //   O += P V    wgmma m64n{D}k16, P from registers (the mma.sync A layout per warp), V from shared
 //               memory through an MN-major descriptor (V stays [key][d] as loaded)
+// Element types: bf16 for every variant; f16 (IEEE half) for the default variant "wgmma" only, the
+// same kernel with the f16 wgmma (P rounded to f16 for P V; f32 accumulators and statistics).
 // Not yet here (FA3): TMA loads, producer/consumer warp specialization, ping-pong between the
 // warpgroups, overlapping the softmax with the next QK^T.
 //
@@ -79,85 +81,120 @@ __device__ __forceinline__ uint64_t Sw128Desc(uint32_t addr, uint32_t lbo_bytes,
 }
 
 // d = A B (accumulate == 0) or d += A B for one k16 step, m64n{64,128}k16; A and B from shared
-// memory (K-major descriptors).
+// memory (K-major descriptors). T: the operand type, bf16 or f16 (each asm is spelled once, as a
+// macro of the PTX type name, and expanded for both).
+#define SG_ATTN_WGMMA_SS64_ASM(TYPE) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate))
+template <typename T>
 __device__ __forceinline__ void WgmmaSS64(float (&d)[32], uint64_t a_desc, uint64_t b_desc, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+  static_assert(kIs16Bit<T>, "wgmma operands: bf16 or f16");
+  if constexpr (kIsF16<T>) {
+    SG_ATTN_WGMMA_SS64_ASM("f16");
+  } else {
+    SG_ATTN_WGMMA_SS64_ASM("bf16");
+  }
 }
+#undef SG_ATTN_WGMMA_SS64_ASM
 
+#define SG_ATTN_WGMMA_SS128_ASM(TYPE) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate))
+template <typename T>
 __device__ __forceinline__ void WgmmaSS128(float (&d)[64], uint64_t a_desc, uint64_t b_desc, int accumulate) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+  static_assert(kIs16Bit<T>, "wgmma operands: bf16 or f16");
+  if constexpr (kIsF16<T>) {
+    SG_ATTN_WGMMA_SS128_ASM("f16");
+  } else {
+    SG_ATTN_WGMMA_SS128_ASM("bf16");
+  }
 }
+#undef SG_ATTN_WGMMA_SS128_ASM
 
 // d += A B for one k16 step, m64n{64,128}k16; A from registers (the mma.sync A layout in each warp),
 // B from shared memory: kTransB = 1 through an MN-major descriptor, 0 K-major.
-template <int kTransB>
+#define SG_ATTN_WGMMA_RS128_ASM(TYPE) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32." TYPE "." TYPE " {" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31," \
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47," \
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63" \
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), \
+      "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), \
+      "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), \
+      "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), \
+      "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB))
+template <typename T, int kTransB>
 __device__ __forceinline__ void WgmmaRS128(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
-      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
-      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-      "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB));
+  static_assert(kIs16Bit<T>, "wgmma operands: bf16 or f16");
+  if constexpr (kIsF16<T>) {
+    SG_ATTN_WGMMA_RS128_ASM("f16");
+  } else {
+    SG_ATTN_WGMMA_RS128_ASM("bf16");
+  }
 }
+#undef SG_ATTN_WGMMA_RS128_ASM
 
-template <int kTransB>
+#define SG_ATTN_WGMMA_RS64_ASM(TYPE) \
+  asm volatile( \
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n" \
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32." TYPE "." TYPE " {" \
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15," \
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31" \
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n" \
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), \
+      "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), \
+      "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]) \
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB))
+template <typename T, int kTransB>
 __device__ __forceinline__ void WgmmaRS64(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc) {
-  asm volatile(
-      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
-      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
-      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB));
+  static_assert(kIs16Bit<T>, "wgmma operands: bf16 or f16");
+  if constexpr (kIsF16<T>) {
+    SG_ATTN_WGMMA_RS64_ASM("f16");
+  } else {
+    SG_ATTN_WGMMA_RS64_ASM("bf16");
+  }
 }
+#undef SG_ATTN_WGMMA_RS64_ASM
 
 // --- Pieces of the kernel -----------------------------------------------------------------------------
 
 // Async copy of a [kRows][kD] tile (rows `row_stride` elements apart, rows >= valid_rows zero-filled)
 // into the swizzled layout at `tile` (1024-byte aligned), by all kThreads threads.
-template <int kRows, int kD, int kThreads>
-__device__ __forceinline__ void LoadSwizzled(uint32_t tile, const bf16* g, int64_t row_stride,
+template <int kRows, int kD, int kThreads, typename T>
+__device__ __forceinline__ void LoadSwizzled(uint32_t tile, const T* g, int64_t row_stride,
                                              int valid_rows) {
   constexpr int kChunks = kD / 8;
   static_assert(kRows * kChunks % kThreads == 0, "tile load must split evenly");
@@ -172,7 +209,7 @@ __device__ __forceinline__ void LoadSwizzled(uint32_t tile, const bf16* g, int64
 
 // Issues S = Q K^T for this warpgroup's 64 rows (q_tile: its first row in the swizzled Q tile of
 // kBlockM rows) against a kBlockN-key tile, as one wgmma group.
-template <int kD, int kBlockM, int kBlockN>
+template <typename T, int kD, int kBlockM, int kBlockN>
 __device__ __forceinline__ void IssueQK(float (&s)[kBlockN / 2], uint32_t q_tile, uint32_t k_tile) {
   static_assert(kBlockN == 64 || kBlockN == 128, "QK^T wrappers: m64n64 and m64n128");
   FenceOperands(s);
@@ -183,17 +220,17 @@ __device__ __forceinline__ void IssueQK(float (&s)[kBlockN / 2], uint32_t q_tile
     const uint64_t a_desc = Sw128Desc(q_tile + (kk / 4) * (kBlockM * 128) + within, 16, 1024);
     const uint64_t b_desc = Sw128Desc(k_tile + (kk / 4) * (kBlockN * 128) + within, 16, 1024);
     if constexpr (kBlockN == 128) {
-      WgmmaSS128(s, a_desc, b_desc, kk > 0);
+      WgmmaSS128<T>(s, a_desc, b_desc, kk > 0);
     } else {
-      WgmmaSS64(s, a_desc, b_desc, kk > 0);
+      WgmmaSS64<T>(s, a_desc, b_desc, kk > 0);
     }
   }
   WgmmaCommit();
 }
 
-// Issues O += P V (P: bf16 A fragments, k16 step kk = keys 16 kk..) as one wgmma group. kVt: the
+// Issues O += P V (P: T A fragments, k16 step kk = keys 16 kk..) as one wgmma group. kVt: the
 // tile is V^T ([kD][kBlockN], K-major, from TransposeV), else V as loaded ([kBlockN][kD], MN-major).
-template <int kD, int kBlockN, bool kVt>
+template <typename T, int kD, int kBlockN, bool kVt>
 __device__ __forceinline__ void IssuePV(float (&o)[kD / 2], const uint32_t (&p)[kBlockN / 16][4],
                                         uint32_t v_tile) {
   FenceOperands(o);
@@ -204,9 +241,9 @@ __device__ __forceinline__ void IssuePV(float (&o)[kD / 2], const uint32_t (&p)[
         kVt ? Sw128Desc(v_tile + (kk / 4) * (kD * 128) + (kk % 4) * 32, 16, 1024)
             : Sw128Desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
     if constexpr (kD == 128) {
-      WgmmaRS128<kVt ? 0 : 1>(o, p[kk], b_desc);
+      WgmmaRS128<T, kVt ? 0 : 1>(o, p[kk], b_desc);
     } else {
-      WgmmaRS64<kVt ? 0 : 1>(o, p[kk], b_desc);
+      WgmmaRS64<T, kVt ? 0 : 1>(o, p[kk], b_desc);
     }
   }
   WgmmaCommit();
@@ -280,13 +317,13 @@ __device__ __forceinline__ void RescaleO(float (&o)[kD / 2], const float (&alpha
   for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i / 2) % 2];
 }
 
-// P as bf16 A fragments: k16 step kk is S chunks 2 kk and 2 kk + 1 (the mma.sync A layout).
-template <int kBlockN>
+// P as T A fragments: k16 step kk is S chunks 2 kk and 2 kk + 1 (the mma.sync A layout).
+template <typename T, int kBlockN>
 __device__ __forceinline__ void PackP(uint32_t (&p)[kBlockN / 16][4], const float (&s)[kBlockN / 2]) {
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
 #pragma unroll
-    for (int i = 0; i < 4; ++i) p[kk][i] = PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+    for (int i = 0; i < 4; ++i) p[kk][i] = Pack2<T>(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
   }
 }
 
@@ -296,10 +333,11 @@ __device__ __forceinline__ void PackP(uint32_t (&p)[kBlockN / 16][4], const floa
 // kPipelined = true ("wgmmap"): the QK^T of tile t + 1 and the PV of tile t are issued together and
 // the softmax of tile t + 1 runs while the tensor cores do that PV (FA3's intra-warpgroup overlap);
 // 3 stages, since tile t's V, tile t + 1's K and the copy of tile t + 2 are live at once.
-template <int kD, bool kPipelined, int kKeys, bool kVt>
+// T: the element type of q, k, v, out (bf16 or f16); P is rounded to T for P V.
+template <typename T, int kD, bool kPipelined, int kKeys, bool kVt>
 __global__ void __launch_bounds__(256, 1)
-    WgmmaFwdKernel(Problem pr, const bf16* __restrict__ q, const bf16* __restrict__ k,
-                   const bf16* __restrict__ v, bf16* __restrict__ out, float* __restrict__ lse) {
+    WgmmaFwdKernel(Problem pr, const T* __restrict__ q, const T* __restrict__ k,
+                   const T* __restrict__ v, T* __restrict__ out, float* __restrict__ lse) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   using C = WgmmaFwdConfig<kD, kPipelined, kKeys, kVt>;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
@@ -313,9 +351,9 @@ __global__ void __launch_bounds__(256, 1)
   const int h = blockIdx.x, b = blockIdx.z, kh = h / (pr.heads / pr.kv_heads);
   const int m0 = m_block * kBlockM;
   const int64_t q_row = int64_t(pr.heads) * kD, k_row = int64_t(pr.kv_heads) * kD;
-  const bf16* q_base = q + (int64_t(b) * pr.seq_q + m0) * q_row + h * kD;
-  const bf16* k_base = k + int64_t(b) * pr.seq_k * k_row + kh * kD;
-  const bf16* v_base = v + int64_t(b) * pr.seq_k * k_row + kh * kD;
+  const T* q_base = q + (int64_t(b) * pr.seq_q + m0) * q_row + h * kD;
+  const T* k_base = k + int64_t(b) * pr.seq_k * k_row + kh * kD;
+  const T* v_base = v + int64_t(b) * pr.seq_k * k_row + kh * kD;
 
   const int n_end = VisibleKeyEnd(min(m0 + kBlockM, pr.seq_q), pr.seq_k, pr.causal, pr.q_minus_k);
   const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
@@ -360,18 +398,18 @@ __global__ void __launch_bounds__(256, 1)
       if constexpr (kVt) TransposeV<kD, kBlockN>(svt, v_tile(t), threadIdx.x / 32, lane);
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
-      IssueQK<kD, kBlockM, kBlockN>(s, q_tile, k_tile(t));
+      IssueQK<T, kD, kBlockM, kBlockN>(s, q_tile, k_tile(t));
       WgmmaWait<0>();
       FenceOperands(s);
       MaskTile<kBlockN>(s, pr, m0, t * kBlockN, first_row, lane);
       SoftmaxTile<kBlockN>(s, row_max, row_sum, alpha, pr.scale_log2);
       RescaleO<kD>(o, alpha);
-      PackP<kBlockN>(p, s);
+      PackP<T, kBlockN>(p, s);
       if constexpr (kVt) {  // V^T written (generic proxy) by every warp, read by wgmma
         FenceProxyAsyncShared();
         __syncthreads();
       }
-      IssuePV<kD, kBlockN, kVt>(o, p, kVt ? svt : v_tile(t));
+      IssuePV<T, kD, kBlockN, kVt>(o, p, kVt ? svt : v_tile(t));
       WgmmaWait<0>();
       FenceOperands(o);
       FenceOperands(p);
@@ -384,7 +422,7 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
-    IssueQK<kD, kBlockM, kBlockN>(s, q_tile, k_tile(0));
+    IssueQK<T, kD, kBlockM, kBlockN>(s, q_tile, k_tile(0));
     WgmmaWait<0>();
     FenceOperands(s);
     MaskTile<kBlockN>(s, pr, m0, 0, first_row, lane);
@@ -394,12 +432,12 @@ __global__ void __launch_bounds__(256, 1)
       // tile t + 2 (tile t's V and tile t + 1's K are in the other two).
       all_landed();
       load_kv(t + 2);
-      PackP<kBlockN>(p, s);
+      PackP<T, kBlockN>(p, s);
       RescaleO<kD>(o, alpha);
 #pragma unroll
       for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
-      IssueQK<kD, kBlockM, kBlockN>(s, q_tile, k_tile(t + 1));
-      IssuePV<kD, kBlockN, false>(o, p, v_tile(t));
+      IssueQK<T, kD, kBlockM, kBlockN>(s, q_tile, k_tile(t + 1));
+      IssuePV<T, kD, kBlockN, false>(o, p, v_tile(t));
       WgmmaWait<1>();  // groups complete in order: QK^T(t + 1) is done, PV(t) may still run
       FenceOperands(s);
       MaskTile<kBlockN>(s, pr, m0, (t + 1) * kBlockN, first_row, lane);
@@ -409,9 +447,9 @@ __global__ void __launch_bounds__(256, 1)
       FenceOperands(p);
     }
     // The last tile's PV.
-    PackP<kBlockN>(p, s);
+    PackP<T, kBlockN>(p, s);
     RescaleO<kD>(o, alpha);
-    IssuePV<kD, kBlockN, false>(o, p, v_tile(n_tiles - 1));
+    IssuePV<T, kD, kBlockN, false>(o, p, v_tile(n_tiles - 1));
     WgmmaWait<0>();
     FenceOperands(o);
     FenceOperands(p);
@@ -428,10 +466,10 @@ __global__ void __launch_bounds__(256, 1)
       if (lane % 4 == 0) {
         lse[(int64_t(b) * pr.heads + h) * pr.seq_q + row] = l > 0.f ? (row_max[r] + __log2f(l)) * kLn2 : -INFINITY;
       }
-      bf16* out_row = out + (int64_t(b) * pr.seq_q + row) * q_row + h * kD + 2 * (lane % 4);
+      T* out_row = out + (int64_t(b) * pr.seq_q + row) * q_row + h * kD + 2 * (lane % 4);
 #pragma unroll
       for (int j = 0; j < kD / 8; ++j) {
-        *reinterpret_cast<uint32_t*>(out_row + 8 * j) = PackBf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+        *reinterpret_cast<uint32_t*>(out_row + 8 * j) = Pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
       }
     }
   }
@@ -440,35 +478,36 @@ __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-template <int kD, bool kPipelined, int kKeys, bool kVt = false>
+template <typename T, int kD, bool kPipelined, int kKeys, bool kVt = false>
 absl::Status LaunchWgmma(const Problem& pr, int batch, const void* q, const void* k, const void* v,
                          void* out, float* lse, cudaStream_t stream) {
   using C = WgmmaFwdConfig<kD, kPipelined, kKeys, kVt>;
-  auto* kernel = WgmmaFwdKernel<kD, kPipelined, kKeys, kVt>;
+  auto* kernel = WgmmaFwdKernel<T, kD, kPipelined, kKeys, kVt>;
   const int m_blocks = (pr.seq_q + C::kBlockM - 1) / C::kBlockM;
   SG_CHECK_ARG(m_blocks <= 65535, "attention v4 wgmma forward: at most 65535 query tiles of ",
                C::kBlockM, " rows, found seq_q ", pr.seq_q);
   SG_RETURN_IF_ERROR(AllowSmem(kernel, C::kSmemBytes));
   kernel<<<dim3(pr.heads, m_blocks, batch), C::kThreads, C::kSmemBytes, stream>>>(
-      pr, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
-      static_cast<bf16*>(out), lse);
+      pr, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
+      static_cast<T*>(out), lse);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(WgmmaFwdKernel);
   return absl::OkStatus();
 }
 
+// bf16: every wgmma variant.
 template <int kD>
 absl::Status LaunchWgmmaVariant(FwdV4Variant variant, const Problem& pr, int batch, const void* q,
                                 const void* k, const void* v, void* out, float* lse,
                                 cudaStream_t stream) {
   switch (variant) {
     case FwdV4Variant::kWgmma:
-      return LaunchWgmma<kD, false, 128>(pr, batch, q, k, v, out, lse, stream);
+      return LaunchWgmma<bf16, kD, false, 128>(pr, batch, q, k, v, out, lse, stream);
     case FwdV4Variant::kWgmmaPipelined:
-      return LaunchWgmma<kD, true, 128>(pr, batch, q, k, v, out, lse, stream);
+      return LaunchWgmma<bf16, kD, true, 128>(pr, batch, q, k, v, out, lse, stream);
     case FwdV4Variant::kWgmmaPipelined64:
-      return LaunchWgmma<kD, true, 64>(pr, batch, q, k, v, out, lse, stream);
+      return LaunchWgmma<bf16, kD, true, 64>(pr, batch, q, k, v, out, lse, stream);
     case FwdV4Variant::kWgmmaTransposedV:
-      return LaunchWgmma<kD, false, 128, true>(pr, batch, q, k, v, out, lse, stream);
+      return LaunchWgmma<bf16, kD, false, 128, true>(pr, batch, q, k, v, out, lse, stream);
     default:
       return absl::InvalidArgumentError("attention v4 forward: not a wgmma variant");
   }
@@ -476,8 +515,8 @@ absl::Status LaunchWgmmaVariant(FwdV4Variant variant, const Problem& pr, int bat
 
 }  // namespace
 
-absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, const Problem& pr, int head_dim, int batch,
-                                  const void* q, const void* k, const void* v, void* out,
+absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, DType dtype, const Problem& pr, int head_dim,
+                                  int batch, const void* q, const void* k, const void* v, void* out,
                                   float* lse, cudaStream_t stream) {
   int device = 0, major = 0, minor = 0;
   SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
@@ -487,6 +526,15 @@ absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, const Problem& pr, int h
     return absl::UnimplementedError(absl::StrCat(
         "attention v4 wgmma forward: needs an sm_90 GPU (wgmma), found compute capability ", major,
         ".", minor));
+  }
+  if (dtype == DType::kF16) {  // the default variant only (the production forward)
+    if (variant != FwdV4Variant::kWgmma) {
+      return absl::UnimplementedError(absl::StrCat(
+          "attention v4 forward: f16 runs on the default variant 'wgmma' only, found SG_ATTN_FWD_VARIANT='",
+          FwdV4VariantToName(variant), "' (bf16-only)"));
+    }
+    if (head_dim == 64) return LaunchWgmma<f16, 64, false, 128>(pr, batch, q, k, v, out, lse, stream);
+    return LaunchWgmma<f16, 128, false, 128>(pr, batch, q, k, v, out, lse, stream);
   }
   if (head_dim == 64) return LaunchWgmmaVariant<64>(variant, pr, batch, q, k, v, out, lse, stream);
   return LaunchWgmmaVariant<128>(variant, pr, batch, q, k, v, out, lse, stream);

@@ -21,14 +21,16 @@ struct AttentionParams {
   bool causal = false;
   double scale = 0;  // resolved (never "unset")
   int64_t q_offset = 0, k_offset = 0;
+  DType dtype = DType::kBF16;  // of q, k, v, out, dout and the gradients (the CUDA kernels' choice)
 
   // True when key j is masked for query i.
   bool Masked(int64_t i, int64_t j) const { return causal && k_offset + j > q_offset + i; }
 };
 
 // --- CPU reference (attention_cpu.cc): f64 accumulation, threads over (batch, head) ------------
-// T is float, BFloat16 or double; S (statistics) is float or double. Instantiated for
-// (float, float), (BFloat16, float) and (double, double); the last one is for finite differences.
+// T is float, BFloat16, Half or double; S (statistics) is float or double. Instantiated for
+// (float, float), (BFloat16, float), (Half, float) and (double, double); the last one is for finite
+// differences.
 template <typename T, typename S>
 void AttentionForwardCpu(const AttentionParams& p, const T* q, const T* k, const T* v, T* out,
                          S* lse);
@@ -70,7 +72,8 @@ inline int64_t DqWorkspaceElems(const AttentionParams& p) {
   return p.batch * p.heads * DqAccumRows(p.seq_q) * p.head_dim;
 }
 
-// --- CUDA (attention.cu): bf16 data, f32 statistics; `stream` is a cudaStream_t ----------------
+// --- CUDA (attention.cu): bf16 or f16 data (p.dtype; f16 on family v4 only), f32 statistics;
+// `stream` is a cudaStream_t ------------------------------------------------------------------------
 absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const void* k,
                                   const void* v, void* out, float* lse, void* stream);
 absl::Status AttentionBackwardDeltaCuda(const AttentionParams& p, const void* out,
@@ -80,7 +83,7 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
                                         const void* v, const void* dout, const float* lse,
                                         const float* delta, float* dq_accum, void* dq, void* dk,
                                         void* dv, void* stream);
-// dtype f32 or bf16.
+// dtype f32, bf16 or f16.
 absl::Status AttentionMergeCuda(DType dtype, int64_t batch, int64_t seq, int64_t heads,
                                 int64_t head_dim, const void* out_a, const float* lse_a,
                                 const void* out_b, const float* lse_b, void* out, float* lse,

@@ -2,7 +2,8 @@
 // differences in f64 (backward), and the CPU reference (f64 accumulation) for the CUDA kernels.
 // Thresholds: CPU f32 vs naive 1e-5 relative L2; finite differences 1e-6 relative; CUDA bf16
 // outputs 1e-2 and gradients 2e-2 relative L2 against the reference (bf16 rounding of P and dS);
-// lse 2e-3 absolute.
+// CUDA f16 3e-3 and 5e-3 (the same roundings with an 11-bit significand, 8x finer than bf16's, so
+// about 8x less error; the bound leaves a factor ~3 over bf16's ratio); lse 2e-3 absolute.
 #include "kernels/attention/attention.h"
 
 #include <algorithm>
@@ -50,11 +51,15 @@ struct Problem {
   }
 };
 
-// Values representable in bf16, so CPU (f32) and CUDA (bf16) runs see identical inputs.
+// Values representable in bf16 and in f16 (|x| < 2^-14, below f16's normal range, become 0), so
+// CPU (f32) and CUDA (bf16 or f16) runs see identical inputs.
 Vec RandomBf16Values(int64_t n, double scale) {
   std::uniform_real_distribution<double> u(-scale, scale);
   Vec v(static_cast<size_t>(n));
-  for (double& x : v) x = BFloat16::FromFloat(float(u(sg::testing::Rng()))).ToFloat();
+  for (double& x : v) {
+    x = BFloat16::FromFloat(float(u(sg::testing::Rng()))).ToFloat();
+    if (std::abs(x) < 0x1p-14) x = 0;
+  }
   return v;
 }
 
@@ -296,6 +301,22 @@ TEST(AttentionCpuTest, Bf16MatchesF32) {
   EXPECT_LT(RelativeError(h.dv, f.dv), 2e-2);
 }
 
+// f16 on the CPU: inputs identical to the f32 run's, so only the f16 rounding of out and the
+// gradients (relative 2^-11) differs; odd lengths, grouped heads, causal and not.
+TEST(AttentionCpuTest, F16MatchesF32) {
+  for (const Problem& p : {Problem{2, 33, 47, 4, 2, 32, true}, Problem{1, 19, 13, 4, 4, 64, false}}) {
+    SCOPED_TRACE(p.ToString());
+    const Inputs in = RandomInputs(p);
+    const Result f = RunAttention(p, in, DType::kF32, Device::Cpu());
+    const Result h = RunAttention(p, in, DType::kF16, Device::Cpu());
+    EXPECT_LT(RelativeError(h.out, f.out), 2e-3);
+    EXPECT_LT(StatError(h.lse, f.lse), 1e-5);
+    EXPECT_LT(RelativeError(h.dq, f.dq), 3e-3);
+    EXPECT_LT(RelativeError(h.dk, f.dk), 3e-3);
+    EXPECT_LT(RelativeError(h.dv, f.dv), 3e-3);
+  }
+}
+
 // --- Block attention + merge ----------------------------------------------------------------------
 
 // Rows [begin, end) of dim 1 of a [batch, seq, rest...] array.
@@ -368,6 +389,8 @@ TEST(AttentionCpuTest, BlocksMergedEqualFullSequence) {
   CheckBlocksEqualFull({2, 23, 31, 4, 2, 8, true}, {0, 7, 8, 20, 31}, DType::kF32, Device::Cpu(), 1e-6, 1e-5);
   CheckBlocksEqualFull({1, 19, 40, 4, 1, 16, false}, {0, 13, 40}, DType::kF32, Device::Cpu(), 1e-6, 1e-5);
   CheckBlocksEqualFull({1, 16, 48, 2, 2, 8, true, 32, 0}, {0, 16, 32, 48}, DType::kF32, Device::Cpu(), 1e-6, 1e-5);
+  // f16 blocks: each block's output and gradients rounded to f16.
+  CheckBlocksEqualFull({2, 23, 31, 4, 2, 8, true}, {0, 7, 8, 20, 31}, DType::kF16, Device::Cpu(), 2e-3, 3e-3);
 }
 
 // Merge against a direct formula, including rows where one or both sides saw no keys.
@@ -408,6 +431,7 @@ void CheckMerge(DType dtype, Device device) {
 TEST(AttentionCpuTest, MergeIsExactAndHandlesEmptyRows) {
   CheckMerge(DType::kF32, Device::Cpu());
   CheckMerge(DType::kBF16, Device::Cpu());
+  CheckMerge(DType::kF16, Device::Cpu());
 }
 
 // --- Argument errors ------------------------------------------------------------------------------
@@ -523,13 +547,19 @@ struct CudaCase {
 
 class AttentionCudaTest : public ::testing::TestWithParam<CudaCase> {};
 
+// Relative L2 bounds of the CUDA outputs and gradients for a dtype (the file comment says why).
+struct Tolerance {
+  double out, grad;
+};
+constexpr Tolerance kBf16Tolerance{1e-2, 2e-2}, kF16Tolerance{3e-3, 5e-3};
+
 // The CUDA results against the f32 CPU reference (f64 accumulation) on the same inputs.
-void ExpectMatchesReference(const Result& got, const Result& want) {
-  EXPECT_LT(RelativeError(got.out, want.out), 1e-2);
+void ExpectMatchesReference(const Result& got, const Result& want, Tolerance tol = kBf16Tolerance) {
+  EXPECT_LT(RelativeError(got.out, want.out), tol.out);
   EXPECT_LT(StatError(got.lse, want.lse), 2e-3);
-  EXPECT_LT(GradientError(got.dq, want.dq, want.dv), 2e-2);
-  EXPECT_LT(GradientError(got.dk, want.dk, want.dv), 2e-2);
-  EXPECT_LT(RelativeError(got.dv, want.dv), 2e-2);
+  EXPECT_LT(GradientError(got.dq, want.dq, want.dv), tol.grad);
+  EXPECT_LT(GradientError(got.dk, want.dk, want.dv), tol.grad);
+  EXPECT_LT(RelativeError(got.dv, want.dv), tol.grad);
 }
 
 // Sets an environment variable (empty value: unsets it) for the scope of the object.
@@ -616,6 +646,19 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
   }
 }
 
+// f16 runs on the default kernels only (family v4 with the wgmma forward and v3's backward): both
+// variables unset, whatever SG_ATTENTION_TEST_VARIANTS says.
+TEST_P(AttentionCudaTest, F16MatchesCpuReference) {
+  SG_SKIP_WITHOUT_CUDA();
+  const CudaCase c = GetParam();
+  const Problem p{2, c.seq_q, c.seq_k, 8, 8 / c.group, c.dim, c.causal};
+  SCOPED_TRACE(p.ToString());
+  const Inputs in = RandomInputs(p);
+  ScopedKernelVariant use({"", ""});
+  ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)),
+                         RunAttention(p, in, DType::kF32, Device::Cpu()), kF16Tolerance);
+}
+
 std::vector<CudaCase> AllCudaCases() {
   std::vector<CudaCase> cases;
   const std::pair<int64_t, int64_t> seqs[] = {{1, 1}, {17, 17}, {131, 131}, {257, 257}, {77, 200}, {200, 77}};
@@ -650,13 +693,38 @@ TEST(AttentionCudaOffsetsTest, OffsetsMatchCpuReference) {
       ScopedKernelVariant use(variant);
       ExpectMatchesReference(RunAttention(p, in, DType::kBF16, Device::Cuda(0)), want);
     }
+    ScopedKernelVariant use({"", ""});  // f16: the default kernels
+    ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)), want, kF16Tolerance);
   }
+}
+
+// f16 outside the default kernels is Unimplemented, naming the family or forward variant.
+TEST(AttentionCudaF16Test, OtherKernelsSayTheyAreBf16Only) {
+  SG_SKIP_WITHOUT_CUDA();
+  const Problem p{1, 64, 64, 2, 2, 64, true};
+  const Device gpu = Device::Cuda(0);
+  Stream stream = Stream::Create(gpu).value();
+  Tensor q = Output(p.QShape(), DType::kF16, gpu), k = Output(p.KShape(), DType::kF16, gpu);
+  Tensor out = Output(p.QShape(), DType::kF16, gpu), lse = Output(p.StatShape(), DType::kF32, gpu);
+  Tensor dq = Output(p.QShape(), DType::kF16, gpu), dk = Output(p.KShape(), DType::kF16, gpu);
+  for (const KernelVariant& v : {KernelVariant{"v2", ""}, KernelVariant{"v3", ""},
+                                 KernelVariant{"v4", "wgmmap"}, KernelVariant{"v4", "8x16q"}}) {
+    ScopedKernelVariant use(v);
+    const absl::Status st = AttentionForward(q, k, k, p.Options(), out, lse, stream);
+    EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << VariantName(v) << ": " << st;
+    EXPECT_NE(st.message().find(*v.fwd == '\0' ? v.kernel : v.fwd), std::string::npos) << st;
+  }
+  ScopedKernelVariant use({"v1", ""});
+  const absl::Status st = AttentionBackward(q, k, k, out, q, lse, p.Options(), dq, dk, dk, stream);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("v1"), std::string::npos) << st;
 }
 
 TEST(AttentionCudaMergeTest, MergeIsExactAndHandlesEmptyRows) {
   SG_SKIP_WITHOUT_CUDA();
   CheckMerge(DType::kF32, Device::Cuda(0));
   CheckMerge(DType::kBF16, Device::Cuda(0));
+  CheckMerge(DType::kF16, Device::Cuda(0));
 }
 
 // On CUDA the blocks' outputs are bf16, so "equal" is up to bf16 rounding of each block's output.
@@ -670,6 +738,9 @@ TEST(AttentionCudaMergeTest, BlocksMergedEqualFullSequence) {
     CheckBlocksEqualFull({1, 129, 256, 4, 4, 128, false}, {0, 64, 256}, DType::kBF16, gpu, 1e-2, 2e-2);
     CheckBlocksEqualFull({1, 128, 384, 4, 1, 128, true, 256, 0}, {0, 128, 256, 384}, DType::kBF16, gpu, 1e-2, 2e-2);
   }
+  ScopedKernelVariant use({"", ""});  // f16: the default kernels
+  CheckBlocksEqualFull({2, 200, 300, 8, 2, 64, true}, {0, 70, 128, 300}, DType::kF16, gpu, 3e-3, 5e-3);
+  CheckBlocksEqualFull({1, 129, 256, 4, 4, 128, false}, {0, 64, 256}, DType::kF16, gpu, 3e-3, 5e-3);
 }
 
 }  // namespace
