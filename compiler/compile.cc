@@ -116,16 +116,6 @@ std::optional<kernels::LossScaleConfig> LossScaler(const CompileOptions& o) {
   return c;
 }
 
-// The lowering's Unimplemented for an f16 step on CUDA names the ops; say which kernels are missing.
-absl::Status F16Hint(const absl::Status& s, const CompileOptions& o) {
-  if (s.ok() || o.precision != Precision::kF16Mixed || !absl::IsUnimplemented(s) || !o.device.is_cuda() ||
-      !absl::StrContains(s.message(), "attention")) {
-    return s;
-  }
-  return absl::UnimplementedError(absl::StrCat(s.message(), " (f16 mixed precision: the CUDA attention kernels "
-                                               "are bf16-only so far; use bf16 mixed precision on CUDA)"));
-}
-
 absl::Status CheckLossScaleOptions(const CompileOptions& o) {
   if (o.precision != Precision::kF16Mixed) return absl::OkStatus();
   if (o.strategy != Strategy::kNone || o.micro_batches != 1) {
@@ -184,9 +174,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   }
   LowerOptions lo;
   lo.loss_scaler = LossScaler(o);
-  auto program = Lower(std::move(train), o.binding, o.device, lo);
-  SG_RETURN_IF_ERROR(F16Hint(program.status(), o));
-  step->program_ = *std::move(program);
+  SG_ASSIGN_OR_RETURN(step->program_, Lower(std::move(train), o.binding, o.device, lo));
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
   eo.warmup_steps = o.warmup_steps;
@@ -229,9 +217,7 @@ absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOpt
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
   LowerOptions lo;
   lo.loss_scaler = LossScaler(o);
-  auto plan = PlanStepMemory(std::move(train), o.binding, o.device, lo);
-  SG_RETURN_IF_ERROR(F16Hint(plan.status(), o));
-  return plan;
+  return PlanStepMemory(std::move(train), o.binding, o.device, lo);
 }
 
 absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t budget_bytes, int state_shards,

@@ -192,6 +192,11 @@ LoweredOp Attention(const Node& n, const NodeViews& v) {
   return {"kernel", [=](const Stream& s) { return kernels::AttentionForward(q, k, val, o, out, lse, s); }};
 }
 
+// The CUDA attention kernels' dtypes and head dims, for q ([batch, seq, heads, head_dim]).
+bool CudaAttentionCovers(const TensorView& q) {
+  return (q.dtype() == DType::kBF16 || q.dtype() == DType::kF16) && (q.dim(3) == 64 || q.dim(3) == 128);
+}
+
 LoweredOp AttentionBackward(const Node& n, const NodeViews& v, bool matched) {
   const kernels::AttentionOptions o = AttnOptions(n);
   TensorView dout = v.in[0], q = v.in[1], k = v.in[2], val = v.in[3], out = v.in[4];
@@ -299,18 +304,15 @@ absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const Sid
       return op;
     }
     case OpKind::kAttention:
-      // The CUDA kernels cover bf16 with head_dim 64/128; other cases use the reference on the CPU
-      // (the CPU kernels cover f32 and bf16; f16 runs the graph interpreter there).
+      // The CUDA kernels cover bf16 and f16 with head_dim 64/128 (f16 on the default kernel family,
+      // kernels/attention/attention.h); other cases use the reference on the CPU. On the CPU, f16 runs
+      // the graph interpreter, as the f16 CPU step always has.
       if (device.is_cpu() && v.in[0].dtype() == DType::kF16) return Reference(n, v, device);
-      if (device.is_cpu() || (v.in[0].dtype() == DType::kBF16 && (v.in[0].dim(3) == 64 || v.in[0].dim(3) == 128))) {
-        return Attention(n, v);
-      }
+      if (device.is_cpu() || CudaAttentionCovers(v.in[0])) return Attention(n, v);
       return LoweredOp{};
     case OpKind::kAttentionBackward:
       if (device.is_cpu() && v.in[1].dtype() == DType::kF16) return Reference(n, v, device);
-      if (device.is_cpu() || (v.in[1].dtype() == DType::kBF16 && (v.in[1].dim(3) == 64 || v.in[1].dim(3) == 128))) {
-        return AttentionBackward(n, v, matched());
-      }
+      if (device.is_cpu() || CudaAttentionCovers(v.in[1])) return AttentionBackward(n, v, matched());
       return LoweredOp{};
     case OpKind::kMatmul:
       return Matmul(n, v);
