@@ -4,13 +4,15 @@
 // `variant` picks the kernel family (SG_ATTENTION_KERNEL, set here per benchmark): 2 = v2, 3 = v3,
 // 4 = v3a (v3 with v2's dq atomics; backward only, its forward is v3's), 1 = v1 (not listed).
 // BM_AttentionCuda/forward_v4 sweeps the v4 forward variants (SG_ATTN_FWD_VARIANT, the label names
-// it; attention_fwd_v4.h lists them).
+// it; attention_fwd_v4.h lists them). BM_AttentionCudaDefault runs the default kernels (both
+// variables unset) on bf16 and on f16 data (the label names it): f16 should match bf16.
 //
 //   bazel run -c opt //kernels/attention:attention_benchmark
 //   attention_benchmark --benchmark_filter='forward'   # v2, v3 and every v4 forward variant
 #include <cmath>
 #include <cstdlib>
 #include <iterator>
+#include <string>
 #include <vector>
 
 #include "benchmark/benchmark.h"
@@ -54,13 +56,13 @@ struct Buffers {
   Tensor q, k, v, out, lse, dout, dq, dk, dv;
 };
 
-absl::StatusOr<Buffers> MakeBuffers(int64_t dim, const Stream& stream) {
+absl::StatusOr<Buffers> MakeBuffers(int64_t dim, DType dtype, const Stream& stream) {
   const Device d = stream.device();
   const Shape qs = {kBatch, kSeq, kHeads, dim}, ks = {kBatch, kSeq, kKvHeads, dim};
   Buffers b;
   for (auto [t, s] : {std::pair{&b.q, qs}, {&b.k, ks}, {&b.v, ks}, {&b.out, qs}, {&b.dout, qs},
                       {&b.dq, qs}, {&b.dk, ks}, {&b.dv, ks}}) {
-    SG_ASSIGN_OR_RETURN(*t, Tensor::Empty(s, DType::kBF16, d));
+    SG_ASSIGN_OR_RETURN(*t, Tensor::Empty(s, dtype, d));
     SG_RETURN_IF_ERROR(ZeroTensor(*t, stream));
   }
   SG_ASSIGN_OR_RETURN(b.lse, Tensor::Empty({kBatch, kHeads, kSeq}, DType::kF32, d));
@@ -69,23 +71,15 @@ absl::StatusOr<Buffers> MakeBuffers(int64_t dim, const Stream& stream) {
   return b;
 }
 
-// variant: 1-4 as in the file comment; 100 + i is family v4 with forward variant kFwdV4Variants[i].
-void BM_AttentionCuda(benchmark::State& state, bool backward) {
+// Times the forward or backward of the kernels the environment picks, on `dtype` data, at D =
+// range(0), causal = range(1).
+void TimeAttention(benchmark::State& state, bool backward, DType dtype) {
   const int64_t dim = state.range(0);
   const bool causal = state.range(1) != 0;
-  const int64_t variant = state.range(2);
-  if (variant >= 100) {
-    const char* fwd = internal::kFwdV4Variants[variant - 100].name;
-    setenv("SG_ATTENTION_KERNEL", "v4", 1);
-    setenv("SG_ATTN_FWD_VARIANT", fwd, 1);
-    state.SetLabel(fwd);
-  } else {
-    setenv("SG_ATTENTION_KERNEL", variant == 1 ? "v1" : variant == 3 ? "v3" : variant == 4 ? "v3a" : "v2", 1);
-  }
   if (!CudaAvailable()) return state.SkipWithError(CudaUnavailableReason().c_str());
   auto stream = Stream::Create(Device::Cuda(0));
   if (!stream.ok()) return state.SkipWithError(stream.status().ToString().c_str());
-  auto bufs = MakeBuffers(dim, *stream);
+  auto bufs = MakeBuffers(dim, dtype, *stream);
   if (!bufs.ok()) return state.SkipWithError(bufs.status().ToString().c_str());
   Buffers& b = *bufs;
   AttentionOptions opt;
@@ -99,6 +93,20 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
       return AttentionBackward(b.q, b.k, b.v, b.out, b.dout, b.lse, opt, b.dq, b.dk, b.dv, *stream);
     });
   }
+}
+
+// variant: 1-4 as in the file comment; 100 + i is family v4 with forward variant kFwdV4Variants[i].
+void BM_AttentionCuda(benchmark::State& state, bool backward) {
+  const int64_t variant = state.range(2);
+  if (variant >= 100) {
+    const char* fwd = internal::kFwdV4Variants[variant - 100].name;
+    setenv("SG_ATTENTION_KERNEL", "v4", 1);
+    setenv("SG_ATTN_FWD_VARIANT", fwd, 1);
+    state.SetLabel(fwd);
+  } else {
+    setenv("SG_ATTENTION_KERNEL", variant == 1 ? "v1" : variant == 3 ? "v3" : variant == 4 ? "v3a" : "v2", 1);
+  }
+  TimeAttention(state, backward, DType::kBF16);
 }
 
 void Shapes(benchmark::internal::Benchmark* b, const std::vector<int64_t>& variants) {
@@ -121,6 +129,21 @@ void BackwardShapes(benchmark::internal::Benchmark* b) { Shapes(b, {2, 3, 4}); }
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)->Apply(ForwardShapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward_v4, false)->Apply(ForwardV4Shapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, backward, true)->Apply(BackwardShapes);
+
+// The default kernels; dtype = range(2): 0 bf16, 1 f16.
+void BM_AttentionCudaDefault(benchmark::State& state, bool backward) {
+  unsetenv("SG_ATTENTION_KERNEL");
+  unsetenv("SG_ATTN_FWD_VARIANT");
+  const DType dtype = state.range(2) == 1 ? DType::kF16 : DType::kBF16;
+  state.SetLabel(std::string(DTypeName(dtype)));
+  TimeAttention(state, backward, dtype);
+}
+void DtypeShapes(benchmark::internal::Benchmark* b) {
+  Shapes(b, {0, 1});
+  b->ArgNames({"D", "causal", "f16"});
+}
+BENCHMARK_CAPTURE(BM_AttentionCudaDefault, forward, false)->Apply(DtypeShapes);
+BENCHMARK_CAPTURE(BM_AttentionCudaDefault, backward, true)->Apply(DtypeShapes);
 
 }  // namespace
 }  // namespace sg::kernels
