@@ -1,0 +1,72 @@
+// Tensors sharded by dim-0 rows over a process group (torch.chunk: rank k of P keeps rows
+// sharding::Chunk(n, P, k), uneven and empty chunks allowed), packed rank-major into one bucket so
+// that gathering them all, or reduce-scattering their gradients, is one collective. This is the
+// FSDP runtime's unit packing (compiler/fsdp.h) as a piece of its own, for runtimes that keep
+// parameters sharded outside that runtime's schedule (the pipeline's stages, pp_step.h).
+//
+//   SG_ASSIGN_OR_RETURN(ShardBucket b, ShardBucket::Create({{8, 4}, {4}}, dp_group, device));
+//   SG_RETURN_IF_ERROR(b.Gather(shards, fulls, stream));            // every full tensor, f32
+//   SG_RETURN_IF_ERROR(b.ReduceScatter(full_grads, grad_shards, stream));  // summed over the group
+//
+// Layout: each rank's block holds, per tensor i, MaxChunk(rows_i, P) rows at offset(i), zero
+// padded past its own rows; the bucket is P blocks. Gather packs this rank's shards into its block,
+// all-gathers the blocks and copies every rank's rows into the full tensors; ReduceScatter packs
+// the full gradients rank-major, reduce-scatters (sum) the bucket, and unpacks this rank's block.
+// Collectives run on `stream`'s order (device tensors: the process group's device path, ordered by
+// events; host tensors: synchronously). A null group is this rank alone (copies only).
+// Tensors are f32 and contiguous; a rank-0 tensor counts as one row.
+#ifndef SGTRAIN_COMPILER_SHARD_BUCKET_H_
+#define SGTRAIN_COMPILER_SHARD_BUCKET_H_
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "comm/process_group.h"
+#include "kernels/core/stream.h"
+#include "kernels/core/tensor.h"
+#include "sharding/placement.h"
+
+namespace sg::compiler {
+
+class ShardBucket {
+ public:
+  // `shapes`: the full tensors' shapes. Allocates the bucket (P + 1 blocks of f32) on `device`.
+  static absl::StatusOr<ShardBucket> Create(const std::vector<Shape>& shapes, comm::ProcessGroup* group,
+                                            Device device);
+
+  int size() const { return size_; }    // P
+  int count() const { return int(entries_.size()); }
+  // This rank's rows of tensor i, and its shard's element count.
+  sharding::ChunkRange rows(int i) const { return entries_[size_t(i)].mine; }
+  int64_t shard_numel(int i) const { return entries_[size_t(i)].mine.length * entries_[size_t(i)].row; }
+  // This rank's rows of a full tensor i (any device; a view into `full`).
+  TensorView MineOf(int i, const TensorView& full) const;
+
+  // full[i] (numel of tensor i) from every rank's shards[i] (shard_numel(i)), for the tensors in
+  // `which` (empty: all). Collective over the group.
+  absl::Status Gather(const std::vector<TensorView>& shards, const std::vector<TensorView>& full, const Stream& stream,
+                      const std::vector<int>& which = {});
+  // shards[i] = the sum over the group of every rank's full[i] rows this rank owns (all tensors).
+  // Collective over the group.
+  absl::Status ReduceScatter(const std::vector<TensorView>& full, const std::vector<TensorView>& shards,
+                             const Stream& stream);
+
+ private:
+  struct Entry {
+    int64_t rows = 0, row = 0, chunk = 0;  // dim-0 extent, elements per row, MaxChunk(rows, P)
+    sharding::ChunkRange mine;
+    int64_t offset = 0;  // in a rank's block, elements
+  };
+  absl::Status CheckViews(const std::vector<TensorView>& shards, const std::vector<TensorView>& full,
+                          const char* op) const;
+
+  comm::ProcessGroup* group_ = nullptr;
+  int size_ = 1, rank_ = 0;
+  std::vector<Entry> entries_;
+  int64_t block_ = 0;  // elements per rank
+  Tensor buffer_;      // [block_] this rank's block, then [P * block_] the bucket
+};
+
+}  // namespace sg::compiler
+
+#endif  // SGTRAIN_COMPILER_SHARD_BUCKET_H_
