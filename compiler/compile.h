@@ -78,6 +78,10 @@ struct CompileOptions {
   // kContextParallel: shard parameters ZeRO-3 style over every rank (FSDP x CP) instead of
   // replicating them (gradients all-reduced).
   bool context_parallel_fsdp = false;
+  // kPipeline with mesh {dp, pp}: shard each stage's parameters, gradients and AdamW state ZeRO-3
+  // style over its dp group (the ranks holding the same stage in the other replicas) instead of
+  // replicating them (gradients all-reduced). Mesh {2, 2} on 4 ranks: 2 stages, each sharded over 2.
+  bool pipeline_fsdp = false;
   // CUDA: the warm-up step times kernel variants (the GEMMs' cuBLASLt algorithms) once per shape
   // and device model and keeps the fastest, persisted in the compile cache under cache_dir
   // (compiler/autotune.h). SG_AUTOTUNE=0 in the environment turns it off. Needs warmup_steps >= 1

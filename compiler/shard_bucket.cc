@@ -34,16 +34,24 @@ absl::StatusOr<ShardBucket> ShardBucket::Create(const std::vector<Shape>& shapes
   return b;
 }
 
+std::vector<int> ShardBucket::All() const {
+  std::vector<int> ids;
+  for (int i = 0; i < count(); ++i) ids.push_back(i);
+  return ids;
+}
+
 TensorView ShardBucket::MineOf(int i, const TensorView& full) const {
   const Entry& e = entries_[size_t(i)];
   return Flat(full, e.mine.offset * e.row, e.mine.length * e.row);
 }
 
 absl::Status ShardBucket::CheckViews(const std::vector<TensorView>& shards, const std::vector<TensorView>& full,
-                                     const char* op) const {
+                                     const char* op, const std::vector<int>& ids) const {
   SG_CHECK_ARG(shards.size() == entries_.size() && full.size() == entries_.size(), "shard bucket ", op, ": expected ",
                entries_.size(), " shards and full tensors, found ", shards.size(), " and ", full.size());
-  for (size_t i = 0; i < entries_.size(); ++i) {
+  for (int k : ids) {
+    SG_CHECK_ARG(k >= 0 && k < count(), "shard bucket ", op, ": tensor index must be in [0, ", count(), "), found ", k);
+    const size_t i = size_t(k);
     const Entry& e = entries_[i];
     SG_CHECK_ARG(full[i].dtype() == DType::kF32 && full[i].numel() == e.rows * e.row, "shard bucket ", op, ": tensor ",
                  i, " must be f32 with ", e.rows * e.row, " elements, found ", full[i].ToString());
@@ -55,11 +63,8 @@ absl::Status ShardBucket::CheckViews(const std::vector<TensorView>& shards, cons
 
 absl::Status ShardBucket::Gather(const std::vector<TensorView>& shards, const std::vector<TensorView>& full,
                                  const Stream& s, const std::vector<int>& which) {
-  SG_RETURN_IF_ERROR(CheckViews(shards, full, "gather"));
-  std::vector<int> ids = which;
-  if (ids.empty()) {
-    for (int i = 0; i < count(); ++i) ids.push_back(i);
-  }
+  const std::vector<int> ids = which.empty() ? All() : which;
+  SG_RETURN_IF_ERROR(CheckViews(shards, full, "gather", ids));
   // The selected tensors packed at consecutive offsets of a smaller block.
   std::vector<int64_t> at(ids.size());
   int64_t block = 0;
@@ -93,7 +98,7 @@ absl::Status ShardBucket::Gather(const std::vector<TensorView>& shards, const st
 
 absl::Status ShardBucket::ReduceScatter(const std::vector<TensorView>& full, const std::vector<TensorView>& shards,
                                         const Stream& s) {
-  SG_RETURN_IF_ERROR(CheckViews(shards, full, "reduce-scatter"));
+  SG_RETURN_IF_ERROR(CheckViews(shards, full, "reduce-scatter", All()));
   if (block_ == 0) return absl::OkStatus();
   const TensorView mine = Flat(buffer_.view(), 0, block_), bucket = Flat(buffer_.view(), block_, block_ * size_);
   SG_RETURN_IF_ERROR(ZeroTensor(bucket, s));

@@ -43,7 +43,8 @@ class ShardBucket {
   TensorView MineOf(int i, const TensorView& full) const;
 
   // full[i] (numel of tensor i) from every rank's shards[i] (shard_numel(i)), for the tensors in
-  // `which` (empty: all). Collective over the group.
+  // `which` (empty: all; views of the others are ignored and may be empty). Collective over the
+  // group: every rank passes the same `which`.
   absl::Status Gather(const std::vector<TensorView>& shards, const std::vector<TensorView>& full, const Stream& stream,
                       const std::vector<int>& which = {});
   // shards[i] = the sum over the group of every rank's full[i] rows this rank owns (all tensors).
@@ -57,8 +58,10 @@ class ShardBucket {
     sharding::ChunkRange mine;
     int64_t offset = 0;  // in a rank's block, elements
   };
+  // The views of the tensors in `ids` match their entries (others are not read or written).
   absl::Status CheckViews(const std::vector<TensorView>& shards, const std::vector<TensorView>& full,
-                          const char* op) const;
+                          const char* op, const std::vector<int>& ids) const;
+  std::vector<int> All() const;
 
   comm::ProcessGroup* group_ = nullptr;
   int size_ = 1, rank_ = 0;
