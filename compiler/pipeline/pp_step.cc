@@ -413,6 +413,12 @@ absl::StatusOr<std::vector<float>> PipelineStep::MicroBatchWeights(const std::ma
   return weight;
 }
 
+int64_t PipelineStep::optimizer_state_elements() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p->m.numel() + p->v.numel();
+  return n;
+}
+
 std::vector<TensorView> PipelineStep::Shards(Tensor Param::*which) const {
   std::vector<TensorView> v;
   for (const auto& p : params_) v.push_back(((*p).*which).view());

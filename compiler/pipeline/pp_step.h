@@ -80,6 +80,10 @@ class PipelineStep : public CompiledStep {
   int stage() const { return spec_.stage; }
   int num_stages() const { return spec_.num_stages; }
   int micro_batches() const { return micro_; }
+  // f32 elements of AdamW state (m and v) this rank keeps: its stage's parameters' twice, or under
+  // pipeline_fsdp its rows of them.
+  int64_t optimizer_state_elements() const;
+  bool device_transfers() const { return link_->device_path(); }
   // The last Run's actions on this stage and their busy intervals (seconds from the step's start,
   // without the waits for messages): schedule.h's BubbleFraction over every stage's intervals.
   const std::vector<PipelineAction>& last_actions() const { return actions_; }

@@ -75,6 +75,15 @@ void CompareWithSingleProcess(int64_t batch, int micro, std::vector<int64_t> mes
   ASSERT_NE(pp, nullptr);
   EXPECT_EQ(pp->stage(), rank % pp_size);
   EXPECT_LT(dist->parameter_names().size(), ref->parameter_names().size()) << "each stage holds a slice";
+  int64_t stage_elements = 0;
+  for (const std::string& name : dist->parameter_names()) {
+    auto v = ref->View(name);
+    ASSERT_TRUE(v.ok()) << v.status();
+    stage_elements += v->numel();
+  }
+  // Every parameter row splits evenly over 2 in the tiny model: the moments are exactly 1/dp.
+  EXPECT_EQ(pp->optimizer_state_elements(), 2 * stage_elements / (fsdp ? dp : 1));
+  EXPECT_EQ(pp->device_transfers(), cuda) << "device to device exactly on CUDA";
 
   testing::StepCompare cmp;
   if (cuda) cmp.tol = testing::Bf16StepTolerances();
