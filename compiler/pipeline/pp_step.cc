@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <iostream>
 
 #include "absl/strings/match.h"
@@ -269,8 +268,10 @@ absl::Status PipelineStep::Run(const std::map<std::string, TensorView>& batch) {
   using K = PipelineAction::Kind;
   const int me = spec_.stage, m = micro_;
   const Stream& st = executor_->compute_stream();
-  // Micro-batch inputs this stage reads.
+  // Micro-batch inputs this stage reads (host batches staged onto the device once, so the schedule
+  // below only copies device to device).
   std::vector<std::map<std::string, TensorView>> micro(static_cast<size_t>(m));
+  std::vector<Tensor> staged;
   for (const std::string& name : program_->input_names) {
     if (name == kStageInput || name == "cotangent") continue;
     auto it = batch.find(name);
@@ -280,7 +281,14 @@ absl::Status PipelineStep::Run(const std::map<std::string, TensorView>& batch) {
                                                      " rows (", m, " micro-batches of ", micro_batch_, "), found ",
                                                      it->second.ToString()));
     }
-    for (int i = 0; i < m; ++i) micro[size_t(i)][name] = Rows(it->second, i, micro_batch_);
+    TensorView whole = it->second;
+    if (whole.device() != program_->device) {
+      SG_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(whole.shape(), whole.dtype(), program_->device));
+      SG_RETURN_IF_ERROR(CopyTensor(whole, t.view(), st));
+      whole = t.view();
+      staged.push_back(std::move(t));
+    }
+    for (int i = 0; i < m; ++i) micro[size_t(i)][name] = Rows(whole, i, micro_batch_);
   }
   SG_ASSIGN_OR_RETURN(std::vector<float> weight, MicroBatchWeights(batch));
   for (auto& p : params_) SG_RETURN_IF_ERROR(ZeroTensor(p->acc.view(), st));
