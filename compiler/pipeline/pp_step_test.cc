@@ -86,7 +86,18 @@ void CompareWithSingleProcess(int64_t batch, int micro, std::vector<int64_t> mes
   EXPECT_EQ(pp->device_transfers(), cuda) << "device to device exactly on CUDA";
 
   testing::StepCompare cmp;
-  if (cuda) cmp.tol = testing::Bf16StepTolerances();
+  if (cuda) {
+    cmp.tol = testing::Bf16StepTolerances();
+  } else {
+    // Micro-batches and replicas add the gradients in another order than one pass, and AdamW's
+    // first steps (m / sqrt(v) ~ sign(g)) magnify those f32 differences in near-zero gradient
+    // elements. The f32 defaults failed on some seeds before FSDP and device transfers existed
+    // (whole binary, SG_TEST_SEED=6113420819339014640: a parameter 1.2e-4 off after 3 steps, both
+    // with 2 stages and with 2 replicas), and the sharded run gives the replicated run's numbers
+    // bit for bit (SG_TEST_SEED=14927320950215591828: grad norm 3.5e-5 off at step 1 in both).
+    cmp.tol.scalar = 1e-4;
+    cmp.tol.param = 5e-4;
+  }
   cmp.part = rank / pp_size;
   cmp.parts = dp;
   cmp.rank = rank;
