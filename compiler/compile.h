@@ -46,7 +46,8 @@ namespace sg::compiler {
 // of a 2-D mesh; compiler/tensor_parallel.h), kAuto (sharding::ChooseStrategy picks): the job's
 // processes (see compiler/distributed.h). kContextParallel (sequence sharded over the last mesh dim,
 // ring attention; compiler/context_parallel/cp_step.h) and kPipeline (layers split into stages over
-// the mesh, 1F1B; compiler/pipeline/pp_step.h) are registered by those targets (link them).
+// the mesh, 1F1B; with a {dp, pp} mesh, replicas of the pipeline, optionally FSDP-sharded:
+// pipeline_fsdp; compiler/pipeline/pp_step.h) are registered by those targets (link them).
 enum class Strategy : uint8_t { kNone, kFsdp, kHybridShard, kTensorParallel, kAuto, kContextParallel, kPipeline };
 const char* StrategyName(Strategy s);
 // graph/passes/passes.h: kNone, kSelective (recompute norms, rope, elementwise), kFull (keep only

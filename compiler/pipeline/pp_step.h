@@ -8,6 +8,8 @@
 //   // on every rank, started by //comm:launch --nproc=4:
 //   CompileOptions o;  o.strategy = Strategy::kPipeline;  o.micro_batches = 8;
 //   o.binding = {{"batch", 16}, {"seq", 2048}};   // the whole step's batch, split into 8
+//   // or: o.mesh = {2, 2}; o.pipeline_fsdp = true;  // 2 replicas x 2 stages, each stage's
+//   //     parameters sharded over its 2 replicas; the batch above is then each replica's
 //   SG_ASSIGN_OR_RETURN(auto step, Compile(forward, o));
 //   for (auto& [name, full] : init) SG_RETURN_IF_ERROR(step->Write(name, full));  // keeps its stage's
 //   SG_RETURN_IF_ERROR(step->Run(batch));    // every rank passes the same batch (stage 0 reads
