@@ -17,8 +17,10 @@ echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader 
   export CUDA_VISIBLE_DEVICES=1
   timeout 150 python3 kernels/torch_peer_memory_bound.py --batch 10 > "$logs/peer_memory.log" 2>&1
   timeout 60 python3 kernels/rmsnorm/rmsnorm_peer.py --batch 20 > "$logs/peer_rmsnorm.log" 2>&1
-  timeout 60 python3 kernels/gemm/torch_gemm_peer.py > "$logs/peer_gemm.log" 2>&1
-  timeout 60 python3 kernels/attention/sdpa_peer.py > "$logs/peer_sdpa.log" 2>&1
+  if [[ -z ${SKIP_GEMM:-} ]]; then
+    timeout 60 python3 kernels/gemm/torch_gemm_peer.py > "$logs/peer_gemm.log" 2>&1
+    timeout 60 python3 kernels/attention/sdpa_peer.py > "$logs/peer_sdpa.log" 2>&1
+  fi
   for t in ${TESTS:-kernels/rmsnorm/rmsnorm_test kernels/add_rmsnorm/add_rmsnorm_test kernels/rope/rope_test \
       kernels/embedding/embedding_test kernels/cross_entropy/cross_entropy_test kernels/swiglu/swiglu_test \
       kernels/elementwise/elementwise_test kernels/adamw/adamw_test kernels/gemm/gemm_test \
@@ -36,16 +38,16 @@ bench() {  # name seconds binary args...
   [[ -x $B/bin/$1 ]] || return
   timeout "$limit" $B/run "$@" --benchmark_min_time=0.05 > "$logs/$name.log" 2>&1 || echo "($name exited $?)"
 }
-bench rmsnorm 60 kernels/rmsnorm/rmsnorm_benchmark --benchmark_filter='BF16'
-bench rmsnorm_sweep 90 kernels/rmsnorm/rmsnorm_benchmark --benchmark_filter='Sweep/bwd:./rows:16384'
+bench rmsnorm 60 kernels/rmsnorm/rmsnorm_benchmark --benchmark_filter='BF16|Copy'
+bench rmsnorm_sweep 150 kernels/rmsnorm/rmsnorm_benchmark --benchmark_filter='Sweep'
 bench add_rmsnorm 60 kernels/add_rmsnorm/add_rmsnorm_benchmark --benchmark_filter='BF16'
-bench add_rmsnorm_sweep 90 kernels/add_rmsnorm/add_rmsnorm_benchmark --benchmark_filter='Sweep/bwd:./rows:16384'
+bench add_rmsnorm_sweep 150 kernels/add_rmsnorm/add_rmsnorm_benchmark --benchmark_filter='Sweep'
 bench rope 40 kernels/rope/rope_benchmark --benchmark_filter=BF16
 bench embedding 40 kernels/embedding/embedding_benchmark --benchmark_filter=Backward
 bench cross_entropy 40 kernels/cross_entropy/cross_entropy_benchmark --benchmark_filter='BF16/16384'
 bench swiglu 40 kernels/swiglu/swiglu_benchmark --benchmark_filter='BF16'
 bench adamw 40 kernels/adamw/adamw_benchmark
-bench gemm 120 kernels/gemm/gemm_benchmark --benchmark_filter='M:16384' --benchmark_counters_tabular=true
+[[ -n ${SKIP_GEMM:-} ]] || bench gemm 120 kernels/gemm/gemm_benchmark --benchmark_filter='M:16384' --benchmark_counters_tabular=true
 wait
 cat "$logs/tests_summary.txt"
 
@@ -58,6 +60,16 @@ if [[ $(nvidia-smi -L | wc -l) -ge 2 && -z ${SKIP_COMM:-} ]]; then
     > "$logs/comm_bench.log" 2>&1; echo "comm bench rc=$?"
   grep -E 'rank 0\] Bench' "$logs/comm_bench.log" | sed -E 's/.*Bench\/Device_//; s/\/iterations.*algbw_GBps=([0-9.]+).*busbw_GBps=([0-9.]+).*/ algbw \1 busbw \2/' \
     | sed -E 's/.*ERROR OCCURRED/ ERROR/'
+  # COMM_SWEEP="chunk_mib:max_chunk_mib:chunks:window ..." reruns the ring and send/recv entries
+  # with each device-pipeline setting (ProcessGroupOptions' device_* fields).
+  for c in ${COMM_SWEEP:-}; do
+    IFS=: read -r cm mm ch wi <<< "$c"
+    SG_BENCH_CHUNK_MIB=$cm SG_BENCH_MAX_CHUNK_MIB=$mm SG_BENCH_CHUNKS=$ch SG_BENCH_WINDOW=$wi \
+      timeout 100 $B/run comm/launch --nproc=2 -- "$here/$B/bin/comm/collectives_benchmark" \
+      --benchmark_filter="${COMM_SWEEP_FILTER:-Device_(RingAllReduce|RingAllGather|SendRecv)/(67108864|134217728|268435456|536870912)}" \
+      > "$logs/comm_sweep_$c.log" 2>&1
+    grep -E 'rank 0\] Bench' "$logs/comm_sweep_$c.log" | sed -E "s/.*Bench\/Device_/sweep $c /; s/\/iterations.*algbw_GBps=([0-9.]+).*/ algbw \1/"
+  done
 fi
 # Our figures (benchmark name and its bandwidth / FLOP counters), then the peers'.
 cat "$logs"/{rmsnorm,add_rmsnorm,rope,embedding,cross_entropy,swiglu,adamw}.log 2>/dev/null | grep -E '^BM_' \
@@ -65,13 +77,14 @@ cat "$logs"/{rmsnorm,add_rmsnorm,rope,embedding,cross_entropy,swiglu,adamw}.log 
 for f in rmsnorm_sweep add_rmsnorm_sweep; do  # the best configuration per direction
   grep -E '^BM_' "$logs/$f.log" 2>/dev/null | sed -E 's/ +[0-9.]+ (ns|us|ms) +[0-9.]+ (ns|us|ms) +[0-9]+//' \
     | python3 -c 'import sys,re
-best={}
+rows={}
 for l in sys.stdin:
-  m=re.search(r"bwd:(\d).*?([0-9.]+)(T|G)/s",l)
+  m=re.search(r"bwd:(\d)/rows:(\d+).*?([0-9.]+)(T|G)/s",l)
   if not m: continue
-  v=float(m.group(2))*(1000 if m.group(3)=="T" else 1)
-  if v>best.get(m.group(1),(0,""))[0]: best[m.group(1)]=(v,l.strip())
-for k,(v,l) in sorted(best.items()): print("best", l)'
+  v=float(m.group(3))*(1000 if m.group(4)=="T" else 1)
+  rows.setdefault((m.group(1),m.group(2)),[]).append((v,re.sub(r"\s+"," ",l.strip())))
+for k in sorted(rows):
+  for v,l in sorted(rows[k],reverse=True)[:4]: print("top", l[:200])'
 done
 cut -c1-160 "$logs/ours.txt"
 grep -hE 'GB/s|TB/s|TFLOP' "$logs"/peer_*.log | cut -c1-160 | head -40

@@ -2,7 +2,8 @@
 // the fallback selected by SG_ATTENTION_KERNEL=v1), plus the kernels both variants share: delta, dq
 // conversion, merge; and the entry points that pick the variant. v2 lives in attention_fwd_v2.cu and
 // attention_bwd_v2.cu, v3's forward in attention_fwd_v2.cu (v2's kernel with two switches) and its
-// backward in attention_bwd_v3.cu.
+// backward in attention_bwd_v3.cu; v4 (an experiment) is v3's backward with the forward variants of
+// attention_fwd_v4.cu / attention_fwd_v4_wgmma.cu.
 //
 // v1 forward: one block per (128-query tile, head, batch), 8 warps of 16 query rows each, looping
 //   over 64-key tiles. Causal grids start with the heaviest (last) query tiles.
@@ -19,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/attention_device.cuh"
+#include "kernels/attention/attention_fwd_v4.cuh"
 #include "kernels/attention/attention_internal.h"
 #include "kernels/attention/attention_tiling.h"
 #include "kernels/core/status.h"
@@ -489,7 +491,17 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
   SG_ASSIGN_OR_RETURN(Problem pr, MakeProblem(p));
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a) {
+  // v4's kernels take the row max on raw scores (scale > 0) and put 128-row query tiles in the
+  // grid's y (at most 65535); v3 covers the rest.
+  if (variant == AttentionKernel::kV4 && pr.scale_log2 > 0.f && p.seq_q <= int64_t(65535) * 128) {
+    SG_ASSIGN_OR_RETURN(FwdV4Variant fwd, FwdV4VariantFromEnv());
+    if (IsWgmma(fwd)) {
+      return LaunchForwardV4Wgmma(fwd, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
+    }
+    return LaunchForwardV4Mma(fwd, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
+  }
+  if (variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a ||
+      variant == AttentionKernel::kV4) {
     return LaunchForwardV3(pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
   }
   if (variant == AttentionKernel::kV2) {
@@ -535,14 +547,15 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
     return absl::OkStatus();
   }
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
-  const bool v3 = variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a;
+  const bool v3 = variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a ||
+                  variant == AttentionKernel::kV4;  // v4's backward is v3's
   if (v3 && (p.seq_k + kBwdV3BlockN - 1) / kBwdV3BlockN > 65535) {
     variant = AttentionKernel::kV2;  // v3's grid holds at most 65535 key blocks (seq_k <= 8M)
   } else if (v3) {  // its own workspace layout and dq conversion
     SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(DqWorkspaceElems(p)) * sizeof(float), s));
     // seq_k = 0 (nk = 0): no key blocks; the conversion alone writes dq = 0.
     return LaunchBackwardV3(pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse, delta, dq_accum,
-                            dq, dk, dv, /*bulk_dq=*/variant == AttentionKernel::kV3, s);
+                            dq, dk, dv, /*bulk_dq=*/variant != AttentionKernel::kV3a, s);
   }
   SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(nq) * sizeof(float), s));
   if (nk > 0 && variant == AttentionKernel::kV2) {

@@ -3,14 +3,19 @@
 // Compare with kernels/attention/sdpa_peer.py (PyTorch SDPA, flash backend) on the same machine.
 // `variant` picks the kernel family (SG_ATTENTION_KERNEL, set here per benchmark): 2 = v2, 3 = v3,
 // 4 = v3a (v3 with v2's dq atomics; backward only, its forward is v3's), 1 = v1 (not listed).
+// BM_AttentionCuda/forward_v4 sweeps the v4 forward variants (SG_ATTN_FWD_VARIANT, the label names
+// it; attention_fwd_v4.h lists them).
 //
 //   bazel run -c opt //kernels/attention:attention_benchmark
+//   attention_benchmark --benchmark_filter='forward'   # v2, v3 and every v4 forward variant
 #include <cmath>
 #include <cstdlib>
-#include <initializer_list>
+#include <iterator>
+#include <vector>
 
 #include "benchmark/benchmark.h"
 #include "kernels/attention/attention.h"
+#include "kernels/attention/attention_fwd_v4.h"
 #include "kernels/core/device.h"
 #include "kernels/core/status.h"
 #include "kernels/core/tensor.h"
@@ -64,11 +69,19 @@ absl::StatusOr<Buffers> MakeBuffers(int64_t dim, const Stream& stream) {
   return b;
 }
 
+// variant: 1-4 as in the file comment; 100 + i is family v4 with forward variant kFwdV4Variants[i].
 void BM_AttentionCuda(benchmark::State& state, bool backward) {
   const int64_t dim = state.range(0);
   const bool causal = state.range(1) != 0;
   const int64_t variant = state.range(2);
-  setenv("SG_ATTENTION_KERNEL", variant == 1 ? "v1" : variant == 3 ? "v3" : variant == 4 ? "v3a" : "v2", 1);
+  if (variant >= 100) {
+    const char* fwd = internal::kFwdV4Variants[variant - 100].name;
+    setenv("SG_ATTENTION_KERNEL", "v4", 1);
+    setenv("SG_ATTN_FWD_VARIANT", fwd, 1);
+    state.SetLabel(fwd);
+  } else {
+    setenv("SG_ATTENTION_KERNEL", variant == 1 ? "v1" : variant == 3 ? "v3" : variant == 4 ? "v3a" : "v2", 1);
+  }
   if (!CudaAvailable()) return state.SkipWithError(CudaUnavailableReason().c_str());
   auto stream = Stream::Create(Device::Cuda(0));
   if (!stream.ok()) return state.SkipWithError(stream.status().ToString().c_str());
@@ -88,7 +101,7 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
   }
 }
 
-void Shapes(benchmark::internal::Benchmark* b, std::initializer_list<int64_t> variants) {
+void Shapes(benchmark::internal::Benchmark* b, const std::vector<int64_t>& variants) {
   b->ArgNames({"D", "causal", "variant"});
   for (int64_t dim : {64, 128}) {
     for (int64_t causal : {1, 0}) {
@@ -98,9 +111,15 @@ void Shapes(benchmark::internal::Benchmark* b, std::initializer_list<int64_t> va
   b->UseManualTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
 }
 void ForwardShapes(benchmark::internal::Benchmark* b) { Shapes(b, {2, 3}); }
+void ForwardV4Shapes(benchmark::internal::Benchmark* b) {
+  std::vector<int64_t> variants;
+  for (size_t i = 0; i < std::size(internal::kFwdV4Variants); ++i) variants.push_back(100 + int64_t(i));
+  Shapes(b, variants);
+}
 void BackwardShapes(benchmark::internal::Benchmark* b) { Shapes(b, {2, 3, 4}); }
 
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)->Apply(ForwardShapes);
+BENCHMARK_CAPTURE(BM_AttentionCuda, forward_v4, false)->Apply(ForwardV4Shapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, backward, true)->Apply(BackwardShapes);
 
 }  // namespace

@@ -48,17 +48,19 @@ void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_d
 // and 128 x 128 tiles at head_dim 64 (attention_bwd_v3.cu). kV2: 4 warps x 32 query rows
 // (forward), FA2-style backward with P and dS through shared memory and dq by per-thread atomics.
 // kV1: the first correct kernels (8 warps x 16 rows). kV3a: a diagnostic, v3 with dq added by
-// per-thread atomics as in v2, to measure the TMA reduction alone. Chosen at each call by
-// SG_ATTENTION_KERNEL=v1|v2|v3|v3a (unset: v3).
-enum class AttentionKernel { kV1, kV2, kV3, kV3a };
+// per-thread atomics as in v2, to measure the TMA reduction alone. kV4: an experiment, v3's
+// backward with the forward variant SG_ATTN_FWD_VARIANT picks (attention_fwd_v4.h). Chosen at each
+// call by SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4 (unset: v3).
+enum class AttentionKernel { kV1, kV2, kV3, kV3a, kV4 };
 inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
   const char* s = std::getenv("SG_ATTENTION_KERNEL");
   if (s == nullptr || *s == '\0' || std::string(s) == "v3") return AttentionKernel::kV3;
   if (std::string(s) == "v1") return AttentionKernel::kV1;
   if (std::string(s) == "v2") return AttentionKernel::kV2;
   if (std::string(s) == "v3a") return AttentionKernel::kV3a;
-  return absl::InvalidArgumentError(
-      absl::StrCat("SG_ATTENTION_KERNEL: expected v1, v2, v3 or v3a (or unset), found '", s, "'"));
+  if (std::string(s) == "v4") return AttentionKernel::kV4;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "SG_ATTENTION_KERNEL: expected v1, v2, v3, v3a or v4 (or unset), found '", s, "'"));
 }
 
 // Floats of the f32 dq workspace AttentionBlockBackwardCuda needs, for every variant: v1/v2 use

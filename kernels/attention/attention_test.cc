@@ -9,11 +9,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "kernels/attention/attention_fwd_v4.h"
 #include "kernels/attention/attention_internal.h"
 #include "kernels/attention/attention_tiling.h"
 #include "kernels/core/testing.h"
@@ -247,6 +250,8 @@ TEST(AttentionCpuTest, KernelVariantFromEnvironment) {
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3);
   setenv("SG_ATTENTION_KERNEL", "v3a", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3a);
+  setenv("SG_ATTENTION_KERNEL", "v4", 1);
+  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV4);
   setenv("SG_ATTENTION_KERNEL", "fast", 1);
   const auto bad = internal::AttentionKernelFromEnv();
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -255,6 +260,27 @@ TEST(AttentionCpuTest, KernelVariantFromEnvironment) {
     setenv("SG_ATTENTION_KERNEL", keep.c_str(), 1);
   } else {
     unsetenv("SG_ATTENTION_KERNEL");
+  }
+}
+
+TEST(AttentionCpuTest, ForwardV4VariantFromEnvironment) {
+  const char* saved = std::getenv("SG_ATTN_FWD_VARIANT");
+  const std::string keep = saved ? saved : "";
+  unsetenv("SG_ATTN_FWD_VARIANT");
+  EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), internal::FwdV4Variant::k4x32);
+  for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) {
+    setenv("SG_ATTN_FWD_VARIANT", v.name, 1);
+    EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), v.variant) << v.name;
+  }
+  setenv("SG_ATTN_FWD_VARIANT", "4x33", 1);
+  const auto bad = internal::FwdV4VariantFromEnv();
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("found '4x33'"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("8x16q"), std::string::npos) << bad.status();
+  if (saved) {
+    setenv("SG_ATTN_FWD_VARIANT", keep.c_str(), 1);
+  } else {
+    unsetenv("SG_ATTN_FWD_VARIANT");
   }
 }
 
@@ -506,26 +532,75 @@ void ExpectMatchesReference(const Result& got, const Result& want) {
   EXPECT_LT(RelativeError(got.dv, want.dv), 2e-2);
 }
 
-// Runs the CUDA kernels of one variant (SG_ATTENTION_KERNEL) for the scope of the object.
-class ScopedKernelVariant {
+// Sets an environment variable (empty value: unsets it) for the scope of the object.
+class ScopedEnv {
  public:
-  explicit ScopedKernelVariant(const char* name) {
-    if (const char* s = std::getenv("SG_ATTENTION_KERNEL")) saved_ = s;
-    setenv("SG_ATTENTION_KERNEL", name, 1);
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* s = std::getenv(name)) saved_ = s;
+    Set(value);
   }
-  ~ScopedKernelVariant() {
-    if (saved_.empty()) {
-      unsetenv("SG_ATTENTION_KERNEL");
-    } else {
-      setenv("SG_ATTENTION_KERNEL", saved_.c_str(), 1);
-    }
-  }
+  ~ScopedEnv() { Set(saved_ ? saved_->c_str() : ""); }
 
  private:
-  std::string saved_;
+  void Set(const char* value) {
+    if (*value == '\0') {
+      unsetenv(name_);
+    } else {
+      setenv(name_, value, 1);
+    }
+  }
+  const char* name_;
+  std::optional<std::string> saved_;
 };
 
-constexpr const char* kVariants[] = {"v1", "v2", "v3", "v3a"};
+// One CUDA kernel variant: the family (SG_ATTENTION_KERNEL) and, for v4, the forward variant
+// (SG_ATTN_FWD_VARIANT), set for the scope of the object.
+struct KernelVariant {
+  const char* kernel;
+  const char* fwd;
+};
+class ScopedKernelVariant {
+ public:
+  explicit ScopedKernelVariant(const KernelVariant& v)
+      : kernel_("SG_ATTENTION_KERNEL", v.kernel), fwd_("SG_ATTN_FWD_VARIANT", v.fwd) {}
+
+ private:
+  ScopedEnv kernel_, fwd_;
+};
+
+std::string VariantName(const KernelVariant& v) {
+  return *v.fwd == '\0' ? v.kernel : absl::StrCat(v.kernel, "/", v.fwd);
+}
+
+// Every variant, or those SG_ATTENTION_TEST_VARIANTS names (comma-separated, e.g. "v3,v4/wgmma"),
+// so that a variant that faults (and takes the CUDA context with it) can be run in a process of
+// its own.
+std::vector<KernelVariant> AllKernelVariants() {
+  std::vector<KernelVariant> all = {{"v1", ""}, {"v2", ""}, {"v3", ""}, {"v3a", ""}};
+  for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) all.push_back({"v4", v.name});
+  const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
+  if (only == nullptr || *only == '\0') return all;
+  const std::vector<std::string> names = absl::StrSplit(only, ',');
+  std::vector<KernelVariant> chosen;
+  for (const KernelVariant& v : all) {
+    if (std::find(names.begin(), names.end(), VariantName(v)) != names.end()) chosen.push_back(v);
+  }
+  EXPECT_EQ(chosen.size(), names.size()) << "SG_ATTENTION_TEST_VARIANTS='" << only
+                                         << "' names a variant that does not exist";
+  return chosen;
+}
+
+TEST(AttentionCpuTest, TestVariantFilterPicksNamedVariants) {
+  {
+    ScopedEnv only("SG_ATTENTION_TEST_VARIANTS", "v3,v4/wgmma");
+    const std::vector<KernelVariant> chosen = AllKernelVariants();
+    ASSERT_EQ(chosen.size(), 2u);
+    EXPECT_EQ(VariantName(chosen[0]), "v3");
+    EXPECT_EQ(VariantName(chosen[1]), "v4/wgmma");
+  }
+  ScopedEnv all("SG_ATTENTION_TEST_VARIANTS", "");
+  EXPECT_EQ(AllKernelVariants().size(), 4 + std::size(internal::kFwdV4Variants));
+}
 
 TEST_P(AttentionCudaTest, MatchesCpuReference) {
   SG_SKIP_WITHOUT_CUDA();
@@ -534,8 +609,8 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
   SCOPED_TRACE(p.ToString());
   const Inputs in = RandomInputs(p);
   const Result want = RunAttention(p, in, DType::kF32, Device::Cpu());
-  for (const char* variant : kVariants) {
-    SCOPED_TRACE(variant);
+  for (const KernelVariant& variant : AllKernelVariants()) {
+    SCOPED_TRACE(VariantName(variant));
     ScopedKernelVariant use(variant);
     ExpectMatchesReference(RunAttention(p, in, DType::kBF16, Device::Cuda(0)), want);
   }
@@ -570,8 +645,8 @@ TEST(AttentionCudaOffsetsTest, OffsetsMatchCpuReference) {
     SCOPED_TRACE(p.ToString());
     const Inputs in = RandomInputs(p);
     const Result want = RunAttention(p, in, DType::kF32, Device::Cpu());
-    for (const char* variant : kVariants) {
-      SCOPED_TRACE(variant);
+    for (const KernelVariant& variant : AllKernelVariants()) {
+      SCOPED_TRACE(VariantName(variant));
       ScopedKernelVariant use(variant);
       ExpectMatchesReference(RunAttention(p, in, DType::kBF16, Device::Cuda(0)), want);
     }
@@ -588,8 +663,8 @@ TEST(AttentionCudaMergeTest, MergeIsExactAndHandlesEmptyRows) {
 TEST(AttentionCudaMergeTest, BlocksMergedEqualFullSequence) {
   SG_SKIP_WITHOUT_CUDA();
   const Device gpu = Device::Cuda(0);
-  for (const char* variant : kVariants) {
-    SCOPED_TRACE(variant);
+  for (const KernelVariant& variant : AllKernelVariants()) {
+    SCOPED_TRACE(VariantName(variant));
     ScopedKernelVariant use(variant);
     CheckBlocksEqualFull({2, 200, 300, 8, 2, 64, true}, {0, 70, 128, 300}, DType::kBF16, gpu, 1e-2, 2e-2);
     CheckBlocksEqualFull({1, 129, 256, 4, 4, 128, false}, {0, 64, 256}, DType::kBF16, gpu, 1e-2, 2e-2);

@@ -15,6 +15,9 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 namespace sg::kernels::cuda_vec {
 
@@ -131,6 +134,37 @@ inline unsigned GridFor(int64_t work_blocks, int per_sm = 8) {
   if (dev < 0 || dev >= 64) dev = 0;
   if (sms[dev] == 0) cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev);
   const int64_t cap = int64_t(sms[dev] > 0 ? sms[dev] : 132) * per_sm;
+  return unsigned(work_blocks < 1 ? 1 : (work_blocks < cap ? work_blocks : cap));
+}
+
+// Blocks for a grid-stride kernel: exactly one wave, as many blocks of `threads` as the occupancy
+// of `kernel` lets every SM hold at once, but no more than the work needs. GridFor's fixed 8 per SM
+// overshoots kernels that fit fewer: at 3 resident blocks per SM it is 2.67 waves, and the partial
+// last one leaves a third of every SM idle while it runs. Looked up once per kernel, block size
+// and device.
+template <typename Kernel>
+unsigned ResidentGrid(Kernel kernel, int threads, int64_t work_blocks, size_t smem = 0) {
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, int, size_t>, int64_t> cache;
+  int dev = 0;
+  cudaGetDevice(&dev);
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), threads, dev, smem);
+  int64_t cap = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = cache.find(key);
+    if (it != cache.end()) cap = it->second;
+  }
+  if (cap == 0) {
+    int per_sm = 0, sms = 0;
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem) != cudaSuccess || per_sm < 1) {
+      per_sm = 1;
+    }
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 132;
+    cap = int64_t(per_sm) * sms;
+    std::lock_guard<std::mutex> lock(mu);
+    cache[key] = cap;
+  }
   return unsigned(work_blocks < 1 ? 1 : (work_blocks < cap ? work_blocks : cap));
 }
 

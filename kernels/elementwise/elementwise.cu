@@ -98,13 +98,16 @@ absl::Status LaunchMap(const void* a, const void* b, void* out, int64_t n, F f, 
   const TIn* at = static_cast<const TIn*>(a);
   const TIn* bt = static_cast<const TIn*>(b);
   TOut* ot = static_cast<TOut*>(out);
-  const unsigned grid = cuda_vec::GridFor((n / 8 + kThreads - 1) / kThreads);
+  const int64_t blocks = (n / 8 + kThreads - 1) / kThreads;
   const bool vec = cuda_vec::Aligned16(out) && (kInputs < 1 || cuda_vec::Aligned16(a)) &&
                    (kInputs < 2 || cuda_vec::Aligned16(b));
+  auto launch = [&](auto kernel) {
+    kernel<<<cuda_vec::ResidentGrid(kernel, kThreads, blocks), kThreads, 0, s>>>(at, bt, ot, n, f);
+  };
   if (vec) {
-    MapKernel<TIn, TOut, kInputs, true><<<grid, kThreads, 0, s>>>(at, bt, ot, n, f);
+    launch(MapKernel<TIn, TOut, kInputs, true, F>);
   } else {
-    MapKernel<TIn, TOut, kInputs, false><<<grid, kThreads, 0, s>>>(at, bt, ot, n, f);
+    launch(MapKernel<TIn, TOut, kInputs, false, F>);
   }
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(MapKernel);
   return absl::OkStatus();

@@ -172,13 +172,17 @@ template <typename T, typename I>
 absl::Status Forward(const Problem& p, const void* tokens, const void* table, void* out, cudaStream_t s) {
   const bool vec = p.dim % 8 == 0 && cuda_vec::Aligned16(table) && cuda_vec::Aligned16(out);
   const int64_t work = p.tokens * (vec ? p.dim / 8 : p.dim);
-  const unsigned grid = cuda_vec::GridFor((work + kThreads - 1) / kThreads);
+  const int64_t blocks = (work + kThreads - 1) / kThreads;
   const T* tt = static_cast<const T*>(table);
   T* ot = static_cast<T*>(out);
+  auto launch = [&](auto kernel) {
+    kernel<<<cuda_vec::ResidentGrid(kernel, kThreads, blocks), kThreads, 0, s>>>(tokens, tt, ot, p.tokens, p.vocab,
+                                                                                 p.dim);
+  };
   if (vec) {
-    ForwardKernel<T, I, 8><<<grid, kThreads, 0, s>>>(tokens, tt, ot, p.tokens, p.vocab, p.dim);
+    launch(ForwardKernel<T, I, 8>);
   } else {
-    ForwardKernel<T, I, 1><<<grid, kThreads, 0, s>>>(tokens, tt, ot, p.tokens, p.vocab, p.dim);
+    launch(ForwardKernel<T, I, 1>);
   }
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ForwardKernel);
   return absl::OkStatus();

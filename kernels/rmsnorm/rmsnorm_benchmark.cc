@@ -20,6 +20,7 @@
 #include "kernels/core/testing.h"
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "kernels/rmsnorm/rmsnorm_internal.h"
+#include "kernels/rmsnorm/rmsnorm_sweep.h"
 
 namespace sg::kernels {
 namespace {
@@ -119,20 +120,24 @@ BENCHMARK(BM_RmsNormForwardF32) SG_SHAPES->UseManualTime();
 BENCHMARK(BM_RmsNormForwardBF16Batch) SG_SHAPES->UseManualTime();
 BENCHMARK(BM_RmsNormBackwardBF16Batch) SG_SHAPES->UseManualTime();
 
-// Every launch configuration, bf16, batch timing. Args: backward, rows, dim, max_threads,
-// rows_per_step, ctas_per_sm (forward: 0 = one CTA per step of rows; backward: 0 = all resident,
-// else CTAs = partial rows per SM),
-// overlap_sum (backward).
+// The ceiling the targets are read against: a device-to-device copy of x into y (read + write of
+// one activation, as the forward moves), batch timing.
+void BM_CopyCeiling(benchmark::State& state) {
+  const int64_t rows = state.range(0), dim = state.range(1);
+  Buffers& b = BuffersFor(rows, dim, DType::kBF16);
+  const Stream& stream = TheSetup().stream;
+  const int64_t bytes = rows * dim * 2;
+  Time(state, kBatch, 2 * bytes, DType::kBF16, "cudaMemcpyAsync", [&]() -> absl::Status {
+    return CopyTensor(b.x.view(), b.y.view(), stream);
+  });
+}
+BENCHMARK(BM_CopyCeiling)->Args({16384, 2048})->UseManualTime();
+
+// Every launch configuration (rmsnorm_sweep.h), bf16, batch timing.
 void BM_RmsNormSweep(benchmark::State& state) {
-  const bool backward = state.range(0) != 0;
+  const bool backward = rmsnorm_launch::SweepBackward(state);
   const int64_t rows = state.range(1), dim = state.range(2);
-  rmsnorm_internal::LaunchConfig cfg;
-  cfg.max_threads = int(state.range(3));
-  cfg.rows_per_step = int(state.range(4));
-  cfg.fwd_max_threads = cfg.max_threads;  // the sweep sets both directions' shape
-  cfg.fwd_rows_per_step = cfg.rows_per_step;
-  (backward ? cfg.bwd_ctas_per_sm : cfg.fwd_ctas_per_sm) = int(state.range(5));
-  cfg.overlap_sum = state.range(6) != 0;
+  const rmsnorm_internal::LaunchConfig cfg = rmsnorm_launch::SweepConfig(state);
 #ifdef SG_WITH_CUDA
   if (!TheSetup().device.is_cuda()) {
     state.SkipWithError("the sweep needs a CUDA device");
@@ -155,23 +160,7 @@ void BM_RmsNormSweep(benchmark::State& state) {
 #endif
 }
 
-void SweepArgs(benchmark::internal::Benchmark* bm) {
-  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm", "overlap"});
-  for (int bwd : {0, 1}) {
-    for (auto [rows, dim] : {std::pair<int64_t, int64_t>{16384, 2048}, {8192, 4096}}) {
-      for (int threads : {128, 256, 512}) {
-        for (int step : {1, 2, 4}) {
-          for (int ctas : bwd ? std::vector<int>{0, 1, 2, 3, 4, 8} : std::vector<int>{0, 4, 8}) {
-            for (int overlap : bwd ? std::vector<int>{0, 1} : std::vector<int>{0}) {
-              bm->Args({bwd, rows, dim, threads, step, ctas, overlap});
-            }
-          }
-        }
-      }
-    }
-  }
-}
-BENCHMARK(BM_RmsNormSweep)->Apply(SweepArgs)->UseManualTime()->MinTime(0.1);
+BENCHMARK(BM_RmsNormSweep)->Apply(rmsnorm_launch::SweepArgs)->UseManualTime()->MinTime(0.1);
 
 }  // namespace
 }  // namespace sg::kernels

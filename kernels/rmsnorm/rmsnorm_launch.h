@@ -30,8 +30,10 @@ namespace sg::kernels::rmsnorm_launch {
 // sweep the others (rmsnorm_benchmark --benchmark_filter=Sweep). Values are clamped to what the
 // kernels support, so any positive values are valid.
 struct LaunchConfig {
-  int max_threads = 256;    // threads per CTA at most (32..512); a row's packs are spread over them
-  int rows_per_step = 4;    // rows in flight per CTA step (1, 2 or 4; fewer for f32 / wide rows)
+  // The backward's shape: the H200 sweep of 2026-11-30 at 16384 x 2048 bf16 put 128 threads and
+  // one row per step first (2.89 TB/s vs 2.73 at 256 x 4; add+RMSNorm 3.01 vs 2.96).
+  int max_threads = 128;    // threads per CTA at most (32..512); a row's packs are spread over them
+  int rows_per_step = 1;    // rows in flight per CTA step (1, 2 or 4; fewer for f32 / wide rows)
   int fwd_ctas_per_sm = 0;  // forward grid: 0 = one CTA per step of rows, n = n persistent CTAs/SM
   // Backward grid (and number of partial weight-gradient rows) per SM: 0 = as many CTAs as are
   // resident at once (one wave, no tail), n = n per SM (more than fit: several waves).
@@ -44,6 +46,12 @@ struct LaunchConfig {
   // one row per step first for both rmsnorm (3.34 TB/s vs 3.16 at 256 x 4) and add+rmsnorm (3.49).
   int fwd_max_threads = 128;
   int fwd_rows_per_step = 1;
+  // Register double buffering: a CTA issues the loads of its next rows before it reduces and stores
+  // the current ones, so its loads stay in flight across the block reduction (with few CTAs per SM,
+  // e.g. the backward's single resident wave, the latency of each step is otherwise exposed). The
+  // forward prefetches only with persistent CTAs (fwd_ctas_per_sm > 0).
+  bool fwd_prefetch = false;
+  bool bwd_prefetch = false;
 
   // The configuration the forward's shape is chosen from.
   LaunchConfig ForwardConfig() const {
@@ -57,7 +65,8 @@ struct LaunchConfig {
     return "threads<=" + std::to_string(max_threads) + " rows/step=" + std::to_string(rows_per_step) +
            " fwd threads<=" + std::to_string(fwd_max_threads) + " rows/step=" + std::to_string(fwd_rows_per_step) +
            " fwd_ctas/sm=" + std::to_string(fwd_ctas_per_sm) + " bwd_ctas/sm=" + std::to_string(bwd_ctas_per_sm) +
-           (overlap_sum ? " overlap_sum" : "");
+           (overlap_sum ? " overlap_sum" : "") + (fwd_prefetch ? " fwd_prefetch" : "") +
+           (bwd_prefetch ? " bwd_prefetch" : "");
   }
 };
 
@@ -120,8 +129,9 @@ __device__ __forceinline__ void BlockSumRows(float (&v)[kR], float (*scratch)[32
 }
 
 // y = h * rstd * w with h = x (kAdd false) or h = round(x + delta) also written out (kAdd true).
-// x may equal h (in-place residual update), so neither is __restrict__.
-template <typename T, int kV, int kR, bool kAdd>
+// x may equal h (in-place residual update), so neither is __restrict__. kPrefetch: the next step's
+// rows are loaded before this step's are reduced and stored (rows differ, so in place is safe).
+template <typename T, int kV, int kR, bool kAdd, bool kPrefetch>
 __global__ void __launch_bounds__(kMaxThreads)
     ForwardKernel(const T* x, const T* __restrict__ delta, const T* __restrict__ w, T* h, T* __restrict__ y,
                   float* __restrict__ rstd, int64_t rows, int packs, float eps) {
@@ -138,10 +148,10 @@ __global__ void __launch_bounds__(kMaxThreads)
       for (int k = 0; k < 8; ++k) wv[j][k] = 0.f;
     }
   }
-  int buf = 0;
-  for (int64_t row0 = int64_t(blockIdx.x) * kR; row0 < rows; row0 += int64_t(gridDim.x) * kR, buf ^= 1) {
-    Raw8<T> hr[kR][kV];
-    Raw8<T> dr[kAdd ? kR : 1][kAdd ? kV : 1];
+  constexpr int kD = kAdd ? kR : 1;
+  constexpr int kDV = kAdd ? kV : 1;
+  // Loads rows row0 .. row0 + kR - 1 (those that exist) into registers.
+  auto load = [&](int64_t row0, Raw8<T> (&hr)[kR][kV], Raw8<T> (&dr)[kD][kDV]) {
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
 #pragma unroll
@@ -153,6 +163,19 @@ __global__ void __launch_bounds__(kMaxThreads)
           if constexpr (kAdd) dr[r][j] = LoadOnce(delta + off);
         }
       }
+    }
+  };
+  const int64_t stride = int64_t(gridDim.x) * kR;
+  int buf = 0;
+  Raw8<T> hr[kR][kV];
+  Raw8<T> dr[kD][kDV];
+  int64_t row0 = int64_t(blockIdx.x) * kR;
+  if (row0 < rows) load(row0, hr, dr);
+  for (; row0 < rows; row0 += stride, buf ^= 1) {
+    [[maybe_unused]] Raw8<T> hn[kPrefetch ? kR : 1][kPrefetch ? kV : 1];
+    [[maybe_unused]] Raw8<T> dn[kPrefetch ? kD : 1][kPrefetch ? kDV : 1];
+    if constexpr (kPrefetch) {
+      if (row0 + stride < rows) load(row0 + stride, hn, dn);
     }
     float ss[kR];
 #pragma unroll
@@ -196,12 +219,29 @@ __global__ void __launch_bounds__(kMaxThreads)
         }
       }
     }
+    if constexpr (kPrefetch) {
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+#pragma unroll
+        for (int j = 0; j < kV; ++j) hr[r][j] = hn[r][j];
+      }
+      if constexpr (kAdd) {
+#pragma unroll
+        for (int r = 0; r < kR; ++r) {
+#pragma unroll
+          for (int j = 0; j < kV; ++j) dr[r][j] = dn[r][j];
+        }
+      }
+    } else {
+      if (row0 + stride < rows) load(row0 + stride, hr, dr);
+    }
   }
 }
 
 // dx = rstd * (w * dy - x * rstd^2 * mean(w * dy * x)) (+ dh_in when kResidual), and this CTA's
 // partial row of dw = sum over its rows of dy * x * rstd. dx may equal dh_in (in place).
-template <typename T, int kV, int kR, bool kResidual>
+// kPrefetch: the next step's rows are loaded before this step's are reduced and stored.
+template <typename T, int kV, int kR, bool kResidual, bool kPrefetch>
 __global__ void __launch_bounds__(kMaxThreads)
     BackwardKernel(const T* __restrict__ dy, const T* dh_in, const T* __restrict__ x, const T* __restrict__ w,
                    const float* __restrict__ rstd, T* dx, float* __restrict__ dw_partial, int64_t rows, int packs,
@@ -226,25 +266,39 @@ __global__ void __launch_bounds__(kMaxThreads)
   }
   const int64_t begin = int64_t(blockIdx.x) * rows_per_cta;
   const int64_t end = begin + rows_per_cta < rows ? begin + rows_per_cta : rows;
-  int buf = 0;
-  for (int64_t row0 = begin; row0 < end; row0 += kR, buf ^= 1) {
-    Raw8<T> xr[kR][kV], dr[kR][kV];
-    Raw8<T> gr[kResidual ? kR : 1][kResidual ? kV : 1];
-    float rs[kR], dot[kR];
+  constexpr int kG = kResidual ? kR : 1;
+  constexpr int kGV = kResidual ? kV : 1;
+  // One step's rows: raw x, dy (and dh_in) packs and rstd.
+  struct Rows {
+    Raw8<T> x[kR][kV], d[kR][kV];
+    Raw8<T> g[kG][kGV];
+    float rs[kR];
+  };
+  auto load = [&](int64_t row0, Rows& in) {
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
-      rs[r] = row0 + r < end ? rstd[row0 + r] : 0.f;
+      in.rs[r] = row0 + r < end ? rstd[row0 + r] : 0.f;
 #pragma unroll
       for (int j = 0; j < kV; ++j) {
         const int p = int(threadIdx.x) + int(blockDim.x) * j;
         if (row0 + r < end && p < packs) {
           const int64_t off = (row0 + r) * dim + p * 8;
-          xr[r][j] = LoadOnce(x + off);
-          dr[r][j] = LoadOnce(dy + off);
-          if constexpr (kResidual) gr[r][j] = LoadOnce(dh_in + off);
+          in.x[r][j] = LoadOnce(x + off);
+          in.d[r][j] = LoadOnce(dy + off);
+          if constexpr (kResidual) in.g[r][j] = LoadOnce(dh_in + off);
         }
       }
     }
+  };
+  int buf = 0;
+  Rows cur;
+  if (begin < end) load(begin, cur);
+  for (int64_t row0 = begin; row0 < end; row0 += kR, buf ^= 1) {
+    [[maybe_unused]] Rows next;
+    if constexpr (kPrefetch) {
+      if (row0 + kR < end) load(row0 + kR, next);
+    }
+    float dot[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
       dot[r] = 0.f;
@@ -253,12 +307,12 @@ __global__ void __launch_bounds__(kMaxThreads)
         const int p = int(threadIdx.x) + int(blockDim.x) * j;
         if (row0 + r < end && p < packs) {
           float xv[8], dv[8];
-          Unpack(xr[r][j], xv);
-          Unpack(dr[r][j], dv);
+          Unpack(cur.x[r][j], xv);
+          Unpack(cur.d[r][j], dv);
 #pragma unroll
           for (int k = 0; k < 8; ++k) {
             dot[r] += wv[j][k] * dv[k] * xv[k];
-            acc[j][k] += dv[k] * xv[k] * rs[r];
+            acc[j][k] += dv[k] * xv[k] * cur.rs[r];
           }
         }
       }
@@ -268,24 +322,30 @@ __global__ void __launch_bounds__(kMaxThreads)
     for (int r = 0; r < kR; ++r) {
       if (row0 + r >= end) continue;
       const float mean = dot[r] / float(dim);
+      const float rs = cur.rs[r];
 #pragma unroll
       for (int j = 0; j < kV; ++j) {
         const int p = int(threadIdx.x) + int(blockDim.x) * j;
         if (p < packs) {
           float xv[8], dv[8], out[8];
-          Unpack(xr[r][j], xv);
-          Unpack(dr[r][j], dv);
+          Unpack(cur.x[r][j], xv);
+          Unpack(cur.d[r][j], dv);
           if constexpr (kResidual) {
-            Unpack(gr[r][j], out);
+            Unpack(cur.g[r][j], out);
           } else {
 #pragma unroll
             for (int k = 0; k < 8; ++k) out[k] = 0.f;
           }
 #pragma unroll
-          for (int k = 0; k < 8; ++k) out[k] += rs[r] * (wv[j][k] * dv[k] - xv[k] * rs[r] * rs[r] * mean);
+          for (int k = 0; k < 8; ++k) out[k] += rs * (wv[j][k] * dv[k] - xv[k] * rs * rs * mean);
           Store(dx + (row0 + r) * dim + p * 8, PackRounded<T>(out));
         }
       }
+    }
+    if constexpr (kPrefetch) {
+      cur = next;
+    } else {
+      if (row0 + kR < end) load(row0 + kR, cur);
     }
   }
 #pragma unroll
@@ -476,9 +536,11 @@ absl::Status Forward(const LaunchConfig& cfg, int64_t rows, int64_t dim, float e
     SG_ASSIGN_OR_RETURN(const int sms, detail::SmCount(device));
     grid = std::min<int64_t>(grid, int64_t(cfg.fwd_ctas_per_sm) * sms);
   }
+  const bool prefetch = cfg.fwd_prefetch && cfg.fwd_ctas_per_sm > 0;
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
-    detail::ForwardKernel<T, decltype(kv)::value, decltype(kr)::value, kAdd>
-        <<<unsigned(grid), shape.threads, 0, stream>>>(x, delta, w, h, y, rstd, rows, int(dim / 8), eps);
+    constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
+    auto kernel = prefetch ? detail::ForwardKernel<T, kV, kR, kAdd, true> : detail::ForwardKernel<T, kV, kR, kAdd, false>;
+    kernel<<<unsigned(grid), shape.threads, 0, stream>>>(x, delta, w, h, y, rstd, rows, int(dim / 8), eps);
   });
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ForwardKernel);
   return absl::OkStatus();
@@ -504,14 +566,16 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   // it costs microseconds of host time per call otherwise.
   int resident = 1;
   cudaError_t err = cudaSuccess;
+  const bool prefetch = cfg.bwd_prefetch;
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
-    static std::atomic<int> cached[detail::kMaxThreads / 32 + 1] = {};
-    std::atomic<int>& slot = cached[shape.threads / 32];
+    constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
+    static std::atomic<int> cached[2][detail::kMaxThreads / 32 + 1] = {};
+    std::atomic<int>& slot = cached[prefetch ? 1 : 0][shape.threads / 32];
     resident = slot.load(std::memory_order_relaxed);
     if (resident == 0) {
-      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-          &resident, detail::BackwardKernel<T, decltype(kv)::value, decltype(kr)::value, kResidual>, shape.threads,
-          0);
+      auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
+                             : detail::BackwardKernel<T, kV, kR, kResidual, false>;
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, shape.threads, 0);
       slot.store(resident, std::memory_order_relaxed);
     }
   });
@@ -525,9 +589,11 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(groups * dim * int64_t(sizeof(float))));
   float* partial = static_cast<float*>(scratch);
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
-    detail::BackwardKernel<T, decltype(kv)::value, decltype(kr)::value, kResidual>
-        <<<unsigned(groups), shape.threads, 0, stream>>>(dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
-                                                         rows_per_cta);
+    constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
+    auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
+                           : detail::BackwardKernel<T, kV, kR, kResidual, false>;
+    kernel<<<unsigned(groups), shape.threads, 0, stream>>>(dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
+                                                           rows_per_cta);
   });
   err = cudaGetLastError();
   const char* failed = "BackwardKernel";

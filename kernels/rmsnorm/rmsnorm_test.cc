@@ -196,7 +196,10 @@ TEST(RmsNormCudaTest, EveryLaunchConfigMatchesReference) {
   for (auto cfg : configs) {
     cfg.fwd_max_threads = cfg.max_threads;  // the forward takes the same shapes
     cfg.fwd_rows_per_step = cfg.rows_per_step;
-    for (const Case& c : cases) CheckAgainstReference(c, Device::Cuda(0), Tolerance(c.dtype), &cfg);
+    for (bool prefetch : {false, true}) {  // register double buffering (persistent forward CTAs only)
+      cfg.fwd_prefetch = cfg.bwd_prefetch = prefetch;
+      for (const Case& c : cases) CheckAgainstReference(c, Device::Cuda(0), Tolerance(c.dtype), &cfg);
+    }
   }
 }
 

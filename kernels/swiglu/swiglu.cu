@@ -3,11 +3,12 @@
 // loads per thread in flight that is ~64-96 KB per SM, above the ~25 KB per SM HBM3e needs at H200
 // latency. The packed [gate | up] form indexes by row; separate tensors are one flat row.
 //
-// Backward, two kernels selected by SG_SWIGLU_BWD (read per call) until the GPU run picks one:
-// "unrolled" (default for bf16 in the 16-byte layout): two packs per thread per grid-stride step (6
-// 16-byte loads in flight before the first store, kept raw) and 32-bit pack indices (one 32-bit
-// division per pack instead of a 64-bit one, ~100 instructions per 8 elements) when the problem
-// has fewer than 2^31 packs; "v1": the first kernel (2.97 TB/s on H200 at 16384 x 5632 bf16).
+// Backward, two kernels selected by SG_SWIGLU_BWD (read per call): "v1" (the default): one pack
+// per thread per grid-stride step over a one-wave grid (cuda_vec::ResidentGrid); "unrolled": two
+// packs per thread per step (6 16-byte loads in flight before the first store, kept raw) with
+// 32-bit pack indices. On H200 at 16384 x 8192 bf16 (2026-11-30, batch timing): v1 3.63 TB/s,
+// unrolled 3.48, once both grids were one wave (before, with GridFor's 8 blocks per SM, unrolled's
+// 3 resident blocks ran 2.67 waves: 3.40, and v1 3.06).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -147,9 +148,62 @@ __global__ void __launch_bounds__(kThreads, 3)
   }
 }
 
-bool UseBackwardV1() {
+// "flat" (SG_SWIGLU_KERNEL=flat, both directions, bf16/f32 in the 16-byte layout): no loop, one
+// pack per thread and as many 128-thread blocks as the problem has (the shape of the kernel
+// torch.compile generates for this op); 32-bit pack indices.
+constexpr int kFlatThreads = 128;
+template <typename T, bool kBackward>
+__global__ void __launch_bounds__(kFlatThreads)
+    FlatKernel(const T* dout, const T* gate, const T* up, T* out0, T* out1, uint32_t total, uint32_t ppr, int64_t cols,
+               int64_t in_stride) {
+  const uint32_t i = blockIdx.x * kFlatThreads + threadIdx.x;
+  if (i >= total) return;
+  const uint32_t r = i / ppr;
+  const int64_t c = int64_t(i - r * ppr) * 8;
+  const int64_t in = int64_t(r) * in_stride + c, out = int64_t(r) * cols + c;
+  const cuda_vec::Raw8<T> gr = cuda_vec::LoadRawOnce(gate + in), ur = cuda_vec::LoadRawOnce(up + in);
+  cuda_vec::Raw8<T> dr;
+  if constexpr (kBackward) dr = cuda_vec::LoadRawOnce(dout + out);
+  float g[8], u[8];
+  cuda_vec::Unpack(gr, g);
+  cuda_vec::Unpack(ur, u);
+  if constexpr (kBackward) {
+    float d[8];
+    cuda_vec::Unpack(dr, d);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float s = Sigmoid(g[k]);
+      const float silu = g[k] * s;
+      g[k] = d[k] * u[k] * s * (1.f + g[k] * (1.f - s));
+      u[k] = d[k] * silu;
+    }
+    Pack8<T>::Store(out0 + in, g);
+    Pack8<T>::Store(out1 + in, u);
+  } else {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) g[k] = g[k] * Sigmoid(g[k]) * u[k];
+    Pack8<T>::Store(out0 + out, g);
+  }
+}
+
+bool UseFlat(const Problem& p) {
+  const char* v = std::getenv("SG_SWIGLU_KERNEL");
+  return v != nullptr && std::strcmp(v, "flat") == 0 && p.cols % 8 == 0 &&
+         p.rows * (p.cols / 8) < (int64_t(1) << 31) - kFlatThreads;
+}
+
+template <typename T, bool kBackward>
+absl::Status LaunchFlat(const Problem& p, const T* d, const T* g, const T* u, T* o0, T* o1, cudaStream_t s) {
+  const uint32_t ppr = uint32_t(p.cols / 8), total = uint32_t(p.rows * (p.cols / 8));
+  FlatKernel<T, kBackward><<<(total + kFlatThreads - 1) / kFlatThreads, kFlatThreads, 0, s>>>(
+      d, g, u, o0, o1, total, ppr, p.cols, p.rows > 1 ? p.in_stride : p.cols);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(FlatKernel);
+  return absl::OkStatus();
+}
+
+bool UseBackwardUnrolled() {
   const char* v = std::getenv("SG_SWIGLU_BWD");
-  return v != nullptr && std::strcmp(v, "v1") == 0;
+  return v != nullptr && std::strcmp(v, "unrolled") == 0;
 }
 
 // The 16-byte path needs every row of every operand to start on a 16-byte boundary.
@@ -166,13 +220,17 @@ absl::Status Forward(const Problem& p, const void* gate, const void* up, void* o
   const T* g = static_cast<const T*>(gate);
   const T* u = static_cast<const T*>(up);
   T* o = static_cast<T*>(out);
-  const unsigned grid = cuda_vec::GridFor((p.rows * ((p.cols + 7) / 8) + kThreads - 1) / kThreads);
+  const int64_t blocks = (p.rows * ((p.cols + 7) / 8) + kThreads - 1) / kThreads;
   const bool vec = Vectorizable(p, {gate, up, out});
+  if (vec && UseFlat(p)) return LaunchFlat<T, false>(p, nullptr, g, u, o, nullptr, s);
   const bool rows = p.rows > 1;
-  if (vec && rows) ForwardKernel<T, true, true><<<grid, kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
-  if (vec && !rows) ForwardKernel<T, true, false><<<grid, kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
-  if (!vec && rows) ForwardKernel<T, false, true><<<grid, kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
-  if (!vec && !rows) ForwardKernel<T, false, false><<<grid, kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
+  auto launch = [&](auto kernel) {
+    kernel<<<cuda_vec::ResidentGrid(kernel, kThreads, blocks), kThreads, 0, s>>>(g, u, o, p.rows, p.cols, p.in_stride);
+  };
+  if (vec && rows) launch(ForwardKernel<T, true, true>);
+  if (vec && !rows) launch(ForwardKernel<T, true, false>);
+  if (!vec && rows) launch(ForwardKernel<T, false, true>);
+  if (!vec && !rows) launch(ForwardKernel<T, false, false>);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ForwardKernel);
   return absl::OkStatus();
 }
@@ -188,19 +246,22 @@ absl::Status Backward(const Problem& p, const void* dout, const void* gate, cons
   const int64_t packs = p.rows * ((p.cols + 7) / 8);
   const bool vec = Vectorizable(p, {dout, gate, up, dgate, dup});
   const bool rows = p.rows > 1;
+  if (vec && UseFlat(p)) return LaunchFlat<T, true>(p, d, g, u, dg, du, s);
   // bf16 only: f32 packs take twice the registers and spilled.
   if constexpr (sizeof(T) == 2) {
-    if (!UseBackwardV1() && vec && p.cols % 8 == 0 &&
+    if (UseBackwardUnrolled() && vec && p.cols % 8 == 0 &&
         packs < (int64_t(1) << 31) - 2 * int64_t(kThreads) * 132 * 8) {
-      const unsigned grid = cuda_vec::GridFor((packs + 2 * kThreads - 1) / (2 * kThreads));
+      const unsigned grid =
+          cuda_vec::ResidentGrid(BackwardUnrolledKernel<T>, kThreads, (packs + 2 * kThreads - 1) / (2 * kThreads));
       BackwardUnrolledKernel<T><<<grid, kThreads, 0, s>>>(d, g, u, dg, du, p.rows, p.cols, p.in_stride);
       SG_CUDA_RETURN_IF_LAUNCH_ERROR(BackwardUnrolledKernel);
       return absl::OkStatus();
     }
   }
-  const unsigned grid = cuda_vec::GridFor((packs + kThreads - 1) / kThreads);
-#define SG_LAUNCH(V, R) \
-  BackwardKernel<T, V, R><<<grid, kThreads, 0, s>>>(d, g, u, dg, du, p.rows, p.cols, p.in_stride)
+  const int64_t blocks = (packs + kThreads - 1) / kThreads;
+#define SG_LAUNCH(V, R)                                                                               \
+  BackwardKernel<T, V, R><<<cuda_vec::ResidentGrid(BackwardKernel<T, V, R>, kThreads, blocks), kThreads, 0, s>>>( \
+      d, g, u, dg, du, p.rows, p.cols, p.in_stride)
   if (vec && rows) SG_LAUNCH(true, true);
   if (vec && !rows) SG_LAUNCH(true, false);
   if (!vec && rows) SG_LAUNCH(false, true);

@@ -23,11 +23,13 @@ struct Setup {
 constexpr int kBatch = 10;
 void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const char* kernel = "", int calls = 1) {
   Setup s;
-  if (*kernel != 0) {
+  const bool flat = std::string(kernel) == "flat";  // SG_SWIGLU_KERNEL=flat, both directions
+  if (*kernel != 0 && !flat) {
     setenv("SG_SWIGLU_BWD", kernel, 1);
   } else {
     unsetenv("SG_SWIGLU_BWD");
   }
+  if (flat) setenv("SG_SWIGLU_KERNEL", "flat", 1);
   const int64_t rows = state.range(0), f = state.range(1);
   auto& rng = testing::Rng();
   Tensor gu = testing::RandomTensor({rows, 2 * f}, dtype, s.device, rng, 3.0f);
@@ -59,6 +61,7 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const
     }
   }
   unsetenv("SG_SWIGLU_BWD");
+  unsetenv("SG_SWIGLU_KERNEL");
   state.SetBytesProcessed(state.iterations() * rows * f * SizeOf(dtype) * (backward ? 5 : 3));
   state.SetLabel(std::string(DTypeName(dtype)) + (packed ? " packed@" : "@") + s.device.ToString() +
                  (*kernel ? std::string(" ") + kernel : std::string(" default")) +
@@ -76,6 +79,8 @@ void BM_SwiGluBackwardBF16UnrolledBatch(benchmark::State& st) {
 }
 void BM_SwiGluBackwardBF16V1Batch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "v1", kBatch); }
 void BM_SwiGluForwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "", kBatch); }
+void BM_SwiGluForwardBF16FlatBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "flat", kBatch); }
+void BM_SwiGluBackwardBF16FlatBatch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "flat", kBatch); }
 
 // Llama-1B (16384 tokens x ffn 5632 and 8192) and a small CPU-sized case.
 #define SG_SHAPES ->Args({16384, 5632})->Args({16384, 8192})->Args({64, 1024})->UseManualTime()
@@ -87,6 +92,8 @@ BENCHMARK(BM_SwiGluForwardF32) SG_SHAPES;
 BENCHMARK(BM_SwiGluBackwardBF16UnrolledBatch) SG_SHAPES;
 BENCHMARK(BM_SwiGluBackwardBF16V1Batch) SG_SHAPES;
 BENCHMARK(BM_SwiGluForwardBF16Batch) SG_SHAPES;
+BENCHMARK(BM_SwiGluForwardBF16FlatBatch) SG_SHAPES;
+BENCHMARK(BM_SwiGluBackwardBF16FlatBatch) SG_SHAPES;
 
 }  // namespace
 }  // namespace sg::kernels

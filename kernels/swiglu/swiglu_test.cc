@@ -154,12 +154,13 @@ TEST(SwiGluCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("out: expected contiguous bf16[4,8]@cpu"), std::string::npos) << st;
 }
 
-// Both backward kernels (swiglu.cu: SG_SWIGLU_BWD selects one per call).
+// Every kernel (swiglu.cu: SG_SWIGLU_BWD selects the backward per call, SG_SWIGLU_KERNEL=flat both).
 TEST(SwiGluCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const char* kernel : {"unrolled", "v1"}) {
-    SCOPED_TRACE(std::string("SG_SWIGLU_BWD=") + kernel);
-    ASSERT_EQ(setenv("SG_SWIGLU_BWD", kernel, 1), 0);
+  for (const char* kernel : {"unrolled", "v1", "flat"}) {
+    SCOPED_TRACE(std::string("kernel ") + kernel);
+    const bool flat = std::string(kernel) == "flat";
+    ASSERT_EQ(flat ? setenv("SG_SWIGLU_KERNEL", "flat", 1) : setenv("SG_SWIGLU_BWD", kernel, 1), 0);
     for (const Case& c : Cases()) {
       CheckSeparate(c, Device::Cuda(0));
       CheckPacked(c, Device::Cuda(0));
@@ -167,8 +168,9 @@ TEST(SwiGluCudaTest, MatchesDoubleReference) {
     CheckSeparate({16384, 5632, DType::kBF16}, Device::Cuda(0));  // Llama-1B MLP width
     CheckPacked({4099, 5632, DType::kBF16}, Device::Cuda(0));     // several grid-stride steps, odd tail
     CheckSeparate({3, 1001, DType::kBF16}, Device::Cuda(0));      // flat, numel % 8 != 0: first kernel
+    unsetenv("SG_SWIGLU_BWD");
+    unsetenv("SG_SWIGLU_KERNEL");
   }
-  unsetenv("SG_SWIGLU_BWD");
 }
 
 }  // namespace

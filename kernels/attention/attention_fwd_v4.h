@@ -1,0 +1,72 @@
+// Internal to kernels/attention: the forward variants of kernel family v4 (an experiment for
+// issue #4, selected with SG_ATTENTION_KERNEL=v4; its backward is v3's). SG_ATTN_FWD_VARIANT picks
+// the forward at each call, so one binary can compare them (attention_benchmark's forward_v4 sets
+// both variables itself and sweeps every variant):
+//
+//   SG_ATTENTION_KERNEL=v4 SG_ATTN_FWD_VARIANT=8x16q llama ...   # any program calling attention
+//
+// mma.sync variants (attention_fwd_v4.cu), "<warps>x<query rows per warp>":
+//   4x32   4 warps x 32 rows, 64-key tiles, K and V waited separately, lazy O rescale (default)
+//   4x32j  as 4x32 with K and V in one cp.async group (one barrier per tile, as v2)
+//   8x16q  8 warps x 16 rows, Q in registers, 128-key tiles, one block per SM
+//   8x16   8 warps x 16 rows, Q from shared memory, 64-key tiles, two blocks per SM
+// wgmma variants (attention_fwd_v4_wgmma.cu): Hopper warpgroup MMA, 2 warpgroups x 64 rows, one
+// block per SM:
+//   wgmma     128-key tiles; QK^T, softmax and PV in turn (2 stages)
+//   wgmmap    128-key tiles; QK^T of tile t + 1 and PV of tile t in flight together, the softmax
+//             of tile t + 1 under the PV (3 stages)
+//   wgmmap64  as wgmmap with 64-key tiles (fewer registers in flight)
+//   wgmmat    as wgmma with V transposed in shared memory, so that P V reads a K-major B like
+//             QK^T does (a check on the MN-major descriptor of the others)
+#ifndef SGTRAIN_KERNELS_ATTENTION_ATTENTION_FWD_V4_H_
+#define SGTRAIN_KERNELS_ATTENTION_ATTENTION_FWD_V4_H_
+
+#include <cstdlib>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+
+namespace sg::kernels::internal {
+
+enum class FwdV4Variant {
+  k4x32,
+  k4x32j,
+  k8x16q,
+  k8x16,
+  kWgmma,
+  kWgmmaPipelined,
+  kWgmmaPipelined64,
+  kWgmmaTransposedV
+};
+inline bool IsWgmma(FwdV4Variant v) { return v >= FwdV4Variant::kWgmma; }
+
+struct FwdV4VariantName {
+  FwdV4Variant variant;
+  const char* name;
+};
+constexpr FwdV4VariantName kFwdV4Variants[] = {{FwdV4Variant::k4x32, "4x32"},
+                                               {FwdV4Variant::k4x32j, "4x32j"},
+                                               {FwdV4Variant::k8x16q, "8x16q"},
+                                               {FwdV4Variant::k8x16, "8x16"},
+                                               {FwdV4Variant::kWgmma, "wgmma"},
+                                               {FwdV4Variant::kWgmmaPipelined, "wgmmap"},
+                                               {FwdV4Variant::kWgmmaPipelined64, "wgmmap64"},
+                                               {FwdV4Variant::kWgmmaTransposedV, "wgmmat"}};
+
+// SG_ATTN_FWD_VARIANT (unset or empty: 4x32); anything else is InvalidArgument.
+inline absl::StatusOr<FwdV4Variant> FwdV4VariantFromEnv() {
+  const char* s = std::getenv("SG_ATTN_FWD_VARIANT");
+  if (s == nullptr || *s == '\0') return FwdV4Variant::k4x32;
+  std::string known;
+  for (const FwdV4VariantName& v : kFwdV4Variants) {
+    if (std::string(s) == v.name) return v.variant;
+    absl::StrAppend(&known, known.empty() ? "" : ", ", v.name);
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("SG_ATTN_FWD_VARIANT: expected one of ", known, " (or unset), found '", s, "'"));
+}
+
+}  // namespace sg::kernels::internal
+
+#endif  // SGTRAIN_KERNELS_ATTENTION_ATTENTION_FWD_V4_H_

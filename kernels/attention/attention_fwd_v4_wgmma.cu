@@ -1,0 +1,495 @@
+// CUDA flash attention forward, v4 variant "wgmma" (experiment, SG_ATTENTION_KERNEL=v4
+// SG_ATTN_FWD_VARIANT=wgmma): Hopper warpgroup MMA. mma.sync tops out near two thirds of the H200's
+// tensor throughput; wgmma reaches it, and runs asynchronously to the issuing warps.
+//
+// One block of 2 warpgroups per (128-query tile, head, batch); warpgroup w owns query rows
+// [64 w, 64 w + 64). Key tiles of 128 in a 2-stage cp.async ring (one barrier per tile), as in v2:
+//   S = Q K^T   wgmma m64n128k16, Q and K from shared memory (K-major, 128-byte swizzle)
+//   softmax     on the S accumulators (the mma.sync C layout per warp), scale folded into exp2
+//   O += P V    wgmma m64n{D}k16, P from registers (the mma.sync A layout per warp), V from shared
+//               memory through an MN-major descriptor (V stays [key][d] as loaded)
+// Not yet here (FA3): TMA loads, producer/consumer warp specialization, ping-pong between the
+// warpgroups, overlapping the softmax with the next QK^T.
+//
+// Shared-memory layout of every operand tile [rows][D]: D / 64 column blocks of [rows][64] (128-byte
+// rows), 16-byte chunk c of row r at chunk (c ^ (r % 8)) -- the 128-byte swizzle pattern, in
+// 1024-byte atoms of 8 rows. Descriptors (PTX "matrix descriptor"): K-major (Q, K): SBO = 1024 (next
+// 8 rows), LBO unused (1); a k16 step is +32 bytes inside an atom, +rows*128 per column block.
+// MN-major (V as B of P V): SBO = 1024 (next 8 keys), LBO = rows*128 (next 64 columns of d).
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/attention/attention_device.cuh"
+#include "kernels/attention/attention_fwd_v4.cuh"
+#include "kernels/attention/attention_tiling.h"
+
+namespace sg::kernels::internal::attention_device {
+namespace {
+
+template <int kDim, bool kPipelined, int kKeys, bool kTransposeV>
+struct WgmmaFwdConfig {
+  static constexpr int kD = kDim, kThreads = 256, kBlockM = 128, kBlockN = kKeys;
+  static constexpr int kStages = kPipelined ? 3 : 2;
+  static constexpr bool kVt = kTransposeV;
+  static_assert(kD == 64 || kD == 128, "head_dim 64 or 128 (whole 64-column swizzle blocks)");
+  static_assert(!(kVt && kPipelined), "V^T is implemented for the plain loop only");
+  static constexpr int kQBytes = kBlockM * kD * 2, kKvBytes = kBlockN * kD * 2;
+  // + a V^T tile with kVt; + 1 KB to align the tiles to the 1024-byte swizzle atoms.
+  static constexpr int kSmemBytes = kQBytes + (2 * kStages + (kVt ? 1 : 0)) * kKvBytes + 1024;
+  static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
+};
+
+// The device helpers exist only in the sm_90a pass (the compute_90 PTX pass has no wgmma).
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// --- wgmma PTX wrappers (sm_90a) ---------------------------------------------------------------------
+
+__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+// The warpgroup's wgmma groups but the newest kPending are complete.
+template <int kPending>
+__device__ __forceinline__ void WgmmaWait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+// Keeps the compiler from moving accesses of the accumulators across the fences and waits above.
+template <int kN>
+__device__ __forceinline__ void FenceOperands(float (&d)[kN]) {
+#pragma unroll
+  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// The same for the A fragments of an RS wgmma: they are read asynchronously until the wait, so they
+// must stay allocated (not reused for temporaries) until then.
+template <int kK>
+__device__ __forceinline__ void FenceOperands(uint32_t (&a)[kK][4]) {
+#pragma unroll
+  for (int kk = 0; kk < kK; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kk][i])::"memory");
+  }
+}
+
+// A shared-memory matrix descriptor with 128-byte swizzling.
+__device__ __forceinline__ uint64_t Sw128Desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
+  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t((lbo_bytes & 0x3FFFF) >> 4) << 16 |
+         uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32 | uint64_t(1) << 62;
+}
+
+// d = A B (accumulate == 0) or d += A B for one k16 step, m64n{64,128}k16; A and B from shared
+// memory (K-major descriptors).
+__device__ __forceinline__ void WgmmaSS64(float (&d)[32], uint64_t a_desc, uint64_t b_desc, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+
+__device__ __forceinline__ void WgmmaSS128(float (&d)[64], uint64_t a_desc, uint64_t b_desc, int accumulate) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, %64, %65, p, 1, 1, 0, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "l"(a_desc), "l"(b_desc), "r"(accumulate));
+}
+
+// d += A B for one k16 step, m64n{64,128}k16; A from registers (the mma.sync A layout in each warp),
+// B from shared memory: kTransB = 1 through an MN-major descriptor, 0 K-major.
+template <int kTransB>
+__device__ __forceinline__ void WgmmaRS128(float (&d)[64], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31,"
+      "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47,"
+      "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+      "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
+        "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
+        "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
+        "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
+        "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB));
+}
+
+template <int kTransB>
+__device__ __forceinline__ void WgmmaRS64(float (&d)[32], const uint32_t (&a)[4], uint64_t b_desc) {
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.b32 p, %37, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {"
+      "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15,"
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+      "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+        "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
+        "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
+        "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(1), "n"(kTransB));
+}
+
+// --- Pieces of the kernel -----------------------------------------------------------------------------
+
+// Async copy of a [kRows][kD] tile (rows `row_stride` elements apart, rows >= valid_rows zero-filled)
+// into the swizzled layout at `tile` (1024-byte aligned), by all kThreads threads.
+template <int kRows, int kD, int kThreads>
+__device__ __forceinline__ void LoadSwizzled(uint32_t tile, const bf16* g, int64_t row_stride,
+                                             int valid_rows) {
+  constexpr int kChunks = kD / 8;
+  static_assert(kRows * kChunks % kThreads == 0, "tile load must split evenly");
+#pragma unroll
+  for (int i = 0; i < kRows * kChunks / kThreads; ++i) {
+    const int idx = i * kThreads + int(threadIdx.x), r = idx / kChunks, c = idx % kChunks;
+    const bool valid = r < valid_rows;
+    const uint32_t dst = tile + (c / 8) * (kRows * 128) + r * 128 + (((c % 8) ^ (r % 8)) * 16);
+    CpAsync16(dst, g + (valid ? r : 0) * row_stride + c * 8, valid);
+  }
+}
+
+// Issues S = Q K^T for this warpgroup's 64 rows (q_tile: its first row in the swizzled Q tile of
+// kBlockM rows) against a kBlockN-key tile, as one wgmma group.
+template <int kD, int kBlockM, int kBlockN>
+__device__ __forceinline__ void IssueQK(float (&s)[kBlockN / 2], uint32_t q_tile, uint32_t k_tile) {
+  static_assert(kBlockN == 64 || kBlockN == 128, "QK^T wrappers: m64n64 and m64n128");
+  FenceOperands(s);
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < kD / 16; ++kk) {  // k16 step: + (kk / 4) column blocks + (kk % 4) * 32 bytes
+    const uint32_t within = (kk % 4) * 32;
+    const uint64_t a_desc = Sw128Desc(q_tile + (kk / 4) * (kBlockM * 128) + within, 16, 1024);
+    const uint64_t b_desc = Sw128Desc(k_tile + (kk / 4) * (kBlockN * 128) + within, 16, 1024);
+    if constexpr (kBlockN == 128) {
+      WgmmaSS128(s, a_desc, b_desc, kk > 0);
+    } else {
+      WgmmaSS64(s, a_desc, b_desc, kk > 0);
+    }
+  }
+  WgmmaCommit();
+}
+
+// Issues O += P V (P: bf16 A fragments, k16 step kk = keys 16 kk..) as one wgmma group. kVt: the
+// tile is V^T ([kD][kBlockN], K-major, from TransposeV), else V as loaded ([kBlockN][kD], MN-major).
+template <int kD, int kBlockN, bool kVt>
+__device__ __forceinline__ void IssuePV(float (&o)[kD / 2], const uint32_t (&p)[kBlockN / 16][4],
+                                        uint32_t v_tile) {
+  FenceOperands(o);
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+    const uint64_t b_desc =
+        kVt ? Sw128Desc(v_tile + (kk / 4) * (kD * 128) + (kk % 4) * 32, 16, 1024)
+            : Sw128Desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
+    if constexpr (kD == 128) {
+      WgmmaRS128<kVt ? 0 : 1>(o, p[kk], b_desc);
+    } else {
+      WgmmaRS64<kVt ? 0 : 1>(o, p[kk], b_desc);
+    }
+  }
+  WgmmaCommit();
+}
+
+// V^T of a swizzled [kBlockN][kD] V tile into vt, swizzled [kD][kBlockN] (K-major for P V), by the
+// 8 warps: each ldmatrix.x4.trans takes 8 keys x 32 columns of d and hands every lane two
+// consecutive keys of one d row. Both sides are conflict-free (the swizzle spreads the 8 rows).
+template <int kD, int kBlockN>
+__device__ __forceinline__ void TransposeV(uint32_t vt, uint32_t v_tile, int warp_id, int lane) {
+  constexpr int kKeyGroups = kBlockN / 8, kJobs = kKeyGroups * (kD / 32);
+  static_assert(kJobs % 8 == 0, "jobs split evenly over the 8 warps");
+#pragma unroll
+  for (int job = warp_id; job < kJobs; job += 8) {
+    const int k0 = (job % kKeyGroups) * 8, c0 = (job / kKeyGroups) * 4;  // keys k0.., d chunks c0..
+    const int c = c0 + lane / 8, key = k0 + lane % 8;                       // the row this lane names
+    uint32_t r[4];
+    Ldmatrix4Trans(r, v_tile + (c / 8) * (kBlockN * 128) + key * 128 + (((c % 8) ^ (key % 8)) * 16));
+    const int kc = k0 / 8;  // the 16-byte chunk of keys k0..k0+7 in a V^T row
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const int row = (c0 + m) * 8 + lane / 4;  // d
+      const uint32_t dst = vt + (kc / 8) * (kD * 128) + row * 128 + (((kc % 8) ^ (row % 8)) * 16) + 4 * (lane % 4);
+      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst), "r"(r[m]) : "memory");
+    }
+  }
+}
+
+// Masks keys past the end and (causal) after the query in the scores of key tile n0. Element i of
+// s is (row first_row + 8 ((i / 2) % 2), key n0 + 8 (i / 4) + 2 (lane % 4) + i % 2).
+template <int kBlockN>
+__device__ __forceinline__ void MaskTile(float (&s)[kBlockN / 2], const Problem& pr, int m0, int n0,
+                                         int first_row, int lane) {
+  if (!TileNeedsMask(m0, n0, kBlockN, pr.seq_k, pr.causal, pr.q_minus_k)) return;
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) {
+    const int col = n0 + (i / 4) * 8 + 2 * (lane % 4) + (i & 1);
+    const int row = first_row + ((i & 2) ? 8 : 0);
+    if (col >= pr.seq_k || (pr.causal && int64_t(col) > row + pr.q_minus_k)) s[i] = -INFINITY;
+  }
+}
+
+// Online softmax of one tile in the log2 domain on raw scores (scale > 0): s becomes
+// p = 2^(s c - m) with m the new running max; alpha = 2^(old max - new max) per row half.
+template <int kBlockN>
+__device__ __forceinline__ void SoftmaxTile(float (&s)[kBlockN / 2], float (&row_max)[2],
+                                            float (&row_sum)[2], float (&alpha)[2], float c) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    mx = fmaxf(row_max[r], QuadMax(mx) * c);
+    const float m_use = mx == -INFINITY ? 0.f : mx;  // fully masked so far: keep 2^x finite
+    alpha[r] = FastExp2(row_max[r] - m_use);
+    row_max[r] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      s[4 * j + 2 * r] = FastExp2(fmaf(s[4 * j + 2 * r], c, -m_use));
+      s[4 * j + 2 * r + 1] = FastExp2(fmaf(s[4 * j + 2 * r + 1], c, -m_use));
+      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    }
+    row_sum[r] = row_sum[r] * alpha[r] + sum;  // per-thread partial; quad-reduced at the end
+  }
+}
+
+template <int kD>
+__device__ __forceinline__ void RescaleO(float (&o)[kD / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i / 2) % 2];
+}
+
+// P as bf16 A fragments: k16 step kk is S chunks 2 kk and 2 kk + 1 (the mma.sync A layout).
+template <int kBlockN>
+__device__ __forceinline__ void PackP(uint32_t (&p)[kBlockN / 16][4], const float (&s)[kBlockN / 2]) {
+#pragma unroll
+  for (int kk = 0; kk < kBlockN / 16; ++kk) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) p[kk][i] = PackBf16(s[8 * kk + 2 * i], s[8 * kk + 2 * i + 1]);
+  }
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+// kPipelined = false ("wgmma"): per key tile, QK^T, softmax, PV, each waited for; 2 stages.
+// kPipelined = true ("wgmmap"): the QK^T of tile t + 1 and the PV of tile t are issued together and
+// the softmax of tile t + 1 runs while the tensor cores do that PV (FA3's intra-warpgroup overlap);
+// 3 stages, since tile t's V, tile t + 1's K and the copy of tile t + 2 are live at once.
+template <int kD, bool kPipelined, int kKeys, bool kVt>
+__global__ void __launch_bounds__(256, 1)
+    WgmmaFwdKernel(Problem pr, const bf16* __restrict__ q, const bf16* __restrict__ k,
+                   const bf16* __restrict__ v, bf16* __restrict__ out, float* __restrict__ lse) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  using C = WgmmaFwdConfig<kD, kPipelined, kKeys, kVt>;
+  constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
+  extern __shared__ __align__(1024) unsigned char smem[];
+  const uint32_t sq = (SmemAddr(smem) + 1023) & ~1023u;
+  const uint32_t sk = sq + C::kQBytes, sv = sk + kStages * C::kKvBytes;  // stage s at + s * kKvBytes
+  const uint32_t svt = sv + kStages * C::kKvBytes;                       // V^T (kVt)
+
+  const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
+  const int m_block = pr.causal ? int(gridDim.y) - 1 - int(blockIdx.y) : int(blockIdx.y);
+  const int h = blockIdx.x, b = blockIdx.z, kh = h / (pr.heads / pr.kv_heads);
+  const int m0 = m_block * kBlockM;
+  const int64_t q_row = int64_t(pr.heads) * kD, k_row = int64_t(pr.kv_heads) * kD;
+  const bf16* q_base = q + (int64_t(b) * pr.seq_q + m0) * q_row + h * kD;
+  const bf16* k_base = k + int64_t(b) * pr.seq_k * k_row + kh * kD;
+  const bf16* v_base = v + int64_t(b) * pr.seq_k * k_row + kh * kD;
+
+  const int n_end = VisibleKeyEnd(min(m0 + kBlockM, pr.seq_q), pr.seq_k, pr.causal, pr.q_minus_k);
+  const int n_tiles = (n_end + kBlockN - 1) / kBlockN;
+
+  // Commit groups: Q, then one per key tile (empty past the end).
+  LoadSwizzled<kBlockM, kD, C::kThreads>(sq, q_base, q_row, pr.seq_q - m0);
+  CpAsyncCommit();
+  auto load_kv = [&](int t) {
+    if (t < n_tiles) {
+      const int n = t * kBlockN;
+      const uint32_t offset = (t % kStages) * C::kKvBytes;
+      LoadSwizzled<kBlockN, kD, C::kThreads>(sk + offset, k_base + n * k_row, k_row, pr.seq_k - n);
+      LoadSwizzled<kBlockN, kD, C::kThreads>(sv + offset, v_base + n * k_row, k_row, pr.seq_k - n);
+    }
+    CpAsyncCommit();
+  };
+  auto k_tile = [&](int t) { return sk + (t % kStages) * C::kKvBytes; };
+  auto v_tile = [&](int t) { return sv + (t % kStages) * C::kKvBytes; };
+#pragma unroll
+  for (int t = 0; t < kStages - 1; ++t) load_kv(t);
+
+  float o[kD / 2];  // m64n{kD} accumulator: n8 chunk j holds (row g, 8j + 2t..), (row g + 8, ..)
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] = 0.f;
+  float s[kBlockN / 2];
+  uint32_t p[kBlockN / 16][4];
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f}, alpha[2];
+  const int first_row = m0 + 64 * wg + 16 * warp + lane / 4;  // and first_row + 8
+  const uint32_t q_tile = sq + wg * 64 * 128;                  // this warpgroup's 64 rows of Q
+  // The newest copy committed so far (by every thread) has landed and is visible to the async
+  // proxy (wgmma), and every thread is done with the stage the next copy refills.
+  auto all_landed = [&] {
+    CpAsyncWait<0>();
+    FenceProxyAsyncShared();
+    __syncthreads();
+  };
+
+  if constexpr (!kPipelined) {
+    for (int t = 0; t < n_tiles; ++t) {
+      all_landed();  // tile t
+      load_kv(t + 1);
+      if constexpr (kVt) TransposeV<kD, kBlockN>(svt, v_tile(t), threadIdx.x / 32, lane);
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
+      IssueQK<kD, kBlockM, kBlockN>(s, q_tile, k_tile(t));
+      WgmmaWait<0>();
+      FenceOperands(s);
+      MaskTile<kBlockN>(s, pr, m0, t * kBlockN, first_row, lane);
+      SoftmaxTile<kBlockN>(s, row_max, row_sum, alpha, pr.scale_log2);
+      RescaleO<kD>(o, alpha);
+      PackP<kBlockN>(p, s);
+      if constexpr (kVt) {  // V^T written (generic proxy) by every warp, read by wgmma
+        FenceProxyAsyncShared();
+        __syncthreads();
+      }
+      IssuePV<kD, kBlockN, kVt>(o, p, kVt ? svt : v_tile(t));
+      WgmmaWait<0>();
+      FenceOperands(o);
+      FenceOperands(p);
+    }
+  } else if (n_tiles > 0) {
+    // Tile 0's scores; then per tile t: P(t) packed, O rescaled, QK^T(t + 1) and PV(t) issued,
+    // softmax(t + 1) under PV(t).
+    CpAsyncWait<1>();  // Q and tile 0 landed; tile 1 may be in flight
+    FenceProxyAsyncShared();
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
+    IssueQK<kD, kBlockM, kBlockN>(s, q_tile, k_tile(0));
+    WgmmaWait<0>();
+    FenceOperands(s);
+    MaskTile<kBlockN>(s, pr, m0, 0, first_row, lane);
+    SoftmaxTile<kBlockN>(s, row_max, row_sum, alpha, pr.scale_log2);
+    for (int t = 0; t + 1 < n_tiles; ++t) {
+      // Tile t + 1 landed; everyone finished iteration t - 1, so tile t - 1's stage is free for
+      // tile t + 2 (tile t's V and tile t + 1's K are in the other two).
+      all_landed();
+      load_kv(t + 2);
+      PackP<kBlockN>(p, s);
+      RescaleO<kD>(o, alpha);
+#pragma unroll
+      for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
+      IssueQK<kD, kBlockM, kBlockN>(s, q_tile, k_tile(t + 1));
+      IssuePV<kD, kBlockN, false>(o, p, v_tile(t));
+      WgmmaWait<1>();  // groups complete in order: QK^T(t + 1) is done, PV(t) may still run
+      FenceOperands(s);
+      MaskTile<kBlockN>(s, pr, m0, (t + 1) * kBlockN, first_row, lane);
+      SoftmaxTile<kBlockN>(s, row_max, row_sum, alpha, pr.scale_log2);
+      WgmmaWait<0>();
+      FenceOperands(o);
+      FenceOperands(p);
+    }
+    // The last tile's PV.
+    PackP<kBlockN>(p, s);
+    RescaleO<kD>(o, alpha);
+    IssuePV<kD, kBlockN, false>(o, p, v_tile(n_tiles - 1));
+    WgmmaWait<0>();
+    FenceOperands(o);
+    FenceOperands(p);
+  }
+  CpAsyncWait<0>();  // with no key tiles the Q copy may still be in flight
+
+  // Normalize and write out (lse as v2: natural log, [b, h, row]).
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = QuadSum(row_sum[r]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = first_row + 8 * r;
+    if (row < pr.seq_q) {
+      if (lane % 4 == 0) {
+        lse[(int64_t(b) * pr.heads + h) * pr.seq_q + row] = l > 0.f ? (row_max[r] + __log2f(l)) * kLn2 : -INFINITY;
+      }
+      bf16* out_row = out + (int64_t(b) * pr.seq_q + row) * q_row + h * kD + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(out_row + 8 * j) = PackBf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+      }
+    }
+  }
+#else
+  __trap();  // wgmma needs sm_90a; the dispatch launches this kernel only there
+#endif
+}
+
+template <int kD, bool kPipelined, int kKeys, bool kVt = false>
+absl::Status LaunchWgmma(const Problem& pr, int batch, const void* q, const void* k, const void* v,
+                         void* out, float* lse, cudaStream_t stream) {
+  using C = WgmmaFwdConfig<kD, kPipelined, kKeys, kVt>;
+  auto* kernel = WgmmaFwdKernel<kD, kPipelined, kKeys, kVt>;
+  const int m_blocks = (pr.seq_q + C::kBlockM - 1) / C::kBlockM;
+  SG_CHECK_ARG(m_blocks <= 65535, "attention v4 wgmma forward: at most 65535 query tiles of ",
+               C::kBlockM, " rows, found seq_q ", pr.seq_q);
+  SG_RETURN_IF_ERROR(AllowSmem(kernel, C::kSmemBytes));
+  kernel<<<dim3(pr.heads, m_blocks, batch), C::kThreads, C::kSmemBytes, stream>>>(
+      pr, static_cast<const bf16*>(q), static_cast<const bf16*>(k), static_cast<const bf16*>(v),
+      static_cast<bf16*>(out), lse);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(WgmmaFwdKernel);
+  return absl::OkStatus();
+}
+
+template <int kD>
+absl::Status LaunchWgmmaVariant(FwdV4Variant variant, const Problem& pr, int batch, const void* q,
+                                const void* k, const void* v, void* out, float* lse,
+                                cudaStream_t stream) {
+  switch (variant) {
+    case FwdV4Variant::kWgmma:
+      return LaunchWgmma<kD, false, 128>(pr, batch, q, k, v, out, lse, stream);
+    case FwdV4Variant::kWgmmaPipelined:
+      return LaunchWgmma<kD, true, 128>(pr, batch, q, k, v, out, lse, stream);
+    case FwdV4Variant::kWgmmaPipelined64:
+      return LaunchWgmma<kD, true, 64>(pr, batch, q, k, v, out, lse, stream);
+    case FwdV4Variant::kWgmmaTransposedV:
+      return LaunchWgmma<kD, false, 128, true>(pr, batch, q, k, v, out, lse, stream);
+    default:
+      return absl::InvalidArgumentError("attention v4 forward: not a wgmma variant");
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, const Problem& pr, int head_dim, int batch,
+                                  const void* q, const void* k, const void* v, void* out,
+                                  float* lse, cudaStream_t stream) {
+  int device = 0, major = 0, minor = 0;
+  SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) {
+    return absl::UnimplementedError(absl::StrCat(
+        "attention v4 wgmma forward: needs an sm_90 GPU (wgmma), found compute capability ", major,
+        ".", minor));
+  }
+  if (head_dim == 64) return LaunchWgmmaVariant<64>(variant, pr, batch, q, k, v, out, lse, stream);
+  return LaunchWgmmaVariant<128>(variant, pr, batch, q, k, v, out, lse, stream);
+}
+
+}  // namespace sg::kernels::internal::attention_device
