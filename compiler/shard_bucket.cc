@@ -26,8 +26,11 @@ absl::StatusOr<ShardBucket> ShardBucket::Create(const std::vector<Shape>& shapes
     e.row = e.rows == 0 ? 0 : NumElements(s) / e.rows;
     e.chunk = sharding::MaxChunk(e.rows, b.size_);
     e.mine = sharding::Chunk(e.rows, b.size_, b.rank_);
-    e.offset = b.block_;
-    b.block_ += e.chunk * e.row;
+    e.direct = e.rows % b.size_ == 0;
+    if (!e.direct) {
+      e.offset = b.block_;
+      b.block_ += e.chunk * e.row;
+    }
     b.entries_.push_back(e);
   }
   SG_ASSIGN_OR_RETURN(b.buffer_, Tensor::Empty({std::max<int64_t>(1, b.block_ * (b.size_ + 1))}, DType::kF32, device));
@@ -65,18 +68,30 @@ absl::Status ShardBucket::Gather(const std::vector<TensorView>& shards, const st
                                  const Stream& s, const std::vector<int>& which) {
   const std::vector<int> ids = which.empty() ? All() : which;
   SG_RETURN_IF_ERROR(CheckViews(shards, full, "gather", ids));
-  // The selected tensors packed at consecutive offsets of a smaller block.
-  std::vector<int64_t> at(ids.size());
+  // Even splits: rank r's rows are block r of the full tensor, gathered in place.
+  std::vector<int> packed;
+  for (int i : ids) {
+    const Entry& e = entries_[size_t(i)];
+    if (!e.direct) {
+      packed.push_back(i);
+    } else if (e.rows * e.row > 0) {
+      const TensorView& f = full[size_t(i)];
+      SG_RETURN_IF_ERROR(group_ != nullptr ? group_->AllGather(shards[size_t(i)], Flat(f, 0, f.numel()), s)
+                                           : CopyTensor(shards[size_t(i)], Flat(f, 0, f.numel()), s));
+    }
+  }
+  // The others packed at consecutive offsets of a smaller block.
+  std::vector<int64_t> at(packed.size());
   int64_t block = 0;
-  for (size_t k = 0; k < ids.size(); ++k) {
+  for (size_t k = 0; k < packed.size(); ++k) {
     at[k] = block;
-    block += entries_[size_t(ids[k])].chunk * entries_[size_t(ids[k])].row;
+    block += entries_[size_t(packed[k])].chunk * entries_[size_t(packed[k])].row;
   }
   if (block == 0) return absl::OkStatus();
   const TensorView mine = Flat(buffer_.view(), 0, block), bucket = Flat(buffer_.view(), block_, block * size_);
   SG_RETURN_IF_ERROR(ZeroTensor(mine, s));
-  for (size_t k = 0; k < ids.size(); ++k) {
-    const TensorView& shard = shards[size_t(ids[k])];
+  for (size_t k = 0; k < packed.size(); ++k) {
+    const TensorView& shard = shards[size_t(packed[k])];
     if (shard.numel() > 0) SG_RETURN_IF_ERROR(CopyTensor(shard, Flat(mine, at[k], shard.numel()), s));
   }
   if (group_ != nullptr) {
@@ -85,12 +100,12 @@ absl::Status ShardBucket::Gather(const std::vector<TensorView>& shards, const st
     SG_RETURN_IF_ERROR(CopyTensor(mine, Flat(bucket, 0, block), s));
   }
   for (int r = 0; r < size_; ++r) {
-    for (size_t k = 0; k < ids.size(); ++k) {
-      const Entry& e = entries_[size_t(ids[k])];
+    for (size_t k = 0; k < packed.size(); ++k) {
+      const Entry& e = entries_[size_t(packed[k])];
       const sharding::ChunkRange c = sharding::Chunk(e.rows, size_, r);
       if (c.length == 0) continue;
       SG_RETURN_IF_ERROR(CopyTensor(Flat(bucket, r * block + at[k], c.length * e.row),
-                                    Flat(full[size_t(ids[k])], c.offset * e.row, c.length * e.row), s));
+                                    Flat(full[size_t(packed[k])], c.offset * e.row, c.length * e.row), s));
     }
   }
   return absl::OkStatus();
@@ -99,6 +114,13 @@ absl::Status ShardBucket::Gather(const std::vector<TensorView>& shards, const st
 absl::Status ShardBucket::ReduceScatter(const std::vector<TensorView>& full, const std::vector<TensorView>& shards,
                                         const Stream& s) {
   SG_RETURN_IF_ERROR(CheckViews(shards, full, "reduce-scatter", All()));
+  for (size_t i = 0; i < entries_.size(); ++i) {
+    const Entry& e = entries_[i];
+    if (!e.direct || e.rows * e.row == 0) continue;
+    const TensorView f = Flat(full[i], 0, full[i].numel());
+    SG_RETURN_IF_ERROR(group_ != nullptr ? group_->ReduceScatter(f, shards[i], comm::ReduceOp::kSum, s)
+                                         : CopyTensor(f, shards[i], s));
+  }
   if (block_ == 0) return absl::OkStatus();
   const TensorView mine = Flat(buffer_.view(), 0, block_), bucket = Flat(buffer_.view(), block_, block_ * size_);
   SG_RETURN_IF_ERROR(ZeroTensor(bucket, s));
@@ -106,7 +128,7 @@ absl::Status ShardBucket::ReduceScatter(const std::vector<TensorView>& full, con
     for (size_t i = 0; i < entries_.size(); ++i) {
       const Entry& e = entries_[i];
       const sharding::ChunkRange c = sharding::Chunk(e.rows, size_, r);
-      if (c.length == 0) continue;
+      if (e.direct || c.length == 0) continue;
       SG_RETURN_IF_ERROR(CopyTensor(Flat(full[i], c.offset * e.row, c.length * e.row),
                                     Flat(bucket, r * block_ + e.offset, c.length * e.row), s));
     }
@@ -117,7 +139,8 @@ absl::Status ShardBucket::ReduceScatter(const std::vector<TensorView>& full, con
     SG_RETURN_IF_ERROR(CopyTensor(Flat(bucket, 0, block_), mine, s));
   }
   for (size_t i = 0; i < entries_.size(); ++i) {
-    if (shards[i].numel() > 0) SG_RETURN_IF_ERROR(CopyTensor(Flat(mine, entries_[i].offset, shards[i].numel()), shards[i], s));
+    if (entries_[i].direct || shards[i].numel() == 0) continue;
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(mine, entries_[i].offset, shards[i].numel()), shards[i], s));
   }
   return absl::OkStatus();
 }

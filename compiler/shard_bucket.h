@@ -1,17 +1,17 @@
 // Tensors sharded by dim-0 rows over a process group (torch.chunk: rank k of P keeps rows
-// sharding::Chunk(n, P, k), uneven and empty chunks allowed), packed rank-major into one bucket so
-// that gathering them all, or reduce-scattering their gradients, is one collective. This is the
-// FSDP runtime's unit packing (compiler/fsdp.h) as a piece of its own, for runtimes that keep
+// sharding::Chunk(n, P, k), uneven and empty chunks allowed), gathered and reduce-scattered the
+// way the FSDP runtime does it (compiler/fsdp.h), as a piece of its own for runtimes that keep
 // parameters sharded outside that runtime's schedule (the pipeline's stages, pp_step.h).
 //
 //   SG_ASSIGN_OR_RETURN(ShardBucket b, ShardBucket::Create({{8, 4}, {4}}, dp_group, device));
 //   SG_RETURN_IF_ERROR(b.Gather(shards, fulls, stream));            // every full tensor, f32
 //   SG_RETURN_IF_ERROR(b.ReduceScatter(full_grads, grad_shards, stream));  // summed over the group
 //
-// Layout: each rank's block holds, per tensor i, MaxChunk(rows_i, P) rows at offset(i), zero
-// padded past its own rows; the bucket is P blocks. Gather packs this rank's shards into its block,
-// all-gathers the blocks and copies every rank's rows into the full tensors; ReduceScatter packs
-// the full gradients rank-major, reduce-scatters (sum) the bucket, and unpacks this rank's block.
+// A tensor whose rows split evenly is gathered straight into the full tensor (rank r's rows are its
+// block r) and reduce-scattered straight from it: one collective each, no staging. The others are
+// packed rank-major into one bucket, one collective for all of them: each rank's block holds, per
+// such tensor, MaxChunk(rows, P) rows, zero padded past its own; the bucket is P blocks. So the
+// staging memory is (P + 1) blocks of the unevenly split tensors only.
 // Collectives run on `stream`'s order (device tensors: the process group's device path, ordered by
 // events; host tensors: synchronously). A null group is this rank alone (copies only).
 // Tensors are f32 and contiguous; a rank-0 tensor counts as one row.
@@ -56,7 +56,8 @@ class ShardBucket {
   struct Entry {
     int64_t rows = 0, row = 0, chunk = 0;  // dim-0 extent, elements per row, MaxChunk(rows, P)
     sharding::ChunkRange mine;
-    int64_t offset = 0;  // in a rank's block, elements
+    bool direct = false;  // rows split evenly: no packing
+    int64_t offset = 0;   // in a rank's block, elements (packed tensors)
   };
   // The views of the tensors in `ids` match their entries (others are not read or written).
   absl::Status CheckViews(const std::vector<TensorView>& shards, const std::vector<TensorView>& full,
@@ -66,8 +67,8 @@ class ShardBucket {
   comm::ProcessGroup* group_ = nullptr;
   int size_ = 1, rank_ = 0;
   std::vector<Entry> entries_;
-  int64_t block_ = 0;  // elements per rank
-  Tensor buffer_;      // [block_] this rank's block, then [P * block_] the bucket
+  int64_t block_ = 0;  // elements per rank of the packed (uneven) tensors
+  Tensor buffer_;      // [block_] this rank's block, then [P * block_] the bucket (uneven tensors)
 };
 
 }  // namespace sg::compiler

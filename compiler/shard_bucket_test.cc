@@ -1,5 +1,5 @@
 // ShardBucket on real processes (localhost, CPU, UCX): 3 ranks, tensors whose rows split unevenly
-// (one rank's chunk empty), against the full tensors computed on every rank from a shared seed:
+// (one rank's chunk empty; packed) and evenly (in place), against the full tensors computed on every rank from a shared seed:
 // Gather of every rank's rows rebuilds them, ReduceScatter gives each rank the sum of its rows.
 #include <algorithm>
 #include <random>
@@ -13,7 +13,8 @@
 namespace sg::compiler {
 namespace {
 
-const std::vector<Shape> kShapes = {{5, 3}, {2, 4}, {7}, {}, {1, 2}};
+// {6, 2} splits evenly over 3 (gathered and reduce-scattered in place); the others are packed.
+const std::vector<Shape> kShapes = {{5, 3}, {2, 4}, {7}, {}, {1, 2}, {6, 2}};
 
 // Rank r's full tensor i: seeded by (seed, r, i), so every rank can compute every rank's.
 std::vector<float> Values(uint64_t seed, int r, size_t i) {
@@ -49,11 +50,11 @@ TEST(Workers, DISABLED_Bucket) {
   EXPECT_EQ(b->shard_numel(1), me < 2 ? 4 : 0) << "2 rows over 3 ranks: the last chunk is empty";
   ASSERT_TRUE(b->Gather(sv, fv, Stream::Cpu()).ok());
   for (size_t i = 0; i < kShapes.size(); ++i) EXPECT_EQ(full[i], Values(seed, 0, i)) << "tensor " << i;
-  // Only tensor 2, into fresh poison.
-  std::fill(full[2].begin(), full[2].end(), -7.f);
-  std::fill(full[0].begin(), full[0].end(), -7.f);
-  ASSERT_TRUE(b->Gather(sv, fv, Stream::Cpu(), {2}).ok());
+  // Only tensors 2 (packed) and 5 (in place), into fresh poison.
+  for (int i : {0, 2, 5}) std::fill(full[size_t(i)].begin(), full[size_t(i)].end(), -7.f);
+  ASSERT_TRUE(b->Gather(sv, fv, Stream::Cpu(), {2, 5}).ok());
   EXPECT_EQ(full[2], Values(seed, 0, 2));
+  EXPECT_EQ(full[5], Values(seed, 0, 5));
   EXPECT_EQ(full[0][0], -7.f) << "tensors outside `which` untouched";
 
   // Reduce-scatter: every rank contributes Values(seed, r, i).
