@@ -8,7 +8,9 @@
 // Flags: --config=124m|1b|7b|tiny, --device=cuda|cpu (default cuda when present), --steps=30,
 // --warmup=10, --recompute=auto|none|selective|full, --memory_budget_gib (auto: the least recompute
 // whose planned arena + state fits the budget; default 0.8x the peer's peak: 124m 10, 1b 32,
-// 7b 42), --lr=3e-4, --cuda_graph=1,
+// 7b 42), --lr=3e-4, --cuda_graph=1 (0, or SG_CUDA_GRAPH=0 in the environment: eager steps, to
+// compare; distributed steps are captured too, collectives included, and rank 0 prints which mode
+// runs and why on stderr; the JSON's "cuda_graph" says whether the timed steps were replays),
 // --trace=<path> (a Chrome trace of one extra eager step, plus its summary line on stderr),
 // --strategy=none|fsdp|hsdp (fsdp/hsdp under a launcher: one process per GPU, the GPU of its local
 // rank, the same per-GPU batch as one GPU; rank 0 prints the JSON line; auto recompute then plans
@@ -194,6 +196,7 @@ absl::Status Main(int argc, char** argv) {
   const auto t0 = std::chrono::steady_clock::now();
   SG_ASSIGN_OR_RETURN(std::unique_ptr<CompiledStep> step, Compile(fwd, o));
   const double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (rank == 0 && !step->explanation().empty()) std::cerr << "strategy: " << step->explanation() << "\n";
   SG_RETURN_IF_ERROR(InitLlamaParameters(*step, fwd, 1234));
   SG_RETURN_IF_ERROR(step->SetLearningRate(f.lr));
   std::vector<std::map<std::string, Tensor>> batches;

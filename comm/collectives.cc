@@ -39,29 +39,80 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 
 }  // namespace
 
+#ifdef SG_WITH_CUDA
+namespace {
+
+cudaStream_t Native(const Stream& s) { return static_cast<cudaStream_t>(s.native()); }
+
+absl::StatusOr<cudaEvent_t> NextEvent(internal::DeviceEvents& events) {
+  SG_ASSIGN_OR_RETURN(void* e, events.Get());
+  return static_cast<cudaEvent_t>(e);
+}
+
+}  // namespace
+#endif
+
+// True while `s` is being captured into a CUDA graph (it joined a capture through an event).
+absl::StatusOr<bool> ProcessGroup::Capturing(const Stream* s) {
+#ifdef SG_WITH_CUDA
+  if (s == nullptr || s->native() == nullptr) return false;
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  SG_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(Native(*s), &status));
+  return status != cudaStreamCaptureStatusNone;
+#else
+  (void)s;
+  return false;
+#endif
+}
+
+// Device buffers grow (allocate, after a synchronization) only outside a CUDA graph capture: the
+// same collectives run eagerly first (the executor's warm-up steps), so a capture finds them sized.
+absl::Status ProcessGroup::CheckGrowable(Transport* t, absl::string_view what, int64_t from, int64_t to) {
+  SG_ASSIGN_OR_RETURN(bool capturing, Capturing(t->stream()));
+  if (!capturing) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      name_, ": the device ", what, " must grow from ", from, " to ", to,
+      " bytes inside a CUDA graph capture (it cannot allocate or synchronize there); run the same collectives "
+      "eagerly before capturing (warm-up steps)"));
+}
+
 // Places the transport's stream after the caller's work (device), so inputs are ready. Send/Recv
 // requests the transport still holds are started first: they were posted before this collective.
+// Starts a device collective: its events are reused from here on (ring.h's DeviceEvents).
 absl::Status ProcessGroup::OrderBefore(Transport* t, const Stream& stream) {
   SG_RETURN_IF_ERROR(t->Flush());
   if (t->stream() == nullptr) return absl::OkStatus();
 #ifdef SG_WITH_CUDA
-  SG_ASSIGN_OR_RETURN(Event e, Event::Create(t->device()));
-  SG_RETURN_IF_ERROR(e.Record(stream.native() ? stream : *t->stream()));
-  SG_RETURN_IF_ERROR(e.Block(*t->stream()));
+  DeviceState& ds = *device_state_;
+  ds.events.Reset();
+  if (!ds.captured) {
+    SG_ASSIGN_OR_RETURN(const bool comm_capturing, Capturing(t->stream()));
+    SG_ASSIGN_OR_RETURN(const bool caller_capturing, Capturing(&stream));
+    ds.captured = comm_capturing || caller_capturing;
+  }
+  SG_ASSIGN_OR_RETURN(cudaEvent_t e, NextEvent(ds.events));
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, Native(stream.native() ? stream : *t->stream())));
+  SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Native(*t->stream()), e, 0));
 #endif
   return absl::OkStatus();
 }
 
-// Places the caller's stream after the collective (device) and remembers it for SynchronizeDevice.
+// Places the caller's stream after the collective (device) and remembers it for SynchronizeDevice
+// (unless the comm stream is being captured: see DeviceState::last).
 absl::Status ProcessGroup::OrderAfter(Transport* t, const Stream& stream) {
   if (t->stream() == nullptr) return absl::OkStatus();
 #ifdef SG_WITH_CUDA
   DeviceState& ds = *device_state_;
-  if (ds.last == nullptr) SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ds.last, cudaEventDisableTiming));
-  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(ds.last, static_cast<cudaStream_t>(t->stream()->native())));
-  if (stream.native() != nullptr) {
-    SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream.native()), ds.last, 0));
+  SG_ASSIGN_OR_RETURN(bool capturing, Capturing(t->stream()));
+  cudaEvent_t done = nullptr;
+  if (capturing) {
+    SG_ASSIGN_OR_RETURN(done, NextEvent(ds.events));
+  } else {
+    if (ds.last == nullptr) SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ds.last, cudaEventDisableTiming));
+    done = ds.last;
   }
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, Native(*t->stream())));
+  if (stream.native() != nullptr) SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Native(stream), done, 0));
 #endif
   return absl::OkStatus();
 }
@@ -70,15 +121,65 @@ absl::Status ProcessGroup::OrderAfter(Transport* t, const Stream& stream) {
 absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes) {
   DeviceState& ds = *device_state_;
   if (ds.reduce_stream == nullptr) {
+    SG_RETURN_IF_ERROR(CheckGrowable(t, "reduce stream", 0, 0));
     SG_ASSIGN_OR_RETURN(Stream rs, Stream::Create(t->device()));
     ds.reduce_stream = std::make_unique<Stream>(std::move(rs));
   }
   if (scratch_bytes > 0 && (ds.scratch.view().raw() == nullptr || ds.scratch.nbytes() < scratch_bytes)) {
+    SG_RETURN_IF_ERROR(CheckGrowable(t, "ring scratch", ds.scratch.view().raw() ? ds.scratch.nbytes() : 0,
+                                     scratch_bytes));
     // The old scratch may still be read by queued reductions: let them finish before freeing it.
     SG_RETURN_IF_ERROR(ds.reduce_stream->Synchronize());
+    if (ds.captured) ds.retired.push_back(std::move(ds.scratch));
     SG_ASSIGN_OR_RETURN(ds.scratch, Tensor::Empty({(scratch_bytes + 3) / 4}, DType::kF32, t->device()));
   }
   return absl::OkStatus();
+}
+
+absl::Status ProcessGroup::WaitStream(const Stream& stream, absl::Time deadline) {
+#ifdef SG_WITH_CUDA
+  if (stream.native() == nullptr) return absl::OkStatus();
+  if (device_ != nullptr) SG_RETURN_IF_ERROR(device_->Flush());
+  DeviceState& ds = *device_state_;
+  if (ds.waited == nullptr) SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ds.waited, cudaEventDisableTiming));
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(ds.waited, Native(stream)));
+  OpState op;
+  op.pg = this;
+  op.op = "device work";
+  op.seq = seq_;
+  op.start = absl::Now();
+  op.deadline = deadline;
+  absl::Time next_abort_check = op.start + absl::Milliseconds(100);
+  while (true) {
+    const cudaError_t e = cudaEventQuery(ds.waited);
+    if (e == cudaSuccess) return absl::OkStatus();
+    if (e != cudaErrorNotReady) SG_CUDA_RETURN_IF_ERROR(e);
+    const absl::Time now = absl::Now();
+    absl::Status failed;
+    if (now >= deadline) {
+      failed = absl::DeadlineExceededError(absl::StrCat(
+          name_, ": device work (its collectives up to #", seq_, ", possibly replayed from a CUDA graph) not done after ",
+          absl::FormatDuration(now - op.start), " on rank ", members_[size_t(rank_)],
+          "; a peer is dead or stuck. Aborted the device transport"));
+    } else if (now >= next_abort_check) {
+      next_abort_check = now + absl::Milliseconds(100);
+      failed = CheckAbort(op);
+      if (!failed.ok()) failed = absl::Status(failed.code(), absl::StrCat(failed.message(), ". Aborted the device transport"));
+    }
+    if (!failed.ok()) {
+      // Kernels waiting on a dead peer never finish: aborting the transport (ncclCommAbort) makes
+      // them return, so the streams drain and the step can be destroyed. Peers stop too.
+      if (device_ != nullptr) device_->Abort();
+      (void)Abort(std::string(failed.message()));
+      return failed;
+    }
+    std::this_thread::yield();
+  }
+#else
+  (void)stream;
+  (void)deadline;
+  return absl::OkStatus();
+#endif
 }
 
 absl::Status ProcessGroup::SynchronizeDevice(absl::Time deadline) {
@@ -164,8 +265,8 @@ absl::Status ProcessGroup::RingReduceScatter(OpState& op, Transport* t, char* bu
   int64_t chunk_elems = 0;
   internal::ChunkCount(s, &chunk_elems, 1u << 30);
   SG_RETURN_IF_ERROR(EnsureDeviceState(t, chunk_elems * s.window * SizeOf(dtype)));
-  return internal::RunRingDevice(s, *device_state_->reduce_stream,
-                                 device_state_->scratch.view().raw());
+  return internal::RunRingDevice(s, *device_state_->reduce_stream, device_state_->scratch.view().raw(),
+                                 device_state_->events);
 }
 
 absl::Status ProcessGroup::RingAllGather(OpState& op, Transport* t, char* buf, DType dtype,
@@ -190,7 +291,7 @@ absl::Status ProcessGroup::RingAllGather(OpState& op, Transport* t, char* buf, D
   s.window = options_.device_window;
   s.send0_data = send0;
   SG_RETURN_IF_ERROR(EnsureDeviceState(t, 0));
-  return internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr);
+  return internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr, device_state_->events);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -298,8 +399,11 @@ absl::Status ProcessGroup::DeviceReduceScatter(OpState& op, Transport* tr, const
   if (n > 2) {
     Tensor& w = device_state_->work;
     if (w.view().raw() == nullptr || w.nbytes() < input.nbytes()) {
+      SG_RETURN_IF_ERROR(CheckGrowable(tr, "reduce-scatter work buffer", w.view().raw() ? w.nbytes() : 0,
+                                       input.nbytes()));
       // Growing the buffer: queued work on the old one must finish before it is freed.
       SG_RETURN_IF_ERROR(tr->stream()->Synchronize());
+      if (device_state_->captured) device_state_->retired.push_back(std::move(w));
       SG_ASSIGN_OR_RETURN(w, Tensor::Empty({input.numel()}, input.dtype(), input.device()));
     }
     work = static_cast<char*>(w.view().raw());
@@ -360,19 +464,28 @@ absl::Status ProcessGroup::DeviceAllGather(OpState& op, Transport* tr, const Ten
   SG_RETURN_IF_ERROR(EnsureDeviceState(tr, 0));
   const Stream& side = *device_state_->reduce_stream;
   const bool copy = input.raw() != mine;  // in-place callers already hold their block there
-  SG_ASSIGN_OR_RETURN(Event copied, Event::Create(tr->device()));
+#ifdef SG_WITH_CUDA
+  cudaEvent_t copied = nullptr;
   if (copy) {
-    SG_ASSIGN_OR_RETURN(Event fork, Event::Create(tr->device()));
-    SG_RETURN_IF_ERROR(fork.Record(*tr->stream()));
-    SG_RETURN_IF_ERROR(fork.Block(side));
+    // Fork the side stream from the comm stream and join it back below (capture-safe).
+    SG_ASSIGN_OR_RETURN(cudaEvent_t fork, NextEvent(device_state_->events));
+    SG_ASSIGN_OR_RETURN(copied, NextEvent(device_state_->events));
+    SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork, Native(*tr->stream())));
+    SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Native(side), fork, 0));
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(input.raw(), input.dtype(), {input.numel()}, input.device()),
                                   TensorView(mine, input.dtype(), {input.numel()}, input.device()), side));
-    SG_RETURN_IF_ERROR(copied.Record(side));
+    SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(copied, Native(side)));
   }
+#else
+  (void)side;
+  (void)copy;
+#endif
   std::vector<int64_t> counts(size_t(size()), input.numel());
   SG_RETURN_IF_ERROR(RingAllGather(op, tr, buf, input.dtype(), counts,
                                    static_cast<const char*>(input.raw())));
-  if (copy) SG_RETURN_IF_ERROR(copied.Block(*tr->stream()));
+#ifdef SG_WITH_CUDA
+  if (copy) SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Native(*tr->stream()), copied, 0));
+#endif
   return OrderAfter(tr, stream);
 }
 
@@ -404,7 +517,7 @@ absl::Status ProcessGroup::Broadcast(const TensorView& t, int root, const Stream
     s.chunk_elems = DeviceChunkElems(options_, {t.numel()}, t.dtype(), /*pipelined=*/n > 2);
     s.window = options_.device_window;
     st = EnsureDeviceState(tr, 0);
-    if (st.ok()) st = internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr);
+    if (st.ok()) st = internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr, device_state_->events);
   }
   if (st.ok()) st = OrderAfter(tr, stream);
   return st.ok() ? st : Fail(op, st);

@@ -29,12 +29,24 @@ namespace sg::comm {
 
 namespace {
 
+// Events no request holds any more, for the next completions; destroyed with the last owner.
+struct FreeEvents {
+  std::vector<cudaEvent_t> events;
+  ~FreeEvents() {
+    for (cudaEvent_t e : events) cudaEventDestroy(e);
+  }
+};
+
 // A completion event shared by the operations of one group (or one batch of ungrouped operations).
+// Its event goes back to the transport's free list when the last request lets go of it: a group
+// per ring chunk must not create and destroy an event each time (host time per step, and nothing
+// but records may touch events inside a CUDA graph capture).
 struct Completion {
   cudaEvent_t event = nullptr;
   bool recorded = false;
+  std::shared_ptr<FreeEvents> free_list;
   ~Completion() {
-    if (event != nullptr) cudaEventDestroy(event);
+    if (event != nullptr) free_list->events.push_back(event);
   }
 };
 
@@ -49,6 +61,7 @@ struct DeferredOp {
 }  // namespace
 
 struct NcclTransport::Impl {
+  std::shared_ptr<FreeEvents> free_events = std::make_shared<FreeEvents>();
   ncclComm_t comm = nullptr;
   std::unique_ptr<Stream> stream;
   int group_depth = 0;
@@ -62,7 +75,13 @@ struct NcclTransport::Impl {
 
   absl::StatusOr<std::shared_ptr<Completion>> NewCompletion() {
     auto c = std::make_shared<Completion>();
-    SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&c->event, cudaEventDisableTiming));
+    c->free_list = free_events;
+    if (!free_events->events.empty()) {
+      c->event = free_events->events.back();
+      free_events->events.pop_back();
+    } else {
+      SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&c->event, cudaEventDisableTiming));
+    }
     return c;
   }
   absl::Status Record(Completion& c) {

@@ -59,7 +59,7 @@ class NcclTransport : public Transport {
   // return ncclInProgress), or fails with NCCL's asynchronous error.
   absl::Status WaitIssued(absl::Time deadline, absl::string_view what);
   // Aborts the communicator: pending work is dropped and later calls fail. Safe to call twice.
-  void Abort();
+  void Abort() override;
 
   struct Impl;
 

@@ -15,6 +15,16 @@
 // Device collectives are enqueued (ordered after, and before, the caller's stream by events) and
 // return at once; SynchronizeDevice() waits for them with the deadline.
 //
+// CUDA graphs: the device path (ring engine, NCCL send/recv, and the Native* collectives) can be
+// captured when the caller's stream is being captured: it only records and waits on events it
+// created once (the transport's and the reduce stream fork from the caller's stream and join it
+// again), issues NCCL calls, and neither synchronizes nor allocates once its buffers have grown to
+// the sizes the same collectives needed eagerly (growing inside a capture is FailedPrecondition;
+// a buffer that grows in a later eager collective is kept, not freed, since a graph may use it).
+// Every rank must capture the same sequence of collectives. Sequence numbers, progress keys and
+// deadlines are host-side: they advance when a collective is captured, not when it is replayed;
+// WaitStream is the deadline for replayed work.
+//
 // Not thread-safe: one thread per process drives a group (and the groups sharing its transports).
 #ifndef SGTRAIN_COMM_PROCESS_GROUP_H_
 #define SGTRAIN_COMM_PROCESS_GROUP_H_
@@ -129,7 +139,18 @@ class ProcessGroup {
   absl::Status NativeAllGather(const TensorView& input, const TensorView& output, const Stream& stream);
 
   // Waits (host) until the device collectives issued so far are done, or the deadline passes.
+  // Collectives captured into a CUDA graph are not covered (they run when the graph is launched):
+  // wait for the stream the graph was launched on with WaitStream.
   absl::Status SynchronizeDevice(absl::Time deadline);
+  // Waits (host) until the work queued on `stream` so far is done (e.g. a training step whose
+  // collectives on this group were replayed from a CUDA graph), never forever: it polls an event,
+  // and every 100 ms this group's abort flag (set by a failed peer or the health monitor,
+  // comm/health.h). At `deadline` or on an abort it aborts the device transport (NCCL:
+  // ncclCommAbort, so kernels waiting on a dead peer return and the streams drain), sets the
+  // group's abort flag so the peers stop too, and returns DeadlineExceeded / Aborted naming the
+  // group, this rank and the last sequence number. Later device collectives then fail. A CPU
+  // stream returns at once.
+  absl::Status WaitStream(const Stream& stream, absl::Time deadline);
   // Tells every rank of the group to stop: their current and next operations fail with `reason`.
   absl::Status Abort(const std::string& reason);
 
@@ -165,6 +186,10 @@ class ProcessGroup {
   absl::Status WaitAll(OpState& op, std::vector<std::unique_ptr<TransportRequest>>& reqs,
                        const std::vector<int>& peers);
   absl::Status EnsureDeviceState(Transport* t, int64_t scratch_bytes);
+  // True while `s` (a transport's stream; null: false) is being captured into a CUDA graph.
+  static absl::StatusOr<bool> Capturing(const Stream* s);
+  // FailedPrecondition naming `what` when a device buffer would grow during a capture.
+  absl::Status CheckGrowable(Transport* t, absl::string_view what, int64_t from, int64_t to);
   absl::Status OrderBefore(Transport* t, const Stream& stream);
   absl::Status OrderAfter(Transport* t, const Stream& stream);
 

@@ -5,6 +5,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "comm/process_group.h"
@@ -55,10 +56,22 @@ struct ProcessGroup::DeviceState {
   // Reduce-scatter's device work buffer, kept across calls: queued comm-stream work may still use
   // it when the call returns, so it must not go back to the allocator then.
   Tensor work;
+  // Once a collective of this group has been captured into a CUDA graph, a buffer that grows is
+  // kept here instead of freed: the graph may still read or write the old one at every replay.
+  bool captured = false;
+  std::vector<Tensor> retired;
+  // Every event the device collectives record and wait on, reused (ring.h): no event is created
+  // or destroyed per collective, and a CUDA graph capture only records and waits.
+  internal::DeviceEvents events;
 #ifdef SG_WITH_CUDA
-  cudaEvent_t last = nullptr;  // the last device collective's completion on the comm stream
+  // The last eagerly issued device collective's completion on the comm stream (SynchronizeDevice).
+  // Not recorded while the comm stream is being captured: an event last recorded in a capture
+  // cannot be queried (cudaErrorCapturedEvent).
+  cudaEvent_t last = nullptr;
+  cudaEvent_t waited = nullptr;  // WaitStream's
   ~DeviceState() {
     if (last != nullptr) cudaEventDestroy(last);
+    if (waited != nullptr) cudaEventDestroy(waited);
   }
 #endif
 };

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "comm/reduce.h"
 #include "comm/transport.h"
 #include "kernels/core/stream.h"
@@ -79,12 +80,34 @@ struct RingSpec {
 // Host memory over a host transport; returns when every send and receive is done.
 absl::Status RunRingHost(const RingSpec& spec, OpContext& ctx);
 
+// CUDA events for the device engine (cudaEvent_t as void*, ordering only), created on first use
+// and reused by every later collective: the collective calls Reset() when it starts, then each
+// Get() returns an event no other Get() of that collective returned. Reuse is safe because a
+// cudaStreamWaitEvent waits for the record that precedes it when it is issued, not for later ones;
+// it keeps event creation off the per-step host path, and inside a CUDA graph capture every event
+// is only recorded and waited on (no create, destroy, query or synchronize). Without CUDA: empty.
+class DeviceEvents {
+ public:
+  DeviceEvents() = default;
+  DeviceEvents(const DeviceEvents&) = delete;
+  DeviceEvents& operator=(const DeviceEvents&) = delete;
+  ~DeviceEvents();
+  void Reset() { next_ = 0; }
+  absl::StatusOr<void*> Get();
+
+ private:
+  std::vector<void*> events_;
+  size_t next_ = 0;
+};
+
 // Device memory over a device transport: enqueues the whole pipeline on the transport's stream
-// (transfers) and `reduce_stream` (reductions), ordered by events, and returns without waiting.
-// No host synchronization anywhere in it. When it returns, the transport's stream is ordered after
-// all of it. `scratch` holds `window` chunks. Every chunk is one NCCL group, so chunks should be
-// large (tens of MiB): each group pays a kernel launch and NCCL's per-operation ramp-up.
-absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, void* scratch);
+// (transfers) and `reduce_stream` (reductions), ordered by events from `events`, and returns
+// without waiting. No host synchronization, allocation or event creation (after the first use of
+// `events`) anywhere in it, so it can be captured into a CUDA graph: the reduce stream forks from
+// the transport's stream and joins it again. When it returns, the transport's stream is ordered
+// after all of it. `scratch` holds `window` chunks. Every chunk is one NCCL group, so chunks should
+// be large (tens of MiB): each group pays a kernel launch and NCCL's per-operation ramp-up.
+absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, void* scratch, DeviceEvents& events);
 
 // The number of chunks per segment and the chunk size actually used (grown so that message indices
 // fit in `max_index`).

@@ -16,25 +16,26 @@
 namespace sg::comm::internal {
 
 #ifdef SG_WITH_CUDA
-namespace {
 
-// Events created for one engine run, destroyed at its end (destroying a recorded event is safe: the
-// device keeps the work ordered).
-class EventPool {
- public:
-  ~EventPool() {
-    for (cudaEvent_t e : events_) cudaEventDestroy(e);
-  }
-  absl::StatusOr<cudaEvent_t> Get() {
+DeviceEvents::~DeviceEvents() {
+  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+}
+
+absl::StatusOr<void*> DeviceEvents::Get() {
+  if (next_ == events_.size()) {
     cudaEvent_t e;
     SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     events_.push_back(e);
-    return e;
   }
+  return events_[next_++];
+}
 
- private:
-  std::vector<cudaEvent_t> events_;
-};
+namespace {
+
+absl::StatusOr<cudaEvent_t> NextEvent(DeviceEvents& events) {
+  SG_ASSIGN_OR_RETURN(void* e, events.Get());
+  return static_cast<cudaEvent_t>(e);
+}
 
 }  // namespace
 
@@ -48,7 +49,8 @@ class EventPool {
 //     The comm stream never waits for the reduction of the chunk it just received, so chunk c+1
 //     transfers while chunk c is reduced.
 //  2. Comm stream waits for the reduce stream's last work, so callers need only the comm stream.
-absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, void* scratch) {
+absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, void* scratch,
+                           DeviceEvents& events) {
   Transport& t = *spec.transport;
   const Stream* comm = t.stream();
   SG_CHECK_ARG(comm != nullptr, "device ring: transport '", t.name(), "' has no stream");
@@ -66,7 +68,6 @@ absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, vo
     int64_t end = std::min(s.count, begin + chunk_elems);
     return Segment{s.offset + begin, end - begin};
   };
-  EventPool pool;
   std::vector<cudaEvent_t> reduced(size_t(C), nullptr);     // last reduce of chunk c
   std::vector<cudaEvent_t> slot_free(size_t(window), nullptr);  // last reduce reading slot k
   int64_t recv_counter = 0;
@@ -118,12 +119,12 @@ absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, vo
         const int64_t in_seg = rcv.offset - spec.segments[spec.recv_segment(s)].offset;
         char* dst = (last && spec.final_out != nullptr) ? spec.final_out + in_seg * esize
                                                         : spec.buf + rcv.offset * esize;
-        SG_ASSIGN_OR_RETURN(cudaEvent_t arrived, pool.Get());
+        SG_ASSIGN_OR_RETURN(cudaEvent_t arrived, NextEvent(events));
         SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(arrived, cs));
         SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(rs, arrived, 0));
         SG_RETURN_IF_ERROR(ReduceDevice(spec.op, spec.dtype, dst, src + rcv.offset * esize, slot_ptr,
                                         rcv.count, last ? spec.final_scale : 1.0f, reduce_stream));
-        SG_ASSIGN_OR_RETURN(cudaEvent_t done, pool.Get());
+        SG_ASSIGN_OR_RETURN(cudaEvent_t done, NextEvent(events));
         SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(done, rs));
         reduced[c] = done;
         slot_free[slot] = done;
@@ -132,7 +133,7 @@ absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, vo
     }
   }
   if (spec.reduce) {
-    SG_ASSIGN_OR_RETURN(cudaEvent_t all, pool.Get());
+    SG_ASSIGN_OR_RETURN(cudaEvent_t all, NextEvent(events));
     SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(all, rs));
     SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(cs, all, 0));
   }
@@ -141,7 +142,10 @@ absl::Status RunRingDevice(const RingSpec& spec, const Stream& reduce_stream, vo
 
 #else
 
-absl::Status RunRingDevice(const RingSpec&, const Stream&, void*) {
+DeviceEvents::~DeviceEvents() = default;
+absl::StatusOr<void*> DeviceEvents::Get() { return absl::FailedPreconditionError("device events: built without CUDA"); }
+
+absl::Status RunRingDevice(const RingSpec&, const Stream&, void*, DeviceEvents&) {
   return absl::FailedPreconditionError("device ring: built without CUDA");
 }
 

@@ -74,6 +74,9 @@ class Transport {
   // For device transports, the communication stream their operations run on (requests complete
   // when that stream's work does); nullptr for host transports, whose requests complete on the host.
   virtual const Stream* stream() const { return nullptr; }
+  // Device transports: drops pending work so that kernels waiting on a dead peer return and the
+  // streams drain (NCCL: ncclCommAbort); later calls fail. Host transports: nothing.
+  virtual void Abort() {}
 };
 
 // Checks peer and tag against the transport; the error names the operation.

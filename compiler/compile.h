@@ -74,7 +74,11 @@ struct CompileOptions {
   // stays readable after a step.
   graph::AdamWOptions adamw;
   bool fuse = true;  // the graph layer's kernel fusion pass
-  bool cuda_graph = true;  // CUDA: capture the step after `warmup_steps` eager steps
+  // CUDA: capture the whole step after `warmup_steps` eager steps and replay it, for a single
+  // device and for the distributed steps (FSDP, HYBRID_SHARD, tensor parallel: collectives included,
+  // compiler/dist_cuda_graph.h). Off, or SG_CUDA_GRAPH=0 in the environment: eager. The
+  // distributed steps' explanation() says which, and why.
+  bool cuda_graph = true;
   int warmup_steps = 1;
   // kContextParallel: shard parameters ZeRO-3 style over every rank (FSDP x CP) instead of
   // replicating them (gradients all-reduced).
@@ -92,7 +96,8 @@ struct CompileOptions {
   // micro-batches of batch / micro_batches, each a forward + backward whose gradients are summed
   // (weighted by token counts: the same gradients as one pass over the whole batch), then one
   // optimizer update. Run still takes the whole batch. The data-parallel runtime runs it
-  // (compiler/fsdp.h; for kNone on a group of one, eagerly: no CUDA graph). FSDP reduce-scatters
+  // (compiler/fsdp.h; also for kNone, on a group of one; captured as one CUDA graph like the
+  // unaccumulated step). FSDP reduce-scatters
   // each micro-batch's gradients into the accumulated shards.
   int micro_batches = 1;
 };

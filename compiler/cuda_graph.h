@@ -7,10 +7,17 @@
 // Capture is thread-local (cudaStreamCaptureModeThreadLocal): other threads may keep using CUDA.
 // Everything the function touches must stay at the same addresses for the graph's lifetime, and
 // it must not synchronize, allocate through cudaMalloc, or copy from pageable host memory.
+//
+// Several streams: work on another stream joins the capture when that stream waits on an event
+// recorded in a capturing stream (fork: the schedule's collective steps do this for the
+// communication stream, and comm/ for its own streams); every such stream must be joined back --
+// the capturing stream waits on an event recorded on it -- before the capture ends. Capture joins
+// the streams it is given (the executor's communication stream) itself.
 #ifndef SGTRAIN_COMPILER_CUDA_GRAPH_H_
 #define SGTRAIN_COMPILER_CUDA_GRAPH_H_
 
 #include <functional>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/core/stream.h"
@@ -20,9 +27,11 @@ namespace sg::compiler {
 class CudaGraph {
  public:
   // Runs `body` under stream capture on `stream` (a CUDA stream) and instantiates the result.
-  // body's error is returned after the capture is ended (the stream stays usable).
-  // FailedPrecondition without CUDA or for a CPU stream.
-  static absl::StatusOr<CudaGraph> Capture(const Stream& stream, const std::function<absl::Status()>& body);
+  // Each stream of `join` that body made part of the capture is joined back into `stream` after
+  // body (one event; a stream body never forked is left alone). body's error is returned after the
+  // capture is ended (the stream stays usable). FailedPrecondition without CUDA or for a CPU stream.
+  static absl::StatusOr<CudaGraph> Capture(const Stream& stream, const std::function<absl::Status()>& body,
+                                           const std::vector<const Stream*>& join = {});
 
   CudaGraph() = default;
   CudaGraph(CudaGraph&& o) noexcept { *this = std::move(o); }

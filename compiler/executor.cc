@@ -3,11 +3,22 @@
 #include "kernels/core/allocator.h"
 
 #include <chrono>
+#include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 
 namespace sg::compiler {
+
+bool CudaGraphsDisabledByEnv() {
+  const char* v = std::getenv("SG_CUDA_GRAPH");
+  return v != nullptr && std::string(v) == "0";
+}
+
+bool Executor::will_capture() const {
+  return program_->device.is_cuda() && options_.cuda_graph && !CudaGraphsDisabledByEnv() && program_->capturable;
+}
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Program* program, const ExecutorOptions& options) {
   const Device d = program->device;
@@ -44,8 +55,7 @@ Executor::~Executor() {
 }
 
 absl::Status Executor::Run() {
-  const bool cuda = program_->device.is_cuda();
-  if (!cuda || !options_.cuda_graph || !program_->capturable) {
+  if (!will_capture()) {
     SG_RETURN_IF_ERROR(RunEager());
     SG_RETURN_IF_ERROR(AfterWarmup());
   } else if (graph_.valid()) {
@@ -56,9 +66,15 @@ absl::Status Executor::Run() {
   } else {
     // Capture records the work without running it; launch the capture for this step's result.
     // Scratch freed inside the capture stays reserved for the graph's lifetime.
+    if (options_.before_capture) {
+      SG_RETURN_IF_ERROR(options_.before_capture());
+    } else {
+      SG_RETURN_IF_ERROR(compute_.Synchronize());
+      SG_RETURN_IF_ERROR(comm_.Synchronize());
+    }
     SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(program_->device));
     alloc->BeginHoldingFrees();
-    absl::StatusOr<CudaGraph> captured = CudaGraph::Capture(compute_, [this] { return RunEager(); });
+    absl::StatusOr<CudaGraph> captured = CudaGraph::Capture(compute_, [this] { return RunEager(); }, {&comm_});
     held_blocks_ = alloc->EndHoldingFrees();
     SG_RETURN_IF_ERROR(captured.status());
     graph_ = std::move(captured).value();

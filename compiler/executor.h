@@ -1,7 +1,9 @@
 // Runs a lowered Program's schedule: the same steps on the CPU and on a CUDA device (kernel APIs
 // dispatch on the tensors' device). On CUDA, after `warmup_steps` eager runs the whole schedule is
-// captured into a CUDA graph and each later Run is one graph launch. Run never synchronizes the
-// device or allocates; Synchronize() is the only blocking call.
+// captured into a CUDA graph and each later Run is one graph launch; steps on the communication
+// stream join the capture through their events and the capture joins that stream back at its end
+// (compiler/cuda_graph.h). Run never synchronizes the device or allocates (except once, before the
+// capture: ExecutorOptions::before_capture); Synchronize() is the only blocking call.
 //
 //   SG_ASSIGN_OR_RETURN(auto ex, Executor::Create(program.get(), {.cuda_graph = true}));
 //   SG_RETURN_IF_ERROR(ex->Run());          // enqueue one step
@@ -22,9 +24,17 @@
 
 namespace sg::compiler {
 
+// SG_CUDA_GRAPH=0 in the environment: every executor runs eagerly (compare eager and replayed
+// steps without rebuilding, e.g. the distributed benchmark under the launcher).
+bool CudaGraphsDisabledByEnv();
+
 struct ExecutorOptions {
   bool cuda_graph = true;  // CUDA only: capture the step after warm-up and replay it
   int warmup_steps = 1;    // eager runs before capture (lets libraries set up handles/workspaces)
+  // Called once, right before the capture, to wait for the eager steps: capturing NCCL work while
+  // eager NCCL work of the same communicator is still running can deadlock. Default: synchronize
+  // both streams. A distributed step passes a wait with a deadline (compiler/dist_cuda_graph.h).
+  std::function<absl::Status()> before_capture;
   // Called once, after the first eager run returns (before any capture): e.g. compiler/autotune.h
   // storing the kernel choices that run measured. An error fails that Run.
   std::function<absl::Status()> after_warmup;
@@ -45,6 +55,9 @@ class Executor {
   const Stream& compute_stream() const { return compute_; }
   const Stream& comm_stream() const { return comm_; }
   bool replaying_graph() const { return graph_.valid(); }
+  // Whether Run will capture the schedule after the warm-up (CUDA, cuda_graph on and not turned off
+  // by SG_CUDA_GRAPH=0, the program capturable).
+  bool will_capture() const;
   int64_t runs() const { return runs_; }
 
  private:

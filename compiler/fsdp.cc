@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/autotune.h"
+#include "compiler/dist_cuda_graph.h"
 #include "compiler/fsdp_internal.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
@@ -18,6 +19,9 @@ namespace sg::compiler {
 using graph::Phase;
 
 namespace {
+
+// The staging slot of the loss seeds (not a graph input: InputStaging keys its buffers by name).
+constexpr char kSeedsInput[] = "<loss seeds>";
 
 TensorView Flat(const TensorView& base, int64_t offset, int64_t n) {
   return TensorView(static_cast<char*>(base.raw()) + offset * SizeOf(base.dtype()), base.dtype(), {n},
@@ -35,10 +39,13 @@ absl::Status CheckFull(const std::string& name, int64_t numel, const TensorView&
 }  // namespace
 
 ShardedDataParallelStep::~ShardedDataParallelStep() {
-  // The executor's steps point into this object's buffers: stop it first.
-  if (executor_ != nullptr) (void)executor_->Synchronize();
+  // The executor's steps point into this object's buffers: stop it first (with the deadline: a
+  // step stuck on a dead peer is aborted rather than waited for forever).
+  if (executor_ != nullptr) (void)Wait();
   executor_.reset();
 }
+
+absl::Status ShardedDataParallelStep::Wait() const { return WaitForStep(*executor_, layout_.world, comm_timeout_); }
 
 absl::StatusOr<std::unique_ptr<ShardedDataParallelStep>> ShardedDataParallelStep::Create(
     const graph::Graph& train, const CompileOptions& options, DataParallelLayout layout,
@@ -124,8 +131,9 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     if (u.bwd_at != INT_MAX) lo.transient_sources[p->name + kBackwardSuffix] = u.bwd_at;
     if (u.rs_wait_at < num_nodes) lo.output_live_until["grad:" + p->name] = u.rs_wait_at;
   }
-  // The loss's backward seed is set on the host by a schedule step before each micro-batch.
-  lo.host_scalars[kLossScaleName] = &loss_scale_host_;
+  // The loss's backward seed: copied on the device from seeds_ before each micro-batch and read
+  // by the cross-entropy kernel when it runs, so the step stays capturable.
+  lo.device_scalars.insert(kLossScaleName);
   micro_batches_ = o.micro_batches;
   graph::Binding binding = o.binding;
   if (micro_batches_ < 1) {
@@ -150,12 +158,19 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   for (const auto& p : params_) parameter_names_.push_back(p->name);
   SG_RETURN_IF_ERROR(Allocate());
   SG_RETURN_IF_ERROR(Schedule());
+  // Captured after the warm-up like the single-device step (compiler/dist_cuda_graph.h).
+  comm_timeout_ = absl::Seconds(o.comm_timeout_s);
+  // Context parallelism's ring attention (rewrite_program) exchanges blocks point to point inside
+  // the step; that path is not verified under capture yet, so those steps stay eager.
+  const char* not_captured =
+      layout_.rewrite_program ? "context parallelism: ring attention is not verified under capture" : "";
   ExecutorOptions eo;
-  // The ring collectives' device path synchronizes its own reduce stream with the host; it is not
-  // capturable yet, so distributed steps run eagerly.
-  eo.cuda_graph = false;
+  eo.cuda_graph = o.cuda_graph && !layout_.rewrite_program;
+  eo.warmup_steps = o.warmup_steps;
+  eo.before_capture = [this] { return Wait(); };
   SG_ASSIGN_OR_RETURN(eo.after_warmup, StartAutotune(o));
   SG_ASSIGN_OR_RETURN(executor_, Executor::Create(program_.get(), eo));
+  absl::StrAppend(&explanation_, "; ", GraphModeExplanation(o, *executor_, not_captured));
   std::map<std::string, TensorView> inputs;
   for (const std::string& name : program_->input_names) {
     if (name != kLossScaleName) inputs[name] = program_->sources.at(name);
@@ -164,6 +179,7 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     SG_RETURN_IF_ERROR(AllocateFullInputs());
     inputs = full_input_views_;
   }
+  inputs[kSeedsInput] = seeds_;
   SG_ASSIGN_OR_RETURN(CompiledStep::staging_, InputStaging::Create(o.device, inputs));
   const Stream& s = executor_->compute_stream();
   SG_RETURN_IF_ERROR(ZeroTensor(TensorView(shards_.data(), DType::kF32, {shards_.bytes() / 4}, o.device), s));
@@ -208,6 +224,7 @@ absl::Status ShardedDataParallelStep::Allocate() {
   losses_ = take(W * K);
   for (TensorView& x : dummy_) x = take(P);
   local_losses_ = take(K);
+  seeds_ = take(K);
   std::vector<kernels::AdamWParam> local;
   for (const auto& p : params_) {
     if (p->mine.length == 0) continue;
@@ -389,11 +406,10 @@ std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std:
   seed.kind = Step::Kind::kCopy;
   seed.name = absl::StrCat("loss seed", suffix);
   seed.impl = "copy";
-  // The backward's cross-entropy reads loss_scale_host_ when it is launched, after this step.
+  // A device copy from the seeds Run staged: the backward's cross-entropy reads the seed input
+  // when it runs, so a replayed graph uses this Run's token shares.
   seed.launch = [this, index](const Stream& s) -> absl::Status {
-    loss_scale_host_ = scales_[size_t(index)];
-    return CopyTensor(TensorView(&scales_[size_t(index)], DType::kF32, {}, Device::Cpu()),
-                      program_->sources.at(kLossScaleName), s);
+    return CopyTensor(Flat(seeds_, index, 1), Flat(program_->sources.at(kLossScaleName), 0, 1), s);
   };
   steps.push_back(std::move(seed));
   const bool accumulate = index > 0;
@@ -510,7 +526,7 @@ absl::Status ShardedDataParallelStep::PrepareBatch(const std::map<std::string, T
   if (!targets.device().is_cpu()) {
     SG_ASSIGN_OR_RETURN(host, Tensor::Empty(targets.shape(), targets.dtype(), Device::Cpu()));
     SG_RETURN_IF_ERROR(CopyTensor(targets, host.view(), executor_->compute_stream()));
-    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    SG_RETURN_IF_ERROR(Wait());
     targets = host.view();
   }
   // Non-ignored tokens per micro-batch (its 1/k of the rows), then over every rank.
@@ -529,12 +545,13 @@ absl::Status ShardedDataParallelStep::PrepareBatch(const std::map<std::string, T
   }
   int64_t total = 0;
   for (int64_t c : counts_) total += c;
-  // The seed steps read scales_ on the host when they are enqueued (a copy from pageable memory
-  // has consumed its source when it returns): rewriting them needs no device synchronization.
+  // Staged like an input (pinned, asynchronous): the seed steps copy them on the device.
   scales_.assign(size_t(K), 0.f);
   for (int64_t i = 0; i < K; ++i) {
     scales_[size_t(i)] = total > 0 ? float(double(mine[size_t(i)]) / double(total)) : 0.f;
   }
+  const TensorView host_seeds(scales_.data(), DType::kF32, {K}, Device::Cpu());
+  SG_RETURN_IF_ERROR(staging_.Stage(kSeedsInput, host_seeds, seeds_, executor_->compute_stream()));
   if (K > 1) return StageFullInputs(batch);
   return CopyInputs(batch);
 }
@@ -550,7 +567,7 @@ absl::StatusOr<StepTrace> ShardedDataParallelStep::TraceStep(const std::map<std:
 }
 
 absl::StatusOr<StepMetrics> ShardedDataParallelStep::ReadMetrics() const {
-  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  SG_RETURN_IF_ERROR(Wait());
   // One loss per (rank, micro-batch), weighted by its token count.
   const int64_t n = losses_.numel();
   std::vector<float> losses(size_t(n), 0.f);
@@ -560,7 +577,7 @@ absl::StatusOr<StepMetrics> ShardedDataParallelStep::ReadMetrics() const {
   SG_RETURN_IF_ERROR(CopyTensor(losses_, TensorView(losses.data(), DType::kF32, {n}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(CopyTensor(norm_, TensorView(&m.grad_norm, DType::kF32, {1}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(CopyTensor(counter_, TensorView(&step, DType::kI64, {}, Device::Cpu()), s));
-  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  SG_RETURN_IF_ERROR(Wait());
   double total = 0, sum = 0;
   for (size_t r = 0; r < losses.size() && r < counts_.size(); ++r) {
     sum += double(losses[r]) * double(counts_[r]);
@@ -573,7 +590,7 @@ absl::StatusOr<StepMetrics> ShardedDataParallelStep::ReadMetrics() const {
 
 absl::Status ShardedDataParallelStep::SetLearningRate(float lr) {
   SG_RETURN_IF_ERROR(CopyTensor(TensorView(&lr, DType::kF32, {1}, Device::Cpu()), lr_, executor_->compute_stream()));
-  return executor_->Synchronize();
+  return Wait();
 }
 
 const ShardedDataParallelStep::Param* ShardedDataParallelStep::FindParam(const std::string& name,
@@ -606,7 +623,7 @@ absl::Status ShardedDataParallelStep::Write(const std::string& name, const Tenso
     SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
     int64_t n = int64_t(*static_cast<const float*>(host.raw()));
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(&n, DType::kI64, {}, Device::Cpu()), counter_, s));
-    return executor_->Synchronize();
+    return Wait();
   }
   for (const char* prefix : {"", "opt.m.", "opt.v."}) {
     const Param* p = FindParam(name, nullptr, prefix);
@@ -618,7 +635,7 @@ absl::Status ShardedDataParallelStep::Write(const std::string& name, const Tenso
                            {p->mine.length * p->row}, host.device());
       SG_RETURN_IF_ERROR(CopyTensor(src, dst, s));
     }
-    return executor_->Synchronize();
+    return Wait();
   }
   return CompiledStep::Write(name, host);
 }
@@ -646,11 +663,11 @@ absl::Status ShardedDataParallelStep::GatherRows(const TensorView& shard, const 
                                   TensorView(static_cast<char*>(host.raw()) + r.offset * p.row * 4, DType::kF32,
                                              {r.length * p.row}, host.device()), s));
   }
-  return executor_->Synchronize();
+  return Wait();
 }
 
 absl::Status ShardedDataParallelStep::Read(const std::string& name, const TensorView& host) const {
-  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  SG_RETURN_IF_ERROR(Wait());
   struct Kind {
     const char* prefix;
     TensorView Param::*which;

@@ -154,6 +154,8 @@ class ShardedDataParallelStep : public CompiledStep {
     return CompiledStep::CommStep(std::move(name), phase, ready_.get(), std::move(body), done);
   }
   absl::Status GatherRows(const TensorView& shard, const Param& p, const TensorView& host) const;
+  // Waits for the queued steps with the deadline comm_timeout_ (compiler/dist_cuda_graph.h).
+  absl::Status Wait() const;
   const Param* FindParam(const std::string& name, TensorView Param::*which, const std::string& prefix) const;
 
   DataParallelLayout layout_;
@@ -176,7 +178,8 @@ class ShardedDataParallelStep : public CompiledStep {
   // Non-ignored tokens per (world rank, micro-batch), rank-major, last Run.
   std::vector<int64_t> counts_;
   std::vector<float> scales_;  // this rank's loss seed per micro-batch, last Run
-  float loss_scale_host_ = 0;  // the seed the current micro-batch's backward reads at launch
+  TensorView seeds_;           // f32[micro_batches_]: scales_ on the device (staged by Run)
+  absl::Duration comm_timeout_ = absl::Seconds(300);  // CompileOptions::comm_timeout_s
   int micro_batches_ = 1;
   TensorView local_losses_;  // f32[micro_batches_]: this rank's loss per micro-batch
   DeviceMemory full_inputs_;

@@ -122,8 +122,8 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
 int64_t ShardedDataParallelStep::ScalarBytes() const {
   const int64_t P = shard_size_, W = world_size_, K = micro_batches_;
   // lr, counter (i64), local norm, P norms, norm, clip, world losses (per micro-batch), 3 dummies
-  // of P, this rank's micro-batch losses.
-  const int64_t slots[] = {1, 2, 1, P, 1, 1, W * K, P, P, P, K};
+  // of P, this rank's micro-batch losses, its loss seeds per micro-batch.
+  const int64_t slots[] = {1, 2, 1, P, 1, 1, W * K, P, P, P, K, K};
   int64_t total = 0;
   for (int64_t n : slots) total += AlignUp(n * 4);
   return total;

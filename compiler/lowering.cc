@@ -89,7 +89,8 @@ class Lowerer {
   void set_allocate(bool a) { allocate_ = a; }
 
  private:
-  // softmax_cross_entropy_backward nodes seeded by an input the runtime mirrors on the host.
+  // softmax_cross_entropy_backward nodes seeded by an input the runtime mirrors on the host, or
+  // one the kernel reads from the device.
   void HostScalarSeeds() {
     const auto& nodes = g_.nodes();
     for (int j = 0; j < int(nodes.size()); ++j) {
@@ -99,7 +100,12 @@ class Lowerer {
       if (seed.op != OpKind::kInput || g_.type(b.inputs[0]).dtype != DType::kF32 || g_.type(b.inputs[0]).rank() != 0) {
         continue;
       }
-      auto it = o_.host_scalars.find(graph::AttrString(seed, "name"));
+      const std::string name = graph::AttrString(seed, "name");
+      if (o_.device_scalars.count(name)) {
+        fusions_.cross_entropy_device_scale.insert(j);
+        continue;
+      }
+      auto it = o_.host_scalars.find(name);
       if (it == o_.host_scalars.end() || it->second == nullptr) continue;
       fusions_.cross_entropy_host_scale[j] = it->second;
       p_->capturable = false;

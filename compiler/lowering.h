@@ -30,6 +30,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -115,12 +116,17 @@ struct PlannedMemory {
 //    address, set before each Run: a softmax_cross_entropy_backward seeded by one of them (the
 //    data-parallel "loss_scale", compiler/data_parallel_graph.h) lowers onto kernels/cross_entropy
 //    with grad_scale read from that address at launch. The program is then not capturable;
+//  - device_scalars: the same for f32 scalar inputs the runtime writes on the device before each
+//    run (e.g. copied from a per-micro-batch table by a schedule step): the kernel reads the
+//    input's buffer when it runs (CrossEntropyOptions::grad_scale_from), so the program stays
+//    capturable and a CUDA graph replay uses the value of that replay;
 //  - plan_only: run the whole lowering but allocate nothing (as PlanStepMemory): the program's
 //    plan and state_bytes are filled in, its views point nowhere and its steps must not run.
 struct LowerOptions {
   std::map<std::string, int> transient_sources;
   std::map<std::string, int> output_live_until;
   std::map<std::string, const float*> host_scalars;
+  std::set<std::string> device_scalars;
   bool plan_only = false;
 };
 

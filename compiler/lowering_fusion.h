@@ -37,6 +37,9 @@ struct LoweringFusions {
   // backward node -> host address of its loss cotangent (LowerOptions::host_scalars; filled by the
   // lowering, not by FindLoweringFusions), read at each launch
   std::map<int, const float*> cross_entropy_host_scale;
+  // backward nodes whose loss cotangent is an input the kernel reads from the device when it runs
+  // (LowerOptions::device_scalars; filled by the lowering): capturable
+  std::set<int> cross_entropy_device_scale;
   std::map<int, int> folded_cast;               // bf16 value -> the f32 cast output it is written as
   std::map<int, int> weight_copy;               // bf16 cast output -> the f32 parameter value
   std::map<int, int> duplicate_copy;            // a recomputed cast of a parameter -> its weight copy

@@ -152,18 +152,24 @@ LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions&
 
 // An unfused softmax_cross_entropy_backward: the fused kernel with the loss written to scratch,
 // scaled by a constant loss cotangent, or by one the runtime keeps at a host address and sets
-// before each step (read at launch: eager execution only, Program::capturable is false then). A
+// before each step (read at launch: eager execution only, Program::capturable is false then), or
+// read from the seed input's device buffer by the kernel (capturable). A
 // cotangent computed on the device has no kernel (the CE kernel takes its scale from the host):
 // the reference runs it on the CPU.
 LoweredOp CrossEntropyBackward(const Node& n, const NodeViews& v, const LoweringFusions& f, int index) {
   auto scale = f.cross_entropy_scale.find(index);
   auto host_scale = f.cross_entropy_host_scale.find(index);
-  if (scale == f.cross_entropy_scale.end() && host_scale == f.cross_entropy_host_scale.end()) return {};
+  const bool device_scale = f.cross_entropy_device_scale.count(index) > 0;
+  if (scale == f.cross_entropy_scale.end() && host_scale == f.cross_entropy_host_scale.end() && !device_scale) {
+    return {};
+  }
   kernels::CrossEntropyOptions o;
   o.ignore_index = graph::AttrInt(n, "ignore_index");
   const float* seed = nullptr;
   if (scale != f.cross_entropy_scale.end()) {
     o.grad_scale = scale->second;
+  } else if (device_scale) {
+    o.grad_scale_from = static_cast<const float*>(v.in[0].raw());
   } else {
     seed = host_scale->second;
   }

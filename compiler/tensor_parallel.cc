@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/data_parallel_graph.h"
+#include "compiler/dist_cuda_graph.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/status.h"
@@ -64,9 +65,13 @@ absl::Status CheckFull(const std::string& name, int64_t numel, const TensorView&
 }  // namespace
 
 TensorParallelStep::~TensorParallelStep() {
-  // The executor's steps point into this object's buffers: stop it first.
-  if (executor_ != nullptr) (void)executor_->Synchronize();
+  // The executor's steps point into this object's buffers: stop it first (with the deadline).
+  if (executor_ != nullptr) (void)Wait();
   executor_.reset();
+}
+
+absl::Status TensorParallelStep::Wait() const {
+  return WaitForStep(*executor_, context_ != nullptr ? &context_->world() : nullptr, comm_timeout_);
 }
 
 absl::StatusOr<std::unique_ptr<TensorParallelStep>> TensorParallelStep::Create(const graph::Graph& train,
@@ -98,8 +103,9 @@ absl::Status TensorParallelStep::Build(const graph::Graph& train, const CompileO
   SG_ASSIGN_OR_RETURN(tp_, BuildTensorParallelGraph(dp, tp_size_, tp_rank_));
   absl::StrAppend(&explanation_, "; tensor parallel: ", tp_.Summary());
   LowerOptions lo;
-  // The loss's backward seed (1, or this dp rank's token share) is read on the host at launch.
-  lo.host_scalars[kLossScaleName] = &loss_scale_host_;
+  // The loss's backward seed (1, or this dp rank's token share), staged by Run, is read on the
+  // device by the cross-entropy kernel when it runs: the step stays capturable.
+  lo.device_scalars.insert(kLossScaleName);
   SG_ASSIGN_OR_RETURN(program_, Lower(tp_.graph, o.binding, o.device, lo));
   for (const TpParam& t : tp_.params) {
     auto p = std::make_unique<Param>();
@@ -118,15 +124,16 @@ absl::Status TensorParallelStep::Build(const graph::Graph& train, const CompileO
   }
   SG_RETURN_IF_ERROR(Allocate());
   SG_RETURN_IF_ERROR(Schedule());
+  // Captured after the warm-up like the single-device step (compiler/dist_cuda_graph.h).
+  comm_timeout_ = absl::Seconds(o.comm_timeout_s);
   ExecutorOptions eo;
-  // The ring collectives' device path synchronizes its own reduce stream with the host (not
-  // capturable yet), and the loss seed is a host scalar: distributed steps run eagerly.
-  eo.cuda_graph = false;
+  eo.cuda_graph = o.cuda_graph;
+  eo.warmup_steps = o.warmup_steps;
+  eo.before_capture = [this] { return Wait(); };
   SG_ASSIGN_OR_RETURN(executor_, Executor::Create(program_.get(), eo));
+  absl::StrAppend(&explanation_, "; ", GraphModeExplanation(o, *executor_));
   std::map<std::string, TensorView> inputs;
-  for (const std::string& name : program_->input_names) {
-    if (name != kLossScaleName) inputs[name] = program_->sources.at(name);
-  }
+  for (const std::string& name : program_->input_names) inputs[name] = program_->sources.at(name);
   SG_ASSIGN_OR_RETURN(CompiledStep::staging_, InputStaging::Create(o.device, inputs));
   const Stream& s = executor_->compute_stream();
   SG_RETURN_IF_ERROR(ZeroTensor(TensorView(moments_.data(), DType::kF32, {moments_.bytes() / 4}, o.device), s));
@@ -327,7 +334,7 @@ absl::Status TensorParallelStep::PrepareBatch(const std::map<std::string, Tensor
   if (!targets.device().is_cpu()) {
     SG_ASSIGN_OR_RETURN(host, Tensor::Empty(targets.shape(), targets.dtype(), Device::Cpu()));
     SG_RETURN_IF_ERROR(CopyTensor(targets, host.view(), executor_->compute_stream()));
-    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    SG_RETURN_IF_ERROR(Wait());
     targets = host.view();
   }
   int64_t count = 0;
@@ -346,8 +353,8 @@ absl::Status TensorParallelStep::PrepareBatch(const std::map<std::string, Tensor
   for (int64_t c : counts_) total += c;
   // One dp rank: the seed stays exactly 1 (the loss's own mean); otherwise this rank's share.
   loss_scale_host_ = layout_.dp == nullptr ? 1.f : total > 0 ? float(double(count) / double(total)) : 0.f;
-  SG_RETURN_IF_ERROR(CopyTensor(TensorView(&loss_scale_host_, DType::kF32, {}, Device::Cpu()),
-                                program_->sources.at(kLossScaleName), executor_->compute_stream()));
+  SG_RETURN_IF_ERROR(staging_.Stage(kLossScaleName, TensorView(&loss_scale_host_, DType::kF32, {}, Device::Cpu()),
+                                    program_->sources.at(kLossScaleName), executor_->compute_stream()));
   return CopyInputs(batch);
 }
 
@@ -362,7 +369,7 @@ absl::StatusOr<StepTrace> TensorParallelStep::TraceStep(const std::map<std::stri
 }
 
 absl::StatusOr<StepMetrics> TensorParallelStep::ReadMetrics() const {
-  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  SG_RETURN_IF_ERROR(Wait());
   std::vector<float> losses(size_t(dp_size_), 0.f);
   StepMetrics m;
   int64_t step = 0;
@@ -370,7 +377,7 @@ absl::StatusOr<StepMetrics> TensorParallelStep::ReadMetrics() const {
   SG_RETURN_IF_ERROR(CopyTensor(losses_, TensorView(losses.data(), DType::kF32, {dp_size_}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(CopyTensor(norm_, TensorView(&m.grad_norm, DType::kF32, {1}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(CopyTensor(counter_, TensorView(&step, DType::kI64, {}, Device::Cpu()), s));
-  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  SG_RETURN_IF_ERROR(Wait());
   if (dp_size_ == 1) {
     m.loss = losses[0];
   } else {
@@ -387,7 +394,7 @@ absl::StatusOr<StepMetrics> TensorParallelStep::ReadMetrics() const {
 
 absl::Status TensorParallelStep::SetLearningRate(float lr) {
   SG_RETURN_IF_ERROR(CopyTensor(TensorView(&lr, DType::kF32, {1}, Device::Cpu()), lr_, executor_->compute_stream()));
-  return executor_->Synchronize();
+  return Wait();
 }
 
 const TensorParallelStep::Param* TensorParallelStep::FindParam(const std::string& name,
@@ -413,17 +420,17 @@ absl::Status TensorParallelStep::Write(const std::string& name, const TensorView
     SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
     float lr = 0;
     SG_RETURN_IF_ERROR(CopyTensor(host, TensorView(&lr, DType::kF32, host.shape(), Device::Cpu()), s));
-    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    SG_RETURN_IF_ERROR(Wait());
     return SetLearningRate(lr);
   }
   if (name == kStepName) {
     SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
     float f = 0;
     SG_RETURN_IF_ERROR(CopyTensor(host, TensorView(&f, DType::kF32, host.shape(), Device::Cpu()), s));
-    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    SG_RETURN_IF_ERROR(Wait());
     int64_t n = int64_t(f);
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(&n, DType::kI64, {}, Device::Cpu()), counter_, s));
-    return executor_->Synchronize();
+    return Wait();
   }
   for (const char* prefix : {"opt.m.", "opt.v.", ""}) {
     const Param* p = FindParam(name, prefix);
@@ -432,20 +439,20 @@ absl::Status TensorParallelStep::Write(const std::string& name, const TensorView
     const TensorView dst = prefix[0] == '\0' ? p->param : (prefix[4] == 'm' ? p->m : p->v);
     std::vector<float> full(size_t(p->global_numel)), local(size_t(dst.numel()));
     SG_RETURN_IF_ERROR(CopyTensor(host, TensorView(full.data(), DType::kF32, host.shape(), Device::Cpu()), s));
-    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    SG_RETURN_IF_ERROR(Wait());
     if (p->tp.dim < 0) {
       local = full;
     } else {
       Split(p->tp.global, p->tp.dim, tp_size_).Copy(full.data(), local.data(), tp_rank_, /*to_full=*/false);
     }
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(local.data(), DType::kF32, {dst.numel()}, Device::Cpu()), dst, s));
-    return executor_->Synchronize();
+    return Wait();
   }
   return CompiledStep::Write(name, host);
 }
 
 absl::Status TensorParallelStep::Read(const std::string& name, const TensorView& host) const {
-  SG_RETURN_IF_ERROR(executor_->Synchronize());
+  SG_RETURN_IF_ERROR(Wait());
   const Stream& s = executor_->compute_stream();
   for (const char* prefix : {"opt.m.", "opt.v.", "grad:", ""}) {
     const Param* p = FindParam(name, prefix);
@@ -455,30 +462,30 @@ absl::Status TensorParallelStep::Read(const std::string& name, const TensorView&
     std::vector<float> full(size_t(p->global_numel));
     if (p->tp.dim < 0 || layout_.tp == nullptr) {
       SG_RETURN_IF_ERROR(CopyTensor(src, TensorView(full.data(), DType::kF32, {src.numel()}, Device::Cpu()), s));
-      SG_RETURN_IF_ERROR(executor_->Synchronize());
+      SG_RETURN_IF_ERROR(Wait());
     } else {
       const int64_t n = src.numel();
       SG_ASSIGN_OR_RETURN(Tensor recv, Tensor::Empty({n * tp_size_}, DType::kF32, program_->device));
       SG_RETURN_IF_ERROR(layout_.tp->AllGather(src, recv.view(), s));
       std::vector<float> gathered(size_t(n * tp_size_));
       SG_RETURN_IF_ERROR(CopyTensor(recv.view(), TensorView(gathered.data(), DType::kF32, {n * tp_size_}, Device::Cpu()), s));
-      SG_RETURN_IF_ERROR(executor_->Synchronize());
+      SG_RETURN_IF_ERROR(Wait());
       const Split split(p->tp.global, p->tp.dim, tp_size_);
       for (int r = 0; r < tp_size_; ++r) split.Copy(full.data(), gathered.data() + r * n, r, /*to_full=*/true);
     }
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(full.data(), DType::kF32, host.shape(), Device::Cpu()), host, s));
-    return executor_->Synchronize();
+    return Wait();
   }
   if (name == "loss" || name == "grad_norm" || name == kStepName) {
     SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
     SG_ASSIGN_OR_RETURN(StepMetrics m, ReadMetrics());
     float v = name == "loss" ? m.loss : name == "grad_norm" ? m.grad_norm : float(m.step);
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(&v, DType::kF32, host.shape(), Device::Cpu()), host, s));
-    return executor_->Synchronize();
+    return Wait();
   }
   if (name == kLrName) {
     SG_RETURN_IF_ERROR(CopyTensor(lr_, host, s));
-    return executor_->Synchronize();
+    return Wait();
   }
   return CompiledStep::Read(name, host);
 }

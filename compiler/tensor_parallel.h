@@ -103,7 +103,10 @@ class TensorParallelStep : public CompiledStep {
   std::string targets_;  // the input holding the loss's targets
   int64_t ignore_index_ = -100;
   std::vector<int64_t> counts_;  // non-ignored tokens per dp rank, last Run
-  float loss_scale_host_ = 1;
+  float loss_scale_host_ = 1;  // this Run's loss seed, staged to the device
+  absl::Duration comm_timeout_ = absl::Seconds(300);  // CompileOptions::comm_timeout_s
+  // Waits for the queued steps with the deadline comm_timeout_ (compiler/dist_cuda_graph.h).
+  absl::Status Wait() const;
   double max_grad_norm_ = 0;
   float beta1_ = 0.9f, beta2_ = 0.95f, eps_ = 1e-8f;
 };

@@ -2,7 +2,7 @@
 // the fallback selected by SG_ATTENTION_KERNEL=v1), plus the kernels both variants share: delta, dq
 // conversion, merge; and the entry points that pick the variant. v2 lives in attention_fwd_v2.cu and
 // attention_bwd_v2.cu, v3's forward in attention_fwd_v2.cu (v2's kernel with two switches) and its
-// backward in attention_bwd_v3.cu; v4 (an experiment) is v3's backward with the forward variants of
+// backward in attention_bwd_v3.cu; v4 (the default) is v3's backward with the forward variants of
 // attention_fwd_v4.cu / attention_fwd_v4_wgmma.cu.
 //
 // v1 forward: one block per (128-query tile, head, batch), 8 warps of 16 query rows each, looping

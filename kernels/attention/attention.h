@@ -11,9 +11,10 @@
 // head h reads key/value head h / (heads / kv_heads)). lse and delta are f32 [batch, heads, seq_q].
 // All tensors contiguous and on one device. CPU: f32 or bf16 (f64 accumulation, the reference).
 // CUDA: bf16, head_dim 64 or 128, f32 softmax statistics; any sequence lengths. The environment
-// variable SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4 picks the kernel family at each call (unset: v3, the
+// variable SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4 picks the kernel family at each call (unset: v4, the
 // fastest measured; attention_internal.h says what each is; v4 is v3's backward with the forward
-// variant SG_ATTN_FWD_VARIANT names, attention_fwd_v4.h); anything else is InvalidArgument.
+// variant SG_ATTN_FWD_VARIANT names (unset: the Hopper wgmma forward), attention_fwd_v4.h);
+// anything else is InvalidArgument.
 //
 // Ring attention: with queries at global positions [q_offset, q_offset + seq_q) and one key/value
 // block at [k_offset, k_offset + seq_k):

@@ -54,11 +54,12 @@ void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_d
 enum class AttentionKernel { kV1, kV2, kV3, kV3a, kV4 };
 inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
   const char* s = std::getenv("SG_ATTENTION_KERNEL");
-  if (s == nullptr || *s == '\0' || std::string(s) == "v3") return AttentionKernel::kV3;
+  // The default since the H200 run of 2026-11-30: v4 (the wgmma forward, v3's backward).
+  if (s == nullptr || *s == '\0' || std::string(s) == "v4") return AttentionKernel::kV4;
+  if (std::string(s) == "v3") return AttentionKernel::kV3;
   if (std::string(s) == "v1") return AttentionKernel::kV1;
   if (std::string(s) == "v2") return AttentionKernel::kV2;
   if (std::string(s) == "v3a") return AttentionKernel::kV3a;
-  if (std::string(s) == "v4") return AttentionKernel::kV4;
   return absl::InvalidArgumentError(absl::StrCat(
       "SG_ATTENTION_KERNEL: expected v1, v2, v3, v3a or v4 (or unset), found '", s, "'"));
 }

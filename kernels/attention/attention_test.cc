@@ -241,7 +241,7 @@ TEST(AttentionCpuTest, KernelVariantFromEnvironment) {
   const char* saved = std::getenv("SG_ATTENTION_KERNEL");
   const std::string keep = saved ? saved : "";
   unsetenv("SG_ATTENTION_KERNEL");
-  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3);
+  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV4);
   setenv("SG_ATTENTION_KERNEL", "v1", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV1);
   setenv("SG_ATTENTION_KERNEL", "v2", 1);
@@ -267,7 +267,7 @@ TEST(AttentionCpuTest, ForwardV4VariantFromEnvironment) {
   const char* saved = std::getenv("SG_ATTN_FWD_VARIANT");
   const std::string keep = saved ? saved : "";
   unsetenv("SG_ATTN_FWD_VARIANT");
-  EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), internal::FwdV4Variant::k4x32);
+  EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), internal::FwdV4Variant::kWgmma);
   for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) {
     setenv("SG_ATTN_FWD_VARIANT", v.name, 1);
     EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), v.variant) << v.name;

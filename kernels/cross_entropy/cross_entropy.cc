@@ -42,6 +42,7 @@ absl::Status Run(const char* op, const TensorView& logits, const TensorView& tar
   p.dtype = logits.dtype();
   p.ignore_index = o.ignore_index;
   p.grad_scale = o.grad_scale;
+  p.grad_scale_from = o.grad_scale_from;
   SG_CHECK_ARG((targets.dtype() == DType::kI32 || targets.dtype() == DType::kI64) && targets.rank() == 1 &&
                    targets.dim(0) == p.rows && targets.is_contiguous() && targets.device() == logits.device(),
                op, ": targets must be contiguous i32 or i64 [", p.rows, "]@", logits.device().ToString(), ", found ",

@@ -104,18 +104,25 @@ __device__ __forceinline__ RowInfo InfoFor(const I* targets, int64_t row, int64_
   return RowInfo{t, ignored, !ignored && (t < 0 || t >= vocab)};
 }
 
+// CrossEntropyOptions::grad_scale_from: read by the kernel, so a graph replay sees its current value.
+__device__ __forceinline__ float GradScale(float grad_scale, const float* grad_scale_from) {
+  return grad_scale_from == nullptr ? grad_scale : grad_scale * *grad_scale_from;
+}
+
 // Row epilogue shared by both row kernels: the row's loss (thread 0) and the gradient scale.
 __device__ __forceinline__ float FinishRow(const RowInfo& info, float lse, float target_logit, float* row_loss,
-                                           int64_t row, const int32_t* valid, float grad_scale) {
+                                           int64_t row, const int32_t* valid, float grad_scale,
+                                           const float* grad_scale_from) {
   if (threadIdx.x == 0) row_loss[row] = info.ignored ? 0.f : info.bad ? NAN : lse - target_logit;
   const int32_t count = *valid;
-  return info.ignored || count == 0 ? 0.f : grad_scale / float(count);
+  return info.ignored || count == 0 ? 0.f : GradScale(grad_scale, grad_scale_from) / float(count);
 }
 
 template <typename T, typename I, int kK>
 __global__ void __launch_bounds__(kThreads, 2)
     RegisterRowKernelV1(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
-                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
+                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale,
+                      const float* __restrict__ grad_scale_from) {
   using R = Raw16<T>;
   constexpr int kE = R::kE;
   __shared__ float sm_m[kWarps], sm_s[kWarps], sm_target;
@@ -150,7 +157,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   BlockMerge(m, s, sm_m, sm_s);
   const float lse = m + logf(s);
-  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale);
+  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale, grad_scale_from);
   if (dlogits == nullptr) return;
   const float lse_scaled = lse * kLog2e;
   const int target = info.ignored || info.bad ? -1 : int(info.target);
@@ -188,7 +195,8 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
 template <typename T, typename I, int kK>
 __global__ void __launch_bounds__(kThreads, 2)
     RegisterRowKernel(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
-                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
+                      const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale,
+                      const float* __restrict__ grad_scale_from) {
   using R = Raw16<T>;
   constexpr int kE = R::kE;
   // With 8 packs a thread, 4 go to shared memory (cp.async, no registers while in flight) and 4 stay
@@ -262,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const bool ignored = sm_ignored != 0;
   if (threadIdx.x == 0) row_loss[row] = ignored ? 0.f : target < 0 ? NAN : lse - sm_target;  // < 0: bad target
   const int32_t count = *valid;
-  const float scale = ignored || count == 0 ? 0.f : grad_scale / float(count);
+  const float scale = ignored || count == 0 ? 0.f : GradScale(grad_scale, grad_scale_from) / float(count);
   if (dlogits == nullptr) return;
   const float lse_scaled = lse * kLog2e;
   const int target_pack = target < 0 ? -1 : target / kE;
@@ -290,7 +298,8 @@ __global__ void __launch_bounds__(kThreads, 2)
 template <typename T, typename I, bool kVec>
 __global__ void __launch_bounds__(kThreads)
     ChunkedRowKernel(const T* logits, const I* __restrict__ targets, T* dlogits, float* __restrict__ row_loss,
-                     const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale) {
+                     const int32_t* __restrict__ valid, int64_t vocab, int64_t ignore, float grad_scale,
+                     const float* __restrict__ grad_scale_from) {
   using R = Raw16<T>;
   constexpr int kE = kVec ? R::kE : 1;
   __shared__ float sm_m[kWarps], sm_s[kWarps], sm_target;
@@ -320,7 +329,7 @@ __global__ void __launch_bounds__(kThreads)
   }
   BlockMerge(m, s, sm_m, sm_s);
   const float lse = m + logf(s);
-  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale);
+  const float scale = FinishRow(info, lse, sm_target, row_loss, row, valid, grad_scale, grad_scale_from);
   if (dlogits == nullptr) return;
   T* out = dlogits + row * vocab;
   for (int64_t i = threadIdx.x; i < steps; i += kThreads) {
@@ -385,7 +394,7 @@ absl::Status LaunchRows(const Problem& p, const void* logits, const void* target
   const int64_t per_thread = (p.vocab / kE + kThreads - 1) / kThreads;
   const unsigned grid = unsigned(p.rows);
   const RowKernel kernel = RowKernelFromEnv();
-#define SG_ARGS x, t, g, row_loss, valid, p.vocab, p.ignore_index, p.grad_scale
+#define SG_ARGS x, t, g, row_loss, valid, p.vocab, p.ignore_index, p.grad_scale, p.grad_scale_from
   if (aligned && per_thread <= kMaxPacksPerThread && kernel == RowKernel::kRegisters) {
     if (per_thread <= 1) RegisterRowKernel<T, I, 1><<<grid, kThreads, 0, s>>>(SG_ARGS);
     else if (per_thread <= 2) RegisterRowKernel<T, I, 2><<<grid, kThreads, 0, s>>>(SG_ARGS);

@@ -32,6 +32,10 @@ struct CrossEntropyOptions {
   int64_t ignore_index = -100;
   // Multiplies dlogits: the upstream gradient of the loss (e.g. 1 / gradient-accumulation steps).
   float grad_scale = 1.f;
+  // Optional: a one-element f32 on the logits' device that also multiplies dlogits, read when the
+  // kernel runs (not when it is launched), so a captured CUDA graph uses its current value: e.g. a
+  // data-parallel rank's token share, written before each replay. Null: grad_scale alone.
+  const float* grad_scale_from = nullptr;
 };
 
 // Writes loss (f32, one element) and valid (i32, one element: tokens not ignored), and dlogits

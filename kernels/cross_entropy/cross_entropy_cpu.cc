@@ -14,7 +14,8 @@ template <typename T, typename I>
 void Run(const Problem& p, const T* logits, const I* targets, float* loss, int32_t* valid, T* dlogits) {
   int64_t count = 0;
   for (int64_t r = 0; r < p.rows; ++r) count += int64_t(targets[r]) != p.ignore_index;
-  const double scale = count > 0 ? double(p.grad_scale) / double(count) : 0.0;
+  const double from = p.grad_scale_from != nullptr ? double(*p.grad_scale_from) : 1.0;
+  const double scale = count > 0 ? double(p.grad_scale) * from / double(count) : 0.0;
   std::vector<double> row_loss(static_cast<size_t>(p.rows), 0.0);
   ParallelFor(p.rows, 4, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {

@@ -15,6 +15,7 @@ struct Problem {
   bool targets_i64 = false;
   int64_t ignore_index = -100;
   float grad_scale = 1.f;
+  const float* grad_scale_from = nullptr;  // CrossEntropyOptions::grad_scale_from
 };
 
 // dlogits may be null (loss only).

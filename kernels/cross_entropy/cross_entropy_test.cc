@@ -88,6 +88,18 @@ void Check(const Case& c, Device device) {
   EXPECT_NEAR(ToHost(loss)[0], ref.loss, 1e-5 * std::abs(ref.loss) + 1e-6);
   EXPECT_LT(RelativeError(ToHost(dlogits), ref.dlogits), GradTolerance(c.dtype));
 
+  // A scale read from the device when the kernel runs: 0.25 x 2 = the same 0.5.
+  if (!c.in_place) {
+    Tensor factor = FromHost({2.0}, {1}, DType::kF32, device);
+    CrossEntropyOptions from = opt;
+    from.grad_scale = 0.25f;
+    from.grad_scale_from = factor.view().data<float>();
+    Poison(dlogits);
+    ASSERT_TRUE(CrossEntropyForwardBackward(logits, targets, loss, valid, dlogits, from, s).ok());
+    ASSERT_TRUE(s.Synchronize().ok());
+    EXPECT_LT(RelativeError(ToHost(dlogits), ref.dlogits), GradTolerance(c.dtype)) << "grad_scale_from";
+  }
+
   // Loss only: same loss, logits untouched when not in place.
   if (!c.in_place) {
     Poison(loss);
