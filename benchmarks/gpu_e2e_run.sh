@@ -48,14 +48,22 @@ wait
 for cfg in ${CONFIGS:-1b 124m}; do echo "peer $cfg: $(json "$logs/peer_$cfg.log") $(grep -E 'Error' "$logs/peer_$cfg.log" | tail -1)"; done
 
 # B. FSDP on both GPUs.
+# FSDP_RUNS: "config:recompute:budget_gib:graph ..." (graph 0 = eager steps, SG_CUDA_GRAPH=0); the
+# peer (FSDP2 + compile, with activation checkpointing for 7b) runs once per config.
 if [[ -z ${SKIP_FSDP:-} ]]; then
-  timeout 150 .gpu/run comm/launch --nproc=2 -- "$here/.gpu/bin/benchmarks/llama_step_benchmark" --config=1b \
-    --strategy=fsdp --recompute="${FSDP_RECOMPUTE:-auto}" --memory_budget_gib=25 --steps="$steps" --warmup=5 \
-    > "$logs/ours_1b_fsdp.log" 2>&1
-  echo "ours 1b fsdp x2: $(json "$logs/ours_1b_fsdp.log") $(grep -E 'rror' "$logs/ours_1b_fsdp.log" | head -2)"
-  timeout 170 torchrun --nproc_per_node 2 benchmarks/llama_peer.py --config 1b --compile --fsdp --steps "$steps" \
-    > "$logs/peer_1b_fsdp.log" 2>&1
-  echo "peer 1b fsdp x2: $(json "$logs/peer_1b_fsdp.log") $(grep -E 'Error' "$logs/peer_1b_fsdp.log" | tail -1)"
+  for run in ${FSDP_RUNS:-1b:auto:25:1}; do
+    IFS=: read -r cfg rc budget graph <<< "$run"
+    SG_CUDA_GRAPH=$graph timeout 200 .gpu/run comm/launch --nproc=2 -- "$here/.gpu/bin/benchmarks/llama_step_benchmark" \
+      --config="$cfg" --strategy=fsdp --recompute="$rc" --memory_budget_gib="$budget" --steps="$steps" --warmup=5 \
+      > "$logs/ours_${cfg}_fsdp_${rc}_${budget}_$graph.log" 2>&1
+    echo "ours $cfg fsdp x2 $rc budget $budget graph $graph: $(json "$logs/ours_${cfg}_fsdp_${rc}_${budget}_$graph.log") $(grep -E 'rror|CUDA graph|eager \(' "$logs/ours_${cfg}_fsdp_${rc}_${budget}_$graph.log" | head -2 | cut -c1-200)"
+  done
+  for cfg in ${FSDP_PEERS:-1b}; do
+    ac=(); [[ $cfg == 7b ]] && ac=(--ac)
+    timeout 240 torchrun --nproc_per_node 2 benchmarks/llama_peer.py --config "$cfg" --compile --fsdp "${ac[@]}" \
+      --steps "$steps" > "$logs/peer_${cfg}_fsdp.log" 2>&1
+    echo "peer $cfg fsdp x2: $(json "$logs/peer_${cfg}_fsdp.log") $(grep -E 'Error' "$logs/peer_${cfg}_fsdp.log" | tail -1)"
+  done
 fi
 
 # C. Tests and the CP / PP benchmarks.

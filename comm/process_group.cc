@@ -268,6 +268,13 @@ absl::StatusOr<std::pair<Request, Request>> ProcessGroup::SendRecv(const TensorV
   return r;
 }
 
+absl::Status ProcessGroup::OrderBeforeP2P(const Stream& stream) {
+  if (device_ == nullptr || device_->stream() == nullptr || stream.native() == nullptr) {
+    return absl::OkStatus();
+  }
+  return OrderBefore(device_, stream);
+}
+
 absl::Status ProcessGroup::OrderAfterP2P(const Stream& stream) {
   if (device_ == nullptr || device_->stream() == nullptr || stream.native() == nullptr) {
     return absl::OkStatus();

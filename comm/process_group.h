@@ -107,6 +107,10 @@ class ProcessGroup {
   absl::StatusOr<std::pair<Request, Request>> SendRecv(const TensorView& send, int send_peer,
                                                        const TensorView& recv, int recv_peer,
                                                        uint64_t tag, const Stream& stream = Stream::Cpu());
+  // Device: the point-to-point operations posted after this call run after the work queued on
+  // `stream` so far (Send/Recv of values that work produces, without a host sync). Requests still
+  // held are started first. A no-op without a device transport or for a CPU stream.
+  absl::Status OrderBeforeP2P(const Stream& stream);
   // Device: makes `stream` wait (on the device, the host does not block) for every point-to-point
   // operation issued so far on the device transport. A no-op without one or for a CPU stream
   // (host requests are waited with Request::Wait).

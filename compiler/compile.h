@@ -49,7 +49,8 @@ namespace sg::compiler {
 // kAuto (sharding::ChooseStrategy picks): the job's
 // processes (see compiler/distributed.h). kContextParallel (sequence sharded over the last mesh dim,
 // ring attention; compiler/context_parallel/cp_step.h) and kPipeline (layers split into stages over
-// the mesh, 1F1B; compiler/pipeline/pp_step.h) are registered by those targets (link them).
+// the mesh, 1F1B; with a {dp, pp} mesh, replicas of the pipeline, optionally FSDP-sharded:
+// pipeline_fsdp; compiler/pipeline/pp_step.h) are registered by those targets (link them).
 enum class Strategy : uint8_t { kNone, kFsdp, kHybridShard, kTensorParallel, kAuto, kContextParallel, kPipeline };
 const char* StrategyName(Strategy s);
 // graph/passes/passes.h: kNone, kSelective (recompute norms, rope, elementwise), kFull (keep only
@@ -106,6 +107,10 @@ struct CompileOptions {
   // kContextParallel: shard parameters ZeRO-3 style over every rank (FSDP x CP) instead of
   // replicating them (gradients all-reduced).
   bool context_parallel_fsdp = false;
+  // kPipeline with mesh {dp, pp}: shard each stage's parameters, gradients and AdamW state ZeRO-3
+  // style over its dp group (the ranks holding the same stage in the other replicas) instead of
+  // replicating them (gradients all-reduced). Mesh {2, 2} on 4 ranks: 2 stages, each sharded over 2.
+  bool pipeline_fsdp = false;
   // CUDA: the warm-up step times kernel variants (the GEMMs' cuBLASLt algorithms) once per shape
   // and device model and keeps the fastest, persisted in the compile cache under cache_dir
   // (compiler/autotune.h). SG_AUTOTUNE=0 in the environment turns it off. Needs warmup_steps >= 1

@@ -76,7 +76,10 @@ class Lowerer {
     SG_RETURN_IF_ERROR(graph::Verify(g_));
     SG_RETURN_IF_ERROR(graph::CheckBinding(g_, p_->binding));
     SG_RETURN_IF_ERROR(Shapes());
-    std::set<std::string> device_seeds = o_.device_scalars;
+    // The f16 loss scale seeds the fused cross-entropy; LowerOptions::device_scalars seed the
+    // unfused backward (HostScalarSeeds), which the tensor-parallel runtimes replace by their
+    // vocabulary-parallel steps.
+    std::set<std::string> device_seeds;
     if (o_.loss_scaler) device_seeds.insert(kLossScaleName);
     fusions_ = FindLoweringFusions(g_, device_seeds);
     HostScalarSeeds();
@@ -92,8 +95,9 @@ class Lowerer {
   void set_allocate(bool a) { allocate_ = a; }
 
  private:
-  // softmax_cross_entropy_backward nodes seeded by an input the runtime mirrors on the host (those
-  // the kernel reads from the device were found by FindLoweringFusions).
+  // softmax_cross_entropy_backward nodes seeded by an input the runtime mirrors on the host, or one
+  // the kernel reads from the device (LowerOptions::device_scalars; those under dynamic loss scaling
+  // were found, and fused, by FindLoweringFusions).
   void HostScalarSeeds() {
     const auto& nodes = g_.nodes();
     for (int j = 0; j < int(nodes.size()); ++j) {
@@ -107,6 +111,10 @@ class Lowerer {
         continue;
       }
       const std::string name = graph::AttrString(seed, "name");
+      if (o_.device_scalars.count(name)) {
+        fusions_.cross_entropy_device_scale[j] = b.inputs[0];
+        continue;
+      }
       auto it = o_.host_scalars.find(name);
       if (it == o_.host_scalars.end() || it->second == nullptr) continue;
       fusions_.cross_entropy_host_scale[j] = it->second;

@@ -37,8 +37,9 @@ struct LoweringFusions {
   std::map<int, int> cross_entropy;             // forward node -> its fused backward node
   std::map<int, float> cross_entropy_scale;     // backward node -> constant loss cotangent
   // backward node -> the f32[] input value seeding it, which the kernel reads from the device when
-  // it runs (capturable): the inputs named in FindLoweringFusions' `device_seeds`
-  // (LowerOptions::device_scalars, and "loss_scale" under dynamic loss scaling)
+  // it runs (capturable): the inputs named in FindLoweringFusions' `device_seeds` ("loss_scale"
+  // under dynamic loss scaling; fused with the forward) and, added by the lowering,
+  // LowerOptions::device_scalars (the data-parallel token share; left unfused)
   std::map<int, int> cross_entropy_device_scale;
   // backward node -> host address of its loss cotangent (LowerOptions::host_scalars; filled by the
   // lowering, not by FindLoweringFusions), read at each launch

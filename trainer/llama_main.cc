@@ -45,6 +45,9 @@ ABSL_FLAG(int64_t, grad_accum, 1, "micro-batches per optimizer step");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay (matrices only)");
 ABSL_FLAG(std::string, strategy, "none", "distribution: none, fsdp, hybrid, tp, auto, cp (context parallel) or pp (pipeline)");
 ABSL_FLAG(int64_t, micro_batches, 0, "--strategy=pp: micro-batches per step (0: one sequence each)");
+ABSL_FLAG(bool, pp_fsdp, false,
+          "--strategy=pp with --mesh=DPxPP: shard each stage's parameters and optimizer state over its dp replicas "
+          "(FSDP inside the pipeline) instead of replicating them");
 ABSL_FLAG(std::string, mesh, "", "device mesh for --strategy, e.g. 2x2");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA when present), cpu or cuda");
 ABSL_FLAG(std::string, precision, "", "f32, bf16 or f16 (f16: dynamic loss scaling; default: f32 on the CPU, bf16 on CUDA)");
@@ -147,6 +150,7 @@ int main(int argc, char** argv) {
   f.strategy = absl::GetFlag(FLAGS_strategy);
   f.mesh = absl::GetFlag(FLAGS_mesh);
   f.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  f.pp_fsdp = absl::GetFlag(FLAGS_pp_fsdp);
   f.device = absl::GetFlag(FLAGS_device);
   f.precision = absl::GetFlag(FLAGS_precision);
   f.name = absl::GetFlag(FLAGS_name);

@@ -274,6 +274,7 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   }
   if (strategy == compiler::Strategy::kPipeline) {
     o.micro_batches = int(f.micro_batches > 0 ? f.micro_batches : o.batch * o.grad_accum);
+    o.pipeline_fsdp = f.pp_fsdp;
   }
   const double budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);
   // Until the second step is timed, a time-budgeted run assumes a long schedule (the warm-up

@@ -48,6 +48,7 @@ struct RunFlags {
   std::string strategy = "none";
   std::string mesh;
   int64_t micro_batches = 0;  // --strategy=pp: 0 = one sequence per micro-batch
+  bool pp_fsdp = false;        // --strategy=pp --mesh=DPxPP: shard each stage over dp (FSDP)
   std::string device = "auto";
   std::string precision;
   std::string name;

@@ -117,6 +117,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   // The pipeline's micro-batches (--micro_batches) or gradient accumulation (--grad_accum).
   co.micro_batches = options.strategy == compiler::Strategy::kPipeline ? options.micro_batches
                                                                         : int(options.grad_accum);
+  co.pipeline_fsdp = options.pipeline_fsdp;
   co.adamw.beta1 = options.beta1;
   co.adamw.beta2 = options.beta2;
   co.adamw.weight_decay = options.weight_decay;

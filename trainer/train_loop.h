@@ -69,6 +69,7 @@ struct TrainOptions {
   compiler::Strategy strategy = compiler::Strategy::kNone;
   std::vector<int64_t> mesh;
   int micro_batches = 1;  // pipeline (Strategy::kPipeline): micro-batches per step
+  bool pipeline_fsdp = false;  // pipeline on a {dp, pp} mesh: stages sharded over dp (CompileOptions)
   int rank = 0;
   int world_size = 1;
   std::string cache_dir;  // the compiler's cache; "" = none

@@ -6,11 +6,13 @@
 // BM_PipelineStep/<micro>/<layers>: a bf16 training step of the 1b model's shapes (<layers>
 // layers, split evenly over the ranks) through Compile(Strategy::kPipeline), <micro> micro-batches
 // of one 2048-token sequence. Counters: bubble (measured: the mean over stages of the idle share
-// of the step's span, from each stage's busy intervals, PipelineStep::last_times), bubble_theory
-// (1F1B: (p-1)/(m+p-1)) and tokens_per_s. The measured bubble sits above the theory by the
-// transfer time (activations go through host memory) and the stage imbalance (the first stage
-// holds the embedding, the last the output projection and loss, and the last stage runs each
-// micro-batch's forward again in its backward).
+// of the step's span, from each stage's busy intervals, PipelineStep::last_times: CUDA events on
+// the compute stream), bubble_theory (1F1B: (p-1)/(m+p-1)), device_transfers (1: activations and
+// gradients go device to device over NCCL on the communication stream, the host never waiting
+// inside the schedule; 0: through host memory) and tokens_per_s. The measured bubble sits above
+// the theory by the transfer time left exposed and the stage imbalance (the first stage holds the
+// embedding, the last the output projection and loss, and the last stage runs each micro-batch's
+// forward again in its backward).
 // Fixed iteration counts (every rank takes part); skips with a message without a GPU or 2+ ranks.
 #include <algorithm>
 #include <cstdlib>
@@ -109,10 +111,11 @@ void BM_PipelineStep(benchmark::State& state) {
   }
   state.counters["bubble"] = bubble_sum / double(state.iterations());
   state.counters["bubble_theory"] = OneFOneBBubbleTheory(p, micro);
+  state.counters["device_transfers"] = step->device_transfers() ? 1 : 0;
   state.counters["tokens_per_s"] =
       benchmark::Counter(double(micro * c->seq), benchmark::Counter::kIsIterationInvariantRate);
   state.SetLabel(absl::StrCat(c->name, " shapes, ", layers, " layers over ", p, " stages, ", micro, " micro-batches x ",
-                              c->seq, " tokens"));
+                              c->seq, " tokens, ", step->device_transfers() ? "device" : "host", " transfers"));
 }
 BENCHMARK(BM_PipelineStep)
     ->ArgsProduct({{1, 2, 4, 8, 16}, {8}})

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <deque>
 #include <iostream>
 
 #include "absl/strings/match.h"
@@ -22,6 +21,9 @@ struct PipelineStep::Param {
   std::string name;
   TensorView master, grad_out;  // program source (f32) and its "grad:<p>" output
   Tensor acc, m, v, scratch;    // accumulated f32 gradient, moments; f32 copy of a non-f32 grad
+  // pipeline_fsdp: this rank's rows of the master weights and of the dp-summed gradient (m and v
+  // are then shard-sized too).
+  Tensor shard, grad_shard;
   float weight_decay = 0;
 };
 
@@ -75,7 +77,10 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
   }
   if (shape.size() == 2) {
     SG_ASSIGN_OR_RETURN(dp_, context_->Group(mesh, {0}));
-  }  micro_ = o.micro_batches;
+  }
+  SG_CHECK_ARG(!o.pipeline_fsdp || shape.size() == 2, "pipeline: pipeline_fsdp shards each stage over the dp dim of a ",
+               "{dp, pp} mesh, found mesh ", mesh.ToString());
+  micro_ = o.micro_batches;
   auto batch = o.binding.find("batch");
   SG_CHECK_ARG(batch != o.binding.end(), "pipeline: the binding must give 'batch'");
   SG_CHECK_ARG(micro_ >= 1 && batch->second % micro_ == 0, "pipeline: batch ", batch->second,
@@ -139,33 +144,63 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
                                                    ", expected f32 master weights"));
     }
     p->weight_decay = p->master.rank() >= 2 ? float(o.adamw.weight_decay) : 0.f;
-    for (Tensor* t : {&p->acc, &p->m, &p->v}) {
-      SG_ASSIGN_OR_RETURN(*t, Tensor::Empty(p->master.shape(), DType::kF32, d));
-      SG_RETURN_IF_ERROR(ZeroTensor(t->view(), st));
-    }
+    SG_ASSIGN_OR_RETURN(p->acc, Tensor::Empty(p->master.shape(), DType::kF32, d));
     if (p->grad_out.dtype() != DType::kF32) {
       SG_ASSIGN_OR_RETURN(p->scratch, Tensor::Empty(p->master.shape(), DType::kF32, d));
     }
-    kernels::AdamWParam a;
-    a.param = p->master;
-    a.grad = p->acc.view();
-    a.m = p->m.view();
-    a.v = p->v.view();
-    a.weight_decay = p->weight_decay;
-    list.push_back(a);
     param_index_[name] = int(params_.size());
     parameter_names_.push_back(name);
     params_.push_back(std::move(p));
   }
-  if (list.empty()) return absl::UnimplementedError(absl::StrCat("pipeline: stage ", spec_.stage, " holds no parameters"));
+  if (params_.empty()) return absl::UnimplementedError(absl::StrCat("pipeline: stage ", spec_.stage, " holds no parameters"));
+  if (o.pipeline_fsdp) {
+    std::vector<Shape> shapes;
+    for (const auto& p : params_) shapes.push_back(p->master.shape());
+    SG_ASSIGN_OR_RETURN(ShardBucket b, ShardBucket::Create(shapes, dp_, d));
+    bucket_ = std::make_unique<ShardBucket>(std::move(b));
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    Param& p = *params_[i];
+    const bool sharded = bucket_ != nullptr;
+    const Shape state_shape = sharded ? Shape{bucket_->shard_numel(int(i))} : p.master.shape();
+    std::vector<Tensor*> state = {&p.m, &p.v};
+    if (sharded) state.insert(state.end(), {&p.shard, &p.grad_shard});
+    for (Tensor* t : state) {
+      SG_ASSIGN_OR_RETURN(*t, Tensor::Empty(state_shape, DType::kF32, d));
+      if (t->numel() > 0) SG_RETURN_IF_ERROR(ZeroTensor(t->view(), st));
+    }
+    if (NumElements(state_shape) == 0) continue;  // no rows of it on this rank
+    kernels::AdamWParam a;
+    a.param = sharded ? p.shard.view() : p.master;
+    a.grad = sharded ? p.grad_shard.view() : p.acc.view();
+    a.m = p.m.view();
+    a.v = p.v.view();
+    a.weight_decay = p.weight_decay;
+    list.push_back(a);
+  }
+  if (list.empty()) {
+    return absl::UnimplementedError(absl::StrCat("pipeline: rank ", context_->rank(), " holds no rows of stage ",
+                                                 spec_.stage, "'s parameters (too few for ", bucket_->size(), " shards)"));
+  }
   SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList l, kernels::AdamWTensorList::Create(list));
   list_ = std::make_shared<kernels::AdamWTensorList>(std::move(l));
-  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, 4 * 64));
+  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, 5 * 64));
   lr_ = TensorView(scalars_.data(), DType::kF32, {1}, d);
   counter_ = TensorView(scalars_.data() + 64, DType::kI64, {}, d);
   norm_ = TensorView(scalars_.data() + 128, DType::kF32, {1}, d);
   clip_ = TensorView(scalars_.data() + 192, DType::kF32, {1}, d);
-  SG_RETURN_IF_ERROR(ZeroTensor(TensorView(scalars_.data(), DType::kF32, {64}, d), st));
+  loss_sum_ = TensorView(scalars_.data() + 256, DType::kF32, {}, d);
+  SG_RETURN_IF_ERROR(ZeroTensor(TensorView(scalars_.data(), DType::kF32, {80}, d), st));
+  StageLink::Options lo;
+  lo.tag_base = kTagBase;
+  lo.timeout = timeout_;
+  SG_ASSIGN_OR_RETURN(link_, StageLink::Create(pp_, spec_, micro_, act_shape_, act_dtype_, st, lo));
+  if (d.is_cuda()) {
+    for (size_t k = 0; k < size_t(1 + 4 * micro_); ++k) {
+      SG_ASSIGN_OR_RETURN(Event e, Event::Create(d, /*timing=*/true));
+      timing_.push_back(std::move(e));
+    }
+  }
   if (program_->state.bytes() > 0) {
     SG_RETURN_IF_ERROR(ZeroTensor(TensorView(program_->state.data(), DType::kF32, {program_->state.bytes() / 4}, d), st));
   }
@@ -175,8 +210,12 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
                               micro_, " micro-batches of ", micro_batch_, ", bubble (p-1)/(m+p-1) = ",
                               OneFOneBBubbleTheory(spec_.num_stages, micro_));
   if (dp_ != nullptr) {
-    absl::StrAppend(&explanation_, "; ", dp_->size(), " data-parallel replicas (gradients all-reduced per stage)");
+    absl::StrAppend(&explanation_, "; ", dp_->size(), " data-parallel replicas",
+                    bucket_ != nullptr ? " sharding each stage (FSDP: parameters gathered per step, gradients "
+                                         "reduce-scattered)"
+                                       : " (gradients all-reduced per stage)");
   }
+  absl::StrAppend(&explanation_, "; transfers ", link_->device_path() ? "device to device (NCCL)" : "through host memory");
   if (context_->rank() == 0) std::cerr << "[sg::compiler] " << explanation_ << "\n";
   return absl::OkStatus();
 }
@@ -188,7 +227,7 @@ absl::Status PipelineStep::RunSteps(bool forward_only) {
     absl::Status r = st.launch(s);
     if (!r.ok()) return absl::Status(r.code(), absl::StrCat("pipeline stage ", spec_.stage, " step '", st.name, "': ", r.message()));
   }
-  return executor_->Synchronize();
+  return absl::OkStatus();
 }
 
 absl::Status PipelineStep::Feed(const std::string& name, const TensorView& src) {
@@ -229,8 +268,10 @@ absl::Status PipelineStep::Run(const std::map<std::string, TensorView>& batch) {
   using K = PipelineAction::Kind;
   const int me = spec_.stage, m = micro_;
   const Stream& st = executor_->compute_stream();
-  // Micro-batch inputs this stage reads.
+  // Micro-batch inputs this stage reads (host batches staged onto the device once, so the schedule
+  // below only copies device to device).
   std::vector<std::map<std::string, TensorView>> micro(static_cast<size_t>(m));
+  std::vector<Tensor> staged;
   for (const std::string& name : program_->input_names) {
     if (name == kStageInput || name == "cotangent") continue;
     auto it = batch.find(name);
@@ -240,163 +281,191 @@ absl::Status PipelineStep::Run(const std::map<std::string, TensorView>& batch) {
                                                      " rows (", m, " micro-batches of ", micro_batch_, "), found ",
                                                      it->second.ToString()));
     }
-    for (int i = 0; i < m; ++i) micro[size_t(i)][name] = Rows(it->second, i, micro_batch_);
-  }
-  // Token-count weights of the micro-batches (the loss is the mean over every non-ignored target).
-  std::vector<float> weight(size_t(m), 1.f / float(m));
-  if (spec_.last()) {
-    const TensorView t = batch.at(targets_name_);
-    SG_ASSIGN_OR_RETURN(Tensor host, Tensor::Empty(t.shape(), t.dtype(), Device::Cpu()));
-    SG_RETURN_IF_ERROR(CopyTensor(t, host.view(), st));
-    SG_RETURN_IF_ERROR(executor_->Synchronize());
-    std::vector<int64_t> count(size_t(m), 0);
-    int64_t total = 0;
-    const int64_t per = t.numel() / m;
-    for (int64_t k = 0; k < t.numel(); ++k) {
-      const int64_t id = t.dtype() == DType::kI64 ? host.data<int64_t>()[k] : host.data<int32_t>()[k];
-      if (id != ignore_index_) {
-        ++count[size_t(k / per)];
-        ++total;
-      }
+    TensorView whole = it->second;
+    if (whole.device() != program_->device) {
+      SG_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(whole.shape(), whole.dtype(), program_->device));
+      SG_RETURN_IF_ERROR(CopyTensor(whole, t.view(), st));
+      whole = t.view();
+      staged.push_back(std::move(t));
     }
-    if (dp_ != nullptr) {  // the loss is the mean over every replica's tokens
-      float t32 = float(total);
-      SG_RETURN_IF_ERROR(dp_->AllReduce(TensorView(&t32, DType::kF32, {1}, Device::Cpu()), comm::ReduceOp::kSum));
-      total = int64_t(t32);
-    }
-    for (int i = 0; i < m; ++i) weight[size_t(i)] = total > 0 ? float(double(count[size_t(i)]) / double(total)) : 0.f;
+    for (int i = 0; i < m; ++i) micro[size_t(i)][name] = Rows(whole, i, micro_batch_);
   }
+  SG_ASSIGN_OR_RETURN(std::vector<float> weight, MicroBatchWeights(batch));
   for (auto& p : params_) SG_RETURN_IF_ERROR(ZeroTensor(p->acc.view(), st));
+  SG_RETURN_IF_ERROR(ZeroTensor(loss_sum_, st));
+  if (bucket_ != nullptr) {  // the stage's full weights for this step's passes
+    std::vector<TensorView> full;
+    for (const auto& p : params_) full.push_back(p->master);
+    SG_RETURN_IF_ERROR(bucket_->Gather(Shards(&Param::shard), full, st));
+    SG_RETURN_IF_ERROR(RefreshWeightCopies());
+  }
 
-  struct Pending {
-    Tensor buffer;
-    comm::Request request;
-    std::string what;
+  const std::vector<PipelineAction> order = OneFOneBSchedule(spec_.num_stages, me, m);
+  // The message an action needs before it runs: F(i)'s activation (not on stage 0), B(i)'s
+  // gradient (not on the last stage, whose B(i) only sends).
+  auto needs = [&](size_t k, StageLink::Kind* kind) {
+    if (k >= order.size()) return false;
+    *kind = order[k].kind == K::kForward ? StageLink::kActivation : StageLink::kGradient;
+    return order[k].kind == K::kForward ? !spec_.first() : !spec_.last();
   };
-  std::deque<Pending> sends;
-  std::map<int, Tensor> stash, grad_in;  // micro-batch -> h_in received / last stage's grad h_in to send
-  auto host_buffer = [&]() { return Tensor::Empty(act_shape_, act_dtype_, Device::Cpu()); };
-  auto receive = [&](int peer, uint64_t tag, const std::string& what) -> absl::StatusOr<Tensor> {
-    SG_ASSIGN_OR_RETURN(Tensor t, host_buffer());
-    SG_ASSIGN_OR_RETURN(comm::Request r, pp_->Recv(t.view(), peer, tag));
-    absl::Status s = r.Wait(absl::Now() + timeout_);
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(pp_->name(), " pipeline stage ", me, ": receiving ", what,
-                                                 " from stage ", peer, ": ", s.message()));
-    }
-    return t;
+  auto post_needed = [&](size_t k) -> absl::Status {
+    StageLink::Kind kind;
+    return needs(k, &kind) ? link_->PostRecv(kind, order[k].micro) : absl::OkStatus();
   };
-  auto send = [&](const TensorView& device_value, int peer, uint64_t tag, std::string what) -> absl::Status {
-    Pending p;
-    SG_ASSIGN_OR_RETURN(p.buffer, host_buffer());
-    SG_ASSIGN_OR_RETURN(TensorView v, device_value.Reshape(act_shape_));
-    SG_RETURN_IF_ERROR(CopyTensor(v, p.buffer.view(), st));
-    SG_RETURN_IF_ERROR(executor_->Synchronize());
-    p.what = absl::StrCat(what, " to stage ", peer);
-    SG_ASSIGN_OR_RETURN(p.request, pp_->Send(p.buffer.view(), peer, tag));
-    sends.push_back(std::move(p));
-    return absl::OkStatus();
-  };
+  std::map<int, TensorView> stash;  // micro-batch -> its received h_in (a link buffer)
   auto feed_micro = [&](int i) -> absl::Status {
     for (const auto& [name, v] : micro[size_t(i)]) SG_RETURN_IF_ERROR(Feed(name, v));
-    if (!spec_.first()) SG_RETURN_IF_ERROR(Feed(kStageInput, stash.at(i).view()));
+    if (!spec_.first()) SG_RETURN_IF_ERROR(Feed(kStageInput, stash.at(i)));
     return absl::OkStatus();
   };
 
-  actions_.clear();
-  times_.clear();
-  double loss = 0;
+  actions_ = order;
+  times_.assign(order.size(), Interval{});
+  const bool events = !timing_.empty();
+  SG_RETURN_IF_ERROR(executor_->Synchronize());
   SG_RETURN_IF_ERROR(pp_->Barrier());
   const absl::Time t0 = absl::Now();
   auto since = [&] { return absl::ToDoubleSeconds(absl::Now() - t0); };
-  for (const PipelineAction& a : OneFOneBSchedule(spec_.num_stages, me, m)) {
+  if (events) SG_RETURN_IF_ERROR(timing_[0].Record(st));
+  auto mark = [&](size_t k, bool end) -> absl::Status {
+    if (events) return timing_[1 + 2 * k + (end ? 1 : 0)].Record(st);
+    (end ? times_[k].end : times_[k].start) = since();
+    return absl::OkStatus();
+  };
+  SG_RETURN_IF_ERROR(post_needed(0));
+  for (size_t k = 0; k < order.size(); ++k) {
+    const PipelineAction& a = order[k];
     const int i = a.micro;
-    const uint64_t act_tag = kTagBase + 2 * uint64_t(i), grad_tag = act_tag + 1;
-    Interval busy;
-    if (a.kind == K::kForward) {
-      if (!spec_.first()) {
-        SG_ASSIGN_OR_RETURN(stash[i], receive(me - 1, act_tag, absl::StrCat("activation of micro-batch ", i)));
-      }
-      busy.start = since();
+    StageLink::Kind kind;
+    TensorView received;
+    if (needs(k, &kind)) {
+      SG_ASSIGN_OR_RETURN(received, link_->Received(kind, i));
+    }
+    if (a.kind == K::kForward && !spec_.first()) stash[i] = received;
+    SG_RETURN_IF_ERROR(mark(k, false));
+    const float w = weight[size_t(i)];
+    if (a.kind == K::kForward && spec_.last()) {
+      // Forward and backward at once: B(i) follows F(i) directly on the last stage, which sends
+      // grad h_in (scaled by the micro-batch's weight, in place) at B(i).
       SG_RETURN_IF_ERROR(feed_micro(i));
-      if (spec_.last()) {
-        // Forward and backward at once: B(i) follows F(i) directly on the last stage.
-        SG_RETURN_IF_ERROR(RunSteps(false));
-        float li = 0;
-        SG_RETURN_IF_ERROR(CopyTensor(program_->outputs.at(loss_name_), TensorView(&li, DType::kF32, {}, Device::Cpu()), st));
-        SG_RETURN_IF_ERROR(Accumulate(weight[size_t(i)]));
-        SG_RETURN_IF_ERROR(executor_->Synchronize());
-        loss += double(weight[size_t(i)]) * double(li);
-        if (!spec_.first()) {
-          SG_ASSIGN_OR_RETURN(Tensor g, Tensor::Empty(act_shape_, act_dtype_, program_->device));
-          SG_ASSIGN_OR_RETURN(TensorView src, program_->outputs.at("grad:h_in").Reshape(act_shape_));
-          SG_RETURN_IF_ERROR(kernels::Scale(src, weight[size_t(i)], g.view(), st));
-          grad_in[i] = std::move(g);
-        }
-        busy.end = since();
-      } else {
-        SG_RETURN_IF_ERROR(RunSteps(true));
-        busy.end = since();
-        SG_RETURN_IF_ERROR(send(program_->outputs.at(kStageOutput), me + 1, act_tag,
-                                absl::StrCat("activation of micro-batch ", i)));
+      SG_RETURN_IF_ERROR(RunSteps(false));
+      SG_RETURN_IF_ERROR(kernels::AddScaled(program_->outputs.at(loss_name_), w, loss_sum_, loss_sum_, st));
+      SG_RETURN_IF_ERROR(Accumulate(w));
+      if (!spec_.first()) {
+        const TensorView g = program_->outputs.at("grad:" + std::string(kStageInput));
+        SG_RETURN_IF_ERROR(kernels::Scale(g, w, g, st));
       }
+      SG_RETURN_IF_ERROR(mark(k, true));
+    } else if (a.kind == K::kForward) {
+      SG_RETURN_IF_ERROR(feed_micro(i));
+      SG_RETURN_IF_ERROR(RunSteps(true));
+      SG_RETURN_IF_ERROR(mark(k, true));
+      SG_RETURN_IF_ERROR(link_->PostSend(StageLink::kActivation, i, program_->outputs.at(kStageOutput)));
     } else {
-      if (spec_.last()) {
-        busy.start = busy.end = since();
-        if (!spec_.first()) {
-          SG_RETURN_IF_ERROR(send(grad_in.at(i).view(), me - 1, grad_tag, absl::StrCat("gradient of micro-batch ", i)));
-          grad_in.erase(i);
-        }
-      } else {
-        SG_ASSIGN_OR_RETURN(Tensor cot, receive(me + 1, grad_tag, absl::StrCat("gradient of micro-batch ", i)));
-        busy.start = since();
+      if (!spec_.last()) {
         SG_RETURN_IF_ERROR(feed_micro(i));
-        SG_RETURN_IF_ERROR(Feed("cotangent", cot.view()));
+        SG_RETURN_IF_ERROR(Feed("cotangent", received));
         SG_RETURN_IF_ERROR(RunSteps(false));
         SG_RETURN_IF_ERROR(Accumulate(1.f));
-        SG_RETURN_IF_ERROR(executor_->Synchronize());
-        busy.end = since();
-        if (!spec_.first()) {
-          SG_RETURN_IF_ERROR(send(program_->outputs.at("grad:" + std::string(kStageInput)), me - 1, grad_tag,
-                                  absl::StrCat("gradient of micro-batch ", i)));
-        }
+      }
+      SG_RETURN_IF_ERROR(mark(k, true));
+      if (!spec_.first()) {
+        SG_RETURN_IF_ERROR(link_->PostSend(StageLink::kGradient, i,
+                                           program_->outputs.at("grad:" + std::string(kStageInput))));
       }
       stash.erase(i);
     }
-    actions_.push_back(a);
-    times_.push_back(busy);
-    while (!sends.empty()) {
-      SG_ASSIGN_OR_RETURN(bool done, sends.front().request.Test());
-      if (!done) break;
-      sends.pop_front();
-    }
+    // Posted after this action's send: the two start together (stage_link.h).
+    SG_RETURN_IF_ERROR(post_needed(k + 1));
   }
-  const absl::Time deadline = absl::Now() + timeout_;
-  for (Pending& p : sends) {
-    absl::Status s = p.request.Wait(deadline);
-    if (!s.ok()) {
-      return absl::Status(s.code(), absl::StrCat(pp_->name(), " pipeline stage ", me, ": sending ", p.what, ": ",
-                                                 s.message()));
-    }
+  SG_RETURN_IF_ERROR(link_->Finish());
+  if (bucket_ != nullptr) {
+    std::vector<TensorView> full;
+    for (const auto& p : params_) full.push_back(p->acc.view());
+    SG_RETURN_IF_ERROR(bucket_->ReduceScatter(full, Shards(&Param::grad_shard), st));
   }
-  loss_ = float(loss);
-  return Optimize();
+  SG_RETURN_IF_ERROR(Optimize());
+  return events ? ReadEventTimes() : absl::OkStatus();
 }
 
-// Global norm over every stage's accumulated gradients, then AdamW on this stage's.
+// Micro-batch i's share of the non-ignored targets over every replica (1/m each off the last stage,
+// which alone reads the targets).
+absl::StatusOr<std::vector<float>> PipelineStep::MicroBatchWeights(const std::map<std::string, TensorView>& batch) {
+  const int m = micro_;
+  std::vector<float> weight(size_t(m), 1.f / float(m));
+  if (!spec_.last()) return weight;
+  TensorView t = batch.at(targets_name_);
+  Tensor host;
+  if (!t.device().is_cpu()) {
+    SG_ASSIGN_OR_RETURN(host, Tensor::Empty(t.shape(), t.dtype(), Device::Cpu()));
+    SG_RETURN_IF_ERROR(CopyTensor(t, host.view(), executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(executor_->Synchronize());
+    t = host.view();
+  }
+  std::vector<int64_t> count(size_t(m), 0);
+  int64_t total = 0;
+  const int64_t per = t.numel() / m;
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    const int64_t id = t.dtype() == DType::kI64 ? t.data<int64_t>()[k] : t.data<int32_t>()[k];
+    if (id != ignore_index_) {
+      ++count[size_t(k / per)];
+      ++total;
+    }
+  }
+  if (dp_ != nullptr) {  // the loss is the mean over every replica's tokens
+    float t32 = float(total);
+    SG_RETURN_IF_ERROR(dp_->AllReduce(TensorView(&t32, DType::kF32, {1}, Device::Cpu()), comm::ReduceOp::kSum));
+    total = int64_t(t32);
+  }
+  for (int i = 0; i < m; ++i) weight[size_t(i)] = total > 0 ? float(double(count[size_t(i)]) / double(total)) : 0.f;
+  return weight;
+}
+
+int64_t PipelineStep::optimizer_state_elements() const {
+  int64_t n = 0;
+  for (const auto& p : params_) n += p->m.numel() + p->v.numel();
+  return n;
+}
+
+std::vector<TensorView> PipelineStep::Shards(Tensor Param::*which) const {
+  std::vector<TensorView> v;
+  for (const auto& p : params_) v.push_back(((*p).*which).view());
+  return v;
+}
+
+absl::Status PipelineStep::ReadEventTimes() {
+  for (size_t k = 0; k < times_.size(); ++k) {
+    SG_ASSIGN_OR_RETURN(float start, timing_[1 + 2 * k].ElapsedMsSince(timing_[0]));
+    SG_ASSIGN_OR_RETURN(float end, timing_[2 + 2 * k].ElapsedMsSince(timing_[0]));
+    times_[k] = Interval{start * 1e-3, end * 1e-3};
+  }
+  return absl::OkStatus();
+}
+
+// Global norm over every stage's accumulated gradients, then AdamW on this stage's (or, sharded,
+// on this rank's rows of them).
 absl::Status PipelineStep::Optimize() {
   const Stream& st = executor_->compute_stream();
   auto list = std::static_pointer_cast<kernels::AdamWTensorList>(list_);
-  if (dp_ != nullptr) {
+  float sums[2] = {0, 0};  // squared norm, loss
+  SG_RETURN_IF_ERROR(CopyTensor(loss_sum_, TensorView(&sums[1], DType::kF32, {}, Device::Cpu()), st));
+  if (dp_ != nullptr && bucket_ == nullptr) {
     for (auto& p : params_) SG_RETURN_IF_ERROR(dp_->AllReduce(p->acc.view(), comm::ReduceOp::kSum, st));
-    SG_RETURN_IF_ERROR(dp_->AllReduce(TensorView(&loss_, DType::kF32, {1}, Device::Cpu()), comm::ReduceOp::kSum));
   }
   SG_RETURN_IF_ERROR(kernels::GradNorm(*list, 0.f, norm_, TensorView(), st));
   float local = 0;
   SG_RETURN_IF_ERROR(CopyTensor(norm_, TensorView(&local, DType::kF32, {1}, Device::Cpu()), st));
   SG_RETURN_IF_ERROR(executor_->Synchronize());
-  float sums[2] = {local * local, loss_};
-  SG_RETURN_IF_ERROR(pp_->AllReduce(TensorView(sums, DType::kF32, {2}, Device::Cpu()), comm::ReduceOp::kSum));
+  sums[0] = local * local;
+  if (bucket_ != nullptr) {
+    // Every rank holds distinct rows and its replica's loss share: one sum over the job.
+    SG_RETURN_IF_ERROR(context_->world().AllReduce(TensorView(sums, DType::kF32, {2}, Device::Cpu()), comm::ReduceOp::kSum));
+  } else {
+    if (dp_ != nullptr) {
+      SG_RETURN_IF_ERROR(dp_->AllReduce(TensorView(&sums[1], DType::kF32, {1}, Device::Cpu()), comm::ReduceOp::kSum));
+    }
+    SG_RETURN_IF_ERROR(pp_->AllReduce(TensorView(sums, DType::kF32, {2}, Device::Cpu()), comm::ReduceOp::kSum));
+  }
   grad_norm_ = std::sqrt(sums[0]);
   loss_ = sums[1];
   const float max_norm = float(adamw_.max_grad_norm);
@@ -451,7 +520,13 @@ absl::Status PipelineStep::Write(const std::string& name, const TensorView& host
     if (own == owner_.end()) continue;
     SG_RETURN_IF_ERROR(CheckF32(name, own->second.second, host));
     if (own->second.first != spec_.stage) return absl::OkStatus();  // another stage's
-    const Param& p = *params_[size_t(param_index_.at(param))];
+    const int index = param_index_.at(param);
+    const Param& p = *params_[size_t(index)];
+    if (bucket_ != nullptr) {  // this rank's rows; Run gathers the full weights
+      const TensorView dst = prefix[0] == '\0' ? p.shard.view() : (prefix[4] == 'm' ? p.m.view() : p.v.view());
+      if (dst.numel() > 0) SG_RETURN_IF_ERROR(CopyTensor(bucket_->MineOf(index, host), dst, st));
+      return executor_->Synchronize();
+    }
     const TensorView dst = prefix[0] == '\0' ? p.master : (prefix[4] == 'm' ? p.m.view() : p.v.view());
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(host.raw(), DType::kF32, dst.shape(), host.device()), dst, st));
     return RefreshWeightCopies();
@@ -477,7 +552,17 @@ absl::Status PipelineStep::Read(const std::string& name, const TensorView& host)
     auto own = owner_.find(param);
     if (own == owner_.end()) continue;
     SG_RETURN_IF_ERROR(CheckF32(name, own->second.second, host));
-    if (own->second.first == spec_.stage) {
+    if (own->second.first == spec_.stage && bucket_ != nullptr) {  // the rows over the dp group
+      const int index = param_index_.at(param);
+      const std::string pre = prefix;
+      Tensor Param::*which = pre.empty() ? &Param::shard : pre == "grad:" ? &Param::grad_shard : pre == "opt.m." ? &Param::m : &Param::v;
+      SG_ASSIGN_OR_RETURN(Tensor full, Tensor::Empty({own->second.second}, DType::kF32, program_->device));
+      std::vector<TensorView> fulls(params_.size());
+      fulls[size_t(index)] = full.view();
+      SG_RETURN_IF_ERROR(bucket_->Gather(Shards(which), fulls, st, {index}));
+      SG_RETURN_IF_ERROR(CopyTensor(full.view(), TensorView(host.raw(), DType::kF32, {full.numel()}, host.device()), st));
+      SG_RETURN_IF_ERROR(executor_->Synchronize());
+    } else if (own->second.first == spec_.stage) {
       const Param& p = *params_[size_t(param_index_.at(param))];
       const std::string pre = prefix;
       const TensorView src = pre.empty() ? p.master : pre == "grad:" ? p.acc.view() : pre == "opt.m." ? p.m.view() : p.v.view();

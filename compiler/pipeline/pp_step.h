@@ -8,6 +8,8 @@
 //   // on every rank, started by //comm:launch --nproc=4:
 //   CompileOptions o;  o.strategy = Strategy::kPipeline;  o.micro_batches = 8;
 //   o.binding = {{"batch", 16}, {"seq", 2048}};   // the whole step's batch, split into 8
+//   // or: o.mesh = {2, 2}; o.pipeline_fsdp = true;  // 2 replicas x 2 stages, each stage's
+//   //     parameters sharded over its 2 replicas; the batch above is then each replica's
 //   SG_ASSIGN_OR_RETURN(auto step, Compile(forward, o));
 //   for (auto& [name, full] : init) SG_RETURN_IF_ERROR(step->Write(name, full));  // keeps its stage's
 //   SG_RETURN_IF_ERROR(step->Run(batch));    // every rank passes the same batch (stage 0 reads
@@ -26,14 +28,24 @@
 //    micro-batch weights count every replica's tokens); the global gradient norm (local sums of
 //    squares all-reduced over the stages) for clipping, then one multi-tensor AdamW over the
 //    stage's parameters.
-// Activations cross stages through host buffers (UCX); on CUDA each action synchronizes the
-// device before its send. Run returns after the step (it synchronizes).
-// Write/Read take full tensors by model name on every rank: Write keeps what the stage owns, Read
-// broadcasts from the owner (collective: every rank calls it in the same order).
-// Not yet: FSDP within a stage (the design: the stage program's parameters become transient
-// sources gathered per unit as in compiler/fsdp.h, and the dp all-reduce of the accumulated
-// gradients a reduce-scatter into shards), recompute policies other than the full recompute above,
-// CUDA-graph capture of the stage program.
+// FSDP within a stage (CompileOptions::pipeline_fsdp, mesh {dp, pp}): the stage's parameters,
+// their AdamW moments and the reduced gradients are sharded by rows over the dp group (ShardBucket,
+// compiler/shard_bucket.h: torch.chunk rows, one bucketed collective). Run all-gathers the shards
+// into the stage program's full parameters before the first micro-batch and keeps them for the
+// step's 2m forward/backward passes (one gather per step instead of one per pass, the choice
+// torchtitan makes for PP + FSDP), reduce-scatters (sum) the accumulated full gradients after the
+// stage's last backward, and runs AdamW on the shard; the gradient norm sums every rank's shard.
+// Transfers between stages (stage_link.h): on CUDA with NCCL, device to device on the
+// communication stream, ordered against the compute stream by events, each action's send paired
+// with the next action's receive; the host never waits inside the schedule (per-action busy times
+// come from CUDA events). On the CPU (or CUDA without NCCL) through host buffers over UCX.
+// Run returns after the step (the optimizer's norm all-reduce synchronizes).
+// Write/Read take full tensors by model name on every rank: Write keeps what the stage owns (its
+// rows under pipeline_fsdp), Read gathers (dp) and broadcasts from the owner stage (collective:
+// every rank calls it in the same order).
+// Not yet: transient (per-pass) full parameters under pipeline_fsdp (today the full f32 weights and
+// the full gradient accumulator live for the whole step; the moments and master shards are 1/dp),
+// recompute policies other than the full recompute above, CUDA-graph capture of the stage program.
 #ifndef SGTRAIN_COMPILER_PIPELINE_PP_STEP_H_
 #define SGTRAIN_COMPILER_PIPELINE_PP_STEP_H_
 
@@ -47,6 +59,8 @@
 #include "compiler/dist_context.h"
 #include "compiler/pipeline/graph_split.h"
 #include "compiler/pipeline/schedule.h"
+#include "compiler/pipeline/stage_link.h"
+#include "compiler/shard_bucket.h"
 #include "graph/ir.h"
 
 namespace sg::compiler {
@@ -68,6 +82,10 @@ class PipelineStep : public CompiledStep {
   int stage() const { return spec_.stage; }
   int num_stages() const { return spec_.num_stages; }
   int micro_batches() const { return micro_; }
+  // f32 elements of AdamW state (m and v) this rank keeps: its stage's parameters' twice, or under
+  // pipeline_fsdp its rows of them.
+  int64_t optimizer_state_elements() const;
+  bool device_transfers() const { return link_->device_path(); }
   // The last Run's actions on this stage and their busy intervals (seconds from the step's start,
   // without the waits for messages): schedule.h's BubbleFraction over every stage's intervals.
   const std::vector<PipelineAction>& last_actions() const { return actions_; }
@@ -80,8 +98,13 @@ class PipelineStep : public CompiledStep {
   absl::Status RunSteps(bool forward_only);
   absl::Status Feed(const std::string& name, const TensorView& src);
   absl::Status Accumulate(float weight);
+  absl::StatusOr<std::vector<float>> MicroBatchWeights(const std::map<std::string, TensorView>& batch);
   absl::Status RefreshWeightCopies();
   absl::Status Optimize();
+  // The last Run's per-action busy intervals from the CUDA timing events (after the step synced).
+  absl::Status ReadEventTimes();
+  // pipeline_fsdp: the stage's shards of `which` (&Param::shard, &Param::m, ...), in param order.
+  std::vector<TensorView> Shards(Tensor Param::*which) const;
 
   std::shared_ptr<DistContext> context_;
   comm::ProcessGroup* pp_ = nullptr;  // this rank's pipeline: the ranks holding the other stages
@@ -104,6 +127,10 @@ class PipelineStep : public CompiledStep {
   float loss_ = 0, grad_norm_ = 0;
   std::vector<PipelineAction> actions_;
   std::vector<Interval> times_;
+  std::unique_ptr<StageLink> link_;
+  std::unique_ptr<ShardBucket> bucket_;  // pipeline_fsdp: the stage's parameters over dp_
+  TensorView loss_sum_;                  // device f32: the weighted loss of this step's micro-batches
+  std::vector<Event> timing_;            // CUDA: step start, then each action's start and end
 };
 
 // What Compile runs for Strategy::kPipeline.

@@ -86,7 +86,11 @@ std::unique_ptr<CompiledStep> CompileAndInit(const StepData& d, CompileOptions o
 struct StepTolerances {
   double scalar = 2e-5;   // loss and gradient norm, every step
   double grad = 1e-4;     // RelativeError of every gradient after the first step
-  double param = 1e-4;    // RelativeError of every parameter after the last step
+  // RelativeError of every parameter after the last step. Looser than the gradients': AdamW moves
+  // an element whose gradient is near zero by up to lr whichever its sign, so a sum reordered
+  // across ranks can show in the parameters (1.5e-4 on one seed of tensor_parallel_test's
+  // vocabulary-parallel run, SG_TEST_SEED=11895049484450135758).
+  double param = 5e-4;
   double trained = 1e-3;  // every reference parameter moved by more than this (max abs), absolute
 };
 // bf16 mixed precision on the GPU: bf16 activations from GEMMs at another M (cuBLASLt may pick
