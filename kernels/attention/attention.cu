@@ -1,11 +1,13 @@
 // CUDA flash attention, variant v1 (FlashAttention-2 structure, the first correct version; kept as
 // the fallback selected by SG_ATTENTION_KERNEL=v1), plus the kernels both variants share: delta, dq
-// conversion, merge; and the entry points that pick the variant. Data are bf16 for every family;
-// f16 (IEEE half) runs on the default family v4 with its default forward only (the wgmma forward,
-// v3's backward; the delta and merge kernels take both), anything else is Unimplemented for f16. v2 lives in attention_fwd_v2.cu and
+// conversion, merge; and the entry points that pick the variant. v2 lives in attention_fwd_v2.cu and
 // attention_bwd_v2.cu, v3's forward in attention_fwd_v2.cu (v2's kernel with two switches) and its
 // backward in attention_bwd_v3.cu; v4 (the default) is v3's backward with the forward variants of
 // attention_fwd_v4.cu / attention_fwd_v4_wgmma.cu.
+//
+// Data are bf16 for every family. f16 (IEEE half) runs on the default kernels only: family v4 with
+// its default forward "wgmma" and v3's backward (the delta and merge kernels take both); any other
+// choice is Unimplemented for f16, naming the family or forward variant.
 //
 // v1 forward: one block per (128-query tile, head, batch), 8 warps of 16 query rows each, looping
 //   over 64-key tiles. Causal grids start with the heaviest (last) query tiles.
