@@ -147,6 +147,9 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   // The loss's backward seed: copied on the device from seeds_ before each micro-batch and read
   // by the cross-entropy kernel when it runs, so the step stays capturable.
   lo.device_scalars.insert(kLossScaleName);
+  // A layout that rewrites the program (FSDP x TP: vocabulary-parallel cross-entropy steps) needs
+  // the unfused cross-entropy pair to replace.
+  lo.fuse_device_scalars = !layout_.rewrite_program;
   micro_batches_ = o.micro_batches;
   graph::Binding binding = o.binding;
   if (micro_batches_ < 1) {

@@ -76,10 +76,11 @@ class Lowerer {
     SG_RETURN_IF_ERROR(graph::Verify(g_));
     SG_RETURN_IF_ERROR(graph::CheckBinding(g_, p_->binding));
     SG_RETURN_IF_ERROR(Shapes());
-    // The f16 loss scale seeds the fused cross-entropy; LowerOptions::device_scalars seed the
-    // unfused backward (HostScalarSeeds), which the tensor-parallel runtimes replace by their
-    // vocabulary-parallel steps.
+    // Device-seeded cross-entropy backwards fuse with their forward (one kernel, no scratch of
+    // its own: what a CUDA graph capture needs), unless fuse_device_scalars is off (the
+    // tensor-parallel runtimes replace the unfused pair by vocabulary-parallel steps).
     std::set<std::string> device_seeds;
+    if (o_.fuse_device_scalars) device_seeds = o_.device_scalars;
     if (o_.loss_scaler) device_seeds.insert(kLossScaleName);
     fusions_ = FindLoweringFusions(g_, device_seeds);
     HostScalarSeeds();

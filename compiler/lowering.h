@@ -138,6 +138,9 @@ struct LowerOptions {
   std::map<std::string, int> output_live_until;
   std::map<std::string, const float*> host_scalars;
   std::set<std::string> device_scalars;
+  // device_scalars seeding a softmax_cross_entropy_backward fuse it with its forward (off: the
+  // unfused pair, for runtimes that replace those steps).
+  bool fuse_device_scalars = true;
   std::optional<kernels::LossScaleConfig> loss_scaler;
   bool plan_only = false;
 };

@@ -87,6 +87,7 @@ absl::Status TensorParallelStep::Build(const graph::Graph& train, const CompileO
   // The loss's backward seed (1, or this dp rank's token share), staged by Run, is read on the
   // device by the cross-entropy kernel when it runs: the step stays capturable.
   lo.device_scalars.insert(kLossScaleName);
+  lo.fuse_device_scalars = false;  // the vocabulary-parallel steps replace the unfused pair
   SG_ASSIGN_OR_RETURN(program_, Lower(tp_.graph, o.binding, o.device, lo));
   for (const TpParam& t : tp_.params) {
     auto p = std::make_unique<Param>();

@@ -157,14 +157,16 @@ absl::Status VocabParallelCrossEntropyFinish(const TensorView& logits, const Ten
   p.ranks = gathered.numel() / (3 * p.rows);
   SG_CHECK_ARG(loss.numel() == 1 && loss.dtype() == DType::kF32 && loss.device() == d, op,
                ": loss must be a one-element f32 tensor on ", d.ToString(), ", found ", loss.ToString());
-  SG_CHECK_ARG(dloss.numel() == 0 || (dloss.numel() == 1 && dloss.dtype() == DType::kF32 && dloss.device() == d), op,
+  // Empty: no buffer (a default TensorView is a scalar shape with no data), or no elements.
+  const bool no_dloss = dloss.raw() == nullptr || dloss.numel() == 0;
+  SG_CHECK_ARG(no_dloss || (dloss.numel() == 1 && dloss.dtype() == DType::kF32 && dloss.device() == d), op,
                ": dloss must be empty or a one-element f32 tensor on ", d.ToString(), ", found ", dloss.ToString());
   void* grad = nullptr;
   if (dlogits.raw() != nullptr) {
     SG_RETURN_IF_ERROR(ExpectTensor(dlogits, absl::StrCat(op, " dlogits"), p.dtype, logits.shape(), d));
     grad = dlogits.raw();
   }
-  const float* seed = dloss.numel() == 1 ? dloss.data<float>() : nullptr;
+  const float* seed = no_dloss ? nullptr : dloss.data<float>();
   if (d.is_cpu()) {
     vocab_parallel_internal::FinishCpu(p, logits.raw(), targets.raw(), gathered.data<float>(), seed,
                                        loss.data<float>(), grad);
