@@ -6,8 +6,9 @@ namespace sg::compiler {
 
 std::string GraphModeExplanation(const CompileOptions& o, const Executor& executor, absl::string_view runtime_reason) {
   if (executor.will_capture()) {
-    return absl::StrCat("CUDA graph: the whole step (collectives included) is captured after ", o.warmup_steps,
-                        " eager warm-up step", o.warmup_steps == 1 ? "" : "s", ", then replayed");
+    const int warmup = std::max(o.warmup_steps, kMinDistributedWarmup);
+    return absl::StrCat("CUDA graph: the whole step (collectives included) is captured after ", warmup,
+                        " eager warm-up steps, then replayed");
   }
   if (!o.device.is_cuda()) return "eager (CPU: no CUDA graphs)";
   if (!o.cuda_graph) return "eager (CompileOptions::cuda_graph is off)";

@@ -59,6 +59,12 @@
 
 namespace sg::compiler {
 
+// Eager steps before a distributed step is captured, at least: the first eager step makes the
+// one-time allocations (ring scratch, staging, NCCL buffers) that reshuffle the caching allocator,
+// and a capture may not allocate; after the second, every scratch size a step asks for is cached
+// (on the H200 one warm-up step left the cross-entropy's 64-byte scratch without a free block).
+constexpr int kMinDistributedWarmup = 2;
+
 // One clause for a distributed step's explanation: "CUDA graph: the whole step ... is captured
 // after 1 eager warm-up step, then replayed" or "eager (<why>)". `runtime_reason`: why the runtime
 // itself turned capture off (named when options and environment would have allowed it).

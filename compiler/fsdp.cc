@@ -182,7 +182,7 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
       layout_.rewrite_program ? "context parallelism: ring attention is not verified under capture" : "";
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph && !layout_.rewrite_program;
-  eo.warmup_steps = o.warmup_steps;
+  eo.warmup_steps = std::max(o.warmup_steps, kMinDistributedWarmup);
   eo.before_capture = [this] { return Wait(); };
   SG_ASSIGN_OR_RETURN(eo.after_warmup, StartAutotune(o));
   SG_ASSIGN_OR_RETURN(executor_, Executor::Create(program_.get(), eo));

@@ -115,7 +115,7 @@ absl::Status TensorParallelStep::Build(const graph::Graph& train, const CompileO
   comm_timeout_ = absl::Seconds(o.comm_timeout_s);
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
-  eo.warmup_steps = o.warmup_steps;
+  eo.warmup_steps = std::max(o.warmup_steps, kMinDistributedWarmup);
   eo.before_capture = [this] { return Wait(); };
   SG_ASSIGN_OR_RETURN(executor_, Executor::Create(program_.get(), eo));
   absl::StrAppend(&explanation_, "; ", GraphModeExplanation(o, *executor_));

@@ -74,6 +74,7 @@ void CheckCrossEntropy(const Case& c, Device device, bool in_place) {
     stats.push_back(*Tensor::Empty({3, c.rows}, DType::kF32, device));
     Poison(stats.back().view());
     ASSERT_TRUE(VocabParallelCrossEntropyStats(shards.back().view(), targets.view(), b, o, stats.back().view(), s).ok());
+    ASSERT_TRUE(s.Synchronize().ok());  // s does not order against the host copies below
     const std::vector<double> st = ToHost(stats.back().view());
     gathered.insert(gathered.end(), st.begin(), st.end());
   }
@@ -89,6 +90,7 @@ void CheckCrossEntropy(const Case& c, Device device, bool in_place) {
     const TensorView grad = in_place ? shards[size_t(r)].view() : out.view();
     ASSERT_TRUE(VocabParallelCrossEntropyFinish(shards[size_t(r)].view(), targets.view(), b, g.view(), dloss.view(), o,
                                                 loss.view(), grad, s).ok());
+    ASSERT_TRUE(s.Synchronize().ok());
     EXPECT_NEAR(ToHost(loss.view())[0], ToHost(loss_ref.view())[0], 1e-5 * std::abs(ToHost(loss_ref.view())[0]) + 1e-6)
         << "rank " << r;
     const std::vector<double> local = ToHost(grad);
