@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/multiprocess_testing.h"
 #include "compiler/compile.h"
+#include "compiler/dist_cuda_graph.h"
 #include "compiler/testing/step_compare.h"
 #include "compiler/testing/tiny_llama.h"
 #include "gtest/gtest.h"
