@@ -48,6 +48,11 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   if (cuda) {
     cmp.tol = testing::Bf16StepTolerances();
     cmp.tol.trained = 1e-3;  // kLr, not kCudaLr: larger steps
+    // kLr's larger steps also carry bf16 flips further: on the H200 seed 4197957661795577967 put
+    // the third step's gradient norm 0.40% and tok_embeddings 1.34% off after 3 steps, eager and
+    // graph-replayed alike (bitwise the same), above Bf16StepTolerances' 0.2% / 1%.
+    cmp.tol.scalar = 5e-3;
+    cmp.tol.param = 2e-2;
   }
   const Precision precision = cuda ? Precision::kBF16Mixed : Precision::kF32;
   testing::StepData d = MakeData(cuda);
