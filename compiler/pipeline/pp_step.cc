@@ -194,6 +194,10 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
   StageLink::Options lo;
   lo.tag_base = kTagBase;
   lo.timeout = timeout_;
+  // Known bug: with one micro-batch the device path's NCCL pairing goes wrong on the H200
+  // (pp_benchmark, 2026-11-30: "message truncated" at BM_PipelineStep/1, while 2-16 micro-batches
+  // run and match); one micro-batch has nothing to overlap, so it takes the host path.
+  lo.device_transfers = micro_ > 1;
   SG_ASSIGN_OR_RETURN(link_, StageLink::Create(pp_, spec_, micro_, act_shape_, act_dtype_, st, lo));
   if (d.is_cuda()) {
     for (size_t k = 0; k < size_t(1 + 4 * micro_); ++k) {
