@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "compiler/training_graph.h"
 #include "graph/builder.h"
 #include "graph/ops.h"
 #include "kernels/core/status.h"
@@ -123,14 +124,8 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::
     if (dead.count(i)) continue;
     auto scope = b.EnterScope(n.scope);
     b.set_phase(n.phase);
-    if (n.op == OpKind::kParameter) {
-      map[n.outputs[0]] = b.Parameter(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
-                                      graph::AttrShape(n, "shape"), graph::AttrBool(n, "trainable"));
-      continue;
-    }
-    if (n.op == OpKind::kInput) {
-      map[n.outputs[0]] = b.Input(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
-                                  graph::AttrShape(n, "shape"));
+    if (Value v; CopySourceNode(b, n, &v)) {
+      map[n.outputs[0]] = v;  // a parameter or input
       continue;
     }
     std::vector<Value> ins;

@@ -40,6 +40,19 @@ DType ComputeDType(Precision p) {
   }
 }
 
+bool CopySourceNode(Builder& b, const Node& n, Value* out) {
+  if (n.op == OpKind::kParameter) {
+    *out = b.Parameter(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"), graph::AttrShape(n, "shape"),
+                       graph::AttrBool(n, "trainable"));
+    return true;
+  }
+  if (n.op == OpKind::kInput) {
+    *out = b.Input(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"), graph::AttrShape(n, "shape"));
+    return true;
+  }
+  return false;
+}
+
 bool IsTrainingGraph(const Graph& g) {
   for (const Node& n : g.nodes()) {
     if (n.op == OpKind::kAdamW) return true;
@@ -70,14 +83,8 @@ absl::StatusOr<Graph> ToMixedPrecision(const Graph& forward, DType compute) {
   for (const Node& n : forward.nodes()) {
     auto scope = b.EnterScope(n.scope);
     b.set_phase(n.phase);
-    if (n.op == OpKind::kParameter) {
-      map[n.outputs[0]] = b.Parameter(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
-                                      graph::AttrShape(n, "shape"), graph::AttrBool(n, "trainable"));
-      continue;
-    }
-    if (n.op == OpKind::kInput) {
-      map[n.outputs[0]] = b.Input(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
-                                  graph::AttrShape(n, "shape"));
+    if (Value v; CopySourceNode(b, n, &v)) {
+      map[n.outputs[0]] = v;  // a parameter or input
       continue;
     }
     graph::Attrs attrs = n.attrs;
@@ -116,14 +123,8 @@ absl::StatusOr<Graph> SeedLossWithScale(const Graph& train) {
   for (const Node& n : nodes) {
     auto scope = b.EnterScope(n.scope);
     b.set_phase(n.phase);
-    if (n.op == OpKind::kParameter) {
-      map[n.outputs[0]] = b.Parameter(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
-                                      graph::AttrShape(n, "shape"), graph::AttrBool(n, "trainable"));
-      continue;
-    }
-    if (n.op == OpKind::kInput) {
-      map[n.outputs[0]] = b.Input(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
-                                  graph::AttrShape(n, "shape"));
+    if (Value v; CopySourceNode(b, n, &v)) {
+      map[n.outputs[0]] = v;  // a parameter or input
       continue;
     }
     if (n.op == OpKind::kFill && other_uses[n.outputs[0]] == 0) continue;

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "graph/builder.h"
 #include "graph/ir.h"
 
 namespace sg::compiler {
@@ -41,6 +42,11 @@ absl::StatusOr<graph::Graph> ToMixedPrecision(const graph::Graph& forward, DType
 // gradient of loss_scale * loss, while the "loss" output stays unscaled. InvalidArgument when the
 // graph has no such seed, or more than one.
 absl::StatusOr<graph::Graph> SeedLossWithScale(const graph::Graph& train);
+
+// For passes that rebuild a graph node by node: when `n` (of another graph) is a parameter or an
+// input, declares the same one in `b` (name, dtype, shape, trainable), stores it in *out and returns
+// true; false for any other op.
+bool CopySourceNode(graph::Builder& b, const graph::Node& n, graph::Value* out);
 
 // True when `g` already holds optimizer nodes (a training graph rather than a forward graph).
 bool IsTrainingGraph(const graph::Graph& g);
