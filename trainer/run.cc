@@ -6,7 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -227,8 +229,13 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   }
   const bool sharded_save = f.checkpoint_format == "sharded";
 
-  // A fresh run never mixes its checkpoints with an earlier run's.
-  if (lead && s.resume == nullptr && Exists(s.run_dir)) {
+  // A fresh run never mixes its checkpoints with an earlier run's. An empty directory holds
+  // nothing to keep: it may be one another rank of this job has just made, which must not move.
+  const auto empty_dir = [](const std::string& dir) {
+    std::error_code ec;
+    return std::filesystem::is_directory(dir, ec) && std::filesystem::is_empty(dir, ec);
+  };
+  if (lead && s.resume == nullptr && Exists(s.run_dir) && !empty_dir(s.run_dir)) {
     const std::string aside = s.run_dir + ".previous";
     SG_RETURN_IF_ERROR(RemoveAll(aside));
     if (std::rename(s.run_dir.c_str(), aside.c_str()) != 0) {
@@ -236,7 +243,14 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
     }
     if (talk) std::fprintf(stderr, "note: moved the earlier run in %s to %s\n", s.run_dir.c_str(), aside.c_str());
   }
-  SG_RETURN_IF_ERROR(MakeDirectories(s.run_dir));
+  // The lead may be moving an earlier run aside right now (between its rename and its mkdir the
+  // name is briefly absent): other ranks retry for up to a second.
+  absl::Status made = MakeDirectories(s.run_dir);
+  for (int attempt = 0; !made.ok() && !lead && attempt < 50; ++attempt) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    made = MakeDirectories(s.run_dir);
+  }
+  SG_RETURN_IF_ERROR(made);
   SG_ASSIGN_OR_RETURN(TrainingData data, LoadData(f, s, s.run_dir));
   SG_RETURN_IF_ERROR(FitVocabulary(f, data, s));
 

@@ -110,6 +110,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   compiler::CompileOptions co;
   co.device = options.device;
   co.precision = options.precision;
+  co.loss_scale = options.loss_scale;
   co.strategy = options.strategy;
   co.mesh = options.mesh;
   co.cache_dir = options.cache_dir;

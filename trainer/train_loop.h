@@ -66,6 +66,7 @@ struct TrainOptions {
   uint64_t seed = 1;
   Device device = Device::Cpu();
   compiler::Precision precision = compiler::Precision::kF32;
+  compiler::LossScaleOptions loss_scale;  // f16: dynamic loss scaling (initial scale, growth, backoff)
   compiler::Strategy strategy = compiler::Strategy::kNone;
   std::vector<int64_t> mesh;
   int micro_batches = 1;  // pipeline (Strategy::kPipeline): micro-batches per step

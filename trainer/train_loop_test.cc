@@ -101,19 +101,23 @@ TEST(TrainLoopTest, LossFallsOnTheDefaultCorpus) {
 }
 
 // --precision f16 (dynamic loss scaling) trains like f32 on the same batches: the losses of 20
-// steps agree within 2%, no step is skipped at the default scale, and the scale is reported.
+// steps agree within 2%, no step is skipped, and the scale is reported. The initial scale is 1024:
+// at the default 65536 some seeds overflow this model's f16 gradients at a step and skip it (what
+// dynamic loss scaling is for; f16_mixed_precision_test covers skipping), after which the two runs
+// are one update apart and no longer comparable step by step.
 TEST(TrainLoopTest, F16MixedPrecisionTracksF32) {
   const uint64_t seed = testing::Rng()();
   TrainOptions o32 = SmallOptions(seed), o16 = SmallOptions(seed);
   o32.total_steps = o16.total_steps = 20;
   o16.precision = compiler::Precision::kF16Mixed;
+  o16.loss_scale.initial_scale = 1024;
   std::unique_ptr<Trainer> t32 = Trainer::Create(o32, DefaultCorpusTokens()).value();
   std::unique_ptr<Trainer> t16 = Trainer::Create(o16, DefaultCorpusTokens()).value();
   while (t32->step() < o32.total_steps) {
     const StepResult a = t32->Step().value(), b = t16->Step().value();
     EXPECT_NEAR(b.loss, a.loss, 0.02 * a.loss) << "step " << a.step;
     EXPECT_FALSE(b.skipped) << "step " << b.step;
-    EXPECT_EQ(b.loss_scale, 65536.0);
+    EXPECT_EQ(b.loss_scale, 1024.0);
     EXPECT_EQ(a.loss_scale, 1.0);
   }
 }
