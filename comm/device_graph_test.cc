@@ -166,6 +166,10 @@ TEST(Workers, DISABLED_CapturedCollectives) {
 
 // Rank 1 captures the same graph but never launches it: rank 0's replay waits on its peer forever
 // unless WaitStream's deadline aborts the communicator.
+// KNOWN FAILURE on the H200 (2026-11-30): rank 0 never printed its status, so WaitStream did not
+// return within the 60 s the runner allows (the abort of a communicator whose kernel is stuck inside
+// a replayed graph is the suspect). The compiler-level case, a peer that dies during a replay
+// (dist_cuda_graph_test's DeadRankDuringReplay), passes: the next Run's host all-gather fails.
 TEST(Workers, DISABLED_ReplayWithoutPeerFailsAtTheDeadline) {
   Job j = Connect();
   ProcessGroup& pg = *j.pg;
