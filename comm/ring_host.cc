@@ -71,10 +71,16 @@ absl::Status RunRingHost(const RingSpec& spec, OpContext& ctx) {
     }
   }
 
-  const int window = std::max(1, spec.window);
+  // Never more receives in flight than the ring has chunks to receive (the all-gather asks for
+  // 2^20 "unlimited": a free-slot list that long cost milliseconds per call); slots exist only
+  // when receives land in scratch (reductions).
+  const int window =
+      int(std::max<int64_t>(1, std::min<int64_t>(spec.window, int64_t(spec.recv_steps) * C)));
   std::vector<char> scratch(spec.reduce ? size_t(window * chunk_elems * esize) : 0);
   std::vector<int> free_slots;
-  for (int i = window - 1; i >= 0; --i) free_slots.push_back(i);
+  if (spec.reduce) {
+    for (int i = window - 1; i >= 0; --i) free_slots.push_back(i);
+  }
   std::deque<PendingRecv> pending;
   int next_step = 0;
   int64_t next_c = 0;
