@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <iostream>
 
 #include "gtest/gtest.h"
 #include "kernels/core/testing.h"
@@ -95,8 +96,13 @@ TEST(TrainLoopTest, LossFallsOnTheDefaultCorpus) {
   EXPECT_NEAR(losses.front(), std::log(258.0), 0.3);
   double tail = 0;
   for (size_t i = losses.size() - 5; i < losses.size(); ++i) tail += losses[i] / 5;
-  EXPECT_LT(tail, 3.6) << "first " << losses.front() << ", last five average " << tail;
+  std::cout << "first " << losses.front() << ", last five average " << tail << "\n";
+  // Over 41 seeds (2026-11-30) the last five averaged up to 3.72 (SG_TEST_SEED=
+  // 11719608893051603256; 3.6, the bound before, failed 4 of them): 3.9 still asks for 1.65 nats
+  // learned.
+  EXPECT_LT(tail, 3.9) << "first " << losses.front() << ", last five average " << tail;
   const double val = t->ValidationLoss(2).value();
+  std::cout << "validation " << val << "\n";
   EXPECT_LT(val, 3.7);
 }
 

@@ -12,17 +12,16 @@
 //
 // Every --every steps all ranks write a sharded checkpoint (step directories under --ckpt_dir);
 // on start the newest one is loaded, resharded onto the current world size. --kill_rank/--kill_step
-// make that rank SIGKILL itself in the middle of that step's all-reduce (first attempt only).
+// make that rank SIGKILL itself in the middle of that step, between its two all-reduces (first
+// attempt only).
 // Rank 0 prints "step <t> loss <mean P^2>" after each step and "resumed from step <s> on <n> ranks".
 #include <signal.h>
 #include <unistd.h>
 
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -90,14 +89,13 @@ absl::Status Run(const Flags& f) {
   while (step < f.steps) {
     const int64_t t = step + 1;
     ToyGradient(t, f.samples, me, world, g.data<float>(), f.size);
-    if (me == f.kill_rank && t == f.kill_step && restart == "0") {
-      // Lands inside the all-reduce below: the other ranks are mid-collective with this one.
-      std::thread([] {
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-        ::raise(SIGKILL);
-      }).detach();
-    }
     SG_RETURN_IF_ERROR(pg->AllReduce(g, comm::ReduceOp::kSum));
+    if (me == f.kill_rank && t == f.kill_step && restart == "0") {
+      // Between the step's two all-reduces: the other ranks wait in the second one for this rank,
+      // so none finishes the step. (A timer 2 ms into the step used to land inside the first
+      // all-reduce, until host collectives took microseconds instead of milliseconds.)
+      ::raise(SIGKILL);
+    }
     ToyUpdate(p.data<float>(), g.data<float>() + offset, p.numel());
     double local = 0;
     for (int64_t i = 0; i < p.numel(); ++i) local += double(p.data<float>()[i]) * p.data<float>()[i];
