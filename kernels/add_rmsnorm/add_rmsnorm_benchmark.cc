@@ -140,7 +140,7 @@ void BM_AddRmsNormSweep(benchmark::State& state) {
                                                         b.rstd.data<float>(), dev, s.stream.native(), cfg);
   });
 #else
-  (void)backward, (void)rows, (void)dim;
+  (void)backward, (void)rows, (void)dim, (void)cfg;
   state.SkipWithError("built without CUDA");
 #endif
 }

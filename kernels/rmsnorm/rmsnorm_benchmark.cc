@@ -155,7 +155,7 @@ void BM_RmsNormSweep(benchmark::State& state) {
                                                     s.stream.native(), cfg);
   });
 #else
-  (void)backward, (void)rows, (void)dim;
+  (void)backward, (void)rows, (void)dim, (void)cfg;
   state.SkipWithError("built without CUDA");
 #endif
 }
