@@ -164,4 +164,13 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::
   return dp;
 }
 
+float TokenWeightedLoss(const std::vector<float>& losses, const std::vector<int64_t>& counts) {
+  double total = 0, sum = 0;
+  for (size_t r = 0; r < losses.size() && r < counts.size(); ++r) {
+    sum += double(losses[r]) * double(counts[r]);
+    total += double(counts[r]);
+  }
+  return total > 0 ? float(sum / total) : 0.f;
+}
+
 }  // namespace sg::compiler

@@ -20,6 +20,7 @@
 #define SGTRAIN_COMPILER_DATA_PARALLEL_GRAPH_H_
 
 #include <string>
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -54,6 +55,10 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const graph::Graph& train, cons
 // first name component ("tok_embeddings", "norm", "output"). One all-gather and one gradient
 // reduce-scatter bucket per unit.
 std::string UnitOf(const std::string& param);
+
+// The step's loss from per-(rank, micro-batch) mean losses: each weighted by its count of
+// non-ignored tokens, so it equals the mean over the global batch (0 when no token counts).
+float TokenWeightedLoss(const std::vector<float>& losses, const std::vector<int64_t>& counts);
 
 }  // namespace sg::compiler
 

@@ -338,16 +338,7 @@ absl::StatusOr<StepMetrics> TensorParallelStep::ReadMetrics() const {
   SG_RETURN_IF_ERROR(CopyTensor(norm_, TensorView(&m.grad_norm, DType::kF32, {1}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(CopyTensor(counter_, TensorView(&step, DType::kI64, {}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(Wait());
-  if (dp_size_ == 1) {
-    m.loss = losses[0];
-  } else {
-    double total = 0, sum = 0;
-    for (size_t r = 0; r < losses.size() && r < counts_.size(); ++r) {
-      sum += double(losses[r]) * double(counts_[r]);
-      total += double(counts_[r]);
-    }
-    m.loss = total > 0 ? float(sum / total) : 0.f;
-  }
+  m.loss = dp_size_ == 1 ? losses[0] : TokenWeightedLoss(losses, counts_);
   m.step = step;
   return m;
 }
