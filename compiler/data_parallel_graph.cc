@@ -164,6 +164,17 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::
   return dp;
 }
 
+std::vector<int64_t> CountTargetsPerPart(const TensorView& targets, int64_t ignore_index, int64_t parts) {
+  const int64_t per = targets.numel() / parts;
+  std::vector<int64_t> counts(size_t(parts), 0);
+  for (int64_t i = 0; i < parts * per; ++i) {
+    const int64_t id = targets.dtype() == DType::kI64 ? static_cast<const int64_t*>(targets.raw())[i]
+                                                      : static_cast<const int32_t*>(targets.raw())[i];
+    counts[size_t(i / per)] += id != ignore_index;
+  }
+  return counts;
+}
+
 float TokenWeightedLoss(const std::vector<float>& losses, const std::vector<int64_t>& counts) {
   double total = 0, sum = 0;
   for (size_t r = 0; r < losses.size() && r < counts.size(); ++r) {

@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/training_graph.h"  // kLossScaleName
 #include "graph/ir.h"
+#include "kernels/core/tensor.h"
 
 namespace sg::compiler {
 
@@ -55,6 +56,10 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const graph::Graph& train, cons
 // first name component ("tok_embeddings", "norm", "output"). One all-gather and one gradient
 // reduce-scatter bucket per unit.
 std::string UnitOf(const std::string& param);
+
+// Targets other than ignore_index in each of `parts` equal runs of `targets` (host memory, i32 or
+// i64): the tokens each micro-batch's loss is the mean over.
+std::vector<int64_t> CountTargetsPerPart(const TensorView& targets, int64_t ignore_index, int64_t parts);
 
 // The step's loss from per-(rank, micro-batch) mean losses: each weighted by its count of
 // non-ignored tokens, so it equals the mean over the global batch (0 when no token counts).

@@ -564,13 +564,8 @@ absl::Status ShardedDataParallelStep::PrepareBatch(const std::map<std::string, T
     targets = host.view();
   }
   // Non-ignored tokens per micro-batch (its 1/k of the rows), then over every rank.
-  const int64_t K = micro_batches_, per = targets.numel() / K;
-  std::vector<int64_t> mine(size_t(K), 0);
-  for (int64_t i = 0; i < K * per; ++i) {
-    int64_t id = targets.dtype() == DType::kI64 ? static_cast<const int64_t*>(targets.raw())[i]
-                                                : static_cast<const int32_t*>(targets.raw())[i];
-    mine[size_t(i / per)] += id != dp_.ignore_index;
-  }
+  const int64_t K = micro_batches_;
+  std::vector<int64_t> mine = CountTargetsPerPart(targets, dp_.ignore_index, K);
   counts_.assign(size_t(world_size_ * K), 0);
   std::copy(mine.begin(), mine.end(), counts_.begin());
   if (world_size_ > 1) {

@@ -297,12 +297,7 @@ absl::Status TensorParallelStep::PrepareBatch(const std::map<std::string, Tensor
     SG_RETURN_IF_ERROR(Wait());
     targets = host.view();
   }
-  int64_t count = 0;
-  for (int64_t i = 0; i < targets.numel(); ++i) {
-    const int64_t id = targets.dtype() == DType::kI64 ? static_cast<const int64_t*>(targets.raw())[i]
-                                                      : static_cast<const int32_t*>(targets.raw())[i];
-    count += id != ignore_index_;
-  }
+  const int64_t count = CountTargetsPerPart(targets, ignore_index_, 1)[0];
   counts_.assign(size_t(dp_size_), count);
   if (layout_.dp != nullptr) {
     int64_t mine = count;
