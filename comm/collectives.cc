@@ -1,5 +1,6 @@
 // ProcessGroup's collectives: argument checks, then the ring engines of ring.h (host or device),
 // and NCCL's native collectives as the comparison path.
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -36,6 +37,10 @@ std::vector<internal::Segment> Segments(const std::vector<int64_t>& counts) {
 }
 
 int Mod(int a, int n) { return ((a % n) + n) % n; }
+
+internal::IpcCheck IpcCheck(ProcessGroup::OpState& op) {
+  return [&op] { return op.CheckHostWait(); };
+}
 
 }  // namespace
 
@@ -136,6 +141,31 @@ absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes
   return absl::OkStatus();
 }
 
+absl::StatusOr<internal::IpcRing*> ProcessGroup::EnsureIpc(Transport* t, const OpState& op) {
+  DeviceState& ds = *device_state_;
+  if (!ds.ipc_decided) {
+    if (size() == 1 || t->stream() == nullptr) {
+      ds.ipc_decided = true;
+      ds.ipc_why_not = "one member or no device transport";
+      return nullptr;
+    }
+    SG_RETURN_IF_ERROR(CheckGrowable(t, "IPC ring (made at the first device collective)", 0, 0));
+    bool wanted = options_.device_ipc > 0;
+    if (options_.device_ipc < 0) {
+      const char* env = std::getenv("SG_COMM_IPC");
+      wanted = env != nullptr && std::string(env) == "1";
+    }
+    internal::IpcConfig cfg;
+    cfg.timeout = options_.timeout;
+    if (const char* v = std::getenv("SG_COMM_IPC_BLOCKS")) cfg.blocks = std::atoi(v);
+    if (const char* v = std::getenv("SG_COMM_IPC_COPY")) cfg.copy_engine = std::string(v) == "ce";
+    SG_ASSIGN_OR_RETURN(ds.ipc, internal::IpcRing::Create(*store_, name_ + "/ipc", rank_, size(), t->device(),
+                                                          wanted, cfg, op.deadline, &ds.ipc_why_not));
+    ds.ipc_decided = true;
+  }
+  return ds.ipc.get();
+}
+
 absl::Status ProcessGroup::WaitStream(const Stream& stream, absl::Time deadline) {
 #ifdef SG_WITH_CUDA
   if (stream.native() == nullptr) return absl::OkStatus();
@@ -152,11 +182,14 @@ absl::Status ProcessGroup::WaitStream(const Stream& stream, absl::Time deadline)
   absl::Time next_abort_check = op.start + absl::Milliseconds(100);
   while (true) {
     const cudaError_t e = cudaEventQuery(ds.waited);
-    if (e == cudaSuccess) return absl::OkStatus();
+    // IPC waits end themselves on a timeout or abort, so the stream completes: check why.
+    if (e == cudaSuccess && (ds.ipc == nullptr || ds.ipc->Error().ok())) return absl::OkStatus();
     if (e != cudaErrorNotReady) SG_CUDA_RETURN_IF_ERROR(e);
     const absl::Time now = absl::Now();
-    absl::Status failed;
-    if (now >= deadline) {
+    absl::Status failed = ds.ipc != nullptr ? ds.ipc->Error() : absl::OkStatus();
+    if (!failed.ok()) {
+      failed = absl::Status(failed.code(), absl::StrCat(name_, ": ", failed.message()));
+    } else if (now >= deadline) {
       failed = absl::DeadlineExceededError(absl::StrCat(
           name_, ": device work (its collectives up to #", seq_, ", possibly replayed from a CUDA graph) not done after ",
           absl::FormatDuration(now - op.start), " on rank ", members_[size_t(rank_)],
@@ -169,6 +202,7 @@ absl::Status ProcessGroup::WaitStream(const Stream& stream, absl::Time deadline)
     if (!failed.ok()) {
       // Kernels waiting on a dead peer never finish: aborting the transport (ncclCommAbort) makes
       // them return, so the streams drain and the step can be destroyed. Peers stop too.
+      if (ds.ipc != nullptr) ds.ipc->Abort();
       if (device_ != nullptr) device_->Abort();
       (void)Abort(std::string(failed.message()));
       return failed;
@@ -186,11 +220,18 @@ absl::Status ProcessGroup::SynchronizeDevice(absl::Time deadline) {
 #ifdef SG_WITH_CUDA
   if (device_ != nullptr) SG_RETURN_IF_ERROR(device_->Flush());
   if (device_state_->last == nullptr) return absl::OkStatus();
+  internal::IpcRing* ipc = device_state_->ipc.get();
   while (true) {
     cudaError_t e = cudaEventQuery(device_state_->last);
+    const absl::Status ipc_error = ipc != nullptr ? ipc->Error() : absl::OkStatus();
+    if (!ipc_error.ok()) {
+      ipc->Abort();
+      return absl::Status(ipc_error.code(), absl::StrCat(name_, ": ", ipc_error.message()));
+    }
     if (e == cudaSuccess) return absl::OkStatus();
     if (e != cudaErrorNotReady) SG_CUDA_RETURN_IF_ERROR(e);
     if (absl::Now() >= deadline) {
+      if (ipc != nullptr) ipc->Abort();
       return absl::DeadlineExceededError(absl::StrCat(
           name_, ": device collectives up to #", seq_, " not done by the deadline"));
     }
@@ -311,6 +352,16 @@ absl::Status ProcessGroup::AllReduce(const TensorView& t, ReduceOp rop, const St
   // On the device the avg scaling is fused into the last reduction of our segment.
   const bool device = tr->stream() != nullptr;
   const float final_scale = (device && rop == ReduceOp::kAvg) ? 1.0f / float(n) : 1.0f;
+  if (device) {
+    absl::StatusOr<internal::IpcRing*> ipc = EnsureIpc(tr, op);
+    if (!ipc.ok()) return Fail(op, ipc.status());
+    if (*ipc != nullptr) {
+      absl::Status s = OrderBefore(tr, stream);
+      if (s.ok()) s = (*ipc)->AllReduce(buf, t.dtype(), counts, rop, final_scale, op.seq, *tr->stream(), IpcCheck(op));
+      if (s.ok()) s = OrderAfter(tr, stream);
+      return s.ok() ? s : Fail(op, s);
+    }
+  }
   absl::Status s = OrderBefore(tr, stream);
   if (s.ok()) s = RingReduceScatter(op, tr, buf, t.dtype(), counts, rop, nullptr, nullptr, final_scale);
   if (s.ok() && rop == ReduceOp::kAvg && !device) {
@@ -395,6 +446,15 @@ absl::Status ProcessGroup::DeviceReduceScatter(OpState& op, Transport* tr, const
                                   *tr->stream()));
     return OrderAfter(tr, stream);
   }
+  if (n == 2) {
+    SG_ASSIGN_OR_RETURN(internal::IpcRing * ipc, EnsureIpc(tr, op));
+    if (ipc != nullptr) {
+      SG_RETURN_IF_ERROR(ipc->ReduceScatter(static_cast<const char*>(input.raw()), static_cast<char*>(output.raw()),
+                                            input.dtype(), output.numel(), rop,
+                                            rop == ReduceOp::kAvg ? 0.5f : 1.0f, op.seq, *tr->stream(), IpcCheck(op)));
+      return OrderAfter(tr, stream);
+    }
+  }
   char* work = nullptr;
   if (n > 2) {
     Tensor& w = device_state_->work;
@@ -461,6 +521,12 @@ absl::Status ProcessGroup::DeviceAllGather(OpState& op, Transport* tr, const Ten
   char* buf = static_cast<char*>(output.raw());
   char* mine = buf + rank_ * block;
   SG_RETURN_IF_ERROR(OrderBefore(tr, stream));
+  SG_ASSIGN_OR_RETURN(internal::IpcRing * ipc, EnsureIpc(tr, op));
+  if (ipc != nullptr) {
+    SG_RETURN_IF_ERROR(ipc->AllGather(static_cast<const char*>(input.raw()), buf, block, op.seq, *tr->stream(),
+                                      IpcCheck(op)));
+    return OrderAfter(tr, stream);
+  }
   SG_RETURN_IF_ERROR(EnsureDeviceState(tr, 0));
   const Stream& side = *device_state_->reduce_stream;
   const bool copy = input.raw() != mine;  // in-place callers already hold their block there

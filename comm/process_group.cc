@@ -180,6 +180,8 @@ absl::Status ProcessGroup::Fail(const OpState& op, const absl::Status& cause) {
 }
 
 absl::Status ProcessGroup::Abort(const std::string& reason) {
+  // Device-side waits of the IPC path return at once (they would otherwise wait out the timeout).
+  if (device_state_ != nullptr && device_state_->ipc != nullptr) device_state_->ipc->Abort();
   return store_->CompareAndSet(name_ + "/abort", "",
                                absl::StrCat("rank ", members_[size_t(rank_)], ": ", reason),
                                absl::Now() + absl::Seconds(10))

@@ -44,6 +44,10 @@
 
 namespace sg::comm {
 
+namespace internal {
+class IpcRing;
+}
+
 struct ProcessGroupOptions {
   absl::Duration timeout = absl::Seconds(300);  // per collective / Send / Recv wait
   int64_t host_chunk_bytes = 128 << 10;          // pipeline chunk on the host path
@@ -57,6 +61,11 @@ struct ProcessGroupOptions {
   int device_chunks = 8;
   int device_window = 3;                         // scratch chunks: receives ahead of reductions
   bool track_progress = true;                    // one store write per collective
+  // Device all-reduce, reduce-scatter (2 ranks) and all-gather over CUDA IPC (comm/ipc_ring.h:
+  // each rank pulls its ring predecessor's segment over NVLink and reduces it in the same kernel)
+  // when every member asks for it and neighbouring GPUs can reach each other; otherwise the ring
+  // over NCCL send/recv. 1 / 0; -1 takes SG_COMM_IPC from the environment (1 = on; default off).
+  int device_ipc = -1;
 };
 
 // A pending Send or Recv.
@@ -186,6 +195,9 @@ class ProcessGroup {
   absl::Status WaitAll(OpState& op, std::vector<std::unique_ptr<TransportRequest>>& reqs,
                        const std::vector<int>& peers);
   absl::Status EnsureDeviceState(Transport* t, int64_t scratch_bytes);
+  // The group's IPC ring, created (collectively) at the first device collective; null when the
+  // group does not use that path.
+  absl::StatusOr<internal::IpcRing*> EnsureIpc(Transport* t, const OpState& op);
   // True while `s` (a transport's stream; null: false) is being captured into a CUDA graph.
   static absl::StatusOr<bool> Capturing(const Stream* s);
   // FailedPrecondition naming `what` when a device buffer would grow during a capture.

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "comm/ipc_ring.h"
 #include "comm/process_group.h"
 #include "comm/ring.h"
 
@@ -34,6 +35,19 @@ struct ProcessGroup::OpState : internal::OpContext {
   uint64_t Tag(uint32_t index) const override {
     return kCollectiveBit | (pg->group_id_ << kGroupShift) | ((uint64_t(seq) & 0xfffff) << 20) |
            (index & 0xfffff);
+  }
+  // The host-side wait of the IPC path (a peer's buffers in the mailbox): deadline, then abort.
+  absl::Status CheckHostWait() {
+    absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "timed out after ", absl::FormatDuration(now - start), " waiting for a peer's buffers (IPC mailbox)"));
+    }
+    if (now >= next_abort_check) {
+      next_abort_check = now + absl::Milliseconds(100);
+      return pg->CheckAbort(*this);
+    }
+    return absl::OkStatus();
   }
   absl::Status Check(const TransportRequest& waiting_on, int peer) override {
     absl::Time now = absl::Now();
@@ -63,6 +77,11 @@ struct ProcessGroup::DeviceState {
   // Every event the device collectives record and wait on, reused (ring.h): no event is created
   // or destroyed per collective, and a CUDA graph capture only records and waits.
   internal::DeviceEvents events;
+  // The CUDA IPC path (ipc_ring.h), decided at the group's first device collective: null when the
+  // group does not use it (ipc_why_not says why).
+  bool ipc_decided = false;
+  std::unique_ptr<internal::IpcRing> ipc;
+  std::string ipc_why_not;
 #ifdef SG_WITH_CUDA
   // The last eagerly issued device collective's completion on the comm stream (SynchronizeDevice).
   // Not recorded while the comm stream is being captured: an event last recorded in a capture
