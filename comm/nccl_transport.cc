@@ -287,6 +287,7 @@ NcclTransport::~NcclTransport() {
     // does not drain waits on a peer, and only an abort ends it.
     if (!Drained(impl_->native_stream(), absl::Now() + absl::Seconds(10))) {
       (void)Abort();
+      wait = kAbortWait;
     } else {
       impl_->aborted = true;
       ncclComm_t comm = impl_->comm;
