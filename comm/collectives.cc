@@ -123,7 +123,7 @@ absl::Status ProcessGroup::OrderAfter(Transport* t, const Stream& stream) {
 }
 
 // The reduce stream, and at least `scratch_bytes` of device scratch.
-absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes) {
+absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes, absl::Time deadline) {
   DeviceState& ds = *device_state_;
   if (ds.reduce_stream == nullptr) {
     SG_RETURN_IF_ERROR(CheckGrowable(t, "reduce stream", 0, 0));
@@ -134,7 +134,7 @@ absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes
     SG_RETURN_IF_ERROR(CheckGrowable(t, "ring scratch", ds.scratch.view().raw() ? ds.scratch.nbytes() : 0,
                                      scratch_bytes));
     // The old scratch may still be read by queued reductions: let them finish before freeing it.
-    SG_RETURN_IF_ERROR(ds.reduce_stream->Synchronize());
+    SG_RETURN_IF_ERROR(DrainDeviceStream(*ds.reduce_stream, deadline));
     if (ds.captured) ds.retired.push_back(std::move(ds.scratch));
     SG_ASSIGN_OR_RETURN(ds.scratch, Tensor::Empty({(scratch_bytes + 3) / 4}, DType::kF32, t->device()));
   }
@@ -166,6 +166,63 @@ absl::StatusOr<internal::IpcRing*> ProcessGroup::EnsureIpc(Transport* t, const O
   return ds.ipc.get();
 }
 
+// Every host wait on device communication work goes through here, so none outlives its deadline:
+// the event is polled, the abort flag read every 100 ms, and the transport's abort is bounded
+// (Transport::Abort returns within ~2 s even when NCCL's teardown blocks).
+absl::Status ProcessGroup::WaitDeviceEvent(void* event, absl::string_view what, absl::Time deadline) {
+#ifdef SG_WITH_CUDA
+  DeviceState& ds = *device_state_;
+  OpState op;
+  op.pg = this;
+  op.op = std::string(what);
+  op.seq = seq_;
+  op.start = absl::Now();
+  op.deadline = deadline;
+  absl::Time next_abort_check = op.start + absl::Milliseconds(100);
+  while (true) {
+    const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+    // IPC waits end themselves on a timeout or abort, so the stream completes: check why first.
+    absl::Status failed = ds.ipc != nullptr ? ds.ipc->Error() : absl::OkStatus();
+    if (failed.ok() && e == cudaSuccess) return absl::OkStatus();
+    if (e != cudaSuccess && e != cudaErrorNotReady) SG_CUDA_RETURN_IF_ERROR(e);
+    const absl::Time now = absl::Now();
+    if (!failed.ok()) {
+      failed = absl::Status(failed.code(), absl::StrCat(name_, ": ", failed.message()));
+    } else if (now >= deadline) {
+      failed = absl::DeadlineExceededError(absl::StrCat(
+          name_, ": ", what, " (collectives up to #", seq_, ", possibly replayed from a CUDA graph) not done after ",
+          absl::FormatDuration(now - op.start), " on rank ", members_[size_t(rank_)], "; a peer is dead or stuck"));
+    } else if (now >= next_abort_check) {
+      next_abort_check = now + absl::Milliseconds(100);
+      failed = CheckAbort(op);
+    }
+    if (failed.ok()) {
+      std::this_thread::yield();
+      continue;
+    }
+    // Kernels waiting on a dead peer never finish: aborting the transport (ncclCommAbort) makes
+    // them return, so the streams drain and the step can be destroyed. Peers stop too.
+    if (ds.ipc != nullptr) ds.ipc->Abort();  // its device waits return at once
+    std::string outcome = ". Aborted the device transport";
+    if (device_ != nullptr && !device_->Abort()) {
+      device_abort_unfinished_ = true;
+      absl::StrAppend(&outcome,
+                      " (its teardown is still running after 2 s: NCCL finishes it only once every CUDA "
+                      "graph that captured this group's collectives is destroyed; their device buffers "
+                      "stay allocated)");
+    }
+    failed = absl::Status(failed.code(), absl::StrCat(failed.message(), outcome));
+    (void)Abort(std::string(failed.message()));
+    return failed;
+  }
+#else
+  (void)event;
+  (void)what;
+  (void)deadline;
+  return absl::OkStatus();
+#endif
+}
+
 absl::Status ProcessGroup::WaitStream(const Stream& stream, absl::Time deadline) {
 #ifdef SG_WITH_CUDA
   if (stream.native() == nullptr) return absl::OkStatus();
@@ -173,42 +230,20 @@ absl::Status ProcessGroup::WaitStream(const Stream& stream, absl::Time deadline)
   DeviceState& ds = *device_state_;
   if (ds.waited == nullptr) SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ds.waited, cudaEventDisableTiming));
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(ds.waited, Native(stream)));
-  OpState op;
-  op.pg = this;
-  op.op = "device work";
-  op.seq = seq_;
-  op.start = absl::Now();
-  op.deadline = deadline;
-  absl::Time next_abort_check = op.start + absl::Milliseconds(100);
-  while (true) {
-    const cudaError_t e = cudaEventQuery(ds.waited);
-    // IPC waits end themselves on a timeout or abort, so the stream completes: check why.
-    if (e == cudaSuccess && (ds.ipc == nullptr || ds.ipc->Error().ok())) return absl::OkStatus();
-    if (e != cudaErrorNotReady) SG_CUDA_RETURN_IF_ERROR(e);
-    const absl::Time now = absl::Now();
-    absl::Status failed = ds.ipc != nullptr ? ds.ipc->Error() : absl::OkStatus();
-    if (!failed.ok()) {
-      failed = absl::Status(failed.code(), absl::StrCat(name_, ": ", failed.message()));
-    } else if (now >= deadline) {
-      failed = absl::DeadlineExceededError(absl::StrCat(
-          name_, ": device work (its collectives up to #", seq_, ", possibly replayed from a CUDA graph) not done after ",
-          absl::FormatDuration(now - op.start), " on rank ", members_[size_t(rank_)],
-          "; a peer is dead or stuck. Aborted the device transport"));
-    } else if (now >= next_abort_check) {
-      next_abort_check = now + absl::Milliseconds(100);
-      failed = CheckAbort(op);
-      if (!failed.ok()) failed = absl::Status(failed.code(), absl::StrCat(failed.message(), ". Aborted the device transport"));
-    }
-    if (!failed.ok()) {
-      // Kernels waiting on a dead peer never finish: aborting the transport (ncclCommAbort) makes
-      // them return, so the streams drain and the step can be destroyed. Peers stop too.
-      if (ds.ipc != nullptr) ds.ipc->Abort();
-      if (device_ != nullptr) device_->Abort();
-      (void)Abort(std::string(failed.message()));
-      return failed;
-    }
-    std::this_thread::yield();
-  }
+  return WaitDeviceEvent(ds.waited, "device work", deadline);
+#else
+  (void)stream;
+  (void)deadline;
+  return absl::OkStatus();
+#endif
+}
+
+absl::Status ProcessGroup::DrainDeviceStream(const Stream& stream, absl::Time deadline) {
+#ifdef SG_WITH_CUDA
+  DeviceState& ds = *device_state_;
+  if (ds.waited == nullptr) SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ds.waited, cudaEventDisableTiming));
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(ds.waited, Native(stream)));
+  return WaitDeviceEvent(ds.waited, "device work queued before a buffer grows", deadline);
 #else
   (void)stream;
   (void)deadline;
@@ -220,24 +255,9 @@ absl::Status ProcessGroup::SynchronizeDevice(absl::Time deadline) {
 #ifdef SG_WITH_CUDA
   if (device_ != nullptr) SG_RETURN_IF_ERROR(device_->Flush());
   if (device_state_->last == nullptr) return absl::OkStatus();
-  internal::IpcRing* ipc = device_state_->ipc.get();
-  while (true) {
-    cudaError_t e = cudaEventQuery(device_state_->last);
-    const absl::Status ipc_error = ipc != nullptr ? ipc->Error() : absl::OkStatus();
-    if (!ipc_error.ok()) {
-      ipc->Abort();
-      return absl::Status(ipc_error.code(), absl::StrCat(name_, ": ", ipc_error.message()));
-    }
-    if (e == cudaSuccess) return absl::OkStatus();
-    if (e != cudaErrorNotReady) SG_CUDA_RETURN_IF_ERROR(e);
-    if (absl::Now() >= deadline) {
-      if (ipc != nullptr) ipc->Abort();
-      return absl::DeadlineExceededError(absl::StrCat(
-          name_, ": device collectives up to #", seq_, " not done by the deadline"));
-    }
-    std::this_thread::yield();
-  }
+  return WaitDeviceEvent(device_state_->last, "device collectives", deadline);
 #else
+  (void)deadline;
   return absl::OkStatus();
 #endif
 }
@@ -305,7 +325,7 @@ absl::Status ProcessGroup::RingReduceScatter(OpState& op, Transport* t, char* bu
   s.final_scale = final_scale;
   int64_t chunk_elems = 0;
   internal::ChunkCount(s, &chunk_elems, 1u << 30);
-  SG_RETURN_IF_ERROR(EnsureDeviceState(t, chunk_elems * s.window * SizeOf(dtype)));
+  SG_RETURN_IF_ERROR(EnsureDeviceState(t, chunk_elems * s.window * SizeOf(dtype), op.deadline));
   return internal::RunRingDevice(s, *device_state_->reduce_stream, device_state_->scratch.view().raw(),
                                  device_state_->events);
 }
@@ -331,7 +351,7 @@ absl::Status ProcessGroup::RingAllGather(OpState& op, Transport* t, char* buf, D
   s.chunk_elems = DeviceChunkElems(options_, counts, dtype, /*pipelined=*/n > 2);
   s.window = options_.device_window;
   s.send0_data = send0;
-  SG_RETURN_IF_ERROR(EnsureDeviceState(t, 0));
+  SG_RETURN_IF_ERROR(EnsureDeviceState(t, 0, op.deadline));
   return internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr, device_state_->events);
 }
 
@@ -400,7 +420,7 @@ absl::Status ProcessGroup::ReduceScatter(const TensorView& input, const TensorVi
   // (A default Tensor reports the nbytes of a scalar with no memory behind it: check raw() too.)
   if (s.ok() && (work->view().raw() == nullptr || work->nbytes() < input.nbytes())) {
     // Growing the device buffer: let queued work on the old one finish first.
-    if (tr->stream() != nullptr) s = tr->stream()->Synchronize();
+    if (tr->stream() != nullptr) s = DrainDeviceStream(*tr->stream(), op.deadline);
     absl::StatusOr<Tensor> w = Tensor::Empty({input.numel()}, input.dtype(), input.device());
     if (s.ok()) s = w.status();
     if (s.ok()) *work = *std::move(w);
@@ -462,7 +482,7 @@ absl::Status ProcessGroup::DeviceReduceScatter(OpState& op, Transport* tr, const
       SG_RETURN_IF_ERROR(CheckGrowable(tr, "reduce-scatter work buffer", w.view().raw() ? w.nbytes() : 0,
                                        input.nbytes()));
       // Growing the buffer: queued work on the old one must finish before it is freed.
-      SG_RETURN_IF_ERROR(tr->stream()->Synchronize());
+      SG_RETURN_IF_ERROR(DrainDeviceStream(*tr->stream(), op.deadline));
       if (device_state_->captured) device_state_->retired.push_back(std::move(w));
       SG_ASSIGN_OR_RETURN(w, Tensor::Empty({input.numel()}, input.dtype(), input.device()));
     }
@@ -527,7 +547,7 @@ absl::Status ProcessGroup::DeviceAllGather(OpState& op, Transport* tr, const Ten
                                       IpcCheck(op)));
     return OrderAfter(tr, stream);
   }
-  SG_RETURN_IF_ERROR(EnsureDeviceState(tr, 0));
+  SG_RETURN_IF_ERROR(EnsureDeviceState(tr, 0, op.deadline));
   const Stream& side = *device_state_->reduce_stream;
   const bool copy = input.raw() != mine;  // in-place callers already hold their block there
 #ifdef SG_WITH_CUDA
@@ -582,7 +602,7 @@ absl::Status ProcessGroup::Broadcast(const TensorView& t, int root, const Stream
   } else if (st.ok()) {
     s.chunk_elems = DeviceChunkElems(options_, {t.numel()}, t.dtype(), /*pipelined=*/n > 2);
     s.window = options_.device_window;
-    st = EnsureDeviceState(tr, 0);
+    st = EnsureDeviceState(tr, 0, op.deadline);
     if (st.ok()) st = internal::RunRingDevice(s, *device_state_->reduce_stream, nullptr, device_state_->events);
   }
   if (st.ok()) st = OrderAfter(tr, stream);
@@ -700,10 +720,11 @@ absl::Status ProcessGroup::NativeAllReduce(const TensorView& t, ReduceOp rop, co
 #ifdef SG_WITH_NCCL
   SG_ASSIGN_OR_RETURN(OpState op, Begin("nccl_all_reduce", options_.timeout));
   SG_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(t.dtype()));
-  absl::Status s = OrderBefore(nt, stream);
+  const absl::StatusOr<void*> comm = nt->comm();
+  absl::Status s = comm.ok() ? OrderBefore(nt, stream) : comm.status();
   if (s.ok()) {
     ncclResult_t rc = ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, NcclOp(rop),
-                                    static_cast<ncclComm_t>(nt->comm()),
+                                    static_cast<ncclComm_t>(*comm),
                                     static_cast<cudaStream_t>(nt->stream()->native()));
     if (rc != ncclSuccess && rc != ncclInProgress) {
       s = absl::InternalError(absl::StrCat("ncclAllReduce: ", ncclGetErrorString(rc)));
@@ -729,10 +750,11 @@ absl::Status ProcessGroup::NativeReduceScatter(const TensorView& input, const Te
 #ifdef SG_WITH_NCCL
   SG_ASSIGN_OR_RETURN(OpState op, Begin("nccl_reduce_scatter", options_.timeout));
   SG_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(input.dtype()));
-  absl::Status s = OrderBefore(nt, stream);
+  const absl::StatusOr<void*> comm = nt->comm();
+  absl::Status s = comm.ok() ? OrderBefore(nt, stream) : comm.status();
   if (s.ok()) {
     ncclResult_t rc = ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()), type,
-                                        NcclOp(rop), static_cast<ncclComm_t>(nt->comm()),
+                                        NcclOp(rop), static_cast<ncclComm_t>(*comm),
                                         static_cast<cudaStream_t>(nt->stream()->native()));
     if (rc != ncclSuccess && rc != ncclInProgress) {
       s = absl::InternalError(absl::StrCat("ncclReduceScatter: ", ncclGetErrorString(rc)));
@@ -757,10 +779,11 @@ absl::Status ProcessGroup::NativeAllGather(const TensorView& input, const Tensor
                       NativeTransport(device_, input, size(), name_, "nccl_all_gather"));
 #ifdef SG_WITH_NCCL
   SG_ASSIGN_OR_RETURN(OpState op, Begin("nccl_all_gather", options_.timeout));
-  absl::Status s = OrderBefore(nt, stream);
+  const absl::StatusOr<void*> comm = nt->comm();
+  absl::Status s = comm.ok() ? OrderBefore(nt, stream) : comm.status();
   if (s.ok()) {
     ncclResult_t rc = ncclAllGather(input.raw(), output.raw(), size_t(input.nbytes()), ncclUint8,
-                                    static_cast<ncclComm_t>(nt->comm()),
+                                    static_cast<ncclComm_t>(*comm),
                                     static_cast<cudaStream_t>(nt->stream()->native()));
     if (rc != ncclSuccess && rc != ncclInProgress) {
       s = absl::InternalError(absl::StrCat("ncclAllGather: ", ncclGetErrorString(rc)));

@@ -8,9 +8,14 @@
 #include <cuda_runtime.h>
 #include <nccl.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstring>
+#include <functional>
 #include <thread>
 #include <vector>
+
+#include "absl/synchronization/notification.h"
 
 // NCCL failures as a status with the call, file:line and NCCL's error string (plus its last
 // detailed message). ncclInProgress is not an error for a non-blocking communicator.
@@ -58,6 +63,36 @@ struct DeferredOp {
   size_t bytes;
 };
 
+// How long Abort waits for ncclCommAbort before leaving it to its thread.
+constexpr absl::Duration kAbortWait = absl::Seconds(2);
+
+// Runs `teardown` (ncclCommAbort, or finalize + destroy) on a detached thread and returns what it
+// notifies when it is done, so that the caller waits with a deadline. NCCL's teardown can block
+// for good: since 2.26, commDestroySync (reached from ncclCommAbort and ncclCommDestroy) polls
+// until every CUDA graph that captured the communicator's work has been destroyed, and the caller
+// holding such a graph is the thread that would wait. The thread owns everything it uses (the
+// communicator handle and the notification), so it may outlive the transport: a communicator
+// whose teardown never finishes is leaked on purpose.
+std::shared_ptr<absl::Notification> RunDetached(int device, std::function<void()> teardown) {
+  auto done = std::make_shared<absl::Notification>();
+  std::thread([device, teardown = std::move(teardown), done] {
+    cudaSetDevice(device);
+    teardown();
+    done->Notify();
+  }).detach();
+  return done;
+}
+
+// True once every operation queued on `stream` so far finished; false at `deadline`.
+bool Drained(cudaStream_t stream, absl::Time deadline) {
+  while (true) {
+    const cudaError_t e = cudaStreamQuery(stream);
+    if (e != cudaErrorNotReady) return e == cudaSuccess;
+    if (absl::Now() >= deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+}
+
 }  // namespace
 
 struct NcclTransport::Impl {
@@ -69,7 +104,18 @@ struct NcclTransport::Impl {
   // Ungrouped operations not yet issued, in posting order, and the completion they will share.
   std::vector<DeferredOp> deferred;
   std::shared_ptr<Completion> deferred_completion;
+  // Set by Abort: from then on nothing touches `comm` (its teardown runs on another thread and
+  // frees it), and `teardown_done` is notified when that teardown returned.
   bool aborted = false;
+  std::shared_ptr<absl::Notification> teardown_done;
+  int rank = 0;
+
+  // The error of every call after an abort.
+  absl::Status AbortedError(absl::string_view what) const {
+    return absl::FailedPreconditionError(absl::StrCat(
+        what, ": the NCCL communicator of rank ", rank,
+        " was aborted after an earlier failure (a timeout or a group abort); create a new transport"));
+  }
 
   cudaStream_t native_stream() const { return static_cast<cudaStream_t>(stream->native()); }
 
@@ -91,6 +137,7 @@ struct NcclTransport::Impl {
   }
 
   absl::Status WaitIssued(absl::Time deadline, absl::string_view what) {
+    if (aborted) return AbortedError(what);
     while (true) {
       ncclResult_t state = ncclSuccess;
       SG_NCCL_RETURN_IF_ERROR(ncclCommGetAsyncError(comm, &state));
@@ -120,7 +167,7 @@ struct NcclTransport::Impl {
   // pair of ranks progress together however they were posted. Inside an open group nothing is held.
   absl::Status Flush() {
     if (deferred.empty() || group_depth > 0) return absl::OkStatus();
-    if (aborted) return absl::AbortedError("nccl transport: communicator aborted");
+    if (aborted) return AbortedError("nccl transport: flush");
     std::vector<DeferredOp> ops;
     ops.swap(deferred);
     std::shared_ptr<Completion> done = std::move(deferred_completion);
@@ -149,7 +196,7 @@ class NcclRequest : public TransportRequest {
       : impl_(impl), done_(std::move(done)), is_send_(is_send), peer_(peer), bytes_(bytes) {}
 
   absl::StatusOr<bool> Test() override {
-    if (impl_->aborted) return absl::AbortedError(absl::StrCat(Describe(), ": communicator aborted"));
+    if (impl_->aborted) return impl_->AbortedError(Describe());
     ncclResult_t async = ncclSuccess;
     ncclCommGetAsyncError(impl_->comm, &async);
     if (async != ncclSuccess && async != ncclInProgress) {
@@ -194,6 +241,7 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(StoreClient
   t->world_size_ = world_size;
   t->device_ = device;
   t->impl_ = std::make_unique<Impl>();
+  t->impl_->rank = rank;
   SG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));
   SG_ASSIGN_OR_RETURN(Stream s, Stream::Create(device));
   t->impl_->stream = std::make_unique<Stream>(std::move(s));
@@ -216,27 +264,53 @@ absl::StatusOr<std::unique_ptr<NcclTransport>> NcclTransport::Create(StoreClient
   SG_NCCL_RETURN_IF_ERROR(ncclCommInitRankConfig(&t->impl_->comm, world_size, id, rank, &config));
   absl::Status s_init = t->WaitIssued(deadline, absl::StrCat("ncclCommInitRank (", world_size, " ranks)"));
   if (!s_init.ok()) {
-    t->Abort();
+    (void)t->Abort();
     return s_init;
   }
   return t;
 }
 
+// Neither waits forever: the stream drain and the communicator's teardown have deadlines, and a
+// teardown that misses its deadline is left running on its thread (RunDetached), the communicator
+// leaked. That happens when a CUDA graph that captured this communicator's work outlives the
+// transport (destroy graphs first), or when a kernel waits on a peer that never comes.
 NcclTransport::~NcclTransport() {
   if (impl_ == nullptr || impl_->comm == nullptr) return;
-  if (impl_->aborted) return;
-  // Held operations were never waited on: nobody can observe them, so they are dropped.
-  impl_->deferred.clear();
-  // Drain our stream first so destroying the communicator does not race queued work.
-  impl_->stream->Synchronize().IgnoreError();
-  ncclCommFinalize(impl_->comm);
-  ncclResult_t state = ncclInProgress;
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (state == ncclInProgress && absl::Now() < deadline) ncclCommGetAsyncError(impl_->comm, &state);
-  if (state == ncclSuccess) {
-    ncclCommDestroy(impl_->comm);
-  } else {
-    ncclCommAbort(impl_->comm);
+  // An abort that has not finished yet is waiting for a graph (or a stuck kernel): no point in
+  // waiting long for it here.
+  absl::Duration wait = kAbortWait;
+  if (!impl_->aborted) {
+    wait = absl::Seconds(12);
+    // Held operations were never waited on: nobody can observe them, so they are dropped.
+    impl_->deferred.clear();
+    // Drain our stream first so destroying the communicator does not race queued work; work that
+    // does not drain waits on a peer, and only an abort ends it.
+    if (!Drained(impl_->native_stream(), absl::Now() + absl::Seconds(10))) {
+      (void)Abort();
+      wait = kAbortWait;
+    } else {
+      impl_->aborted = true;
+      ncclComm_t comm = impl_->comm;
+      impl_->teardown_done = RunDetached(device_.ordinal, [comm] {
+        ncclCommFinalize(comm);
+        ncclResult_t state = ncclInProgress;
+        const absl::Time deadline = absl::Now() + absl::Seconds(10);
+        while (state == ncclInProgress && absl::Now() < deadline) ncclCommGetAsyncError(comm, &state);
+        if (state == ncclSuccess) {
+          ncclCommDestroy(comm);
+        } else {
+          ncclCommAbort(comm);
+        }
+      });
+    }
+  }
+  if (!impl_->teardown_done->WaitForNotificationWithTimeout(wait)) {
+    // A destructor cannot return a status; one line says where the communicator went.
+    std::fprintf(stderr,
+                 "nccl transport (rank %d): the communicator's teardown did not finish within its "
+                 "deadline (a CUDA graph that captured its work still exists, or a kernel is stuck); "
+                 "left running in the background, the communicator leaked\n",
+                 rank_);
   }
 }
 
@@ -244,18 +318,33 @@ absl::Status NcclTransport::WaitIssued(absl::Time deadline, absl::string_view wh
   return impl_->WaitIssued(deadline, what);
 }
 
-void NcclTransport::Abort() {
-  if (impl_ && impl_->comm != nullptr && !impl_->aborted) {
+// ncclCommAbort sets the abort flag that NCCL's kernels poll (so a kernel waiting on a dead peer
+// returns) before it tears anything down; the teardown may then block (see RunDetached), so it
+// runs on its own thread and this waits kAbortWait at most.
+bool NcclTransport::Abort() {
+  if (impl_ == nullptr || impl_->comm == nullptr) return true;
+  if (!impl_->aborted) {
     impl_->aborted = true;
     impl_->deferred.clear();
-    ncclCommAbort(impl_->comm);
+    ncclComm_t comm = impl_->comm;
+    impl_->teardown_done = RunDetached(device_.ordinal, [comm] { ncclCommAbort(comm); });
   }
+  return impl_->teardown_done->WaitForNotificationWithTimeout(kAbortWait);
 }
 
-void* NcclTransport::comm() const { return impl_->comm; }
+bool NcclTransport::WaitAborted(absl::Time deadline) {
+  if (impl_ == nullptr || impl_->teardown_done == nullptr) return true;
+  return impl_->teardown_done->WaitForNotificationWithDeadline(deadline);
+}
+
+absl::StatusOr<void*> NcclTransport::comm() const {
+  if (impl_->aborted) return impl_->AbortedError("nccl transport: native collective");
+  return static_cast<void*>(impl_->comm);
+}
 const Stream* NcclTransport::stream() const { return impl_->stream.get(); }
 
 absl::Status NcclTransport::GroupStart() {
+  if (impl_->aborted) return impl_->AbortedError("nccl transport: group start");
   if (impl_->group_depth == 0) {
     // Held operations go first, in their own group: posting order is matching order.
     SG_RETURN_IF_ERROR(impl_->Flush());
@@ -269,6 +358,7 @@ absl::Status NcclTransport::GroupStart() {
 absl::Status NcclTransport::GroupEnd() {
   SG_CHECK_ARG(impl_->group_depth > 0, "nccl transport: GroupEnd without GroupStart");
   --impl_->group_depth;
+  if (impl_->aborted) return impl_->AbortedError("nccl transport: group end");
   SG_NCCL_RETURN_IF_ERROR(ncclGroupEnd());
   if (impl_->group_depth == 0) {
     SG_RETURN_IF_ERROR(WaitIssued(absl::Now() + absl::Seconds(60), "ncclGroupEnd"));
@@ -283,7 +373,7 @@ absl::Status NcclTransport::Flush() { return impl_->Flush(); }
 // Inside a group the operation is issued at once; outside one it joins the held batch (see Flush).
 absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::Post(bool is_send, int peer,
                                                                       void* data, size_t bytes) {
-  if (impl_->aborted) return absl::AbortedError("nccl transport: communicator aborted");
+  if (impl_->aborted) return impl_->AbortedError(absl::StrCat("nccl transport: ", is_send ? "send" : "recv"));
   DeferredOp op{is_send, peer, data, bytes};
   std::shared_ptr<Completion> done;
   if (impl_->group_depth > 0) {
@@ -338,11 +428,14 @@ absl::StatusOr<std::unique_ptr<TransportRequest>> NcclTransport::Post(bool, int,
 }
 absl::Status NcclTransport::Progress() { return absl::OkStatus(); }
 const Stream* NcclTransport::stream() const { return nullptr; }
-void* NcclTransport::comm() const { return nullptr; }
+absl::StatusOr<void*> NcclTransport::comm() const {
+  return absl::FailedPreconditionError("built without NCCL");
+}
 absl::Status NcclTransport::WaitIssued(absl::Time, absl::string_view) {
   return absl::FailedPreconditionError("built without NCCL");
 }
-void NcclTransport::Abort() {}
+bool NcclTransport::Abort() { return true; }
+bool NcclTransport::WaitAborted(absl::Time) { return true; }
 
 #endif  // SG_WITH_NCCL
 

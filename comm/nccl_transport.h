@@ -14,8 +14,12 @@
 // tag is only checked for range. A send or receive posted outside a group is held and started with
 // the others held since, as one NCCL group, at the first Test/Wait, Flush, Progress or GroupStart:
 // NCCL runs a lone receive as a kernel that blocks the stream until the peer's data arrives, so
-// "Recv from peer; Send to peer; Wait both" issued as two launches would deadlock both ranks. The communicator is non-blocking (config.blocking = 0): init and
-// every call are polled with a deadline, and Abort() tears it down so no rank hangs in NCCL.
+// "Recv from peer; Send to peer; Wait both" issued as two launches would deadlock both ranks. The
+// communicator is non-blocking (config.blocking = 0): init and every call are polled with a
+// deadline, and Abort() tears it down so no rank hangs in NCCL. Teardown (Abort, the destructor)
+// never blocks the caller for long: NCCL's own may wait forever (for CUDA graphs that captured the
+// communicator's work to be destroyed), so it runs on a background thread with a deadline, and a
+// communicator whose teardown does not finish is leaked.
 #ifndef SGTRAIN_COMM_NCCL_TRANSPORT_H_
 #define SGTRAIN_COMM_NCCL_TRANSPORT_H_
 
@@ -53,13 +57,19 @@ class NcclTransport : public Transport {
   absl::Status Flush() override;
   const Stream* stream() const override;
 
-  // The ncclComm_t (as void*, so this header needs no nccl.h), for NCCL's native collectives.
-  void* comm() const;
+  // The ncclComm_t (as void*, so this header needs no nccl.h), for NCCL's native collectives;
+  // FailedPrecondition once the transport was aborted (the communicator is being torn down).
+  absl::StatusOr<void*> comm() const;
   // Waits until NCCL reports the last call finished being issued (non-blocking communicators may
   // return ncclInProgress), or fails with NCCL's asynchronous error.
   absl::Status WaitIssued(absl::Time deadline, absl::string_view what);
-  // Aborts the communicator: pending work is dropped and later calls fail. Safe to call twice.
-  void Abort() override;
+  // Aborts the communicator (transport.h): sets NCCL's abort flag, so kernels waiting on a peer
+  // return, and tears the communicator down with ncclCommAbort on a background thread, waiting
+  // for it 2 s at most. NCCL 2.26+ finishes that teardown only once every CUDA graph that captured
+  // this communicator's work has been destroyed (cudaGraphDestroy and cudaGraphExecDestroy).
+  // Later calls fail with FailedPrecondition without touching NCCL.
+  bool Abort() override;
+  bool WaitAborted(absl::Time deadline) override;
 
   struct Impl;
 

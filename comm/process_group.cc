@@ -89,7 +89,13 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Subgroup(std::vector
   return pg;
 }
 
-ProcessGroup::~ProcessGroup() = default;
+// After a device abort whose teardown had not finished, this group's device work (a kernel inside
+// a replayed CUDA graph) may still read and write its scratch: the device state (scratch, work
+// buffers, reduce stream, events) is leaked on purpose rather than handed back to the allocator,
+// which would give the memory to someone else.
+ProcessGroup::~ProcessGroup() {
+  if (device_abort_unfinished_) (void)device_state_.release();
+}
 
 // ---------------------------------------------------------------------------------------------
 // Checks, sequence numbers, diagnostics

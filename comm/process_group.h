@@ -147,18 +147,22 @@ class ProcessGroup {
                                    const Stream& stream);
   absl::Status NativeAllGather(const TensorView& input, const TensorView& output, const Stream& stream);
 
-  // Waits (host) until the device collectives issued so far are done, or the deadline passes.
-  // Collectives captured into a CUDA graph are not covered (they run when the graph is launched):
-  // wait for the stream the graph was launched on with WaitStream.
+  // Waits (host) until the device collectives issued so far are done, like WaitStream (deadline,
+  // abort flag, device transport aborted on failure). Collectives captured into a CUDA graph are
+  // not covered (they run when the graph is launched): wait for the stream the graph was launched
+  // on with WaitStream.
   absl::Status SynchronizeDevice(absl::Time deadline);
   // Waits (host) until the work queued on `stream` so far is done (e.g. a training step whose
   // collectives on this group were replayed from a CUDA graph), never forever: it polls an event,
   // and every 100 ms this group's abort flag (set by a failed peer or the health monitor,
-  // comm/health.h). At `deadline` or on an abort it aborts the device transport (NCCL:
-  // ncclCommAbort, so kernels waiting on a dead peer return and the streams drain), sets the
-  // group's abort flag so the peers stop too, and returns DeadlineExceeded / Aborted naming the
-  // group, this rank and the last sequence number. Later device collectives then fail. A CPU
-  // stream returns at once.
+  // comm/health.h). At `deadline` or on an abort it aborts the device transport (NCCL: the abort
+  // flag makes kernels waiting on a dead peer return), sets the group's abort flag so the peers
+  // stop too, and returns DeadlineExceeded / Aborted naming the group, this rank and the last
+  // sequence number, within about 2 s of the deadline whatever NCCL does (Transport::Abort). The
+  // message says when the transport's teardown had not finished by then: NCCL 2.26+ finishes it
+  // only after every CUDA graph that captured its work is destroyed, so destroy the graphs (the
+  // stream may hold a kernel until the abort flag reaches it: do not synchronize it blindly).
+  // Later device collectives then fail with FailedPrecondition. A CPU stream returns at once.
   absl::Status WaitStream(const Stream& stream, absl::Time deadline);
   // Tells every rank of the group to stop: their current and next operations fail with `reason`.
   absl::Status Abort(const std::string& reason);
@@ -194,7 +198,14 @@ class ProcessGroup {
   // Waits for every request (host transports), checking deadline and abort flag.
   absl::Status WaitAll(OpState& op, std::vector<std::unique_ptr<TransportRequest>>& reqs,
                        const std::vector<int>& peers);
-  absl::Status EnsureDeviceState(Transport* t, int64_t scratch_bytes);
+  // Growing the scratch first waits for queued reductions, until `deadline` (DrainDeviceStream).
+  absl::Status EnsureDeviceState(Transport* t, int64_t scratch_bytes, absl::Time deadline);
+  // The one host wait on device communication work: polls `event` (a cudaEvent_t) until done; at
+  // `deadline` or on a group abort, aborts the device transport and the group and returns the
+  // error naming `what`, the group, this rank and the sequence number (see WaitStream).
+  absl::Status WaitDeviceEvent(void* event, absl::string_view what, absl::Time deadline);
+  // WaitDeviceEvent for the work queued on `stream` so far (before a device buffer is replaced).
+  absl::Status DrainDeviceStream(const Stream& stream, absl::Time deadline);
   // The group's IPC ring, created (collectively) at the first device collective; null when the
   // group does not use that path.
   absl::StatusOr<internal::IpcRing*> EnsureIpc(Transport* t, const OpState& op);
@@ -217,6 +228,8 @@ class ProcessGroup {
   struct DeviceState;
   friend struct OpState;
   std::unique_ptr<DeviceState> device_state_;  // reduce stream, scratch, last completion
+  // A device abort of this group returned before its teardown finished: see ~ProcessGroup.
+  bool device_abort_unfinished_ = false;
 };
 
 }  // namespace sg::comm

@@ -75,8 +75,19 @@ class Transport {
   // when that stream's work does); nullptr for host transports, whose requests complete on the host.
   virtual const Stream* stream() const { return nullptr; }
   // Device transports: drops pending work so that kernels waiting on a dead peer return and the
-  // streams drain (NCCL: ncclCommAbort); later calls fail. Host transports: nothing.
-  virtual void Abort() {}
+  // streams drain (NCCL: ncclCommAbort); later calls fail with FailedPrecondition and never touch
+  // the library again. Returns within about 2 s whatever the library does: true when the teardown
+  // finished, false when it goes on in the background (NCCL >= 2.26 does not return from an abort
+  // while a CUDA graph that captured the communicator's work still exists). Until it finishes,
+  // device work that used the transport may still run: its buffers must not be reused. Safe to
+  // call again (it then waits up to 2 s more). Host transports: nothing, true.
+  virtual bool Abort() { return true; }
+  // After Abort: waits until its teardown finished or `deadline` passed; true when it finished.
+  // True when nothing was torn down.
+  virtual bool WaitAborted(absl::Time deadline) {
+    (void)deadline;
+    return true;
+  }
 };
 
 // Checks peer and tag against the transport; the error names the operation.
