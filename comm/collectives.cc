@@ -141,6 +141,13 @@ absl::Status ProcessGroup::EnsureDeviceState(Transport* t, int64_t scratch_bytes
   return absl::OkStatus();
 }
 
+std::string ProcessGroup::DeviceAlgorithm() const {
+  const DeviceState& ds = *device_state_;
+  if (!ds.ipc_decided) return "undecided";
+  if (ds.ipc != nullptr) return "ipc";
+  return absl::StrCat("ring (not IPC: ", ds.ipc_why_not, ")");
+}
+
 absl::StatusOr<internal::IpcRing*> ProcessGroup::EnsureIpc(Transport* t, const OpState& op) {
   DeviceState& ds = *device_state_;
   if (!ds.ipc_decided) {
@@ -158,7 +165,7 @@ absl::StatusOr<internal::IpcRing*> ProcessGroup::EnsureIpc(Transport* t, const O
     internal::IpcConfig cfg;
     cfg.timeout = options_.timeout;
     if (const char* v = std::getenv("SG_COMM_IPC_BLOCKS")) cfg.blocks = std::atoi(v);
-    if (const char* v = std::getenv("SG_COMM_IPC_COPY")) cfg.copy_engine = std::string(v) == "ce";
+    if (const char* v = std::getenv("SG_COMM_IPC_COPY")) cfg.copy_engine = std::string(v) != "sm";
     SG_ASSIGN_OR_RETURN(ds.ipc, internal::IpcRing::Create(*store_, name_ + "/ipc", rank_, size(), t->device(),
                                                           wanted, cfg, op.deadline, &ds.ipc_why_not));
     ds.ipc_decided = true;

@@ -8,6 +8,8 @@
 //   bazel-bin/comm/launch --nproc=2 -- bazel-bin/comm/collectives_benchmark --benchmark_filter=Host
 // GPU, one process per GPU (2 x H200): ring (NCCL P2P) vs NCCL native, 64 MiB - 1 GiB, and send/recv:
 //   bazel-bin/comm/launch --nproc=2 -- bazel-bin/comm/collectives_benchmark --benchmark_filter=Device
+// Device_Ipc* run the same collectives over CUDA IPC (ProcessGroupOptions::device_ipc; grid from
+// SG_COMM_IPC_BLOCKS, all-gather copies by the copy engine with SG_COMM_IPC_COPY=ce).
 // The device pipeline's chunking can be swept with SG_BENCH_CHUNK_MIB, SG_BENCH_MAX_CHUNK_MIB,
 // SG_BENCH_CHUNKS and SG_BENCH_WINDOW (ProcessGroupOptions' device_* fields).
 #include <cstdlib>
@@ -31,6 +33,7 @@ struct World {
   std::unique_ptr<UcxTransport> ucx;
   std::unique_ptr<NcclTransport> nccl;
   std::unique_ptr<ProcessGroup> pg;
+  std::unique_ptr<ProcessGroup> ipc;  // the same collectives over CUDA IPC (comm/ipc_ring.h)
   std::unique_ptr<Stream> stream;  // the "compute" stream device collectives are ordered against
 };
 
@@ -62,8 +65,12 @@ World& GetWorld() {
       if (const char* v = std::getenv("SG_BENCH_MAX_CHUNK_MIB")) opt.device_max_chunk_bytes = std::atoll(v) << 20;
       if (const char* v = std::getenv("SG_BENCH_CHUNKS")) opt.device_chunks = std::atoi(v);
       if (const char* v = std::getenv("SG_BENCH_WINDOW")) opt.device_window = std::atoi(v);
+      opt.device_ipc = 0;
       SG_ASSIGN_OR_RETURN(w->pg, ProcessGroup::Create(&w->rdzv->store(), w->ucx.get(), w->nccl.get(),
                                                       "bench", opt));
+      opt.device_ipc = 1;
+      SG_ASSIGN_OR_RETURN(w->ipc, ProcessGroup::Create(&w->rdzv->store(), w->ucx.get(), w->nccl.get(),
+                                                       "bench_ipc", opt));
       return absl::OkStatus();
     };
     w->status = run();
@@ -95,9 +102,9 @@ double BusFactor(Op op, int n) {
 
 // One collective of `bytes` (the nccl-tests "size": the all-reduce buffer, the reduce-scatter
 // input, the all-gather output).
-absl::Status RunOnce(World& w, Op op, bool native, const Tensor& a, const Tensor& b,
+absl::Status RunOnce(World& w, Op op, bool native, bool ipc, const Tensor& a, const Tensor& b,
                      const Stream& stream) {
-  ProcessGroup& pg = *w.pg;
+  ProcessGroup& pg = ipc ? *w.ipc : *w.pg;
   const int n = pg.size();
   TensorView part(b.view().raw(), a.dtype(), {a.numel() / n}, a.device());
   switch (op) {
@@ -145,7 +152,7 @@ absl::Status RunOnce(World& w, Op op, bool native, const Tensor& a, const Tensor
   return absl::OkStatus();
 }
 
-void Bench(benchmark::State& state, Op op, bool device, bool native) {
+void Bench(benchmark::State& state, Op op, bool device, bool native, bool ipc = false) {
   World& w = GetWorld();
   if (!w.status.ok()) {
     state.SkipWithError(std::string(w.status.message()).c_str());
@@ -171,7 +178,7 @@ void Bench(benchmark::State& state, Op op, bool device, bool native) {
   if (device) (void)stream.Synchronize();
   // Warm-up (connections, NCCL channels, allocator), then time the iterations as a batch.
   for (int i = 0; i < 2; ++i) {
-    absl::Status s = RunOnce(w, op, native, a, b, stream);
+    absl::Status s = RunOnce(w, op, native, ipc, a, b, stream);
     if (!s.ok()) {
       state.SkipWithError(std::string(s.message()).c_str());
       return;
@@ -180,13 +187,17 @@ void Bench(benchmark::State& state, Op op, bool device, bool native) {
   if (device) (void)stream.Synchronize();
   for (auto _ : state) {
     absl::Time start = absl::Now();
-    absl::Status s = RunOnce(w, op, native, a, b, stream);
+    absl::Status s = RunOnce(w, op, native, ipc, a, b, stream);
     if (device && s.ok()) s = stream.Synchronize();
     if (!s.ok()) {
       state.SkipWithError(std::string(s.message()).c_str());
       return;
     }
     state.SetIterationTime(absl::ToDoubleSeconds(absl::Now() - start));
+  }
+  if (ipc && w.ipc->DeviceAlgorithm() != "ipc") {
+    state.SkipWithError(w.ipc->DeviceAlgorithm().c_str());
+    return;
   }
   const double size = double(numel) * 4;
   state.counters["size_B"] = size;
@@ -218,6 +229,9 @@ BENCHMARK_CAPTURE(Bench, Device_RingReduceScatter, kReduceScatter, true, false)-
 BENCHMARK_CAPTURE(Bench, Device_NcclReduceScatter, kReduceScatter, true, true)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_RingAllGather, kAllGather, true, false)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_NcclAllGather, kAllGather, true, true)->Apply(DeviceSizes);
+BENCHMARK_CAPTURE(Bench, Device_IpcAllReduce, kAllReduce, true, false, true)->Apply(DeviceSizes);
+BENCHMARK_CAPTURE(Bench, Device_IpcReduceScatter, kReduceScatter, true, false, true)->Apply(DeviceSizes);
+BENCHMARK_CAPTURE(Bench, Device_IpcAllGather, kAllGather, true, false, true)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_SendRecv, kSendRecv, true, false)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_SendFirstRecv, kSendFirstRecv, true, false)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_SendRecvGrouped, kSendRecvGrouped, true, false)->Apply(DeviceSizes);

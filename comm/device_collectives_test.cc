@@ -2,13 +2,22 @@
 // one process per GPU, checked against a double-precision reference; and device Send/Recv in both
 // directions at once, posted in every order. Skips without 2 GPUs.
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <iostream>
 #include <random>
+#include <thread>
+
+#include "absl/strings/match.h"
 
 #include "comm/multiprocess_testing.h"
 #include "comm/nccl_transport.h"
 #include "gtest/gtest.h"
 #include "kernels/core/testing.h"
+
+#ifdef SG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace sg::comm {
 namespace {
@@ -51,13 +60,16 @@ TEST(Workers, DISABLED_DeviceCollectives) {
   ProcessGroupOptions opt;
   opt.timeout = absl::Seconds(30);
   opt.device_chunk_bytes = 64 << 10;  // many chunks even at test sizes: exercises the pipeline
+  opt.device_ipc = EnvInt("SG_TEST_IPC", 0);
   auto pg = ProcessGroup::Create(&rdzv->store(), ucx.get(), nccl->get(), "world", opt).value();
   Stream stream = Stream::Create(dev).value();
   const int n = info.world_size, me = info.rank;
   const int64_t seed = EnvInt("SG_COMM_SEED", 1);
+  // Sizes: 1 element; odd sizes whose segments start at offsets that are not 16-byte aligned (the
+  // IPC kernels' element-wise path); and a few MB (their vector loop, every unrolled iteration).
   int c = 0;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (int64_t numel : {int64_t(1), int64_t(1001), int64_t(300007)}) {
+    for (int64_t numel : {int64_t(1), int64_t(1001), int64_t(300007), int64_t(2500021)}) {
       for (bool native : {false, true}) {
         ++c;
         std::string tag = std::string(DTypeName(dtype)) + " numel " + std::to_string(numel) +
@@ -154,9 +166,60 @@ TEST(Workers, DISABLED_DeviceCollectives) {
     }
   }
   ASSERT_TRUE(pg->SynchronizeDevice(absl::Now() + absl::Seconds(30)).ok());
+  // The path the collectives took is the one asked for.
+  std::cout << "rank " << me << " device algorithm: " << pg->DeviceAlgorithm() << "\n";
+  if (opt.device_ipc == 1) {
+    EXPECT_EQ(pg->DeviceAlgorithm(), "ipc");
+  } else {
+    EXPECT_TRUE(absl::StartsWith(pg->DeviceAlgorithm(), "ring")) << pg->DeviceAlgorithm();
+  }
   EXPECT_TRUE(pg->Barrier().ok());
   EXPECT_TRUE(rdzv->Finalize(absl::Now() + absl::Seconds(30)).ok());
 }
+
+#ifdef SG_WITH_CUDA
+// The IPC path when a peer is late in the device: rank 1 enters the all-reduce on the host (its
+// buffers reach the mailbox) but its stream is held by an 8 s host callback, so its signals never
+// come in time. Rank 0's device-side wait gives up at the group's 2 s timeout, its stream drains by
+// itself (nothing to abort), and SynchronizeDevice reports which rank did not arrive.
+TEST(Workers, DISABLED_IpcPeerLateInTheDevice) {
+  auto info = RankInfoFromEnv().value();
+  absl::Time d = absl::Now() + absl::Seconds(60);
+  auto rdzv = Rendezvous::Create(info, d).value();
+  auto ucx = UcxTransport::Create(rdzv->store(), "t", info.rank, info.world_size, d).value();
+  Device dev = Device::Cuda(info.local_rank % CudaDeviceCount());
+  auto nccl = NcclTransport::Create(rdzv->store(), "t", info.rank, info.world_size, dev, d);
+  ASSERT_TRUE(nccl.ok()) << nccl.status();
+  ProcessGroupOptions opt;
+  opt.timeout = absl::Seconds(2);
+  opt.device_ipc = 1;
+  auto pg = ProcessGroup::Create(&rdzv->store(), ucx.get(), nccl->get(), "world", opt).value();
+  Stream stream = Stream::Create(dev).value();
+  Tensor t = sg::testing::FromHost(std::vector<double>(4099, 1.0), {4099}, DType::kF32, dev);
+  ASSERT_TRUE(pg->AllReduce(t, ReduceOp::kSum, stream).ok());  // first one: both on time
+  ASSERT_TRUE(pg->SynchronizeDevice(absl::Now() + absl::Seconds(10)).ok());
+  ASSERT_EQ(pg->DeviceAlgorithm(), "ipc");
+  EXPECT_EQ(sg::testing::ToHost(t), std::vector<double>(4099, 2.0));
+  if (info.rank == 1) {
+    const cudaStream_t comm = static_cast<cudaStream_t>(nccl->get()->stream()->native());
+    ASSERT_EQ(cudaLaunchHostFunc(
+                  comm, [](void*) { std::this_thread::sleep_for(std::chrono::seconds(8)); }, nullptr),
+              cudaSuccess);
+    (void)pg->AllReduce(t, ReduceOp::kSum, stream);
+    std::this_thread::sleep_for(std::chrono::seconds(9));
+    std::_Exit(0);
+  }
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(pg->AllReduce(t, ReduceOp::kSum, stream).ok());
+  const absl::Status st = pg->SynchronizeDevice(absl::Now() + absl::Seconds(20));
+  std::cout << "rank 0 after " << absl::FormatDuration(absl::Now() - start) << ": " << st << "\n";
+  EXPECT_EQ(st.code(), absl::StatusCode::kDeadlineExceeded) << st;
+  EXPECT_TRUE(absl::StrContains(st.message(), "rank 1 did not arrive")) << st;
+  EXPECT_LT(absl::Now() - start, absl::Seconds(6));
+  EXPECT_TRUE(stream.Synchronize().ok());  // drained without any abort
+  std::_Exit(::testing::Test::HasFailure() ? 1 : 0);
+}
+#endif  // SG_WITH_CUDA
 
 // Point to point between two GPUs in both directions at once, posted the ways users post them. A
 // lone NCCL receive blocks its stream until the data arrives, so before the transport batched
@@ -231,6 +294,25 @@ TEST(DeviceCollectivesTest, SendRecvBothDirectionsAtOnceOnTwoGpus) {
                         {"SG_COMM_SEED=" + std::to_string(sg::testing::Rng()() % 1000003)},
                         absl::Seconds(120));
   EXPECT_TRUE(run.AllPassed()) << run.Summary();
+}
+
+TEST(DeviceCollectivesTest, IpcPathMatchesReferenceOnTwoGpus) {
+  SG_SKIP_WITHOUT_CUDA();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
+  auto run = RunWorkers(2, "Workers.DISABLED_DeviceCollectives",
+                        {"SG_COMM_SEED=" + std::to_string(sg::testing::Rng()() % 1000003), "SG_TEST_IPC=1"},
+                        absl::Seconds(120));
+  EXPECT_TRUE(run.AllPassed()) << run.Summary();
+}
+
+TEST(DeviceCollectivesTest, IpcPeerLateInTheDeviceFailsAtTheTimeout) {
+  SG_SKIP_WITHOUT_CUDA();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
+  auto run = RunWorkers(2, "Workers.DISABLED_IpcPeerLateInTheDevice", {}, absl::Seconds(60));
+  ASSERT_FALSE(run.timed_out) << run.Summary();
+  ASSERT_EQ(run.exit_codes.size(), 2u);
+  EXPECT_EQ(run.exit_codes[0], 0) << run.Summary();
+  std::cout << run.outputs[0];
 }
 
 TEST(DeviceCollectivesTest, RingAndNativeMatchReferenceOnTwoGpus) {

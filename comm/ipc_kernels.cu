@@ -32,6 +32,7 @@ __device__ __forceinline__ uint64_t GlobalTimer() {
 // everyone has signalled before anyone waits).
 __global__ void SyncKernel(SyncArgs a) {
   if (threadIdx.x != 0 || blockIdx.x != 0) return;
+  if (*a.abort != 0) return;  // after a failure, peers must not be told that garbage is ready
   __threadfence_system();  // the stream's earlier kernels' writes, before any peer sees the signal
   for (int i = 0; i < a.nsignal; ++i) {
     const uint64_t c = *a.signal_count[i] + 1;
@@ -138,14 +139,18 @@ bool Aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 
 
 // One wave of `kernel` on the current device (occupancy x SMs), or `blocks` when set; never more
 // blocks than there is work for.
-template <typename K>
-absl::StatusOr<int> Grid(K kernel, int blocks, int64_t work_items) {
+template <auto kKernel>
+absl::StatusOr<int> Grid(int blocks, int64_t work_items) {
   if (blocks <= 0) {
-    int dev = 0, sms = 0, per_sm = 0;
-    SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
-    SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    SG_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0));
-    blocks = std::max(1, sms * per_sm);
+    static int wave = 0;  // per kernel; the devices of one job are alike
+    if (wave == 0) {
+      int dev = 0, sms = 0, per_sm = 0;
+      SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&dev));
+      SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+      SG_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kKernel, kThreads, 0));
+      wave = std::max(1, sms * per_sm);
+    }
+    blocks = wave;
   }
   const int64_t needed = (work_items + kThreads - 1) / kThreads;
   return int(std::max<int64_t>(1, std::min<int64_t>(blocks, needed)));
@@ -158,10 +163,12 @@ absl::Status PullReduceTyped(void* out, const void* mine, const void* theirs, in
   const T* m = static_cast<const T*>(mine);
   const T* t = static_cast<const T*>(theirs);
   if (Aligned16(out) && Aligned16(mine) && Aligned16(theirs)) {
-    SG_ASSIGN_OR_RETURN(int grid, Grid(PullReduceKernel<T, kMax>, blocks, n / (16 / int(sizeof(T))) + 1));
+    constexpr auto kKernel = PullReduceKernel<T, kMax>;
+    SG_ASSIGN_OR_RETURN(int grid, Grid<kKernel>(blocks, n / (16 / int(sizeof(T))) + 1));
     PullReduceKernel<T, kMax><<<grid, kThreads, 0, s>>>(o, m, t, n, scale);
   } else {
-    SG_ASSIGN_OR_RETURN(int grid, Grid(PullReduceScalarKernel<T, kMax>, blocks, n));
+    constexpr auto kKernel = PullReduceScalarKernel<T, kMax>;
+    SG_ASSIGN_OR_RETURN(int grid, Grid<kKernel>(blocks, n));
     PullReduceScalarKernel<T, kMax><<<grid, kThreads, 0, s>>>(o, m, t, n, scale);
   }
   SG_CUDA_RETURN_IF_ERROR(cudaGetLastError());
@@ -202,7 +209,7 @@ absl::Status LaunchPullCopy(void* out, const void* theirs, int64_t bytes, int bl
     SG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, theirs, size_t(bytes), cudaMemcpyDeviceToDevice, s));
     return absl::OkStatus();
   }
-  SG_ASSIGN_OR_RETURN(int grid, Grid(PullCopyKernel, blocks, bytes / 16));
+  SG_ASSIGN_OR_RETURN(int grid, Grid<PullCopyKernel>(blocks, bytes / 16));
   PullCopyKernel<<<grid, kThreads, 0, s>>>(static_cast<uint4*>(out), static_cast<const uint4*>(theirs), bytes / 16);
   SG_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

@@ -41,21 +41,19 @@ struct MailboxEntry {
 };
 static_assert(std::atomic<int64_t>::is_always_lock_free, "the mailbox lives in shared memory");
 
+// Two driver queries, through the runtime's entry-point lookup (no link-time libcuda dependency).
 using GetAddressRange = CUresult (*)(CUdeviceptr*, size_t*, CUdeviceptr);
+using GetPointerAttribute = CUresult (*)(void*, CUpointer_attribute, CUdeviceptr);
 
-absl::StatusOr<GetAddressRange> AddressRangeFn() {
-  static GetAddressRange fn = nullptr;
-  if (fn == nullptr) {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult q{};
-    SG_CUDA_RETURN_IF_ERROR(cudaGetDriverEntryPointByVersion("cuMemGetAddressRange", &p, 12000,
-                                                             cudaEnableDefault, &q));
-    if (p == nullptr || q != cudaDriverEntryPointSuccess) {
-      return absl::InternalError("ipc: the driver has no cuMemGetAddressRange");
-    }
-    fn = reinterpret_cast<GetAddressRange>(p);
+template <typename Fn>
+absl::StatusOr<Fn> DriverFn(const char* name) {
+  void* p = nullptr;
+  cudaDriverEntryPointQueryResult q{};
+  SG_CUDA_RETURN_IF_ERROR(cudaGetDriverEntryPointByVersion(name, &p, 12000, cudaEnableDefault, &q));
+  if (p == nullptr || q != cudaDriverEntryPointSuccess) {
+    return absl::InternalError(absl::StrCat("ipc: the CUDA driver has no ", name));
   }
-  return fn;
+  return reinterpret_cast<Fn>(p);
 }
 
 std::string HandleKey(const cudaIpcMemHandle_t& h) { return std::string(h.reserved, sizeof(h.reserved)); }
@@ -83,6 +81,12 @@ struct IpcRing::Impl {
   MailboxEntry* mailbox = nullptr;
   size_t mailbox_bytes = 0;
   absl::flat_hash_map<std::string, char*> opened;  // a peer allocation's handle -> its mapping
+  // Our allocations' handles by the driver's process-wide unique buffer id (a freed and reused
+  // address gets a new id, so a cached handle is never stale). After the first collective on a
+  // buffer, publishing it makes no call that a CUDA graph capture could refuse.
+  absl::flat_hash_map<uint64_t, cudaIpcMemHandle_t> exported;
+  GetAddressRange address_range = nullptr;
+  GetPointerAttribute pointer_attribute = nullptr;
   bool failed = false;  // a wait failed: leave device memory alone at destruction
 
   MailboxEntry& Entry(int member, int64_t seq) {
@@ -91,21 +95,29 @@ struct IpcRing::Impl {
 
   // Publishes our buffers for collective `seq` (up to two; null entries are skipped).
   absl::Status Publish(int64_t seq, const void* a, const void* b) {
-    SG_ASSIGN_OR_RETURN(GetAddressRange range, AddressRangeFn());
     MailboxEntry& e = Entry(rank, seq);
     const void* ptrs[2] = {a, b};
     for (int i = 0; i < 2; ++i) {
       if (ptrs[i] == nullptr) continue;
+      const CUdeviceptr ptr = reinterpret_cast<CUdeviceptr>(ptrs[i]);
       CUdeviceptr base = 0;
       size_t bytes = 0;
-      const CUresult rc = range(&base, &bytes, reinterpret_cast<CUdeviceptr>(ptrs[i]));
+      uint64_t id = 0;
+      CUresult rc = address_range(&base, &bytes, ptr);
+      if (rc == CUDA_SUCCESS) rc = pointer_attribute(&id, CU_POINTER_ATTRIBUTE_BUFFER_ID, ptr);
       if (rc != CUDA_SUCCESS) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "ipc: buffer ", absl::Hex(reinterpret_cast<uintptr_t>(ptrs[i])),
-            " is not in a device allocation (cuMemGetAddressRange error ", int(rc), ")"));
+        return absl::InvalidArgumentError(absl::StrCat("ipc: buffer ", absl::Hex(uintptr_t(ptr)),
+                                                       " is not in a device allocation (CUDA driver error ",
+                                                       int(rc), ")"));
       }
-      SG_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&e.handle[i], reinterpret_cast<void*>(base)));
-      e.offset[i] = int64_t(reinterpret_cast<CUdeviceptr>(ptrs[i]) - base);
+      auto it = exported.find(id);
+      if (it == exported.end()) {
+        cudaIpcMemHandle_t h;
+        SG_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&h, reinterpret_cast<void*>(base)));
+        it = exported.emplace(id, h).first;
+      }
+      e.handle[i] = it->second;
+      e.offset[i] = int64_t(ptr - base);
     }
     e.seq.store(seq, std::memory_order_release);
     return absl::OkStatus();
@@ -186,6 +198,8 @@ absl::StatusOr<std::unique_ptr<IpcRing>> IpcRing::Create(StoreClient& store, con
   m.size_ = size;
   m.prev = (rank + size - 1) % size;
   m.next = (rank + 1) % size;
+  SG_ASSIGN_OR_RETURN(m.address_range, DriverFn<GetAddressRange>("cuMemGetAddressRange"));
+  SG_ASSIGN_OR_RETURN(m.pointer_attribute, DriverFn<GetPointerAttribute>("cuPointerGetAttribute"));
   int prev_dev = 0;
   SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&prev_dev));
   SG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device.ordinal));

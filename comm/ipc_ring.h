@@ -39,8 +39,13 @@ namespace sg::comm::internal {
 
 struct IpcConfig {
   absl::Duration timeout = absl::Seconds(300);  // a device-side wait gives up after this
-  int blocks = 0;            // data kernels' grid; 0 = one full wave
-  bool copy_engine = false;  // all-gather copies by cudaMemcpyAsync instead of SM loads
+  // The reduction kernels' grid (0 = one full wave). 32 blocks reach the same bandwidth as a full
+  // wave on 2 H200s (2026-11-30, benchmarks/README.md) and leave the other SMs to the compute the
+  // collective overlaps with.
+  int blocks = 32;
+  // Copies (all-gather steps) by the copy engines (cudaMemcpyAsync from the peer's memory): faster
+  // than SM loads there (616 vs 568 GB/s all-gather at 1 GiB) and no SM at all.
+  bool copy_engine = true;
 };
 
 // Called now and then while the host waits for a peer's mailbox entry: an error (deadline passed,

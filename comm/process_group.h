@@ -96,6 +96,10 @@ class ProcessGroup {
   int rank() const { return rank_; }
   int size() const { return int(members_.size()); }
   const std::string& name() const { return name_; }
+  // How device all-reduce / reduce-scatter / all-gather run: "ipc" (comm/ipc_ring.h), "ring (...)"
+  // over the device transport's send/recv with the reason IPC is not used, or "undecided" before
+  // the group's first device collective.
+  std::string DeviceAlgorithm() const;
   // Sequence number of the last collective started.
   int64_t sequence() const { return seq_; }
 
