@@ -160,7 +160,7 @@ absl::StatusOr<internal::IpcRing*> ProcessGroup::EnsureIpc(Transport* t, const O
     bool wanted = options_.device_ipc > 0;
     if (options_.device_ipc < 0) {
       const char* env = std::getenv("SG_COMM_IPC");
-      wanted = env != nullptr && std::string(env) == "1";
+      wanted = env == nullptr || std::string(env) != "0";
     }
     internal::IpcConfig cfg;
     cfg.timeout = options_.timeout;

@@ -61,10 +61,11 @@ struct ProcessGroupOptions {
   int device_chunks = 8;
   int device_window = 3;                         // scratch chunks: receives ahead of reductions
   bool track_progress = true;                    // one store write per collective
-  // Device all-reduce, reduce-scatter (2 ranks) and all-gather over CUDA IPC (comm/ipc_ring.h:
-  // each rank pulls its ring predecessor's segment over NVLink and reduces it in the same kernel)
-  // when every member asks for it and neighbouring GPUs can reach each other; otherwise the ring
-  // over NCCL send/recv. 1 / 0; -1 takes SG_COMM_IPC from the environment (1 = on; default off).
+  // Device all-reduce, reduce-scatter and all-gather over CUDA IPC (comm/ipc_ring.h: each rank
+  // pulls its ring predecessor's segment over NVLink and reduces it in the same kernel) when every
+  // member asks for it, the group has two members and their GPUs can reach each other; otherwise
+  // the ring over NCCL send/recv. 1 / 0; -1 takes SG_COMM_IPC from the environment (0 = off;
+  // default on). On 2 H200s it is 1.06-1.5x NCCL's all-reduce (benchmarks/README.md).
   int device_ipc = -1;
 };
 
