@@ -549,11 +549,6 @@ absl::Status ProcessGroup::DeviceAllGather(OpState& op, Transport* tr, const Ten
   char* mine = buf + rank_ * block;
   SG_RETURN_IF_ERROR(OrderBefore(tr, stream));
   SG_ASSIGN_OR_RETURN(internal::IpcRing * ipc, EnsureIpc(tr, op));
-  if (ipc != nullptr) {
-    SG_RETURN_IF_ERROR(ipc->AllGather(static_cast<const char*>(input.raw()), buf, block, op.seq, *tr->stream(),
-                                      IpcCheck(op)));
-    return OrderAfter(tr, stream);
-  }
   SG_RETURN_IF_ERROR(EnsureDeviceState(tr, 0, op.deadline));
   const Stream& side = *device_state_->reduce_stream;
   const bool copy = input.raw() != mine;  // in-place callers already hold their block there
@@ -573,9 +568,13 @@ absl::Status ProcessGroup::DeviceAllGather(OpState& op, Transport* tr, const Ten
   (void)side;
   (void)copy;
 #endif
-  std::vector<int64_t> counts(size_t(size()), input.numel());
-  SG_RETURN_IF_ERROR(RingAllGather(op, tr, buf, input.dtype(), counts,
-                                   static_cast<const char*>(input.raw())));
+  if (ipc != nullptr) {  // our block is the side stream's copy, overlapping the pulls
+    SG_RETURN_IF_ERROR(ipc->AllGather(static_cast<const char*>(input.raw()), buf, block, op.seq, *tr->stream(),
+                                      IpcCheck(op), /*copy_own=*/false));
+  } else {
+    std::vector<int64_t> counts(size_t(size()), input.numel());
+    SG_RETURN_IF_ERROR(RingAllGather(op, tr, buf, input.dtype(), counts, static_cast<const char*>(input.raw())));
+  }
 #ifdef SG_WITH_CUDA
   if (copy) SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(Native(*tr->stream()), copied, 0));
 #endif

@@ -232,6 +232,7 @@ BENCHMARK_CAPTURE(Bench, Device_NcclAllGather, kAllGather, true, true)->Apply(De
 BENCHMARK_CAPTURE(Bench, Device_IpcAllReduce, kAllReduce, true, false, true)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_IpcReduceScatter, kReduceScatter, true, false, true)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_IpcAllGather, kAllGather, true, false, true)->Apply(DeviceSizes);
+BENCHMARK_CAPTURE(Bench, Device_IpcSendRecvGrouped, kSendRecvGrouped, true, false, true)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_SendRecv, kSendRecv, true, false)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_SendFirstRecv, kSendFirstRecv, true, false)->Apply(DeviceSizes);
 BENCHMARK_CAPTURE(Bench, Device_SendRecvGrouped, kSendRecvGrouped, true, false)->Apply(DeviceSizes);

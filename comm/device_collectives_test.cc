@@ -162,6 +162,16 @@ TEST(Workers, DISABLED_DeviceCollectives) {
                           in[size_t(r)].begin() + (me + 1) * numel);
         }
         EXPECT_EQ(sg::testing::ToHost(a2a), want_a2a) << "all_to_all " << tag;
+        // SendRecv with the other rank (on the IPC path each pulls the other's tensor).
+        Tensor got = Tensor::Empty({numel}, dtype, dev).value();
+        sg::testing::Poison(got);
+        auto pair = pg->SendRecv(mine_t, 1 - me, got, 1 - me, 9, stream);
+        ASSERT_TRUE(pair.ok()) << tag << ": " << pair.status();
+        ASSERT_TRUE(pair->first.Wait(absl::Now() + absl::Seconds(30)).ok()) << tag;
+        ASSERT_TRUE(pair->second.Wait(absl::Now() + absl::Seconds(30)).ok()) << tag;
+        EXPECT_EQ(sg::testing::ToHost(got),
+                  std::vector<double>(in[size_t(1 - me)].begin(), in[size_t(1 - me)].begin() + numel))
+            << "sendrecv " << tag;
       }
     }
   }

@@ -30,7 +30,8 @@ namespace {
 
 constexpr int kSlots = 2;        // signal slots: kReady (predecessor -> successor), kDone (back)
 constexpr int kReady = 0, kDone = 1;
-constexpr int kMailbox = 64;     // mailbox entries per member (collectives in flight on the host)
+constexpr int kMailbox = 64;     // mailbox entries per member and channel (operations in flight)
+constexpr int kChannels = 2;     // collectives (numbered by the group's sequence) and SendRecv
 // Groups of two only: the n-member ring below is written for any n (and kMailbox bounds the host
 // lag for up to 32), but only 2-GPU machines have run it; larger groups keep the NCCL ring until a
 // machine with more GPUs has checked it.
@@ -40,6 +41,7 @@ constexpr int kMaxMembers = 2;
 struct MailboxEntry {
   std::atomic<int64_t> seq;  // written last (release); -1 never matches
   int64_t offset[2];
+  int64_t bytes[2];  // what the caller said the buffer holds (SendRecv checks it against the receive)
   cudaIpcMemHandle_t handle[2];
 };
 static_assert(std::atomic<int64_t>::is_always_lock_free, "the mailbox lives in shared memory");
@@ -92,13 +94,16 @@ struct IpcRing::Impl {
   GetPointerAttribute pointer_attribute = nullptr;
   bool failed = false;  // a wait failed: leave device memory alone at destruction
 
-  MailboxEntry& Entry(int member, int64_t seq) {
-    return mailbox[size_t(member) * kMailbox + size_t(seq % kMailbox)];
+  MailboxEntry& Entry(int member, int channel, int64_t seq) {
+    return mailbox[(size_t(member) * kChannels + size_t(channel)) * kMailbox + size_t(seq % kMailbox)];
   }
 
-  // Publishes our buffers for collective `seq` (up to two; null entries are skipped).
-  absl::Status Publish(int64_t seq, const void* a, const void* b) {
-    MailboxEntry& e = Entry(rank, seq);
+  // Publishes our buffers for operation `seq` of `channel` (up to two; null entries are skipped).
+  absl::Status Publish(int64_t seq, const void* a, const void* b, int channel = 0, int64_t a_bytes = 0,
+                       int64_t b_bytes = 0) {
+    MailboxEntry& e = Entry(rank, channel, seq);
+    e.bytes[0] = a_bytes;
+    e.bytes[1] = b_bytes;
     const void* ptrs[2] = {a, b};
     for (int i = 0; i < 2; ++i) {
       if (ptrs[i] == nullptr) continue;
@@ -127,8 +132,9 @@ struct IpcRing::Impl {
   }
 
   // The device pointers `member` published for `seq`, mapped here.
-  absl::Status Lookup(int member, int64_t seq, const IpcCheck& check, char* out[2], bool want_second) {
-    MailboxEntry& e = Entry(member, seq);
+  absl::Status Lookup(int member, int64_t seq, const IpcCheck& check, char* out[2], bool want_second,
+                      int channel = 0, int64_t* bytes = nullptr) {
+    MailboxEntry& e = Entry(member, channel, seq);
     int spins = 0;
     while (e.seq.load(std::memory_order_acquire) != seq) {
       if (++spins % 1024 == 0) SG_RETURN_IF_ERROR(check());
@@ -143,6 +149,10 @@ struct IpcRing::Impl {
         it = opened.emplace(k, static_cast<char*>(p)).first;
       }
       out[i] = it->second + e.offset[i];
+    }
+    if (bytes != nullptr) {
+      bytes[0] = e.bytes[0];
+      bytes[1] = e.bytes[1];
     }
     return absl::OkStatus();
   }
@@ -278,7 +288,7 @@ absl::StatusOr<std::unique_ptr<IpcRing>> IpcRing::Create(StoreClient& store, con
 
   // 4. The mailbox: member 0 creates the shared memory, the others open it, member 0 unlinks it
   // once everyone has (nothing is left in /dev/shm, even if a rank dies later).
-  m.mailbox_bytes = size_t(size) * kMailbox * sizeof(MailboxEntry);
+  m.mailbox_bytes = size_t(size) * kChannels * kMailbox * sizeof(MailboxEntry);
   std::string shm_name;
   int fd = -1;
   if (rank == 0) {
@@ -302,7 +312,9 @@ absl::StatusOr<std::unique_ptr<IpcRing>> IpcRing::Create(StoreClient& store, con
   if (map == MAP_FAILED) return absl::InternalError(absl::StrCat("ipc ring: mmap ", shm_name, ": ", strerror(errno)));
   m.mailbox = static_cast<MailboxEntry*>(map);
   if (rank == 0) {
-    for (size_t i = 0; i < size_t(size) * kMailbox; ++i) m.mailbox[i].seq.store(-1, std::memory_order_relaxed);
+    for (size_t i = 0; i < size_t(size) * kChannels * kMailbox; ++i) {
+      m.mailbox[i].seq.store(-1, std::memory_order_relaxed);
+    }
     std::atomic_thread_fence(std::memory_order_seq_cst);
     SG_RETURN_IF_ERROR(store.Set(absl::StrCat(k, "/shm_ready"), "1", deadline));
   } else {
@@ -447,7 +459,7 @@ absl::Status IpcRing::ReduceScatter(const char* input, char* out, DType dtype, i
 }
 
 absl::Status IpcRing::AllGather(const char* input, char* out, int64_t block_bytes, int64_t seq,
-                                const Stream& stream, const IpcCheck& check) {
+                                const Stream& stream, const IpcCheck& check, bool copy_own) {
   SG_RETURN_IF_ERROR(CheckNotFailed(*this));
   Impl& m = *impl_;
   const int n = size_, r = rank_;
@@ -468,10 +480,32 @@ absl::Status IpcRing::AllGather(const char* input, char* out, int64_t block_byte
     if (k < n - 2) SG_RETURN_IF_ERROR(m.Launch(Impl::Sync{{{m.next, kReady}}, {{m.prev, kReady}}}, seq, s));
   }
   char* own = out + r * block_bytes;
-  if (own != input) {
+  if (copy_own && own != input) {
     SG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(own, input, size_t(block_bytes), cudaMemcpyDeviceToDevice, s));
   }
   return m.Launch(Impl::Sync{{{m.prev, kDone}}, {{m.next, kDone}}}, seq, s);
+}
+
+absl::Status IpcRing::Exchange(const char* send, int64_t send_bytes, char* recv, int64_t recv_bytes, int64_t seq,
+                               const Stream& stream, const IpcCheck& check) {
+  SG_RETURN_IF_ERROR(CheckNotFailed(*this));
+  SG_CHECK_ARG(size_ == 2, "ipc sendrecv: two members only, found ", size_);
+  Impl& m = *impl_;
+  SG_RETURN_IF_ERROR(m.Publish(seq, send, nullptr, /*channel=*/1, send_bytes, recv_bytes));
+  char* theirs[2] = {nullptr, nullptr};
+  int64_t their[2] = {0, 0};  // the peer's send and receive sizes
+  SG_RETURN_IF_ERROR(m.Lookup(m.prev, seq, check, theirs, false, /*channel=*/1, their));
+  // Both members check both directions, so both refuse (and neither launches a wait).
+  if (their[0] != recv_bytes || their[1] != send_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ipc sendrecv #", seq, ": sizes disagree: rank ", rank_, " sends ", send_bytes, " B and receives ", recv_bytes,
+        " B, rank ", m.prev, " sends ", their[0], " B and receives ", their[1], " B"));
+  }
+  cudaStream_t s = static_cast<cudaStream_t>(stream.native());
+  const int peer = m.prev;
+  SG_RETURN_IF_ERROR(m.Launch(Impl::Sync{{{peer, kReady}}, {{peer, kReady}}}, seq, s));
+  SG_RETURN_IF_ERROR(ipc::LaunchPullCopy(recv, theirs[0], recv_bytes, m.config.blocks, m.config.copy_engine, s));
+  return m.Launch(Impl::Sync{{{peer, kDone}}, {{peer, kDone}}}, seq, s);
 }
 
 #else  // !SG_WITH_CUDA
@@ -494,7 +528,10 @@ absl::Status IpcRing::ReduceScatter(const char*, char*, DType, int64_t, ReduceOp
                                     const IpcCheck&) {
   return absl::FailedPreconditionError("ipc ring: built without CUDA");
 }
-absl::Status IpcRing::AllGather(const char*, char*, int64_t, int64_t, const Stream&, const IpcCheck&) {
+absl::Status IpcRing::AllGather(const char*, char*, int64_t, int64_t, const Stream&, const IpcCheck&, bool) {
+  return absl::FailedPreconditionError("ipc ring: built without CUDA");
+}
+absl::Status IpcRing::Exchange(const char*, int64_t, char*, int64_t, int64_t, const Stream&, const IpcCheck&) {
   return absl::FailedPreconditionError("ipc ring: built without CUDA");
 }
 

@@ -79,9 +79,15 @@ class IpcRing {
   // scale. The input is not modified.
   absl::Status ReduceScatter(const char* input, char* out, DType dtype, int64_t count, ReduceOp op, float scale,
                              int64_t seq, const Stream& stream, const IpcCheck& check);
-  // out block r (block_bytes each) = member r's input.
+  // out block r (block_bytes each) = member r's input. With copy_own false the caller copies our
+  // own block (e.g. on a side stream, overlapping the pulls).
   absl::Status AllGather(const char* input, char* out, int64_t block_bytes, int64_t seq, const Stream& stream,
-                         const IpcCheck& check);
+                         const IpcCheck& check, bool copy_own = true);
+  // Two members only: sends `send` to the other member and receives its send into `recv` (each
+  // pulls the other's buffer by the copy engines); `seq` numbers the exchanges of this group
+  // (separately from the collectives). InvalidArgument when the sizes differ.
+  absl::Status Exchange(const char* send, int64_t send_bytes, char* recv, int64_t recv_bytes, int64_t seq,
+                        const Stream& stream, const IpcCheck& check);
 
   // The first failure a device-side wait recorded (timeout or abort), naming the collective's
   // sequence number and the member waited on; OK when none.

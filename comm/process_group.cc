@@ -11,6 +11,10 @@
 #include "comm/process_group_state.h"
 #include "kernels/core/status.h"
 
+#ifdef SG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace sg::comm {
 
 namespace {
@@ -249,6 +253,52 @@ absl::StatusOr<Request> ProcessGroup::Recv(const TensorView& t, int peer, uint64
   return r;
 }
 
+#ifdef SG_WITH_CUDA
+namespace {
+
+// A request that completes with the comm-stream work before an event (the IPC SendRecv's), or
+// fails with the IPC ring's recorded error.
+class IpcRequest final : public TransportRequest {
+ public:
+  IpcRequest(std::shared_ptr<CUevent_st> done, internal::IpcRing* ring, std::string what)
+      : done_(std::move(done)), ring_(ring), what_(std::move(what)) {}
+  absl::StatusOr<bool> Test() override {
+    SG_RETURN_IF_ERROR(ring_->Error());
+    const cudaError_t e = cudaEventQuery(done_.get());
+    if (e == cudaErrorNotReady) return false;
+    SG_CUDA_RETURN_IF_ERROR(e);
+    return true;
+  }
+  std::string Describe() const override { return what_; }
+
+ private:
+  std::shared_ptr<CUevent_st> done_;
+  internal::IpcRing* ring_;
+  std::string what_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::pair<Request, Request>> ProcessGroup::IpcSendRecv(internal::IpcRing* ipc, OpState& op,
+                                                                      const TensorView& send, const TensorView& recv,
+                                                                      const Stream& comm) {
+  DeviceState& ds = *device_state_;
+  const int64_t seq = ds.ipc_exchanges++;
+  SG_RETURN_IF_ERROR(ipc->Exchange(static_cast<const char*>(send.raw()), send.nbytes(), static_cast<char*>(recv.raw()),
+                                   recv.nbytes(), seq, comm, [&op] { return op.CheckHostWait(); }));
+  cudaEvent_t e = nullptr;
+  SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+  std::shared_ptr<CUevent_st> done(e, [](cudaEvent_t ev) { cudaEventDestroy(ev); });
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(e, static_cast<cudaStream_t>(comm.native())));
+  const int peer = members_[size_t(1 - rank_)];
+  std::pair<Request, Request> r;
+  r.first.req_ = std::make_unique<IpcRequest>(done, ipc, absl::StrCat("ipc send ", send.nbytes(), " B to rank ", peer));
+  r.second.req_ =
+      std::make_unique<IpcRequest>(done, ipc, absl::StrCat("ipc receive ", recv.nbytes(), " B from rank ", peer));
+  return r;
+}
+#endif
+
 absl::StatusOr<std::pair<Request, Request>> ProcessGroup::SendRecv(const TensorView& send, int send_peer,
                                                                    const TensorView& recv, int recv_peer,
                                                                    uint64_t tag, const Stream& stream) {
@@ -261,6 +311,19 @@ absl::StatusOr<std::pair<Request, Request>> ProcessGroup::SendRecv(const TensorV
   SG_CHECK_ARG(tag <= kMaxUserTag, name_, " sendrecv: tag must be below 2^40, found ", tag);
   SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(send, "sendrecv"));
   SG_RETURN_IF_ERROR(OrderBefore(tr, stream));
+#ifdef SG_WITH_CUDA
+  if (tr->stream() != nullptr && size() == 2 && send_peer != rank_ && recv_peer != rank_) {
+    OpState op;
+    op.pg = this;
+    op.op = "sendrecv";
+    op.seq = seq_;
+    op.start = absl::Now();
+    op.deadline = op.start + options_.timeout;
+    op.next_abort_check = op.start + absl::Milliseconds(100);
+    SG_ASSIGN_OR_RETURN(internal::IpcRing * ipc, EnsureIpc(tr, op));
+    if (ipc != nullptr) return IpcSendRecv(ipc, op, send, recv, *tr->stream());
+  }
+#endif
   const uint64_t full_tag = (group_id_ << kGroupShift) | tag;
   std::pair<Request, Request> r;
   SG_RETURN_IF_ERROR(tr->GroupStart());

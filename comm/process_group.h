@@ -115,7 +115,9 @@ class ProcessGroup {
   absl::StatusOr<Request> Recv(const TensorView& t, int peer, uint64_t tag);
   // A send of `send` to `send_peer` and a receive into `recv` from `recv_peer`, started together:
   // one ring step's exchange (one NCCL group on the device path, so every rank sending first
-  // cannot deadlock). Device tensors: the exchange runs after the work queued on `stream` so far
+  // cannot deadlock). In a 2-member group on the IPC path (device_ipc) it is a CUDA IPC exchange,
+  // each rank pulling the other's send tensor by the copy engines: there a SendRecv pairs only
+  // with the other member's SendRecv (not with a Recv), and both sizes must agree. Device tensors: the exchange runs after the work queued on `stream` so far
   // (it may read what that work wrote); OrderAfterP2P(stream) later makes `stream` wait for it.
   // Returns {send request, receive request}. Both tensors on the same device.
   absl::StatusOr<std::pair<Request, Request>> SendRecv(const TensorView& send, int send_peer,
@@ -214,6 +216,10 @@ class ProcessGroup {
   // The group's IPC ring, created (collectively) at the first device collective; null when the
   // group does not use that path.
   absl::StatusOr<internal::IpcRing*> EnsureIpc(Transport* t, const OpState& op);
+  // SendRecv on the IPC path (two members): each pulls the other's send tensor into its receive.
+  absl::StatusOr<std::pair<Request, Request>> IpcSendRecv(internal::IpcRing* ipc, OpState& op,
+                                                          const TensorView& send, const TensorView& recv,
+                                                          const Stream& comm);
   // True while `s` (a transport's stream; null: false) is being captured into a CUDA graph.
   static absl::StatusOr<bool> Capturing(const Stream* s);
   // FailedPrecondition naming `what` when a device buffer would grow during a capture.

@@ -82,6 +82,7 @@ struct ProcessGroup::DeviceState {
   bool ipc_decided = false;
   std::unique_ptr<internal::IpcRing> ipc;
   std::string ipc_why_not;
+  int64_t ipc_exchanges = 0;  // SendRecv's over the IPC path so far (their mailbox numbering)
 #ifdef SG_WITH_CUDA
   // The last eagerly issued device collective's completion on the comm stream (SynchronizeDevice).
   // Not recorded while the comm stream is being captured: an event last recorded in a capture
