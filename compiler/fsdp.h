@@ -14,8 +14,9 @@
 //   backward  the same into separate "@bwd" buffers, one unit ahead in backward order;
 //   gradients once a unit's last gradient exists: one bucketed reduce-scatter (sum) of the whole
 //             unit over the shard group, then an all-reduce (sum) over the replicate group;
-//             compute waits for it only before the next unit's reduce-scatter is issued, so the
-//             full gradient buffers are reused after that;
+//             compute waits for it only before the next unit's reduce-scatter is issued; a packed
+//             unit's full gradient buffers are reused earlier, once compute has waited for the
+//             copies into the bucket (after the first matmul that follows the issue);
 //   optimizer global grad norm (local sums of squares, the P local norms all-gathered over the
 //             shard group) for clipping, then one multi-tensor AdamW over the local shards.
 // Collectives run on the executor's comm stream ordered against compute by events (on the CPU
@@ -94,7 +95,7 @@ struct ShardedStepMemory {
   int64_t comm_scratch_bytes = 0;
   // Parts of arena_bytes, for accounting (each the most live at one node, not necessarily at the
   // arena's peak): f32 gathered parameters (forward and "@bwd" copies), f32 full unit gradients
-  // until their reduce-scatter is waited for.
+  // until packed into the bucket (or, for a Direct unit, until its reduce-scatter is waited for).
   int64_t gathered_peak_bytes = 0, unit_grads_peak_bytes = 0;
   int64_t Total() const {
     return arena_bytes + state_bytes + shard_bytes + bucket_bytes + other_bytes + comm_scratch_bytes;

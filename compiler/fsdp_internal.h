@@ -31,7 +31,11 @@ struct ShardedDataParallelStep::Unit {
   int64_t block = 0;  // elements per rank in a bucket: sum of chunk * row
   int fwd_at = INT_MAX, fwd_first = INT_MAX, bwd_at = INT_MAX, bwd_first = INT_MAX;
   int grad_done = -1, rs_at = INT_MAX, rs_wait_at = INT_MAX;
-  std::unique_ptr<Event> fwd_done, bwd_done, rs_done;
+  // Where compute waits for the unit's full gradients to be packed into the bucket (units that are
+  // not Direct), from where their buffers are free: rs_wait_at when that comes first or for a
+  // Direct unit, whose reduce-scatter reads the full gradient itself.
+  int packed_at = INT_MAX;
+  std::unique_ptr<Event> fwd_done, bwd_done, rs_done, packed;
 };
 
 }  // namespace sg::compiler

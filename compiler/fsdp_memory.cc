@@ -99,7 +99,7 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
     const int64_t bytes = p->rows * p->row * 4;
     if (u.fwd_at != INT_MAX && p->fwd_last >= 0) live(gathered, u.fwd_at, p->fwd_last, bytes);
     if (u.bwd_at != INT_MAX && p->bwd_last >= 0) live(gathered, u.bwd_at, p->bwd_last, bytes);
-    live(grads, p->grad_from, std::min(u.rs_wait_at, num_nodes), bytes);
+    live(grads, p->grad_from, std::min(u.packed_at, num_nodes), bytes);
   }
   int64_t g_sum = 0, r_sum = 0;
   for (int i = 0; i <= num_nodes; ++i) {

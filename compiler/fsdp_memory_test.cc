@@ -1,7 +1,8 @@
 // The FSDP step's memory on each of 2 ranks (real processes, CPU, UCX): every buffer the step
 // allocates from AllocatorFor(Cpu()) against ShardedDataParallelStep::PlanMemory / PlanFsdpMemory,
 // and the measured peak of two real steps against the plan. Also prints the plan at the 1b shapes
-// on 2 ranks (planning only) next to the single-device plan ChooseRecompute used to assume.
+// on 2 ranks (planning only) next to the single-device plan ChooseRecompute used to assume, and the
+// 7b plan (full recompute, planning only) against the 16 bytes per parameter the math needs.
 #include <cmath>
 #include <iostream>
 #include <random>
@@ -45,6 +46,28 @@ std::string Table(const ShardedStepMemory& m) {
          Row("state (inputs)", m.state_bytes) + Row("shards (param, grad, m, v f32)", m.shard_bytes) +
          Row("buckets (collective staging)", m.bucket_bytes) + Row("other (scalars)", m.other_bytes) + Row("comm scratch (reduce-scatter work)", m.comm_scratch_bytes) +
          Row("total", m.Total());
+}
+
+// The 7b step on 2 ranks as llama_step_benchmark --config=7b --strategy=fsdp --recompute=auto
+// --memory_budget_gib=42 runs it (full recompute, batch 2 x seq 4096), planned on the CPU only
+// (nothing of the 7b's size is allocated), against the floor of the same math: f32 master shard,
+// f32 gradient shard, AdamW m and v, 16 bytes per parameter over the 2 ranks.
+TEST(FsdpMemoryTest, Plan7bTwoRanks) {
+  const LlamaBenchConfig c = LlamaBenchConfigNamed("7b").value();
+  graph::Graph fwd = graph::BuildLlamaForward(c.model).value();
+  CompileOptions o = LlamaStepOptions(c, Device::Cpu(), RecomputePolicy::kFull);
+  o.strategy = Strategy::kFsdp;
+  auto m = PlanFsdpMemory(fwd, o, 2);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const int64_t floor = c.Parameters() * 16 / 2;
+  std::cout << "7b, 2 ranks, full recompute, batch " << c.batch << " x seq " << c.seq << " (planned on the CPU):\n"
+            << Table(*m) << Row("floor: 16 B/param / 2 ranks", floor) << Row("  total - floor", m->Total() - floor);
+  // The shards are the floor (uneven chunks pad nothing at 2 ranks but alignment).
+  EXPECT_GE(m->shard_bytes, floor);
+  EXPECT_LT(m->shard_bytes - floor, int64_t(1) << 20);
+  // The arena was 8.87 GiB while full recompute also kept each layer's ffn_norm output and a
+  // layer's f32 gradients lived until the next layer's reduce-scatter; 6.37 GiB without those.
+  EXPECT_LT(m->arena_bytes, int64_t(6.5 * 1073741824.0)) << m->ToString();
 }
 
 TEST(FsdpMemoryTest, TwoRanksPeakMatchesPlan) {

@@ -48,7 +48,8 @@ absl::StatusOr<Graph> FuseForKernels(const Graph& g, FusionStats* stats = nullpt
 //               (norm, swiglu, elementwise, reshape) when the backward keeps its inputs anyway,
 //               and rebuild add_rmsnorm's norm output by rmsnorm of its kept sum.
 //   kFull:      keep only values crossing a transformer-layer boundary (scope "layers.<i>");
-//               recompute everything inside a layer, matmuls and attention included.
+//               recompute everything inside a layer, matmuls and attention included, and (as
+//               kSelective) rebuild add_rmsnorm's norm output from its kept sum.
 enum class RecomputePolicy : uint8_t { kNone, kSelective, kFull };
 absl::string_view RecomputePolicyName(RecomputePolicy p);  // "none", "selective", "full"
 

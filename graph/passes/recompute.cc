@@ -87,9 +87,11 @@ std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy, int swigl
 }
 
 // add_rmsnorm's outputs are (y, h) with y = rmsnorm(h): when h is kept (a layer boundary), y can be
-// rebuilt from it by a plain rmsnorm, the same math on the same value.
+// rebuilt from it by a plain rmsnorm, the same math on the same value. Under both policies: under
+// full recompute the add_rmsnorm whose h crosses into the next layer (a Llama block's ffn_norm) is
+// not recomputed, and keeping its y too would hold a third [batch, seq, dim] tensor per layer.
 bool NormOutputOfKeptSum(const Graph& g, const std::vector<bool>& recomputable, RecomputePolicy policy, int v) {
-  if (policy != RecomputePolicy::kSelective) return false;
+  if (policy == RecomputePolicy::kNone) return false;
   const int p = g.value(v).producer;
   const Node& n = g.nodes()[p];
   return n.op == OpKind::kAddRmsNorm && n.phase == Phase::kForward && !recomputable[p] && n.outputs[0] == v;
