@@ -49,15 +49,15 @@ for cfg in ${CONFIGS:-1b 124m}; do echo "peer $cfg: $(json "$logs/peer_$cfg.log"
 
 # B. FSDP on both GPUs.
 # FSDP_RUNS: "config:recompute:budget_gib:graph[:ipc] ..." (graph 0 = eager steps, SG_CUDA_GRAPH=0;
-# ipc 1 = device collectives over CUDA IPC, SG_COMM_IPC=1); the
+# ipc 0 = device collectives over the NCCL ring, SG_COMM_IPC=0; default 1, CUDA IPC); the
 # peer (FSDP2 + compile, with activation checkpointing for 7b) runs once per config.
 if [[ -z ${SKIP_FSDP:-} ]]; then
   for run in ${FSDP_RUNS:-1b:auto:25:1}; do
     IFS=: read -r cfg rc budget graph ipc <<< "$run"
-    SG_COMM_IPC=${ipc:-0} SG_CUDA_GRAPH=$graph timeout 200 .gpu/run comm/launch --nproc=2 -- "$here/.gpu/bin/benchmarks/llama_step_benchmark" \
+    SG_COMM_IPC=${ipc:-1} SG_CUDA_GRAPH=$graph timeout 200 .gpu/run comm/launch --nproc=2 -- "$here/.gpu/bin/benchmarks/llama_step_benchmark" \
       --config="$cfg" --strategy=fsdp --recompute="$rc" --memory_budget_gib="$budget" --steps="$steps" --warmup=5 \
-      > "$logs/ours_${cfg}_fsdp_${rc}_${budget}_${graph}_${ipc:-0}.log" 2>&1
-    echo "ours $cfg fsdp x2 $rc budget $budget graph $graph ipc ${ipc:-0}: $(json "$logs/ours_${cfg}_fsdp_${rc}_${budget}_${graph}_${ipc:-0}.log") $(grep -E 'rror|CUDA graph|eager \(' "$logs/ours_${cfg}_fsdp_${rc}_${budget}_${graph}_${ipc:-0}.log" | head -2 | cut -c1-200)"
+      > "$logs/ours_${cfg}_fsdp_${rc}_${budget}_${graph}_${ipc:-1}.log" 2>&1
+    echo "ours $cfg fsdp x2 $rc budget $budget graph $graph ipc ${ipc:-1}: $(json "$logs/ours_${cfg}_fsdp_${rc}_${budget}_${graph}_${ipc:-1}.log") $(grep -E 'rror|CUDA graph|eager \(' "$logs/ours_${cfg}_fsdp_${rc}_${budget}_${graph}_${ipc:-1}.log" | head -2 | cut -c1-200)"
   done
   for cfg in ${FSDP_PEERS:-1b}; do
     ac=(); [[ $cfg == 7b ]] && ac=(--ac)
