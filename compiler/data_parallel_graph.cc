@@ -164,6 +164,78 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::
   return dp;
 }
 
+absl::StatusOr<DataParallelGraph> GatherInComputeDType(DataParallelGraph dp) {
+  const Graph& g = dp.graph;
+  const auto& nodes = g.nodes();
+  const std::vector<std::vector<int>> users = g.Users();
+  std::vector<bool> is_output(size_t(g.num_value_ids()), false);
+  for (const graph::GraphOutput& o : g.outputs()) is_output[size_t(o.value)] = true;
+  auto half = [](DType t) { return t == DType::kBF16 || t == DType::kF16; };
+  // The 16-bit dtype every reader of source value `v` casts it to, or f32 when some reader is
+  // not such a cast (or the source is not f32).
+  auto read_as = [&](int v) {
+    if (g.type(v).dtype != DType::kF32 || is_output[size_t(v)] || users[size_t(v)].empty()) return DType::kF32;
+    DType to = DType::kF32;
+    for (int u : users[size_t(v)]) {
+      const Node& n = nodes[size_t(u)];
+      if (n.op != OpKind::kCast || is_output[size_t(n.outputs[0])]) return DType::kF32;
+      const DType t = g.type(n.outputs[0]).dtype;
+      if (!half(t) || (to != DType::kF32 && t != to)) return DType::kF32;
+      to = t;
+    }
+    return to;
+  };
+  // Per (unit, direction): the common dtype, f32 as soon as one source disagrees.
+  std::map<std::string, DType> unit_dtype;
+  std::map<int, std::string> key_of;  // source value -> its (unit, direction) key
+  for (const DataParallelParam& p : dp.params) {
+    for (const bool bwd : {false, true}) {
+      const int v = g.FindSource(bwd ? p.name + kBackwardSuffix : p.name);
+      if (v < 0) continue;
+      const std::string key = absl::StrCat(UnitOf(p.name), bwd ? kBackwardSuffix : "");
+      key_of[v] = key;
+      const DType t = read_as(v);
+      auto [it, first] = unit_dtype.emplace(key, t);
+      if (!first && it->second != t) it->second = DType::kF32;
+    }
+  }
+  std::map<int, DType> rewritten;  // old source value -> its new dtype
+  for (const auto& [v, key] : key_of) {
+    if (unit_dtype[key] != DType::kF32) rewritten[v] = unit_dtype[key];
+  }
+  if (rewritten.empty()) return dp;
+
+  Graph start;
+  for (const graph::SymbolInfo& s : g.symbols()) SG_RETURN_IF_ERROR(start.AddSymbol(s));
+  Builder b(std::move(start));
+  std::vector<Value> map(size_t(g.num_value_ids()));
+  for (const Node& n : nodes) {
+    auto scope = b.EnterScope(n.scope);
+    b.set_phase(n.phase);
+    if (n.op == OpKind::kParameter && rewritten.count(n.outputs[0])) {
+      map[size_t(n.outputs[0])] = b.Parameter(graph::AttrString(n, "name"), rewritten[n.outputs[0]],
+                                              graph::AttrShape(n, "shape"), graph::AttrBool(n, "trainable"));
+      continue;
+    }
+    if (Value v; CopySourceNode(b, n, &v)) {
+      map[size_t(n.outputs[0])] = v;
+      continue;
+    }
+    if (n.op == OpKind::kCast && rewritten.count(n.inputs[0])) {
+      map[size_t(n.outputs[0])] = map[size_t(n.inputs[0])];  // the source is already in this dtype
+      continue;
+    }
+    std::vector<Value> ins;
+    for (int v : n.inputs) ins.push_back(map[size_t(v)]);
+    std::vector<Value> outs = b.Emit(n.op, ins, n.attrs);
+    SG_RETURN_IF_ERROR(b.status());
+    for (size_t k = 0; k < outs.size(); ++k) map[size_t(n.outputs[k])] = outs[k];
+  }
+  for (const graph::GraphOutput& o : g.outputs()) b.Output(o.name, map[size_t(o.value)]);
+  SG_ASSIGN_OR_RETURN(dp.graph, b.Finish());
+  return dp;
+}
+
 std::vector<int64_t> CountTargetsPerPart(const TensorView& targets, int64_t ignore_index, int64_t parts) {
   const int64_t per = targets.numel() / parts;
   std::vector<int64_t> counts(size_t(parts), 0);

@@ -52,6 +52,20 @@ struct DataParallelGraph {
 // softmax_cross_entropy / nll_loss directly (the runtime cannot renormalize another loss).
 absl::StatusOr<DataParallelGraph> SplitOptimizer(const graph::Graph& train, const std::string& loss = "loss");
 
+// Under mixed precision every read of a parameter <p> (and of "<p>@bwd") in `dp.graph` is a cast to
+// the compute dtype (compiler/training_graph.h's ToMixedPrecision; recompute clones the cast into
+// the backward). This rewrite makes such parameters sources of the compute dtype, read directly by
+// the casts' readers (the casts are gone): the runtime gathers them in that dtype (PyTorch FSDP2's
+// MixedPrecisionPolicy(param_dtype=bf16): half the all-gather bytes, no per-use cast of a full
+// weight, half-size gathered buffers). The master weights, gradients ("grad:<p>", f32: the
+// gradient casts are untouched) and the optimizer stay f32. Decided per FSDP unit (UnitOf) and
+// direction (forward sources, "@bwd" sources): all of a unit's sources in one direction are
+// rewritten or none, so each gather has one dtype. A graph without such casts (f32 precision) is
+// returned unchanged.
+//
+//   SG_ASSIGN_OR_RETURN(dp, GatherInComputeDType(std::move(dp)));
+absl::StatusOr<DataParallelGraph> GatherInComputeDType(DataParallelGraph dp);
+
 // The FSDP unit a parameter belongs to: "layers.<i>" for a block's parameters, otherwise its
 // first name component ("tok_embeddings", "norm", "output"). One all-gather and one gradient
 // reduce-scatter bucket per unit.

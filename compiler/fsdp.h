@@ -8,7 +8,12 @@
 //
 // Per parameter p of dim-0 extent n over a shard group of size P: this rank keeps rows
 // torch.chunk(n, P)[rank] (uneven chunks allowed, possibly empty) of p, its gradient, AdamW m and
-// v (f32 master weights). The schedule, per FSDP unit (a transformer block; compiler/UnitOf):
+// v (f32 master weights). Under bf16 mixed precision the parameters are gathered in bf16 (as
+// PyTorch FSDP2's MixedPrecisionPolicy(param_dtype=bf16)): each gather casts this rank's f32 rows
+// into its own block of the all-gather's output and gathers bf16 in place, and the program reads
+// the bf16 buffers directly (compiler/data_parallel_graph.h's GatherInComputeDType); gradients,
+// their reduce-scatter and the optimizer stay f32. The schedule, per FSDP unit (a transformer
+// block; compiler/UnitOf):
 //   forward   all-gather(unit k+1) is issued on the comm stream when unit k's compute starts
 //             (prefetch), into transient buffers live from there to the unit's last forward use;
 //   backward  the same into separate "@bwd" buffers, one unit ahead in backward order;
@@ -23,7 +28,8 @@
 // both are the host thread, in schedule order). A unit of one parameter whose rows split evenly
 // (embeddings, output, final norm) is all-gathered straight into its full buffer and
 // reduce-scattered straight from its full gradient into the shard; other units go through two
-// staging buffers: the unit packed rank-major and one rank's block. Uneven chunks are zero-padded
+// staging buffers: the unit packed rank-major and one rank's block (a bf16 gather uses the first
+// half of the packed one only, its own block cast in place). Uneven chunks are zero-padded
 // to ceil(n/P) rows inside each bucket. Memory per rank: ShardedStepMemory (PlanMemory plans it). The loss is each rank's mean over its non-ignored tokens; Run counts them,
 // all-gathers the counts, and seeds backward with local/global count; the reported loss is the
 // count-weighted mean of the all-gathered local losses: the global mean.
@@ -94,7 +100,8 @@ struct ShardedStepMemory {
   // shard group has more than 2 ranks; 0 otherwise. Taken while the steps run, not by Create.
   int64_t comm_scratch_bytes = 0;
   // Parts of arena_bytes, for accounting (each the most live at one node, not necessarily at the
-  // arena's peak): f32 gathered parameters (forward and "@bwd" copies), f32 full unit gradients
+  // arena's peak): gathered parameters (forward and "@bwd" copies; f32, or bf16 under mixed
+  // precision), f32 full unit gradients
   // until packed into the bucket (or, for a Direct unit, until its reduce-scatter is waited for).
   int64_t gathered_peak_bytes = 0, unit_grads_peak_bytes = 0;
   int64_t Total() const {
@@ -160,6 +167,8 @@ class ShardedDataParallelStep : public CompiledStep {
   absl::Status Schedule();
   absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
   absl::Status Gather(const Unit& u, bool backward, const Stream& s);
+  absl::Status GatherCast(const Unit& u, bool backward, const Stream& s);
+  absl::Status Unpack(const Unit& u, bool backward, const TensorView& packed, const Stream& s);
   // Sums a unit's gradients over the groups into this rank's shards: overwriting them, or adding to
   // them when `accumulate` (micro-batches after the first).
   absl::Status ReduceScatter(const Unit& u, bool accumulate, const Stream& s);

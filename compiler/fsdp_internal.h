@@ -29,6 +29,9 @@ struct ShardedDataParallelStep::Unit {
   std::string name;
   std::vector<int> params;
   int64_t block = 0;  // elements per rank in a bucket: sum of chunk * row
+  // The dtype its forward and backward buffers are gathered in: f32, or the compute dtype under
+  // mixed precision (compiler/data_parallel_graph.h's GatherInComputeDType).
+  DType fwd_dtype = DType::kF32, bwd_dtype = DType::kF32;
   int fwd_at = INT_MAX, fwd_first = INT_MAX, bwd_at = INT_MAX, bwd_first = INT_MAX;
   int grad_done = -1, rs_at = INT_MAX, rs_wait_at = INT_MAX;
   // Where compute waits for the unit's full gradients to be packed into the bucket (units that are

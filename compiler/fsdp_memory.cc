@@ -1,6 +1,8 @@
 // ShardedDataParallelStep's memory: the sizes of its buffers (shared by Allocate and the
 // planning-only PlanMemory) and the accounting of what lives in the arena.
 #include <algorithm>
+#include <set>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/fsdp.h"
@@ -43,27 +45,39 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
   const int P = shard_size_;
   int64_t shard_bytes = 0;
   shard_offsets_.clear();
+  std::set<std::pair<int, bool>> seen;  // (unit, backward) whose gather dtype is set
   for (auto& p : params_) {
     const TensorView full = program_->sources.count(p->name) ? program_->sources.at(p->name)
                                                              : program_->sources.at(p->name + kBackwardSuffix);
-    if (full.dtype() != DType::kF32) {
-      return absl::UnimplementedError(absl::StrCat("sharded data parallel: parameter '", p->name,
-                                                   "' is ", DTypeName(full.dtype()), ", expected f32 master weights"));
-    }
     p->rows = full.shape().empty() ? 1 : full.shape()[0];
     p->row = p->rows == 0 ? 0 : full.numel() / p->rows;
     p->chunk = sharding::MaxChunk(p->rows, P);
     p->mine = sharding::Chunk(p->rows, P, shard_rank_);
-    auto src = program_->sources.find(p->name);
-    if (src != program_->sources.end()) p->full_fwd = src->second;
-    src = program_->sources.find(p->name + kBackwardSuffix);
-    if (src != program_->sources.end()) p->full_bwd = src->second;
+    Unit& u = *units_[p->unit];
+    // The gathered buffers: f32 (the master's dtype), or 16-bit (GatherInComputeDType), the same
+    // for every parameter of a unit in one direction.
+    for (const bool bwd : {false, true}) {
+      auto src = program_->sources.find(bwd ? p->name + kBackwardSuffix : p->name);
+      if (src == program_->sources.end()) continue;
+      const DType t = src->second.dtype();
+      DType& unit_dtype = bwd ? u.bwd_dtype : u.fwd_dtype;
+      if (t != DType::kF32 && t != DType::kBF16 && t != DType::kF16) {
+        return absl::UnimplementedError(absl::StrCat("sharded data parallel: parameter '", src->first, "' is ",
+                                                     DTypeName(t), ", expected f32 (or gathered as bf16/f16)"));
+      }
+      if (!seen.insert({p->unit, bwd}).second && t != unit_dtype) {
+        return absl::InternalError(absl::StrCat("sharded data parallel: unit '", u.name, "' mixes ",
+                                                DTypeName(unit_dtype), " and ", DTypeName(t), " parameters ('",
+                                                src->first, "'); one gather has one dtype"));
+      }
+      unit_dtype = t;
+      (bwd ? p->full_bwd : p->full_fwd) = src->second;
+    }
     p->grad_full = program_->outputs.at("grad:" + p->name);
     if (p->grad_full.dtype() != DType::kF32) {
       return absl::UnimplementedError(absl::StrCat("sharded data parallel: gradient of '", p->name, "' is ",
                                                    DTypeName(p->grad_full.dtype()), ", expected f32"));
     }
-    Unit& u = *units_[p->unit];
     p->pack_offset = u.block;
     u.block += p->chunk * p->row;
     shard_offsets_.push_back(shard_bytes);
@@ -97,8 +111,10 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
   for (auto& p : params_) {
     const Unit& u = *units_[p->unit];
     const int64_t bytes = p->rows * p->row * 4;
-    if (u.fwd_at != INT_MAX && p->fwd_last >= 0) live(gathered, u.fwd_at, p->fwd_last, bytes);
-    if (u.bwd_at != INT_MAX && p->bwd_last >= 0) live(gathered, u.bwd_at, p->bwd_last, bytes);
+    const int64_t fwd_bytes = p->rows * p->row * int64_t(SizeOf(u.fwd_dtype));
+    const int64_t bwd_bytes = p->rows * p->row * int64_t(SizeOf(u.bwd_dtype));
+    if (u.fwd_at != INT_MAX && p->fwd_last >= 0) live(gathered, u.fwd_at, p->fwd_last, fwd_bytes);
+    if (u.bwd_at != INT_MAX && p->bwd_last >= 0) live(gathered, u.bwd_at, p->bwd_last, bwd_bytes);
     live(grads, p->grad_from, std::min(u.packed_at, num_nodes), bytes);
   }
   int64_t g_sum = 0, r_sum = 0;
