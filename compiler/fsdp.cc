@@ -194,6 +194,11 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   for (const auto& p : params_) parameter_names_.push_back(p->name);
   SG_RETURN_IF_ERROR(Allocate());
   SG_RETURN_IF_ERROR(Schedule());
+  for (const auto& u : units_) {
+    if (u->fwd_dtype == DType::kF32) continue;
+    absl::StrAppend(&explanation_, "; parameters all-gathered in ", DTypeName(u->fwd_dtype), " (f32 master shards)");
+    break;
+  }
   // Captured after the warm-up like the single-device step (compiler/dist_cuda_graph.h).
   comm_timeout_ = absl::Seconds(o.comm_timeout_s);
   // Context parallelism's ring attention (rewrite_program) exchanges blocks point to point inside
