@@ -231,29 +231,21 @@ absl::Status ProcessGroup::WaitDeviceEvent(void* event, absl::string_view what, 
 }
 
 absl::Status ProcessGroup::WaitStream(const Stream& stream, absl::Time deadline) {
-#ifdef SG_WITH_CUDA
   if (stream.native() == nullptr) return absl::OkStatus();
   if (device_ != nullptr) SG_RETURN_IF_ERROR(device_->Flush());
-  DeviceState& ds = *device_state_;
-  if (ds.waited == nullptr) SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ds.waited, cudaEventDisableTiming));
-  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(ds.waited, Native(stream)));
-  return WaitDeviceEvent(ds.waited, "device work", deadline);
-#else
-  (void)stream;
-  (void)deadline;
-  return absl::OkStatus();
-#endif
+  return DrainDeviceStream(stream, deadline, "device work");
 }
 
-absl::Status ProcessGroup::DrainDeviceStream(const Stream& stream, absl::Time deadline) {
+absl::Status ProcessGroup::DrainDeviceStream(const Stream& stream, absl::Time deadline, absl::string_view what) {
 #ifdef SG_WITH_CUDA
   DeviceState& ds = *device_state_;
   if (ds.waited == nullptr) SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&ds.waited, cudaEventDisableTiming));
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(ds.waited, Native(stream)));
-  return WaitDeviceEvent(ds.waited, "device work queued before a buffer grows", deadline);
+  return WaitDeviceEvent(ds.waited, what, deadline);
 #else
   (void)stream;
   (void)deadline;
+  (void)what;
   return absl::OkStatus();
 #endif
 }

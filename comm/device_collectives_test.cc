@@ -49,19 +49,37 @@ void ExpectNear(const std::vector<double>& got, const std::vector<double>& want,
   }
 }
 
+// One worker's connections: store, UCX and NCCL transports, the world group over them.
+struct Job {
+  RankInfo info;
+  std::unique_ptr<Rendezvous> rdzv;
+  std::unique_ptr<UcxTransport> ucx;
+  std::unique_ptr<NcclTransport> nccl;
+  Device dev;
+  std::unique_ptr<ProcessGroup> pg;
+};
+
+Job Connect(const ProcessGroupOptions& opt) {
+  Job j;
+  j.info = RankInfoFromEnv().value();
+  const absl::Time d = absl::Now() + absl::Seconds(60);
+  j.rdzv = Rendezvous::Create(j.info, d).value();
+  j.ucx = UcxTransport::Create(j.rdzv->store(), "t", j.info.rank, j.info.world_size, d).value();
+  j.dev = Device::Cuda(j.info.local_rank % CudaDeviceCount());
+  j.nccl = NcclTransport::Create(j.rdzv->store(), "t", j.info.rank, j.info.world_size, j.dev, d).value();
+  j.pg = ProcessGroup::Create(&j.rdzv->store(), j.ucx.get(), j.nccl.get(), "world", opt).value();
+  return j;
+}
+
 TEST(Workers, DISABLED_DeviceCollectives) {
-  auto info = RankInfoFromEnv().value();
-  absl::Time d = absl::Now() + absl::Seconds(60);
-  auto rdzv = Rendezvous::Create(info, d).value();
-  auto ucx = UcxTransport::Create(rdzv->store(), "t", info.rank, info.world_size, d).value();
-  Device dev = Device::Cuda(info.local_rank % CudaDeviceCount());
-  auto nccl = NcclTransport::Create(rdzv->store(), "t", info.rank, info.world_size, dev, d);
-  ASSERT_TRUE(nccl.ok()) << nccl.status();
   ProcessGroupOptions opt;
   opt.timeout = absl::Seconds(30);
   opt.device_chunk_bytes = 64 << 10;  // many chunks even at test sizes: exercises the pipeline
   opt.device_ipc = EnvInt("SG_TEST_IPC", 0);
-  auto pg = ProcessGroup::Create(&rdzv->store(), ucx.get(), nccl->get(), "world", opt).value();
+  Job j = Connect(opt);
+  const RankInfo& info = j.info;
+  const Device dev = j.dev;
+  std::unique_ptr<ProcessGroup>& pg = j.pg;
   Stream stream = Stream::Create(dev).value();
   const int n = info.world_size, me = info.rank;
   const int64_t seed = EnvInt("SG_COMM_SEED", 1);
@@ -184,7 +202,7 @@ TEST(Workers, DISABLED_DeviceCollectives) {
     EXPECT_TRUE(absl::StartsWith(pg->DeviceAlgorithm(), "ring")) << pg->DeviceAlgorithm();
   }
   EXPECT_TRUE(pg->Barrier().ok());
-  EXPECT_TRUE(rdzv->Finalize(absl::Now() + absl::Seconds(30)).ok());
+  EXPECT_TRUE(j.rdzv->Finalize(absl::Now() + absl::Seconds(30)).ok());
 }
 
 #ifdef SG_WITH_CUDA
@@ -193,17 +211,13 @@ TEST(Workers, DISABLED_DeviceCollectives) {
 // come in time. Rank 0's device-side wait gives up at the group's 2 s timeout, its stream drains by
 // itself (nothing to abort), and SynchronizeDevice reports which rank did not arrive.
 TEST(Workers, DISABLED_IpcPeerLateInTheDevice) {
-  auto info = RankInfoFromEnv().value();
-  absl::Time d = absl::Now() + absl::Seconds(60);
-  auto rdzv = Rendezvous::Create(info, d).value();
-  auto ucx = UcxTransport::Create(rdzv->store(), "t", info.rank, info.world_size, d).value();
-  Device dev = Device::Cuda(info.local_rank % CudaDeviceCount());
-  auto nccl = NcclTransport::Create(rdzv->store(), "t", info.rank, info.world_size, dev, d);
-  ASSERT_TRUE(nccl.ok()) << nccl.status();
   ProcessGroupOptions opt;
   opt.timeout = absl::Seconds(2);
   opt.device_ipc = 1;
-  auto pg = ProcessGroup::Create(&rdzv->store(), ucx.get(), nccl->get(), "world", opt).value();
+  Job j = Connect(opt);
+  const RankInfo& info = j.info;
+  const Device dev = j.dev;
+  std::unique_ptr<ProcessGroup>& pg = j.pg;
   Stream stream = Stream::Create(dev).value();
   Tensor t = sg::testing::FromHost(std::vector<double>(4099, 1.0), {4099}, DType::kF32, dev);
   ASSERT_TRUE(pg->AllReduce(t, ReduceOp::kSum, stream).ok());  // first one: both on time
@@ -211,7 +225,7 @@ TEST(Workers, DISABLED_IpcPeerLateInTheDevice) {
   ASSERT_EQ(pg->DeviceAlgorithm(), "ipc");
   EXPECT_EQ(sg::testing::ToHost(t), std::vector<double>(4099, 2.0));
   if (info.rank == 1) {
-    const cudaStream_t comm = static_cast<cudaStream_t>(nccl->get()->stream()->native());
+    const cudaStream_t comm = static_cast<cudaStream_t>(j.nccl->stream()->native());
     ASSERT_EQ(cudaLaunchHostFunc(
                   comm, [](void*) { std::this_thread::sleep_for(std::chrono::seconds(8)); }, nullptr),
               cudaSuccess);
@@ -235,16 +249,12 @@ TEST(Workers, DISABLED_IpcPeerLateInTheDevice) {
 // lone NCCL receive blocks its stream until the data arrives, so before the transport batched
 // ungrouped operations, "Recv; Send; Wait" on both ranks hung until the deadline.
 TEST(Workers, DISABLED_DeviceSendRecvBothDirections) {
-  auto info = RankInfoFromEnv().value();
-  absl::Time d = absl::Now() + absl::Seconds(60);
-  auto rdzv = Rendezvous::Create(info, d).value();
-  auto ucx = UcxTransport::Create(rdzv->store(), "t", info.rank, info.world_size, d).value();
-  Device dev = Device::Cuda(info.local_rank % CudaDeviceCount());
-  auto nccl = NcclTransport::Create(rdzv->store(), "t", info.rank, info.world_size, dev, d);
-  ASSERT_TRUE(nccl.ok()) << nccl.status();
   ProcessGroupOptions opt;
   opt.timeout = absl::Seconds(30);
-  auto pg = ProcessGroup::Create(&rdzv->store(), ucx.get(), nccl->get(), "world", opt).value();
+  Job j = Connect(opt);
+  const RankInfo& info = j.info;
+  const Device dev = j.dev;
+  std::unique_ptr<ProcessGroup>& pg = j.pg;
   Stream stream = Stream::Create(dev).value();
   const int me = info.rank, other = 1 - info.rank;
   const int64_t seed = EnvInt("SG_COMM_SEED", 1);
@@ -294,7 +304,7 @@ TEST(Workers, DISABLED_DeviceSendRecvBothDirections) {
     }
   }
   EXPECT_TRUE(pg->Barrier().ok());
-  EXPECT_TRUE(rdzv->Finalize(absl::Now() + absl::Seconds(30)).ok());
+  EXPECT_TRUE(j.rdzv->Finalize(absl::Now() + absl::Seconds(30)).ok());
 }
 
 TEST(DeviceCollectivesTest, SendRecvBothDirectionsAtOnceOnTwoGpus) {

@@ -212,7 +212,8 @@ class ProcessGroup {
   // error naming `what`, the group, this rank and the sequence number (see WaitStream).
   absl::Status WaitDeviceEvent(void* event, absl::string_view what, absl::Time deadline);
   // WaitDeviceEvent for the work queued on `stream` so far (before a device buffer is replaced).
-  absl::Status DrainDeviceStream(const Stream& stream, absl::Time deadline);
+  absl::Status DrainDeviceStream(const Stream& stream, absl::Time deadline,
+                                 absl::string_view what = "device work queued before a buffer grows");
   // The group's IPC ring, created (collectively) at the first device collective; null when the
   // group does not use that path.
   absl::StatusOr<internal::IpcRing*> EnsureIpc(Transport* t, const OpState& op);
