@@ -1,5 +1,6 @@
 #include "comm/ipc_ring.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <random>
@@ -32,10 +33,7 @@ constexpr int kSlots = 2;        // signal slots: kReady (predecessor -> success
 constexpr int kReady = 0, kDone = 1;
 constexpr int kMailbox = 64;     // mailbox entries per member and channel (operations in flight)
 constexpr int kChannels = 2;     // collectives (numbered by the group's sequence) and SendRecv
-// Groups of two only: the n-member ring below is written for any n (and kMailbox bounds the host
-// lag for up to 32), but only 2-GPU machines have run it; larger groups keep the NCCL ring until a
-// machine with more GPUs has checked it.
-constexpr int kMaxMembers = 2;
+constexpr int kMaxMembers = 32;  // kMailbox bounds the host lag between members for up to 32
 
 // One member's buffers for one collective, as the peers need them to map the memory.
 struct MailboxEntry {
@@ -260,8 +258,9 @@ absl::StatusOr<std::unique_ptr<IpcRing>> IpcRing::Create(StoreClient& store, con
   // 3. The verdict, the same on every member: each checks its own pulls (from prev), publishes,
   // and all read every verdict.
   std::string mine = "ok";
-  if (size > kMaxMembers) {
-    mine = absl::StrCat(size, " members: the IPC ring has only been checked on hardware for ", kMaxMembers);
+  if (size > std::min(kMaxMembers, config.max_members)) {
+    mine = absl::StrCat(size, " members: the IPC ring is used for up to ", std::min(kMaxMembers, config.max_members),
+                        " (IpcConfig::max_members)");
   }
   for (int r = 0; r < size && mine == "ok"; ++r) {
     if (info[size_t(r)][2] != "1") mine = absl::StrCat("rank ", r, " did not ask for the IPC path");

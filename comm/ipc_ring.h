@@ -46,6 +46,10 @@ struct IpcConfig {
   // Copies (all-gather steps) by the copy engines (cudaMemcpyAsync from the peer's memory): faster
   // than SM loads there (616 vs 568 GB/s all-gather at 1 GiB) and no SM at all.
   bool copy_engine = true;
+  // Groups larger than this keep the NCCL ring (Create says why): the n-member ring runs on
+  // 2-GPU machines only as ipc_ring_test's several processes per GPU, so the process group
+  // uses it for 2 members until a machine with more GPUs has run it.
+  int max_members = 2;
 };
 
 // Called now and then while the host waits for a peer's mailbox entry: an error (deadline passed,

@@ -3,6 +3,7 @@
 // regenerates all ranks' inputs from the shared seed).
 #include "comm/process_group.h"
 
+#include <algorithm>
 #include <unistd.h>
 
 #include <cmath>
@@ -257,11 +258,15 @@ TEST(Workers, DISABLED_DeadRank) {
   ProcessGroup& pg = *w->world;
   const int n = w->size, me = w->rank, victim = n - 1;
   ASSERT_OK(pg.Barrier());  // #1
-  Tensor t = sg::testing::FromHost(std::vector<double>(4 << 20, 1.0), {4 << 20}, DType::kF32,
-                                   Device::Cpu());
+  // 128 MiB: the host ring all-reduces about 1 GB/s here, so the victim's exit after 20 ms lands
+  // inside the collective (with 16 MiB and 50 ms it no longer did once the ring got fast: the
+  // survivors finished it, 2026-11-30).
+  constexpr int64_t kNumel = int64_t(32) << 20;
+  Tensor t = Tensor::Empty({kNumel}, DType::kF32, Device::Cpu()).value();
+  std::fill_n(static_cast<float*>(t.view().raw()), kNumel, 1.0f);
   if (me == victim) {
     std::thread([&] { (void)pg.AllReduce(t, ReduceOp::kSum); }).detach();
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
     _exit(0);  // mid-collective, without any goodbye
   }
   absl::Time start = absl::Now();
