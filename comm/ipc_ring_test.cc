@@ -24,6 +24,7 @@ namespace {
 using ::sg::comm::testing::EnvInt;
 using ::sg::comm::testing::RunWorkers;
 
+#ifdef SG_WITH_CUDA
 std::vector<double> Input(int64_t seed, int c, int r, int64_t n, DType dtype) {
   std::mt19937_64 rng(uint64_t(seed) * 104729 + uint64_t(c) * 131 + uint64_t(r));
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -49,7 +50,6 @@ void ExpectNear(const std::vector<double>& got, const std::vector<double>& want,
   }
 }
 
-#ifdef SG_WITH_CUDA
 TEST(Workers, DISABLED_IpcRing) {
   const RankInfo info = RankInfoFromEnv().value();
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
