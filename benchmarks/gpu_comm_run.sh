@@ -2,7 +2,8 @@
 # One GPU-machine call (2 H200s) for the device collectives: the 2-GPU comm tests (ring over NCCL,
 # NCCL native, the CUDA IPC path, deadlines), then collectives_benchmark's device rows (ring, IPC,
 # NCCL native and send/recv in one process pair, so every ratio is same-call), then the IPC rows
-# again under each setting in IPC_SWEEP ("blocks:copy ..."; copy = sm | ce).
+# again under each setting in IPC_SWEEP ("blocks:copy[:splits] ..."; copy = sm | ce; splits = copy-engine
+# copies of 16 MiB and more split over that many streams).
 # Build here, then carry .gpu (or an archive of it, unpacked first):
 #   ../shared/tools/gpu-bundle --flags "-c opt" //comm:launch //comm:collectives_benchmark \
 #     //comm:device_collectives_test //comm:device_graph_test
@@ -25,8 +26,8 @@ if [[ -z ${SKIP_BENCH:-} ]]; then
     --benchmark_filter="${FILTER:-Device}" > "$logs/comm_bench.log" 2>&1; echo "comm bench rc=$?"
   row "$logs/comm_bench.log" ""
   for c in ${IPC_SWEEP:-}; do
-    IFS=: read -r blocks copy <<< "$c"
-    SG_COMM_IPC_BLOCKS=$blocks SG_COMM_IPC_COPY=$copy timeout 100 $B/run comm/launch --nproc=2 -- \
+    IFS=: read -r blocks copy splits <<< "$c"
+    SG_COMM_IPC_BLOCKS=$blocks SG_COMM_IPC_COPY=$copy SG_COMM_IPC_COPY_SPLITS=${splits:-1} timeout 100 $B/run comm/launch --nproc=2 -- \
       "$here/$B/bin/comm/collectives_benchmark" --benchmark_filter='Device_Ipc' > "$logs/ipc_$c.log" 2>&1
     row "$logs/ipc_$c.log" "sweep $c "
   done

@@ -1,5 +1,6 @@
 // ProcessGroup's collectives: argument checks, then the ring engines of ring.h (host or device),
 // and NCCL's native collectives as the comparison path.
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -166,6 +167,7 @@ absl::StatusOr<internal::IpcRing*> ProcessGroup::EnsureIpc(Transport* t, const O
     cfg.timeout = options_.timeout;
     if (const char* v = std::getenv("SG_COMM_IPC_BLOCKS")) cfg.blocks = std::atoi(v);
     if (const char* v = std::getenv("SG_COMM_IPC_COPY")) cfg.copy_engine = std::string(v) != "sm";
+    if (const char* v = std::getenv("SG_COMM_IPC_COPY_SPLITS")) cfg.copy_splits = std::max(1, std::atoi(v));
     SG_ASSIGN_OR_RETURN(ds.ipc, internal::IpcRing::Create(*store_, name_ + "/ipc", rank_, size(), t->device(),
                                                           wanted, cfg, op.deadline, &ds.ipc_why_not));
     ds.ipc_decided = true;

@@ -84,10 +84,11 @@ TEST(Workers, DISABLED_DeviceCollectives) {
   const int n = info.world_size, me = info.rank;
   const int64_t seed = EnvInt("SG_COMM_SEED", 1);
   // Sizes: 1 element; odd sizes whose segments start at offsets that are not 16-byte aligned (the
-  // IPC kernels' element-wise path); and a few MB (their vector loop, every unrolled iteration).
+  // IPC kernels' element-wise path); and 10-24 MB (their vector loop, every unrolled iteration;
+  // split copy-engine copies).
   int c = 0;
   for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (int64_t numel : {int64_t(1), int64_t(1001), int64_t(300007), int64_t(2500021)}) {
+    for (int64_t numel : {int64_t(1), int64_t(1001), int64_t(300007), int64_t(2500021), int64_t(6000011)}) {
       for (bool native : {false, true}) {
         ++c;
         std::string tag = std::string(DTypeName(dtype)) + " numel " + std::to_string(numel) +
@@ -320,8 +321,10 @@ TEST(DeviceCollectivesTest, IpcPathMatchesReferenceOnTwoGpus) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
   auto run = RunWorkers(2, "Workers.DISABLED_DeviceCollectives",
-                        {"SG_COMM_SEED=" + std::to_string(sg::testing::Rng()() % 1000003), "SG_TEST_IPC=1"},
-                        absl::Seconds(120));
+                        {"SG_COMM_SEED=" + std::to_string(sg::testing::Rng()() % 1000003), "SG_TEST_IPC=1",
+                         // copies of 16 MiB and more (the largest size's all-gather and SendRecv) in 3 pieces
+                         "SG_COMM_IPC_COPY_SPLITS=3"},
+                        absl::Seconds(180));
   EXPECT_TRUE(run.AllPassed()) << run.Summary();
 }
 

@@ -91,6 +91,33 @@ struct IpcRing::Impl {
   GetAddressRange address_range = nullptr;
   GetPointerAttribute pointer_attribute = nullptr;
   bool failed = false;  // a wait failed: leave device memory alone at destruction
+  // Streams and events for split copies (config.copy_splits - 1 of each, plus the fork event).
+  std::vector<cudaStream_t> side;
+  std::vector<cudaEvent_t> joined;
+  cudaEvent_t fork = nullptr;
+
+  // A pull of `bytes` from a peer's memory, on `s` (and the side streams when split).
+  absl::Status Copy(char* out, const char* theirs, int64_t bytes, cudaStream_t s) {
+    const int k = int(side.size()) + 1;
+    if (k == 1 || !config.copy_engine || bytes < (int64_t(16) << 20)) {
+      return ipc::LaunchPullCopy(out, theirs, bytes, config.blocks, config.copy_engine, s);
+    }
+    const int64_t piece = ((bytes + k - 1) / k + 255) / 256 * 256;
+    SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(fork, s));
+    for (int i = 1; i < k; ++i) {
+      const int64_t begin = std::min(bytes, i * piece), end = std::min(bytes, begin + piece);
+      cudaStream_t t = side[size_t(i - 1)];
+      SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(t, fork, 0));
+      if (end > begin) {
+        SG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out + begin, theirs + begin, size_t(end - begin),
+                                                cudaMemcpyDeviceToDevice, t));
+      }
+      SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(joined[size_t(i - 1)], t));
+    }
+    SG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out, theirs, size_t(std::min(bytes, piece)), cudaMemcpyDeviceToDevice, s));
+    for (cudaEvent_t e : joined) SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, e, 0));
+    return absl::OkStatus();
+  }
 
   MailboxEntry& Entry(int member, int channel, int64_t seq) {
     return mailbox[(size_t(member) * kChannels + size_t(channel)) * kMailbox + size_t(seq % kMailbox)];
@@ -235,6 +262,17 @@ absl::StatusOr<std::unique_ptr<IpcRing>> IpcRing::Create(StoreClient& store, con
   cudaIpcMemHandle_t flags_handle;
   SG_CUDA_RETURN_IF_ERROR(cudaIpcGetMemHandle(&flags_handle, m.signals));
 
+  // Split copies' streams and events.
+  for (int i = 1; i < std::max(1, config.copy_splits); ++i) {
+    cudaStream_t t = nullptr;
+    cudaEvent_t e = nullptr;
+    SG_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&t, cudaStreamNonBlocking));
+    m.side.push_back(t);
+    SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    m.joined.push_back(e);
+  }
+  SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&m.fork, cudaEventDisableTiming));
+
   // 2. Who we are: host, device, whether we want the path, our flags' handle, process. Keys carry
   // the number of rings this rank made under `key` (the same on every member), so a group made
   // again under the same name does not read the last one's entries.
@@ -370,6 +408,9 @@ IpcRing::~IpcRing() {
   for (uint64_t* p : m.peer_flags) {
     if (p != nullptr) cudaIpcCloseMemHandle(p);
   }
+  for (cudaStream_t t : m.side) cudaStreamDestroy(t);
+  for (cudaEvent_t e : m.joined) cudaEventDestroy(e);
+  if (m.fork != nullptr) cudaEventDestroy(m.fork);
   if (m.signals != nullptr) cudaFree(m.signals);
   if (m.abort_host != nullptr) cudaFreeHost(m.abort_host);
   cudaSetDevice(prev_dev);
@@ -432,8 +473,8 @@ absl::Status IpcRing::AllReduce(char* buf, DType dtype, const std::vector<int64_
   // All-gather: at step k copy segment r-k-1 from the predecessor (which owns or received it).
   for (int k = 0; k < n - 1; ++k) {
     const int g = seg(r - k - 1);
-    SG_RETURN_IF_ERROR(ipc::LaunchPullCopy(buf + offset[size_t(g)] * esize, theirs[0] + offset[size_t(g)] * esize,
-                                           counts[size_t(g)] * esize, m.config.blocks, m.config.copy_engine, s));
+    SG_RETURN_IF_ERROR(m.Copy(buf + offset[size_t(g)] * esize, theirs[0] + offset[size_t(g)] * esize,
+                              counts[size_t(g)] * esize, s));
     if (k < n - 2) SG_RETURN_IF_ERROR(m.Launch(Impl::Sync{{{m.next, kReady}}, {{m.prev, kReady}}}, seq, s));
   }
   // The successor has finished reading our buffer before the caller may touch it.
@@ -474,8 +515,7 @@ absl::Status IpcRing::AllGather(const char* input, char* out, int64_t block_byte
   for (int k = 0; k < n - 1; ++k) {
     const int g = seg(r - k - 1);
     const char* from = k == 0 ? theirs[0] : theirs[1] + g * block_bytes;
-    SG_RETURN_IF_ERROR(ipc::LaunchPullCopy(out + g * block_bytes, from, block_bytes, m.config.blocks,
-                                           m.config.copy_engine, s));
+    SG_RETURN_IF_ERROR(m.Copy(out + g * block_bytes, from, block_bytes, s));
     if (k < n - 2) SG_RETURN_IF_ERROR(m.Launch(Impl::Sync{{{m.next, kReady}}, {{m.prev, kReady}}}, seq, s));
   }
   char* own = out + r * block_bytes;
@@ -503,7 +543,7 @@ absl::Status IpcRing::Exchange(const char* send, int64_t send_bytes, char* recv,
   cudaStream_t s = static_cast<cudaStream_t>(stream.native());
   const int peer = m.prev;
   SG_RETURN_IF_ERROR(m.Launch(Impl::Sync{{{peer, kReady}}, {{peer, kReady}}}, seq, s));
-  SG_RETURN_IF_ERROR(ipc::LaunchPullCopy(recv, theirs[0], recv_bytes, m.config.blocks, m.config.copy_engine, s));
+  SG_RETURN_IF_ERROR(m.Copy(recv, theirs[0], recv_bytes, s));
   return m.Launch(Impl::Sync{{{peer, kDone}}, {{peer, kDone}}}, seq, s);
 }
 

@@ -46,6 +46,9 @@ struct IpcConfig {
   // Copies (all-gather steps) by the copy engines (cudaMemcpyAsync from the peer's memory): faster
   // than SM loads there (616 vs 568 GB/s all-gather at 1 GiB) and no SM at all.
   bool copy_engine = true;
+  // A copy-engine copy of at least 16 MiB is split into this many pieces issued on as many streams
+  // (forked from and joined to the collective's stream), so several copy engines pull at once.
+  int copy_splits = 1;
   // Groups larger than this keep the NCCL ring (Create says why): the n-member ring runs on
   // 2-GPU machines only as ipc_ring_test's several processes per GPU, so the process group
   // uses it for 2 members until a machine with more GPUs has run it.
