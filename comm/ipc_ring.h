@@ -48,6 +48,7 @@ struct IpcConfig {
   bool copy_engine = true;
   // A copy-engine copy of at least 16 MiB is split into this many pieces issued on as many streams
   // (forked from and joined to the collective's stream), so several copy engines pull at once.
+  // 2 and 4 were no faster than 1 on 2 H200s (2026-11-30: one pull already fills the link).
   int copy_splits = 1;
   // Groups larger than this keep the NCCL ring (Create says why): the n-member ring runs on
   // 2-GPU machines only as ipc_ring_test's several processes per GPU, so the process group
