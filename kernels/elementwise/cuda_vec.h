@@ -81,6 +81,25 @@ __device__ __forceinline__ Raw8<T> LoadRawOnce(const T* p) {
   for (int i = 0; i < int(sizeof(T) / 2); ++i) r.v[i] = __ldcs(reinterpret_cast<const uint4*>(p) + i);
   return r;
 }
+// The same with a chosen cache policy: kCacheStreaming = LoadRawOnce (ld.global.cs),
+// kCacheDefault = a plain ld.global, kCacheReadOnly = ld.global.nc (__ldg).
+enum LoadPolicy { kCacheStreaming = 0, kCacheDefault = 1, kCacheReadOnly = 2 };
+template <int kPolicy, typename T>
+__device__ __forceinline__ Raw8<T> LoadRawPolicy(const T* p) {
+  Raw8<T> r;
+  const uint4* q = reinterpret_cast<const uint4*>(p);
+#pragma unroll
+  for (int i = 0; i < int(sizeof(T) / 2); ++i) {
+    if constexpr (kPolicy == kCacheStreaming) {
+      r.v[i] = __ldcs(q + i);
+    } else if constexpr (kPolicy == kCacheReadOnly) {
+      r.v[i] = __ldg(q + i);
+    } else {
+      r.v[i] = q[i];
+    }
+  }
+  return r;
+}
 template <typename T>
 __device__ __forceinline__ void StoreRaw(T* p, const Raw8<T>& r) {
 #pragma unroll

@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 3)
 // pack per thread and as many 128-thread blocks as the problem has (the shape of the kernel
 // torch.compile generates for this op); 32-bit pack indices.
 constexpr int kFlatThreads = 128;
-template <typename T, bool kBackward>
+template <typename T, bool kBackward, int kLoad>
 __global__ void __launch_bounds__(kFlatThreads)
     FlatKernel(const T* dout, const T* gate, const T* up, T* out0, T* out1, uint32_t total, uint32_t ppr, int64_t cols,
                int64_t in_stride) {
@@ -162,9 +162,9 @@ __global__ void __launch_bounds__(kFlatThreads)
   const uint32_t r = i / ppr;
   const int64_t c = int64_t(i - r * ppr) * 8;
   const int64_t in = int64_t(r) * in_stride + c, out = int64_t(r) * cols + c;
-  const cuda_vec::Raw8<T> gr = cuda_vec::LoadRawOnce(gate + in), ur = cuda_vec::LoadRawOnce(up + in);
+  const cuda_vec::Raw8<T> gr = cuda_vec::LoadRawPolicy<kLoad>(gate + in), ur = cuda_vec::LoadRawPolicy<kLoad>(up + in);
   cuda_vec::Raw8<T> dr;
-  if constexpr (kBackward) dr = cuda_vec::LoadRawOnce(dout + out);
+  if constexpr (kBackward) dr = cuda_vec::LoadRawPolicy<kLoad>(dout + out);
   float g[8], u[8];
   cuda_vec::Unpack(gr, g);
   cuda_vec::Unpack(ur, u);
@@ -193,11 +193,33 @@ bool UseFlat(const Problem& p) {
          p.rows * (p.cols / 8) < (int64_t(1) << 31) - kFlatThreads;
 }
 
+// SG_SWIGLU_LOAD picks the flat kernel's load cache policy: "cs" (streaming, the default), "plain",
+// "nc" (read-only path); swept against torch.compile's kernel.
+int FlatLoadPolicy() {
+  const char* v = std::getenv("SG_SWIGLU_LOAD");
+  if (v != nullptr && std::strcmp(v, "plain") == 0) return cuda_vec::kCacheDefault;
+  if (v != nullptr && std::strcmp(v, "nc") == 0) return cuda_vec::kCacheReadOnly;
+  return cuda_vec::kCacheStreaming;
+}
+
 template <typename T, bool kBackward>
 absl::Status LaunchFlat(const Problem& p, const T* d, const T* g, const T* u, T* o0, T* o1, cudaStream_t s) {
   const uint32_t ppr = uint32_t(p.cols / 8), total = uint32_t(p.rows * (p.cols / 8));
-  FlatKernel<T, kBackward><<<(total + kFlatThreads - 1) / kFlatThreads, kFlatThreads, 0, s>>>(
-      d, g, u, o0, o1, total, ppr, p.cols, p.rows > 1 ? p.in_stride : p.cols);
+  const unsigned grid = (total + kFlatThreads - 1) / kFlatThreads;
+  const int64_t in_stride = p.rows > 1 ? p.in_stride : p.cols;
+  switch (FlatLoadPolicy()) {
+    case cuda_vec::kCacheDefault:
+      FlatKernel<T, kBackward, cuda_vec::kCacheDefault>
+          <<<grid, kFlatThreads, 0, s>>>(d, g, u, o0, o1, total, ppr, p.cols, in_stride);
+      break;
+    case cuda_vec::kCacheReadOnly:
+      FlatKernel<T, kBackward, cuda_vec::kCacheReadOnly>
+          <<<grid, kFlatThreads, 0, s>>>(d, g, u, o0, o1, total, ppr, p.cols, in_stride);
+      break;
+    default:
+      FlatKernel<T, kBackward, cuda_vec::kCacheStreaming>
+          <<<grid, kFlatThreads, 0, s>>>(d, g, u, o0, o1, total, ppr, p.cols, in_stride);
+  }
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(FlatKernel);
   return absl::OkStatus();
 }
