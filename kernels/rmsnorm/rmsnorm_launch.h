@@ -94,7 +94,7 @@ using cuda_vec::Raw8;
 using cuda_vec::Unpack;
 using cuda_vec::WarpSum;
 
-// Every activation is read exactly once: streaming loads.
+// Every activation is read exactly once (cuda_vec::LoadRawOnce).
 template <typename T>
 __device__ __forceinline__ Raw8<T> LoadOnce(const T* p) {
   return cuda_vec::LoadRawOnce(p);

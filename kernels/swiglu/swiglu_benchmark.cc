@@ -17,19 +17,20 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-// kernel: SG_SWIGLU_BWD for this benchmark ("" = the default); calls: calls per timed iteration
+// kernel: "" = the default (the flat kernel); "grid" = the grid-stride kernels (SG_SWIGLU_KERNEL=grid),
+// "v1" / "unrolled" = those with that backward (SG_SWIGLU_BWD); calls: calls per timed iteration
 // (1: events around one call, host launch latency included; kBatch: back-to-back calls, as in a
 // CUDA-graph step).
 constexpr int kBatch = 10;
 void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const char* kernel = "", int calls = 1) {
   Setup s;
-  const bool flat = std::string(kernel) == "flat";  // SG_SWIGLU_KERNEL=flat, both directions
-  if (*kernel != 0 && !flat) {
+  const std::string k = kernel;
+  if (k == "v1" || k == "unrolled") {
     setenv("SG_SWIGLU_BWD", kernel, 1);
   } else {
     unsetenv("SG_SWIGLU_BWD");
   }
-  if (flat) setenv("SG_SWIGLU_KERNEL", "flat", 1);
+  if (!k.empty()) setenv("SG_SWIGLU_KERNEL", "grid", 1);
   const int64_t rows = state.range(0), f = state.range(1);
   auto& rng = testing::Rng();
   Tensor gu = testing::RandomTensor({rows, 2 * f}, dtype, s.device, rng, 3.0f);
@@ -79,8 +80,8 @@ void BM_SwiGluBackwardBF16UnrolledBatch(benchmark::State& st) {
 }
 void BM_SwiGluBackwardBF16V1Batch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "v1", kBatch); }
 void BM_SwiGluForwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "", kBatch); }
-void BM_SwiGluForwardBF16FlatBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "flat", kBatch); }
-void BM_SwiGluBackwardBF16FlatBatch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "flat", kBatch); }
+void BM_SwiGluBackwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "", kBatch); }
+void BM_SwiGluForwardBF16GridBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "grid", kBatch); }
 
 // Llama-1B (16384 tokens x ffn 5632 and 8192) and a small CPU-sized case.
 #define SG_SHAPES ->Args({16384, 5632})->Args({16384, 8192})->Args({64, 1024})->UseManualTime()
@@ -92,8 +93,8 @@ BENCHMARK(BM_SwiGluForwardF32) SG_SHAPES;
 BENCHMARK(BM_SwiGluBackwardBF16UnrolledBatch) SG_SHAPES;
 BENCHMARK(BM_SwiGluBackwardBF16V1Batch) SG_SHAPES;
 BENCHMARK(BM_SwiGluForwardBF16Batch) SG_SHAPES;
-BENCHMARK(BM_SwiGluForwardBF16FlatBatch) SG_SHAPES;
-BENCHMARK(BM_SwiGluBackwardBF16FlatBatch) SG_SHAPES;
+BENCHMARK(BM_SwiGluBackwardBF16Batch) SG_SHAPES;
+BENCHMARK(BM_SwiGluForwardBF16GridBatch) SG_SHAPES;
 
 }  // namespace
 }  // namespace sg::kernels

@@ -154,13 +154,20 @@ TEST(SwiGluCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("out: expected contiguous bf16[4,8]@cpu"), std::string::npos) << st;
 }
 
-// Every kernel (swiglu.cu: SG_SWIGLU_BWD selects the backward per call, SG_SWIGLU_KERNEL=flat both).
+// Every kernel (swiglu.cu: the flat kernel by default, its loads per SG_SWIGLU_LOAD;
+// SG_SWIGLU_KERNEL=grid the grid-stride kernels, SG_SWIGLU_BWD their backward).
 TEST(SwiGluCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const char* kernel : {"unrolled", "v1", "flat"}) {
+  for (const char* kernel : {"unrolled", "v1", "flat", "flat-cs"}) {
     SCOPED_TRACE(std::string("kernel ") + kernel);
-    const bool flat = std::string(kernel) == "flat";
-    ASSERT_EQ(flat ? setenv("SG_SWIGLU_KERNEL", "flat", 1) : setenv("SG_SWIGLU_BWD", kernel, 1), 0);
+    const std::string k = kernel;
+    if (k == "unrolled" || k == "v1") {
+      ASSERT_EQ(setenv("SG_SWIGLU_KERNEL", "grid", 1), 0);
+      ASSERT_EQ(setenv("SG_SWIGLU_BWD", kernel, 1), 0);
+    }
+    if (k == "flat-cs") {
+      ASSERT_EQ(setenv("SG_SWIGLU_LOAD", "cs", 1), 0);
+    }
     for (const Case& c : Cases()) {
       CheckSeparate(c, Device::Cuda(0));
       CheckPacked(c, Device::Cuda(0));
@@ -170,6 +177,7 @@ TEST(SwiGluCudaTest, MatchesDoubleReference) {
     CheckSeparate({3, 1001, DType::kBF16}, Device::Cuda(0));      // flat, numel % 8 != 0: first kernel
     unsetenv("SG_SWIGLU_BWD");
     unsetenv("SG_SWIGLU_KERNEL");
+    unsetenv("SG_SWIGLU_LOAD");
   }
 }
 
