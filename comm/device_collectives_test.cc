@@ -23,31 +23,9 @@ namespace sg::comm {
 namespace {
 
 using ::sg::comm::testing::EnvInt;
+using ::sg::comm::testing::ExpectCollectiveNear;
+using ::sg::comm::testing::RankInput;
 using ::sg::comm::testing::RunWorkers;
-
-std::vector<double> Input(int64_t seed, int c, int r, int64_t n, DType dtype) {
-  std::mt19937_64 rng(uint64_t(seed) * 7919 + uint64_t(c) * 131 + uint64_t(r));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (auto& x : v) {
-    float f = u(rng);
-    x = dtype == DType::kBF16 ? BFloat16::FromFloat(f).ToFloat() : f;
-  }
-  return v;
-}
-
-void ExpectNear(const std::vector<double>& got, const std::vector<double>& want, DType dtype, int n,
-                const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  double tol = dtype == DType::kF32 ? 1e-5 * n : std::ldexp(1.0, -7) * n;
-  int bad = 0;
-  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
-    if (!(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])))) {
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
-      ++bad;
-    }
-  }
-}
 
 // One worker's connections: store, UCX and NCCL transports, the world group over them.
 struct Job {
@@ -94,7 +72,7 @@ TEST(Workers, DISABLED_DeviceCollectives) {
         std::string tag = std::string(DTypeName(dtype)) + " numel " + std::to_string(numel) +
                           (native ? " native" : " ring");
         std::vector<std::vector<double>> in;
-        for (int r = 0; r < n; ++r) in.push_back(Input(seed, c, r, numel * n, dtype));
+        for (int r = 0; r < n; ++r) in.push_back(RankInput(seed, c, r, numel * n, dtype));
         // all-reduce sum
         std::vector<double> mine(in[size_t(me)].begin(), in[size_t(me)].begin() + numel);
         Tensor t = sg::testing::FromHost(mine, {numel}, dtype, dev);
@@ -106,7 +84,7 @@ TEST(Workers, DISABLED_DeviceCollectives) {
         for (int64_t i = 0; i < numel; ++i) {
           for (int r = 0; r < n; ++r) want[size_t(i)] += in[size_t(r)][size_t(i)];
         }
-        ExpectNear(sg::testing::ToHost(t), want, dtype, n, "all_reduce " + tag);
+        ExpectCollectiveNear(sg::testing::ToHost(t), want, dtype, n, "all_reduce " + tag);
         // reduce-scatter sum
         Tensor input = sg::testing::FromHost(in[size_t(me)], {numel * n}, dtype, dev);
         Tensor output = Tensor::Empty({numel}, dtype, dev).value();
@@ -119,7 +97,7 @@ TEST(Workers, DISABLED_DeviceCollectives) {
           want[size_t(i)] = 0;
           for (int r = 0; r < n; ++r) want[size_t(i)] += in[size_t(r)][size_t(me * numel + i)];
         }
-        ExpectNear(sg::testing::ToHost(output), want, dtype, n, "reduce_scatter " + tag);
+        ExpectCollectiveNear(sg::testing::ToHost(output), want, dtype, n, "reduce_scatter " + tag);
         // all-gather
         Tensor gathered = Tensor::Empty({numel * n}, dtype, dev).value();
         sg::testing::Poison(gathered);
@@ -139,7 +117,7 @@ TEST(Workers, DISABLED_DeviceCollectives) {
         for (int64_t i = 0; i < numel; ++i) {
           for (int r = 0; r < n; ++r) want_avg[size_t(i)] += in[size_t(r)][size_t(i)] / n;
         }
-        ExpectNear(sg::testing::ToHost(avg), want_avg, dtype, n, "all_reduce avg " + tag);
+        ExpectCollectiveNear(sg::testing::ToHost(avg), want_avg, dtype, n, "all_reduce avg " + tag);
         for (ReduceOp rop : {ReduceOp::kAvg, ReduceOp::kMax}) {
           sg::testing::Poison(output);
           ASSERT_TRUE(pg->ReduceScatter(input, output, rop, stream).ok());
@@ -152,7 +130,7 @@ TEST(Workers, DISABLED_DeviceCollectives) {
             }
             want[size_t(i)] = acc;
           }
-          ExpectNear(sg::testing::ToHost(output), want, dtype, n,
+          ExpectCollectiveNear(sg::testing::ToHost(output), want, dtype, n,
                      std::string("reduce_scatter ") + std::string(ReduceOpName(rop)) + " " + tag);
         }
         // in-place all-gather: the input is block `me` of the output
@@ -269,7 +247,7 @@ TEST(Workers, DISABLED_DeviceSendRecvBothDirections) {
       const int messages = order == kTwoEachWay ? 2 : 1;
       std::vector<Tensor> out, in;
       for (int m = 0; m < messages; ++m) {
-        out.push_back(sg::testing::FromHost(Input(seed, c * 2 + m, me, numel, DType::kF32), {numel},
+        out.push_back(sg::testing::FromHost(RankInput(seed, c * 2 + m, me, numel, DType::kF32), {numel},
                                             DType::kF32, dev));
         in.push_back(Tensor::Empty({numel}, DType::kF32, dev).value());
         sg::testing::Poison(in.back());
@@ -299,7 +277,7 @@ TEST(Workers, DISABLED_DeviceSendRecvBothDirections) {
       }
       // Same-tag messages between a pair arrive in posting order.
       for (int m = 0; m < messages; ++m) {
-        EXPECT_EQ(sg::testing::ToHost(in[size_t(m)]), Input(seed, c * 2 + m, other, numel, DType::kF32))
+        EXPECT_EQ(sg::testing::ToHost(in[size_t(m)]), RankInput(seed, c * 2 + m, other, numel, DType::kF32))
             << tag << " message " << m;
       }
     }

@@ -31,28 +31,11 @@ namespace sg::comm {
 namespace {
 
 using ::sg::comm::testing::EnvInt;
+using ::sg::comm::testing::ExpectCollectiveNear;
+using ::sg::comm::testing::RankInput;
 using ::sg::comm::testing::RunWorkers;
 
 #ifdef SG_WITH_CUDA
-
-std::vector<double> Input(int64_t seed, int replay, int rank, int64_t n) {
-  std::mt19937_64 rng(uint64_t(seed) * 7919 + uint64_t(replay) * 131 + uint64_t(rank));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-void ExpectNear(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  int bad = 0;
-  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
-    if (!(std::abs(got[i] - want[i]) <= 1e-5 * (1 + std::abs(want[i])))) {
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
-      ++bad;
-    }
-  }
-}
 
 struct Job {
   RankInfo info;
@@ -113,8 +96,8 @@ TEST(Workers, DISABLED_CapturedCollectives) {
   for (int replay = 0; replay < 3; ++replay) {
     std::vector<std::vector<double>> x, y;
     for (int r = 0; r < n; ++r) {
-      x.push_back(Input(seed, 2 * replay, r, numel));
-      y.push_back(Input(seed, 2 * replay + 1, r, numel * n));
+      x.push_back(RankInput(seed, 2 * replay, r, numel));
+      y.push_back(RankInput(seed, 2 * replay + 1, r, numel * n));
     }
     Tensor hx = sg::testing::FromHost(x[size_t(me)], {numel}, DType::kF32, j.dev);
     Tensor hy = sg::testing::FromHost(y[size_t(me)], {numel * n}, DType::kF32, j.dev);
@@ -134,8 +117,8 @@ TEST(Workers, DISABLED_CapturedCollectives) {
       }
     }
     const std::string tag = " (replay " + std::to_string(replay) + ")";
-    ExpectNear(sg::testing::ToHost(a), sum, "all_reduce" + tag);
-    ExpectNear(sg::testing::ToHost(rs), block, "reduce_scatter" + tag);
+    ExpectCollectiveNear(sg::testing::ToHost(a), sum, DType::kF32, 1, "all_reduce" + tag);
+    ExpectCollectiveNear(sg::testing::ToHost(rs), block, DType::kF32, 1, "reduce_scatter" + tag);
     std::vector<double> all;
     for (int r = 0; r < n; ++r) {
       std::vector<double> br(static_cast<size_t>(numel), 0.0);
@@ -144,7 +127,7 @@ TEST(Workers, DISABLED_CapturedCollectives) {
       }
       all.insert(all.end(), br.begin(), br.end());
     }
-    ExpectNear(sg::testing::ToHost(ag), all, "all_gather" + tag);
+    ExpectCollectiveNear(sg::testing::ToHost(ag), all, DType::kF32, 1, "all_gather" + tag);
   }
   cudaGraphExecDestroy(exec);
   cudaGraphDestroy(graph);

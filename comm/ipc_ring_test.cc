@@ -22,34 +22,11 @@ namespace sg::comm {
 namespace {
 
 using ::sg::comm::testing::EnvInt;
+using ::sg::comm::testing::ExpectCollectiveNear;
+using ::sg::comm::testing::RankInput;
 using ::sg::comm::testing::RunWorkers;
 
 #ifdef SG_WITH_CUDA
-std::vector<double> Input(int64_t seed, int c, int r, int64_t n, DType dtype) {
-  std::mt19937_64 rng(uint64_t(seed) * 104729 + uint64_t(c) * 131 + uint64_t(r));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (auto& x : v) {
-    const float f = u(rng);
-    x = dtype == DType::kBF16 ? BFloat16::FromFloat(f).ToFloat() : f;
-  }
-  return v;
-}
-
-void ExpectNear(const std::vector<double>& got, const std::vector<double>& want, DType dtype, int n,
-                const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  // bf16: every ring step rounds the partial sum once (n - 1 roundings of values up to n).
-  const double tol = dtype == DType::kF32 ? 1e-5 * n : std::ldexp(1.0, -7) * n;
-  int bad = 0;
-  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
-    if (!(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])))) {
-      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
-      ++bad;
-    }
-  }
-}
-
 TEST(Workers, DISABLED_IpcRing) {
   const RankInfo info = RankInfoFromEnv().value();
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
@@ -77,7 +54,7 @@ TEST(Workers, DISABLED_IpcRing) {
       ++c;
       const std::string tag = std::string(DTypeName(dtype)) + " numel " + std::to_string(numel);
       std::vector<std::vector<double>> in;
-      for (int r = 0; r < n; ++r) in.push_back(Input(seed, c, r, numel, dtype));
+      for (int r = 0; r < n; ++r) in.push_back(RankInput(seed, c, r, numel, dtype));
       std::vector<int64_t> counts(size_t(n), numel / n);
       for (int i = 0; i < numel % n; ++i) ++counts[size_t(i)];
       for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
@@ -95,7 +72,7 @@ TEST(Workers, DISABLED_IpcRing) {
             want[size_t(i)] = op == ReduceOp::kMax ? std::max(want[size_t(i)], x) : want[size_t(i)] + x * scale;
           }
         }
-        ExpectNear(sg::testing::ToHost(t), want, dtype, n,
+        ExpectCollectiveNear(sg::testing::ToHost(t), want, dtype, n,
                    "all_reduce " + std::string(ReduceOpName(op)) + " " + tag);
       }
       Tensor part = sg::testing::FromHost(in[size_t(me)], {numel}, dtype, dev);

@@ -3,11 +3,15 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cmath>
+#include <random>
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "comm/process_supervisor.h"
 #include "comm/socket.h"
+#include "gtest/gtest.h"
+#include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
 
 namespace sg::comm::testing {
@@ -96,6 +100,30 @@ absl::StatusOr<WorkerWorld> MakeWorkerWorld(ProcessGroupOptions options) {
 int64_t EnvInt(const char* name, int64_t fallback) {
   const char* v = std::getenv(name);
   return v == nullptr ? fallback : std::atoll(v);
+}
+
+std::vector<double> RankInput(int64_t seed, int c, int r, int64_t n, DType dtype) {
+  std::mt19937_64 rng(uint64_t(seed) * 7919 + uint64_t(c) * 131 + uint64_t(r));
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (auto& x : v) {
+    const float f = u(rng);
+    x = dtype == DType::kBF16 ? BFloat16::FromFloat(f).ToFloat() : f;
+  }
+  return v;
+}
+
+void ExpectCollectiveNear(const std::vector<double>& got, const std::vector<double>& want, DType dtype, int n,
+                          const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  const double tol = dtype == DType::kF32 ? 1e-5 * n : std::ldexp(1.0, -7) * n;
+  int bad = 0;
+  for (size_t i = 0; i < got.size() && bad < 5; ++i) {
+    if (!(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])))) {
+      ADD_FAILURE() << what << ": element " << i << " is " << got[i] << ", expected " << want[i];
+      ++bad;
+    }
+  }
 }
 
 }  // namespace sg::comm::testing

@@ -49,6 +49,14 @@ absl::StatusOr<WorkerWorld> MakeWorkerWorld(ProcessGroupOptions options = {});
 // An integer from the environment (for worker parameters), or `fallback`.
 int64_t EnvInt(const char* name, int64_t fallback);
 
+// Rank r's input for case `c` of a collective test: n values uniform in [-1, 1), rounded to
+// `dtype`, as doubles; the same on every rank for the same (seed, c, r).
+std::vector<double> RankInput(int64_t seed, int c, int r, int64_t n, DType dtype = DType::kF32);
+// gtest failures (the first 5) where got differs from want by more than a ring over n ranks may
+// round: relative 1e-5 x n in f32, 2^-7 x n in bf16 (a rounding per hop).
+void ExpectCollectiveNear(const std::vector<double>& got, const std::vector<double>& want, DType dtype, int n,
+                          const std::string& what);
+
 }  // namespace sg::comm::testing
 
 #endif  // SGTRAIN_COMM_MULTIPROCESS_TESTING_H_

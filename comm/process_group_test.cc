@@ -19,6 +19,7 @@ namespace {
 
 using ::sg::comm::testing::EnvInt;
 using ::sg::comm::testing::MakeWorkerWorld;
+using ::sg::comm::testing::RankInput;
 using ::sg::comm::testing::RunWorkers;
 using ::sg::comm::testing::WorkerRun;
 using ::sg::comm::testing::WorkerWorld;
@@ -32,18 +33,6 @@ absl::Time In(absl::Duration d) { return absl::Now() + d; }
   } while (0)
 
 std::string SeedEnv() { return "SG_COMM_SEED=" + std::to_string(sg::testing::Rng()() % 1000000007); }
-
-// Rank r's input for case `c`: values in [-1, 1) rounded to `dtype`, as doubles.
-std::vector<double> Input(int64_t seed, int c, int r, int64_t n, DType dtype) {
-  std::mt19937_64 rng(uint64_t(seed) * 1000003 + uint64_t(c) * 131 + uint64_t(r));
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (auto& x : v) {
-    float f = u(rng);
-    x = dtype == DType::kBF16 ? BFloat16::FromFloat(f).ToFloat() : f;
-  }
-  return v;
-}
 
 // Checks got against want, element by element, with a tolerance scaled by `magnitude` (the sum of
 // |inputs| behind each element): f32 rounds like a float sum, bf16 once per ring hop.
@@ -80,7 +69,7 @@ TEST(Workers, DISABLED_Collectives) {
     for (int64_t numel : sizes) {
       ++c;
       std::vector<std::vector<double>> in(static_cast<size_t>(n));
-      for (int r = 0; r < n; ++r) in[size_t(r)] = Input(seed, c, r, numel * n, dtype);
+      for (int r = 0; r < n; ++r) in[size_t(r)] = RankInput(seed, c, r, numel * n, dtype);
       std::string tag = std::string(DTypeName(dtype)) + " numel " + std::to_string(numel);
 
       // all-reduce: sum, avg, max over the first `numel` elements.
@@ -222,7 +211,7 @@ TEST(Workers, DISABLED_Subgroups) {
   EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
   const int64_t seed = EnvInt("SG_COMM_SEED", 1), numel = 1001;
   std::vector<std::vector<double>> in;
-  for (int r = 0; r < 4; ++r) in.push_back(Input(seed, 1, r, numel, DType::kF32));
+  for (int r = 0; r < 4; ++r) in.push_back(RankInput(seed, 1, r, numel, DType::kF32));
   Tensor t = sg::testing::FromHost(in[size_t(me)], {numel}, DType::kF32, Device::Cpu());
   ASSERT_OK(row_pg->AllReduce(t, ReduceOp::kSum));
   std::vector<double> want_row(static_cast<size_t>(numel)), mag(static_cast<size_t>(numel)), want_all(static_cast<size_t>(numel));
