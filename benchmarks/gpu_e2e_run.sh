@@ -22,7 +22,7 @@ echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader 
 json() { grep -h '^\(\[rank 0\] \)\?{' "$@" | sed 's/^\[rank 0\] //' | tail -1 | python3 -c 'import json,sys
 try: j=json.loads(sys.stdin.read())
 except Exception: print("(no result)"); sys.exit()
-print(" ".join(f"{k}={round(j[k],3) if isinstance(j[k],float) else j[k]}" for k in ("tokens_per_s_per_gpu","step_ms_median","peak_gib","mfu","loss_first","loss_last","recompute","recompute_swiglu_layers","world") if k in j))'; }
+print(" ".join(f"{k}={round(j[k],3) if isinstance(j[k],float) else j[k]}" for k in ("tokens_per_s_per_gpu","step_ms_median","peak_gib","mfu","exposed_comm_share","loss_first","loss_last","recompute","recompute_swiglu_layers","world") if k in j))'; }
 t() {  # name seconds binary args...: a test binary, one summary line
   local name=$1 limit=$2; shift 2
   [[ -x .gpu/bin/$1 ]] || return

@@ -11,7 +11,8 @@
 // 7b 42), --lr=3e-4, --cuda_graph=1 (0, or SG_CUDA_GRAPH=0 in the environment: eager steps, to
 // compare; distributed steps are captured too, collectives included, and rank 0 prints which mode
 // runs and why on stderr; the JSON's "cuda_graph" says whether the timed steps were replays),
-// --trace=<path> (a Chrome trace of one extra eager step, plus its summary line on stderr),
+// --trace=<path> (a Chrome trace of one extra eager step, its summary line on stderr, and its
+// compute / communication / exposed-communication figures in the JSON line),
 // --strategy=none|fsdp|hsdp (fsdp/hsdp under a launcher: one process per GPU, the GPU of its local
 // rank, the same per-GPU batch as one GPU; rank 0 prints the JSON line; auto recompute then plans
 // fsdp with compiler::PlanFsdpMemory, its own buffers included, and hsdp with the state as sharded
@@ -237,14 +238,21 @@ absl::Status Main(int argc, char** argv) {
   j["warmup"] = f.warmup;
   j["compile_s"] = compile_s;
   j["schedule_steps"] = step->program().schedule.steps.size();
-  if (rank == 0) std::cout << j.dump() << std::endl;
   if (!f.trace.empty()) {  // every rank traces (a collective step); rank 0 writes it
     SG_ASSIGN_OR_RETURN(StepTrace t, step->TraceStep(Views(batches[0])));
+    const TraceSummary sum = Summarize(t);
+    // Of the traced (eager, event-timed) step: the share of it where communication runs and no
+    // compute overlaps it.
+    j["trace_step_ms"] = sum.step_us / 1e3;
+    j["trace_comm_ms"] = sum.comm_us / 1e3;
+    j["exposed_comm_ms"] = sum.exposed_comm_us / 1e3;
+    j["exposed_comm_share"] = sum.exposed_comm_share();
     if (rank == 0) {
       std::ofstream(f.trace) << ToChromeTraceJson(t);
       std::cerr << SummaryLine(t) << "\n";
     }
   }
+  if (rank == 0) std::cout << j.dump() << std::endl;
   return absl::OkStatus();
 }
 
