@@ -66,7 +66,6 @@ std::string HandleKey(const cudaIpcMemHandle_t& h) { return std::string(h.reserv
 struct IpcRing::Impl {
   Device device;
   IpcConfig config;
-  std::string key;
   int prev = 0, next = 0;
   // This rank's signal memory: flags[kSlots][size] (peers write), then sent and waited counts.
   uint64_t* signals = nullptr;
@@ -214,12 +213,6 @@ struct IpcRing::Impl {
   int rank = 0, size_ = 1;
 };
 
-namespace {
-
-absl::Status CheckNotFailed(const IpcRing& r) { return r.Error(); }
-
-}  // namespace
-
 absl::StatusOr<std::unique_ptr<IpcRing>> IpcRing::Create(StoreClient& store, const std::string& key, int rank,
                                                          int size, Device device, bool wanted, IpcConfig config,
                                                          absl::Time deadline, std::string* why_not) {
@@ -278,7 +271,6 @@ absl::StatusOr<std::unique_ptr<IpcRing>> IpcRing::Create(StoreClient& store, con
   // again under the same name does not read the last one's entries.
   SG_ASSIGN_OR_RETURN(const int64_t generation, store.Add(absl::StrCat(key, "/made/", rank), 1, deadline));
   const std::string k = absl::StrCat(key, "/", generation);
-  m.key = k;
   char host[256] = {};
   gethostname(host, sizeof(host) - 1);
   SG_RETURN_IF_ERROR(store.Set(absl::StrCat(k, "/info/", rank),
@@ -440,7 +432,7 @@ void IpcRing::Abort() {
 
 absl::Status IpcRing::AllReduce(char* buf, DType dtype, const std::vector<int64_t>& counts, ReduceOp op,
                                 float final_scale, int64_t seq, const Stream& stream, const IpcCheck& check) {
-  SG_RETURN_IF_ERROR(CheckNotFailed(*this));
+  SG_RETURN_IF_ERROR(Error());  // a failed group fails fast
   Impl& m = *impl_;
   const int n = size_, r = rank_;
   SG_CHECK_ARG(int(counts.size()) == n, "ipc all_reduce: ", counts.size(), " segment counts for ", n, " ranks");
@@ -483,7 +475,7 @@ absl::Status IpcRing::AllReduce(char* buf, DType dtype, const std::vector<int64_
 
 absl::Status IpcRing::ReduceScatter(const char* input, char* out, DType dtype, int64_t count, ReduceOp op,
                                     float scale, int64_t seq, const Stream& stream, const IpcCheck& check) {
-  SG_RETURN_IF_ERROR(CheckNotFailed(*this));
+  SG_RETURN_IF_ERROR(Error());  // a failed group fails fast
   SG_CHECK_ARG(size_ == 2, "ipc reduce_scatter: two members only, found ", size_);
   Impl& m = *impl_;
   const int64_t off = rank_ * count * SizeOf(dtype);
@@ -500,7 +492,7 @@ absl::Status IpcRing::ReduceScatter(const char* input, char* out, DType dtype, i
 
 absl::Status IpcRing::AllGather(const char* input, char* out, int64_t block_bytes, int64_t seq,
                                 const Stream& stream, const IpcCheck& check, bool copy_own) {
-  SG_RETURN_IF_ERROR(CheckNotFailed(*this));
+  SG_RETURN_IF_ERROR(Error());  // a failed group fails fast
   Impl& m = *impl_;
   const int n = size_, r = rank_;
   SG_RETURN_IF_ERROR(m.Publish(seq, input, out));
@@ -527,7 +519,7 @@ absl::Status IpcRing::AllGather(const char* input, char* out, int64_t block_byte
 
 absl::Status IpcRing::Exchange(const char* send, int64_t send_bytes, char* recv, int64_t recv_bytes, int64_t seq,
                                const Stream& stream, const IpcCheck& check) {
-  SG_RETURN_IF_ERROR(CheckNotFailed(*this));
+  SG_RETURN_IF_ERROR(Error());  // a failed group fails fast
   SG_CHECK_ARG(size_ == 2, "ipc sendrecv: two members only, found ", size_);
   Impl& m = *impl_;
   SG_RETURN_IF_ERROR(m.Publish(seq, send, nullptr, /*channel=*/1, send_bytes, recv_bytes));
