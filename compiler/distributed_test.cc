@@ -41,9 +41,7 @@ testing::StepData MakeData(bool cuda = false, bool bf16 = false) {
 // The whole comparison, on every rank of a job of `world` processes. On CUDA each rank uses GPU
 // `rank` for both its distributed share and the single-GPU reference, both in bf16 mixed precision
 // (f32 master weights and gradients, bf16 activations: the CUDA attention kernels' case).
-// scalar_tol > 0: the loss / gradient-norm tolerance instead of the default.
-void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool cuda = false, bool bf16 = false,
-                              double scalar_tol = 0) {
+void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool cuda = false, bool bf16 = false) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const Device device = cuda ? Device::Cuda(rank) : Device::Cpu();
   // CUDA: bf16 activations from GEMMs at another M (cuBLASLt may pick another algorithm, so a bf16
@@ -58,7 +56,12 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
     cmp.tol.scalar = 5e-3;
     cmp.tol.param = 2e-2;
   }
-  if (scalar_tol > 0) cmp.tol.scalar = scalar_tol;
+  // The loss and gradient norm of later steps carry a rare, larger difference: AdamW's first,
+  // normalized step turns a gradient at rounding level into a full lr-sized update, and the ranks
+  // sum in another order. f32 2x2 HYBRID_SHARD, one CI seed (SG_TEST_SEED=6656523637087264236 for
+  // the whole binary, 2026-11-30, the same at the previous session's code): 5.7e-5 relative; 24
+  // other seeds at most 9.4e-6. 2e-4 keeps it in, far below a missing or doubled partial sum.
+  if (!cuda) cmp.tol.scalar = 2e-4;
   // bf16 on the CPU keeps the f32 tolerances: every rank casts the same f32 master rows the
   // reference casts (round to nearest even), and the CPU kernels sum in f32, so only the per-rank
   // partial sums differ. Observed on 2 seeds: gradients within 8e-8, parameters within 9e-5 after
@@ -108,14 +111,7 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
 }
 
 TEST(Workers, DISABLED_Fsdp) { CompareWithSingleProcess(Strategy::kFsdp, {}); }
-// f32, yet one CI seed (SG_TEST_SEED=6656523637087264236 for the whole binary) moved the gradient
-// norm of a later step by 5.7e-5 (relative), the same at the previous session's code: AdamW's
-// normalized first step turns a gradient at rounding level into a full lr-sized update, and the
-// 2x2 mesh sums in another order. Over 24 other seeds the largest difference was 9.4e-6 (loss
-// 1.1e-6). 2e-4 keeps that in and stays far below what a missing or doubled partial sum does.
-TEST(Workers, DISABLED_HybridShard) {
-  CompareWithSingleProcess(Strategy::kHybridShard, {2, 2}, false, false, /*scalar_tol=*/2e-4);
-}
+TEST(Workers, DISABLED_HybridShard) { CompareWithSingleProcess(Strategy::kHybridShard, {2, 2}); }
 TEST(Workers, DISABLED_Auto) { CompareWithSingleProcess(Strategy::kAuto, {}); }
 TEST(Workers, DISABLED_FsdpBf16) { CompareWithSingleProcess(Strategy::kFsdp, {}, false, /*bf16=*/true); }
 TEST(Workers, DISABLED_HybridShardBf16) {

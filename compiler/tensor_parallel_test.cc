@@ -137,7 +137,6 @@ struct Case {
   int64_t vocab = 0;   // > 0: the tiny model's vocabulary
   bool tied = false;   // the tiny model's LM head is its embedding table
   bool fsdp = false;   // FSDP x TP (tensor_parallel_fsdp) on the 2-D mesh instead of DDP x TP
-  double scalar_tol = 0;  // > 0: the loss / gradient-norm tolerance instead of the default
 };
 
 // FSDP x TP: every parameter, its gradient and AdamW state on this rank are its dp rows
@@ -181,7 +180,14 @@ void CompareWithSingleProcess(const Case& c) {
     cmp.tol.grad = 2e-2;
     cmp.tol.param = 2e-2;
   }
-  if (c.scalar_tol > 0) cmp.tol.scalar = c.scalar_tol;
+  // f32: the loss and gradient norm of later steps carry a rare, larger difference: AdamW's
+  // first, normalized step turns a gradient at rounding level into a full lr-sized update, and the
+  // ranks sum partial products in another order. Seen in CI-size runs (2026-11-30): the odd
+  // vocabulary on 4 ranks 1.05e-4 relative (SG_TEST_SEED=12089422106774185821 for the whole
+  // binary), the plain 2-rank case 2.4e-5 (8335815796913218030), both the same at the previous
+  // session's code; 30 other seeds of the former at most 1.8e-6. 5e-4 keeps them in and stays far
+  // below what a missing or doubled partial sum does (O(1)); gradients and parameters keep theirs.
+  if (!bf16) cmp.tol.scalar = 5e-4;
   // bf16: matrices scaled down (as on CUDA) so the logits stay moderate; with RandomParameters'
   // 0.3 the tiny model's softmax is so peaked that two bf16 runs differ by a few percent.
   testing::StepData d = MakeData(c.model, cuda, wide, /*small_weights=*/bf16, c.vocab, c.tied);
@@ -302,13 +308,6 @@ TEST(Workers, DISABLED_AutoWide) {
 TEST(Workers, DISABLED_TpOddVocab) {
   Case c;
   c.vocab = 33;
-  // f32, yet the gradient norm of steps 2-3 moved by 1.05e-4 (relative) under one seed out of the
-  // CI runs (SG_TEST_SEED=12089422106774185821 for the whole binary, 4 ranks; the same at the
-  // previous session's code): AdamW's first, normalized step turns a gradient at rounding level
-  // into a full lr-sized update, and 4 ranks reduce in another order. Over 30 other seeds the
-  // largest difference was 1.8e-6 (loss 4.8e-7). 5e-4 keeps that outlier in and is still far
-  // below what a missing or doubled partial sum does (O(1)).
-  c.scalar_tol = 5e-4;
   CompareWithSingleProcess(c);
 }
 TEST(Workers, DISABLED_TpTied) {
