@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "comm/multiprocess_testing.h"
 #include "compiler/compile.h"
+#include "compiler/dist_context.h"
 #include "compiler/testing/step_compare.h"
 #include "compiler/testing/tiny_llama.h"
 #include "gtest/gtest.h"
@@ -62,10 +63,11 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   // the whole binary, 2026-11-30, the same at the previous session's code): 5.7e-5 relative; 24
   // other seeds at most 9.4e-6. 2e-4 keeps it in, far below a missing or doubled partial sum.
   if (!cuda) cmp.tol.scalar = 2e-4;
-  // bf16 on the CPU keeps the f32 tolerances: every rank casts the same f32 master rows the
-  // reference casts (round to nearest even), and the CPU kernels sum in f32, so only the per-rank
-  // partial sums differ. Observed on 2 seeds: gradients within 8e-8, parameters within 9e-5 after
-  // 3 steps, bitwise the same as when the runtime gathered f32 and cast per use.
+  if (bf16 && !cuda) cmp.tol = testing::Bf16StepTolerances();
+  // bf16 on the CPU: every rank casts the same f32 master rows the reference casts, but the
+  // per-rank partial sums are rounded to bf16 at other points than the one-process sums; 2 seeds
+  // stayed within the f32 tolerances, 16 CI-size runs did not (gradients 8e-4, parameters 5.0e-4
+  // after 3 steps, 2026-11-30): bf16-level agreement, as on CUDA.
   const Precision precision = cuda || bf16 ? Precision::kBF16Mixed : Precision::kF32;
   testing::StepData d = MakeData(cuda, bf16);
   CompileOptions ref_opt;
@@ -108,6 +110,11 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
     EXPECT_GT(sum.exposed_comm_share(), 0);  // the CPU runs both streams on one thread
   }
   if (rank == 0) std::cout << SummaryLine(*trace) << "\n";
+  // Rank 0 hosts the store: it waits here for every rank, so a sub-group still in its last
+  // collective keeps the store (one run in 16 lost it: "Connection reset by peer").
+  auto ctx = DistContext::FromEnv(device, {});
+  ASSERT_TRUE(ctx.ok()) << ctx.status();
+  EXPECT_TRUE((*ctx)->Finalize(absl::Now() + absl::Seconds(30)).ok());
 }
 
 TEST(Workers, DISABLED_Fsdp) { CompareWithSingleProcess(Strategy::kFsdp, {}); }
