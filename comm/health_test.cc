@@ -91,10 +91,17 @@ TEST(Workers, DISABLED_Fault) {
   EXPECT_EQ(report->kind, want) << report->ToString();
   // Within the deadline (for "slow": the lag deadline) plus one check interval and slack.
   EXPECT_LE(report->detected - fault_at, kDeadline + kInterval + kSlack) << report->ToString();
-  // It names the collective the victim was in (#6: 5 all-reduces done) and, for a lost rank, the
-  // one the others wait in.
+  // It names the collective the victim was in and, for a lost rank, the one the others wait in:
+  // "slow" sleeps after 5 all-reduces (#5); a signal is raised 3 ms after #6 starts, and since the
+  // host ring got fast a 1 MiB all-reduce takes about 1 ms, so it lands in #6 or a little later
+  // (#7 in 2 of 8 runs, 2026-11-30).
   EXPECT_EQ(report->op, "all_reduce") << report->ToString();
-  EXPECT_EQ(report->seq, fault == "slow" ? 5 : 6) << report->ToString();
+  if (fault == "slow") {
+    EXPECT_EQ(report->seq, 5) << report->ToString();
+  } else {
+    EXPECT_GE(report->seq, 6) << report->ToString();
+    EXPECT_LE(report->seq, 12) << report->ToString();
+  }
   // The collective failed with a message naming the victim, not a bare timeout.
   EXPECT_NE(failed.message().find(absl::StrCat("rank ", victim)), std::string::npos) << failed;
 
