@@ -370,6 +370,8 @@ __global__ void __launch_bounds__(kT, 1)
   const int count = BlockCountValid<I, kT>(targets, rows, ignore, sm_count);
   if (blockIdx.x == 0 && threadIdx.x == 0) *valid = count;
   if (grad_scale_from != nullptr) grad_scale *= *grad_scale_from;
+  // The next row's target is loaded a row ahead: off the path to thread 0's target logit.
+  int64_t next_target = n > 0 ? int64_t(targets[blockIdx.x]) : 0;
   for (int64_t i = 0; i < n; ++i) {
     // Row i - 1's buffer: every thread finished reading it before row i - 1's block merge.
     issue(i + kStages - 1);
@@ -377,7 +379,9 @@ __global__ void __launch_bounds__(kT, 1)
     __syncthreads();
     const uint4* buf = ring + int(i % kStages) * packs;
     const int64_t row = blockIdx.x + i * gridDim.x;
-    const RowInfo info = InfoFor(targets, row, vocab, ignore);
+    const int64_t t = next_target;
+    if (i + 1 < n) next_target = int64_t(targets[row + gridDim.x]);
+    const RowInfo info{t, t == ignore, t != ignore && (t < 0 || t >= vocab)};
     const bool has_target = !info.ignored && !info.bad;
     float target_logit = 0.f;
     if (threadIdx.x == 0 && has_target) {
