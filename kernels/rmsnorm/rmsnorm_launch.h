@@ -41,7 +41,7 @@ struct LaunchConfig {
   // Backward: launch the partial-row sum with programmatic dependent launch (it is scheduled while
   // the main kernel runs and waits on griddepcontrol.wait), hiding its launch latency. Off until the
   // GPU run shows it helps and that CUDA-graph capture of it works there.
-  bool overlap_sum = false;
+  bool overlap_sum = true;
   // The forward's own pair: the H200 sweep of 2026-11-30 at 16384 x 2048 bf16 put 128 threads and
   // one row per step first for both rmsnorm (3.34 TB/s vs 3.16 at 256 x 4) and add+rmsnorm (3.49).
   int fwd_max_threads = 128;
@@ -52,15 +52,16 @@ struct LaunchConfig {
   // forward prefetches only with persistent CTAs (fwd_ctas_per_sm > 0).
   bool fwd_prefetch = false;
   bool bwd_prefetch = false;
-  // Backward: CTAs per thread-block cluster (1, 2, 4, 8 or 16; 1 = no clusters). With n > 1 the n
-  // CTAs of a cluster add their weight-gradient rows through distributed shared memory, so the
-  // partial rows written to memory (and summed by the second kernel) drop n-fold: at 16 CTAs per
-  // SM and one CTA per partial row, 16384 x 2048 writes and reads back 17 MB besides its 192 MiB.
-  int bwd_cluster = 1;
-  // Forward: launch as a programmatic dependent of the previous kernel on the stream (its launch
-  // and prologue overlap that kernel's tail; the kernel waits for it with griddepcontrol.wait
-  // before touching memory).
-  bool fwd_pdl = false;
+  // Launch the forward / the backward's main kernel as a programmatic dependent of the previous
+  // kernel on the stream: it is scheduled while that kernel drains and waits for it with
+  // griddepcontrol.wait before touching memory, so the gap between the two kernels disappears.
+  // H200, 16384 x 2048 bf16, batch timing (2026-11-30): forward 3.47 -> 3.60 TB/s (a copy of the
+  // same bytes: 3.54), add+RMSNorm forward 3.63 -> 3.72. The partial-row sum as a dependent
+  // (overlap_sum): backward 2.99 -> 3.04, add+RMSNorm 3.21 -> 3.26; the main kernel too
+  // (bwd_pdl): 3.05 -> 3.12, add+RMSNorm 3.23 -> 3.31. CUDA-graph capture keeps these launches
+  // (compile_test, llama_step_test, dist_cuda_graph_test passed on the H200s with them).
+  bool fwd_pdl = true;
+  bool bwd_pdl = true;
 
   // The configuration the forward's shape is chosen from.
   LaunchConfig ForwardConfig() const {
@@ -75,16 +76,13 @@ struct LaunchConfig {
            " fwd threads<=" + std::to_string(fwd_max_threads) + " rows/step=" + std::to_string(fwd_rows_per_step) +
            " fwd_ctas/sm=" + std::to_string(fwd_ctas_per_sm) + " bwd_ctas/sm=" + std::to_string(bwd_ctas_per_sm) +
            (overlap_sum ? " overlap_sum" : "") + (fwd_prefetch ? " fwd_prefetch" : "") +
-           (bwd_prefetch ? " bwd_prefetch" : "") +
-           (bwd_cluster > 1 ? " bwd_cluster=" + std::to_string(bwd_cluster) : std::string()) +
-           (fwd_pdl ? " fwd_pdl" : "");
+           (bwd_prefetch ? " bwd_prefetch" : "") + (fwd_pdl ? " fwd_pdl" : "") + (bwd_pdl ? " bwd_pdl" : "");
   }
 };
 
 }  // namespace sg::kernels::rmsnorm_launch
 
 #ifdef __CUDACC__
-#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -257,17 +255,15 @@ __global__ void __launch_bounds__(kMaxThreads)
 // dx = rstd * (w * dy - x * rstd^2 * mean(w * dy * x)) (+ dh_in when kResidual), and this CTA's
 // partial row of dw = sum over its rows of dy * x * rstd. dx may equal dh_in (in place).
 // kPrefetch: the next step's rows are loaded before this step's are reduced and stored.
-// kCluster: the kernel runs in thread-block clusters (any size the launch gives); the CTAs of one
-// cluster sum their dw rows through distributed shared memory (dynamic shared memory of dim floats
-// per CTA) and write one partial row per cluster, rank r the r-th slice of its columns; the sum
-// over the cluster's CTAs is in rank order, so the result stays bitwise reproducible.
-template <typename T, int kV, int kR, bool kResidual, bool kPrefetch, bool kCluster = false>
+template <typename T, int kV, int kR, bool kResidual, bool kPrefetch>
 __global__ void __launch_bounds__(kMaxThreads)
     BackwardKernel(const T* __restrict__ dy, const T* dh_in, const T* __restrict__ x, const T* __restrict__ w,
                    const float* __restrict__ rstd, T* dx, float* __restrict__ dw_partial, int64_t rows, int packs,
                    int64_t rows_per_cta) {
-  // Lets a dependent SumPartialsKernel launched with programmatic stream serialization be scheduled
-  // now (it waits for this grid's completion itself); a no-op otherwise.
+  // Launched as a programmatic dependent (LaunchConfig::bwd_pdl): wait for the previous grid. Then
+  // let a dependent SumPartialsKernel be scheduled now (it waits for this grid's completion
+  // itself). Both are no-ops without programmatic launches.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float scratch[2][kR][32];
   const int dim = packs * 8;
@@ -368,36 +364,10 @@ __global__ void __launch_bounds__(kMaxThreads)
       if (row0 + kR < end) load(row0 + kR, cur);
     }
   }
-  if constexpr (kCluster) {
-    extern __shared__ float4 cluster_rows[];  // dim / 4 of them: this CTA's dw row
-    float* mine = reinterpret_cast<float*>(cluster_rows);
 #pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      const int p = int(threadIdx.x) + int(blockDim.x) * j;
-      if (p < packs) Pack8<float>::Store(mine + p * 8, acc[j]);
-    }
-    namespace cg = cooperative_groups;
-    cg::cluster_group cluster = cg::this_cluster();
-    cluster.sync();  // every CTA's row is in its shared memory
-    const int size = int(cluster.num_blocks()), rank = int(cluster.block_rank());
-    const int quads = dim / 4, per = (quads + size - 1) / size;
-    const int q_end = min(quads, (rank + 1) * per);
-    float4* out = reinterpret_cast<float4*>(dw_partial + int64_t(blockIdx.x / size) * dim);
-    for (int q = rank * per + int(threadIdx.x); q < q_end; q += int(blockDim.x)) {
-      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
-      for (int c = 0; c < size; ++c) {
-        const float4 v = cluster.map_shared_rank(cluster_rows, c)[q];
-        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
-      }
-      out[q] = s;
-    }
-    cluster.sync();  // no CTA leaves while another still reads its shared memory
-  } else {
-#pragma unroll
-    for (int j = 0; j < kV; ++j) {
-      const int p = int(threadIdx.x) + int(blockDim.x) * j;
-      if (p < packs) Pack8<float>::Store(dw_partial + int64_t(blockIdx.x) * dim + p * 8, acc[j]);
-    }
+  for (int j = 0; j < kV; ++j) {
+    const int p = int(threadIdx.x) + int(blockDim.x) * j;
+    if (p < packs) Pack8<float>::Store(dw_partial + int64_t(blockIdx.x) * dim + p * 8, acc[j]);
   }
 }
 
@@ -581,34 +551,6 @@ struct ProgrammaticLaunch {
   }
 };
 
-// Clusters of `size` CTAs of a kernel that fit on the GPU at once (0 if none), cached per kernel,
-// thread count and size (one GPU model per process assumed). Sizes over 8 are allowed explicitly.
-template <typename Kernel>
-cudaError_t ResidentClusters(Kernel kernel, int threads, int smem, int size, int* clusters) {
-  static std::atomic<int> cached[kMaxThreads / 32 + 1][17] = {};
-  std::atomic<int>& slot = cached[threads / 32][size];
-  *clusters = slot.load(std::memory_order_relaxed);
-  if (*clusters > 0) return cudaSuccess;
-  if (size > 8) {
-    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
-    if (err != cudaSuccess) return err;
-  }
-  cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(unsigned(size));
-  lc.blockDim = dim3(unsigned(threads));
-  lc.dynamicSmemBytes = size_t(smem);
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = unsigned(size);
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  lc.attrs = attr;
-  lc.numAttrs = 1;
-  cudaError_t err = cudaOccupancyMaxActiveClusters(clusters, kernel, &lc);
-  if (err == cudaSuccess) slot.store(*clusters, std::memory_order_relaxed);
-  return err;
-}
-
 }  // namespace detail
 
 // Forward: y and rstd from x (kAdd false; delta and h unused, may be null), or h = x + delta, then
@@ -668,23 +610,8 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   int resident = 1;
   cudaError_t err = cudaSuccess;
   const bool prefetch = cfg.bwd_prefetch;
-  // Clusters: a power of two up to 16, rows whose dw row fits the default 48 KB of shared memory.
-  int cluster = 1;
-  while (cluster * 2 <= std::min(cfg.bwd_cluster, 16)) cluster *= 2;
-  if (dim * int64_t(sizeof(float)) > 48 * 1024) cluster = 1;
-  const int cluster_smem = cluster > 1 ? int(dim * int64_t(sizeof(float))) : 0;
-  int64_t ctas = 0;  // cluster path: the grid, a multiple of the cluster size
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
     constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
-    if (cluster > 1) {
-      auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true, true>
-                             : detail::BackwardKernel<T, kV, kR, kResidual, false, true>;
-      int clusters = 0;
-      err = detail::ResidentClusters(kernel, shape.threads, cluster_smem, cluster, &clusters);
-      if (cfg.bwd_ctas_per_sm > 0) clusters = std::max(1, cfg.bwd_ctas_per_sm * sms / cluster);
-      ctas = int64_t(std::max(clusters, 1)) * cluster;
-      return;
-    }
     static std::atomic<int> cached[2][detail::kMaxThreads / 32 + 1] = {};
     std::atomic<int>& slot = cached[prefetch ? 1 : 0][shape.threads / 32];
     resident = slot.load(std::memory_order_relaxed);
@@ -697,41 +624,26 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   });
   SG_CUDA_RETURN_IF_ERROR(err);
   const int per_sm = std::max(1, cfg.bwd_ctas_per_sm > 0 ? cfg.bwd_ctas_per_sm : resident);
-  const int64_t want_ctas = cluster > 1 ? ctas : int64_t(per_sm) * sms;
+  const int64_t want_ctas = int64_t(per_sm) * sms;
   int64_t rows_per_cta = (rows + want_ctas - 1) / want_ctas;
   rows_per_cta = (rows_per_cta + shape.kr - 1) / shape.kr * shape.kr;
-  // Without clusters, CTAs that would get no rows are not launched; with them every CTA of the
-  // grid takes part in its cluster's sum (an empty one adds zeros).
-  const int64_t grid = cluster > 1 ? ctas : (rows + rows_per_cta - 1) / rows_per_cta;
-  const int64_t groups = grid / cluster;  // partial rows
+  const int64_t groups = (rows + rows_per_cta - 1) / rows_per_cta;
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
   SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(groups * dim * int64_t(sizeof(float))));
   float* partial = static_cast<float*>(scratch);
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
     constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
-    if (cluster > 1) {
-      auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true, true>
-                             : detail::BackwardKernel<T, kV, kR, kResidual, false, true>;
-      cudaLaunchConfig_t lc = {};
-      lc.gridDim = dim3(unsigned(grid));
-      lc.blockDim = dim3(unsigned(shape.threads));
-      lc.dynamicSmemBytes = size_t(cluster_smem);
-      lc.stream = stream;
-      cudaLaunchAttribute attr[1];
-      attr[0].id = cudaLaunchAttributeClusterDimension;
-      attr[0].val.clusterDim.x = unsigned(cluster);
-      attr[0].val.clusterDim.y = 1;
-      attr[0].val.clusterDim.z = 1;
-      lc.attrs = attr;
-      lc.numAttrs = 1;
-      err = cudaLaunchKernelEx(&lc, kernel, dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8), rows_per_cta);
-      return;
-    }
     auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
                            : detail::BackwardKernel<T, kV, kR, kResidual, false>;
-    kernel<<<unsigned(grid), shape.threads, 0, stream>>>(dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
-                                                         rows_per_cta);
-    err = cudaGetLastError();
+    if (cfg.bwd_pdl) {
+      detail::ProgrammaticLaunch launch(unsigned(groups), unsigned(shape.threads), stream);
+      err = cudaLaunchKernelEx(&launch.config, kernel, dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
+                               rows_per_cta);
+    } else {
+      kernel<<<unsigned(groups), shape.threads, 0, stream>>>(dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
+                                                             rows_per_cta);
+      err = cudaGetLastError();
+    }
   });
   const char* failed = "BackwardKernel";
   if (err == cudaSuccess && cfg.overlap_sum) {

@@ -339,7 +339,8 @@ __global__ void TableKernel(float theta, int64_t rows, int64_t half, float* cos,
 enum class Kernel { kTokens, kGroups, kFlat, kFlat12, kFlat2 };
 Kernel KernelFromEnv() {
   const char* v = std::getenv("SG_ROPE_KERNEL");
-  if (v == nullptr) return Kernel::kTokens;
+  if (v == nullptr) return Kernel::kFlat12;
+  if (std::strcmp(v, "tokens") == 0) return Kernel::kTokens;
   if (std::strcmp(v, "groups") == 0) return Kernel::kGroups;
   if (std::strcmp(v, "flat") == 0) return Kernel::kFlat;
   if (std::strcmp(v, "flat12") == 0) return Kernel::kFlat12;

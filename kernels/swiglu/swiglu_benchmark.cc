@@ -17,7 +17,8 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-// kernel: "" = the default (the flat kernel); "fast" = its fast-math form (SG_SWIGLU_MATH=fast);
+// kernel: "" = the default (the flat kernel, fast math); "ieee" = its IEEE-division form
+// (SG_SWIGLU_MATH=ieee);
 // "grid" = the grid-stride kernels (SG_SWIGLU_KERNEL=grid),
 // "v1" / "unrolled" = those with that backward (SG_SWIGLU_BWD); calls: calls per timed iteration
 // (1: events around one call, host launch latency included; kBatch: back-to-back calls, as in a
@@ -31,8 +32,8 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const
   } else {
     unsetenv("SG_SWIGLU_BWD");
   }
-  if (k == "fast") {
-    setenv("SG_SWIGLU_MATH", "fast", 1);
+  if (k == "ieee") {
+    setenv("SG_SWIGLU_MATH", "ieee", 1);
   } else if (!k.empty()) {
     setenv("SG_SWIGLU_KERNEL", "grid", 1);
   }
@@ -88,8 +89,47 @@ void BM_SwiGluBackwardBF16V1Batch(benchmark::State& st) { Run(st, DType::kBF16, 
 void BM_SwiGluForwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "", kBatch); }
 void BM_SwiGluBackwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "", kBatch); }
 void BM_SwiGluForwardBF16GridBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "grid", kBatch); }
-void BM_SwiGluForwardBF16FastBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "fast", kBatch); }
-void BM_SwiGluBackwardBF16FastBatch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "fast", kBatch); }
+void BM_SwiGluForwardBF16IeeeBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "ieee", kBatch); }
+void BM_SwiGluBackwardBF16IeeeBatch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "ieee", kBatch); }
+
+// Placement: does where the three forward tensors lie relative to each other change the bandwidth?
+// gate, up and out are views into one buffer, each `gap` KiB after the end of the previous one
+// (0: back to back, as one allocation; the default benchmark takes three caching-allocator blocks).
+// The default kernel, batch timing; forward only.
+void BM_SwiGluForwardBF16PlacedBatch(benchmark::State& state) {
+  Setup s;
+  const int64_t rows = state.range(0), f = state.range(1), gap = state.range(2) * 1024 / 2;  // elements
+  const int64_t n = rows * f;
+  auto& rng = testing::Rng();
+  Tensor buf = testing::RandomTensor({3 * (n + gap)}, DType::kBF16, s.device, rng, 3.0f);
+  auto view = [&](int64_t i) {
+    return TensorView(static_cast<char*>(buf.view().raw()) + i * (n + gap) * 2, DType::kBF16, Shape{rows, f},
+                      s.device);
+  };
+  const TensorView g = view(0), u = view(1), o = view(2);
+  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  for (auto _ : state) {
+    (void)start.Record(s.stream);
+    absl::Status st;
+    for (int i = 0; i < kBatch && st.ok(); ++i) st = SwiGluForward(g, u, o, s.stream);
+    (void)stop.Record(s.stream);
+    if (!st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      break;
+    }
+    if (s.device.is_cuda()) {
+      (void)stop.Synchronize();
+      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / kBatch);
+    } else {
+      state.SetIterationTime(1e-3);
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * n * 2 * 3);
+  state.SetLabel("gap " + std::to_string(state.range(2)) + " KiB");
+}
+BENCHMARK(BM_SwiGluForwardBF16PlacedBatch)
+    ->ArgsProduct({{16384}, {8192}, {0, 4, 64, 1028, 2048, 4096 + 512}})
+    ->UseManualTime();
 
 // Llama-1B (16384 tokens x ffn 5632 and 8192) and a small CPU-sized case.
 #define SG_SHAPES ->Args({16384, 5632})->Args({16384, 8192})->Args({64, 1024})->UseManualTime()
@@ -103,8 +143,8 @@ BENCHMARK(BM_SwiGluBackwardBF16V1Batch) SG_SHAPES;
 BENCHMARK(BM_SwiGluForwardBF16Batch) SG_SHAPES;
 BENCHMARK(BM_SwiGluBackwardBF16Batch) SG_SHAPES;
 BENCHMARK(BM_SwiGluForwardBF16GridBatch) SG_SHAPES;
-BENCHMARK(BM_SwiGluForwardBF16FastBatch) SG_SHAPES;
-BENCHMARK(BM_SwiGluBackwardBF16FastBatch) SG_SHAPES;
+BENCHMARK(BM_SwiGluForwardBF16IeeeBatch) SG_SHAPES;
+BENCHMARK(BM_SwiGluBackwardBF16IeeeBatch) SG_SHAPES;
 
 }  // namespace
 }  // namespace sg::kernels

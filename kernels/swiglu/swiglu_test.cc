@@ -154,12 +154,12 @@ TEST(SwiGluCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("out: expected contiguous bf16[4,8]@cpu"), std::string::npos) << st;
 }
 
-// Every kernel (swiglu.cu: the flat kernel by default, its loads per SG_SWIGLU_LOAD, its fast-math
-// form per SG_SWIGLU_MATH; SG_SWIGLU_KERNEL=grid the grid-stride kernels, SG_SWIGLU_BWD their
+// Every kernel (swiglu.cu: the flat kernel by default, its loads per SG_SWIGLU_LOAD, its IEEE-division
+// form per SG_SWIGLU_MATH=ieee; SG_SWIGLU_KERNEL=grid the grid-stride kernels, SG_SWIGLU_BWD their
 // backward).
 TEST(SwiGluCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const char* kernel : {"unrolled", "v1", "flat", "flat-cs", "flat-fast"}) {
+  for (const char* kernel : {"unrolled", "v1", "flat", "flat-cs", "flat-ieee"}) {
     SCOPED_TRACE(std::string("kernel ") + kernel);
     const std::string k = kernel;
     if (k == "unrolled" || k == "v1") {
@@ -169,14 +169,14 @@ TEST(SwiGluCudaTest, MatchesDoubleReference) {
     if (k == "flat-cs") {
       ASSERT_EQ(setenv("SG_SWIGLU_LOAD", "cs", 1), 0);
     }
-    if (k == "flat-fast") {
-      ASSERT_EQ(setenv("SG_SWIGLU_MATH", "fast", 1), 0);
+    if (k == "flat-ieee") {
+      ASSERT_EQ(setenv("SG_SWIGLU_MATH", "ieee", 1), 0);
     }
     for (const Case& c : Cases()) {
       CheckSeparate(c, Device::Cuda(0));
       CheckPacked(c, Device::Cuda(0));
     }
-    if (k == "flat" || k == "flat-fast") {
+    if (k == "flat" || k == "flat-ieee") {
       CheckSeparate({16384, 5632, DType::kBF16}, Device::Cuda(0));  // Llama-1B MLP width
     }
     CheckPacked({4099, 5632, DType::kBF16}, Device::Cuda(0));     // several grid-stride steps, odd tail
