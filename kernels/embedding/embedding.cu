@@ -1,26 +1,35 @@
 // CUDA embedding. Forward: a grid-stride copy of 16-byte packs (row = token id, looked up per pack
-// from L1). Backward, deterministic without float atomics:
-//   1. keys[i] = tokens[i] (out-of-range ids -> vocab, sorted past every real row), values[i] = i;
-//   2. CUB's stable LSD radix sort of (key, value) pairs on the bits the vocabulary needs, so equal
-//      ids keep ascending token order;
-//   3. row starts: offsets[v] = first sorted index with key >= v (from key changes, no atomics);
-//   4. the f32 row sums, each vocabulary row's run of dout rows added in sorted order, written once
-//      (zeros for unused rows): every dtable element written exactly once. Two kernels for this
-//      step, SG_EMBEDDING_BWD selecting one per call until the GPU run picks the winner:
-//      "rows" (default, RowSumRowsKernel): a CTA takes kSumRows vocabulary rows at a time, its
-//        threads on the row's packs of 8 columns; the rows' run bounds are loaded once per row
-//        (broadcast) and the kSumRows runs are independent chains in flight together; 32-bit
-//        column math. "packs" (RowSumKernel, the first version: 1.52 TB/s for the whole backward
-//        on H200 at 16384 tokens, vocab 32000, dim 2048): one thread per (row, pack), grid-stride,
-//        with a 64-bit division per pack and the run bounds loaded by every thread.
+// from L1). Backward, deterministic without float atomics, in two stages (BackwardConfig picks the
+// kernels; SG_EMBEDDING_BWD=rows|packs|fused selects a path per call until the GPU run picks one):
+//   1. preparation: order = token positions stably sorted by id (out-of-range ids -> vocab, sorted
+//      past every real row), offsets[v] = first sorted position with id >= v.
+//      rows / packs: KeysKernel, CUB's stable LSD radix sort of (key, position) pairs on the bits the
+//        vocabulary needs, RowStartsKernel (row starts from key changes): ~6 kernel launches.
+//      fused: PrepareOneCtaKernel, one launch: a single CTA sorts up to kFusedMaxTokens keys in
+//        shared memory (LSD radix, 8-bit digits; each warp ranks its items in order with ballots and
+//        a per-(digit, warp) count table, so the sort is stable) and writes order and offsets.
+//        Longer inputs take the CUB preparation.
+//   2. row sums, each vocabulary row's run of dout rows added in f32 in sorted (= token) order, 0 + x
+//      first, written once (zeros for unused rows): every dtable element written exactly once.
+//      "rows" (RowSumRowsKernel): a CTA takes kSumRows vocabulary rows at a time, its threads on
+//        the row's packs of 8 columns (two 16-byte f32 stores per thread, each covering half of
+//        every 32-byte sector of the warp's span). "packs" (RowSumKernel, the first version: 1.52
+//        TB/s for the whole backward on H200 at 16384 tokens, vocab 32000, dim 2048): one thread
+//        per (row, pack), grid-stride, a 64-bit division per pack. "fused" (FusedRowSumKernel): a
+//        CTA takes rows_per_step rows per step, each thread 4 columns of a row (a warp's f32 store
+//        covers 512 contiguous bytes, its bf16 load 256), the first dout row of every run loaded
+//        for all rows of the step together and longer runs 8 rows ahead; launched with
+//        programmatic dependent launch so it is resident and waiting (griddepcontrol.wait) when
+//        the one-CTA preparation ends.
 // Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <cstring>
+#include <algorithm>
+#include <mutex>
+#include <set>
 
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
@@ -157,16 +166,249 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// SG_EMBEDDING_BWD=packs selects the first row-sum kernel; anything else (or unset) the rows kernel.
-bool UsePacksKernel() {
-  const char* v = std::getenv("SG_EMBEDDING_BWD");
-  return v != nullptr && std::strcmp(v, "packs") == 0;
-}
-
 int EndBit(int64_t vocab) {  // bits for keys in [0, vocab]
   int bits = 1;
   while ((int64_t(1) << bits) <= vocab) ++bits;
   return bits;
+}
+
+// ---- One-CTA preparation (fused path) ----
+// kPrepThreads threads hold kPrepItems keys each, "warp-striped": warp w's item k in lane l is
+// position w * 32 * kPrepItems + 32 k + l, so a warp's items in (k, lane) order are its positions in
+// ascending order, which is what makes the per-warp ranking stable.
+constexpr int kPrepThreads = 512;
+constexpr int kPrepWarps = kPrepThreads / 32;
+constexpr int kPrepItems = int(kFusedMaxTokens / kPrepThreads);
+constexpr int kDigitBits = 8;
+constexpr int kDigits = 1 << kDigitBits;
+constexpr int kTableEntries = kDigits * kPrepWarps;
+constexpr int kTablePerThread = kTableEntries / kPrepThreads;
+static_assert(kPrepItems * kPrepThreads == kFusedMaxTokens, "the CTA holds exactly kFusedMaxTokens keys");
+static_assert(kTablePerThread * kPrepThreads == kTableEntries, "the count table splits evenly over the threads");
+static_assert(kFusedMaxTokens <= (1 << 16) && 32 * kPrepItems < (1 << 16), "positions and ranks share 32 bits");
+// Sorted keys and positions (the scatter's exchange buffers) and the [digit][warp] count table.
+constexpr int kPrepSmemBytes = int((2 * kFusedMaxTokens + kTableEntries) * sizeof(uint32_t));
+constexpr int kShortGap = 32;  // longer runs of offsets without tokens are written by a whole warp
+
+// Replaces each (digit, warp) count by the number of items before it in (digit, warp) order.
+__device__ __forceinline__ void ExclusiveScanTable(uint32_t* table, uint32_t* warp_sums) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  uint32_t v[kTablePerThread], sum = 0;
+#pragma unroll
+  for (int q = 0; q < kTablePerThread; ++q) {
+    v[q] = table[threadIdx.x * kTablePerThread + q];
+    sum += v[q];
+  }
+  uint32_t incl = sum;
+#pragma unroll
+  for (int o = 1; o < 32; o *= 2) {
+    const uint32_t y = __shfl_up_sync(0xffffffffu, incl, o);
+    if (lane >= o) incl += y;
+  }
+  if (lane == 31) warp_sums[warp] = incl;
+  __syncthreads();
+  uint32_t run = incl - sum;
+  for (int w = 0; w < warp; ++w) run += warp_sums[w];
+#pragma unroll
+  for (int q = 0; q < kTablePerThread; ++q) {
+    table[threadIdx.x * kTablePerThread + q] = run;
+    run += v[q];
+  }
+}
+
+// Stage 1 for n <= kFusedMaxTokens in one CTA of kPrepThreads (dynamic shared memory
+// kPrepSmemBytes). Positions >= n are padding with key vocab: they sort after every real token.
+template <typename I>
+__global__ void __launch_bounds__(kPrepThreads)
+    PrepareOneCtaKernel(const void* tokens, int32_t* __restrict__ order, int32_t* __restrict__ offsets, int n,
+                        int vocab, int key_bits) {
+  // The row sums (launched with programmatic stream serialization) may be scheduled now; they wait
+  // for this grid's completion and memory flush in griddepcontrol.wait before reading anything.
+  asm volatile("griddepcontrol.launch_dependents;");
+  extern __shared__ uint32_t prep_smem[];
+  uint32_t* skeys = prep_smem;
+  uint32_t* svals = skeys + kFusedMaxTokens;
+  uint32_t* table = svals + kFusedMaxTokens;  // [digit][warp]
+  __shared__ uint32_t warp_sums[kPrepWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int first = warp * 32 * kPrepItems + lane;  // item k's position: first + 32 k
+  const uint32_t lanes_below = (1u << lane) - 1;
+  // val: a position (< 2^15) in the low 16 bits, during a pass the item's rank among its warp's
+  // items of its digit (< 32 * kPrepItems) in the high 16 (two arrays would spill).
+  uint32_t key[kPrepItems], val[kPrepItems];
+#pragma unroll
+  for (int k = 0; k < kPrepItems; ++k) {
+    const int i = first + 32 * k;
+    val[k] = uint32_t(i);
+    key[k] = uint32_t(vocab);
+    if (i < n) {
+      const int64_t id = IdAt<I>(tokens, i);
+      if (id >= 0 && id < vocab) key[k] = uint32_t(id);
+    }
+  }
+  for (int shift = 0; shift < key_bits; shift += kDigitBits) {
+    const uint32_t mask = (1u << min(kDigitBits, key_bits - shift)) - 1;
+    for (int e = threadIdx.x; e < kTableEntries; e += kPrepThreads) table[e] = 0;
+    __syncthreads();
+    // Rank of each item among the warp's items of its digit: the earlier items (previous k) are
+    // in the table entry, the earlier lanes of this k are the peers below it.
+#pragma unroll
+    for (int k = 0; k < kPrepItems; ++k) {
+      const uint32_t d = (key[k] >> shift) & mask;
+      uint32_t peers = 0xffffffffu;
+#pragma unroll
+      for (int b = 0; b < kDigitBits; ++b) {  // bits above the mask are 0 in every lane: no-ops
+        const uint32_t bit = (d >> b) & 1u;
+        const uint32_t same = __ballot_sync(0xffffffffu, bit);
+        peers &= bit ? same : ~same;
+      }
+      uint32_t* slot = table + d * kPrepWarps + warp;
+      const uint32_t base = *slot;
+      const uint32_t below = __popc(peers & lanes_below);
+      val[k] |= (base + below) << 16;
+      __syncwarp();
+      if (below == 0) *slot = base + __popc(peers);
+      __syncwarp();
+    }
+    __syncthreads();
+    ExclusiveScanTable(table, warp_sums);
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kPrepItems; ++k) {
+      const uint32_t d = (key[k] >> shift) & mask;
+      const uint32_t pos = table[d * kPrepWarps + warp] + (val[k] >> 16);
+      skeys[pos] = key[k];
+      svals[pos] = val[k] & 0xffffu;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kPrepItems; ++k) {
+      key[k] = skeys[first + 32 * k];
+      val[k] = svals[first + 32 * k];
+    }
+  }
+  // Sorted: item k is sorted position first + 32 k, skeys holds every sorted key. offsets[v] for v
+  // in (key at pos - 1, key at pos] is pos; a warp writes the long gaps (rare ids) together.
+#pragma unroll 4
+  for (int k = 0; k < kPrepItems; ++k) {
+    const int pos = first + 32 * k;
+    if (pos < n) order[pos] = int32_t(val[k]);
+    const int lo = pos == 0 ? 0 : int(skeys[pos - 1]) + 1, hi = int(key[k]);
+    const bool long_gap = hi - lo + 1 > kShortGap;
+    if (!long_gap) {
+      for (int v = lo; v <= hi; ++v) offsets[v] = pos;
+    }
+    uint32_t pending = __ballot_sync(0xffffffffu, long_gap);
+    while (pending != 0) {
+      const int src = __ffs(pending) - 1;
+      pending &= pending - 1;
+      const int glo = __shfl_sync(0xffffffffu, lo, src), ghi = __shfl_sync(0xffffffffu, hi, src);
+      for (int v = glo + lane; v <= ghi; v += 32) offsets[v] = pos - lane + src;
+    }
+  }
+  // Past the last sorted position (only non-empty when n == kFusedMaxTokens): (last key, vocab].
+  if (warp == kPrepWarps - 1) {
+    const int lo = int(__shfl_sync(0xffffffffu, key[kPrepItems - 1], 31)) + 1;
+    for (int v = lo + lane; v <= vocab; v += 32) offsets[v] = int32_t(kFusedMaxTokens);
+  }
+}
+
+// ---- Row sums (fused path) ----
+// Four consecutive elements of T as a float4 (8-byte load for 2-byte types, 16 for f32).
+template <typename T>
+__device__ __forceinline__ float4 Load4(const T* p) {
+  if constexpr (sizeof(T) == 4) {
+    return *reinterpret_cast<const float4*>(p);
+  } else {
+    const uint2 raw = *reinterpret_cast<const uint2*>(p);
+    const T* h = reinterpret_cast<const T*>(&raw);
+    return make_float4(cuda_vec::ToF(h[0]), cuda_vec::ToF(h[1]), cuda_vec::ToF(h[2]), cuda_vec::ToF(h[3]));
+  }
+}
+__device__ __forceinline__ void Add4(float4& a, const float4& x) {
+  a.x += x.x;
+  a.y += x.y;
+  a.z += x.z;
+  a.w += x.w;
+}
+
+constexpr int kRunAhead = 8;  // dout rows of a long run loaded ahead of their additions
+
+// a (already holding the run's first row) += the run's rows [j, end) of column quad c, in order.
+template <typename T>
+__device__ __forceinline__ void AddRun(float4& a, const T* __restrict__ dout, const int32_t* __restrict__ order,
+                                       int j, int end, int64_t dim, int64_t c) {
+  for (; j + kRunAhead <= end; j += kRunAhead) {
+    float4 x[kRunAhead];
+#pragma unroll
+    for (int u = 0; u < kRunAhead; ++u) x[u] = Load4(dout + int64_t(order[j + u]) * dim + c);
+#pragma unroll
+    for (int u = 0; u < kRunAhead; ++u) Add4(a, x[u]);
+  }
+  for (; j < end; ++j) Add4(a, Load4(dout + int64_t(order[j]) * dim + c));
+}
+
+// A CTA per step of kR vocabulary rows (grid-stride when the grid is smaller than the steps);
+// thread t on column quads t, t + kThreads, ... of every row of the step.
+template <typename T, int kR, bool kStreaming>
+__global__ void __launch_bounds__(kThreads)
+    FusedRowSumKernel(const T* __restrict__ dout, const int32_t* __restrict__ order,
+                      const int32_t* __restrict__ offsets, float* __restrict__ dtable, int vocab, int quads,
+                      int steps) {
+  // A no-op unless launched with programmatic stream serialization: then it waits here for the
+  // preparation kernel to finish and its writes to be visible.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int64_t dim = int64_t(quads) * 4;
+  for (int g = blockIdx.x; g < steps; g += gridDim.x) {
+    const int v0 = g * kR;
+    int bound[kR + 1];
+#pragma unroll
+    for (int r = 0; r <= kR; ++r) bound[r] = offsets[min(v0 + r, vocab)];
+    int head[kR];  // the dout row of each run's first token, -1 for an empty run
+#pragma unroll
+    for (int r = 0; r < kR; ++r) head[r] = bound[r] < bound[r + 1] ? order[bound[r]] : -1;
+    for (int q = threadIdx.x; q < quads; q += kThreads) {
+      const int64_t c = int64_t(q) * 4;
+      float4 acc[kR];
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        acc[r] = head[r] >= 0 ? Load4(dout + int64_t(head[r]) * dim + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        // 0 + x, the CPU reference's first addition (it turns -0 into +0).
+        const float4 x = acc[r];
+        acc[r] = make_float4(0.f, 0.f, 0.f, 0.f);
+        Add4(acc[r], x);
+        if (bound[r + 1] - bound[r] > 1) AddRun(acc[r], dout, order, bound[r] + 1, bound[r + 1], dim, c);
+      }
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if (v0 + r >= vocab) break;
+        float4* dst = reinterpret_cast<float4*>(dtable + int64_t(v0 + r) * dim + c);
+        if constexpr (kStreaming) {
+          __stcs(dst, acc[r]);
+        } else {
+          *dst = acc[r];
+        }
+      }
+    }
+  }
+}
+
+// cudaFuncSetAttribute once per kernel and device: dynamic shared memory beyond 48 KiB.
+template <typename Kernel>
+cudaError_t AllowSharedMemory(Kernel kernel, int bytes) {
+  static std::mutex mu;
+  static std::set<int> done;
+  int dev = 0;
+  cudaError_t err = cudaGetDevice(&dev);
+  if (err != cudaSuccess) return err;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count(dev) != 0) return cudaSuccess;
+  err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
+  if (err == cudaSuccess) done.insert(dev);
+  return err;
 }
 
 template <typename T, typename I>
@@ -189,50 +431,14 @@ absl::Status Forward(const Problem& p, const void* tokens, const void* table, vo
   return absl::OkStatus();
 }
 
-// Launches steps 1-4 with the scratch buffers carved from one allocation.
-template <typename T, typename I>
-absl::Status Backward(const Problem& p, const void* dout, const void* tokens, float* dtable, char* scratch,
-                      size_t sort_bytes, cudaStream_t s) {
-  const int64_t n = p.tokens;
-  int32_t* keys = reinterpret_cast<int32_t*>(scratch);
-  int32_t* keys_sorted = keys + n;
-  int32_t* values = keys_sorted + n;
-  int32_t* order = values + n;
-  int32_t* offsets = order + n;
-  void* sort_temp = offsets + p.vocab + 1;
-  if (n > 0) {
-    KeysKernel<I><<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(tokens, keys, values, n, p.vocab);
-    SG_CUDA_RETURN_IF_LAUNCH_ERROR(KeysKernel);
-    SG_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, keys, keys_sorted, values, order,
-                                                            int(n), 0, EndBit(p.vocab), s));
-  }
-  RowStartsKernel<<<unsigned((n + 1 + kThreads - 1) / kThreads), kThreads, 0, s>>>(keys_sorted, offsets, n, p.vocab);
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowStartsKernel);
-  const bool vec = p.dim % 8 == 0 && cuda_vec::Aligned16(dout) && cuda_vec::Aligned16(dtable);
-  if (vec && !UsePacksKernel()) {
-    const unsigned blocks = unsigned((p.vocab + kSumRows - 1) / kSumRows);
-    RowSumRowsKernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(dout), order, offsets, dtable, p.vocab,
-                                                    int(p.dim / 8));
-    SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowSumRowsKernel);
-    return absl::OkStatus();
-  }
-  const int64_t work = p.vocab * (vec ? p.dim / 8 : p.dim);
-  const unsigned grid = cuda_vec::GridFor((work + kThreads - 1) / kThreads);
-  const T* dt = static_cast<const T*>(dout);
-  if (vec) {
-    RowSumKernel<T, 8><<<grid, kThreads, 0, s>>>(dt, order, offsets, dtable, p.vocab, p.dim);
-  } else {
-    RowSumKernel<T, 1><<<grid, kThreads, 0, s>>>(dt, order, offsets, dtable, p.vocab, p.dim);
-  }
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowSumKernel);
-  return absl::OkStatus();
-}
+// ---- Backward launchers ----
 
-template <typename T>
-absl::Status BackwardAlloc(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
-                           cudaStream_t s) {
-  size_t sort_bytes = 0;
+// Stage 1 with CUB: scratch for the keys, sorted keys, positions and the sort from the allocator.
+template <typename I>
+absl::Status PrepareCub(const Problem& p, const void* tokens, int32_t* order, int32_t* offsets, int device,
+                        cudaStream_t s) {
   const int64_t n = p.tokens;
+  size_t sort_bytes = 0;
   if (n > 0) {
     SG_CUDA_RETURN_IF_ERROR(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, static_cast<int32_t*>(nullptr),
                                                             static_cast<int32_t*>(nullptr),
@@ -241,16 +447,105 @@ absl::Status BackwardAlloc(const Problem& p, const void* dout, const void* token
                                                             EndBit(p.vocab), s));
   }
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
-  const int64_t index_bytes = (4 * n + p.vocab + 1) * int64_t(sizeof(int32_t));
-  const int64_t aligned_index_bytes = (index_bytes + 255) / 256 * 256;
-  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(aligned_index_bytes + int64_t(sort_bytes)));
-  // The sort's temporary storage starts at a 256-byte boundary after the index arrays.
-  absl::Status st = p.tokens_i64 ? Backward<T, int64_t>(p, dout, tokens, dtable, static_cast<char*>(scratch),
-                                                        sort_bytes, s)
-                                 : Backward<T, int32_t>(p, dout, tokens, dtable, static_cast<char*>(scratch),
-                                                        sort_bytes, s);
+  // The sort's temporary storage starts at a 256-byte boundary after the key arrays.
+  const int64_t key_bytes = (3 * n * int64_t(sizeof(int32_t)) + 255) / 256 * 256;
+  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(std::max<int64_t>(256, key_bytes + int64_t(sort_bytes))));
+  int32_t* keys = static_cast<int32_t*>(scratch);
+  int32_t* keys_sorted = keys + n;
+  int32_t* values = keys_sorted + n;
+  void* sort_temp = static_cast<char*>(scratch) + key_bytes;
+  cudaError_t err = cudaSuccess;
+  const char* failed = "KeysKernel";
+  if (n > 0) {
+    KeysKernel<I><<<unsigned((n + kThreads - 1) / kThreads), kThreads, 0, s>>>(tokens, keys, values, n, p.vocab);
+    err = cudaGetLastError();
+    if (err == cudaSuccess) {
+      err = cub::DeviceRadixSort::SortPairs(sort_temp, sort_bytes, keys, keys_sorted, values, order, int(n), 0,
+                                            EndBit(p.vocab), s);
+      failed = "cub::DeviceRadixSort::SortPairs";
+    }
+  }
+  if (err == cudaSuccess) {
+    RowStartsKernel<<<unsigned((n + 1 + kThreads - 1) / kThreads), kThreads, 0, s>>>(keys_sorted, offsets, n,
+                                                                                       p.vocab);
+    err = cudaGetLastError();
+    failed = "RowStartsKernel";
+  }
   alloc->Free(scratch);  // reused only by later work on the same stream
-  return st;
+  if (err != cudaSuccess) {
+    return LibraryError(absl::StatusCode::kInternal, "CUDA", err, cudaGetErrorString(err), failed, __FILE__, __LINE__);
+  }
+  return absl::OkStatus();
+}
+
+// Stage 1 in one launch (n <= kFusedMaxTokens).
+template <typename I>
+absl::Status PrepareOneCta(const Problem& p, const void* tokens, int32_t* order, int32_t* offsets, cudaStream_t s) {
+  SG_CUDA_RETURN_IF_ERROR(AllowSharedMemory(PrepareOneCtaKernel<I>, kPrepSmemBytes));
+  PrepareOneCtaKernel<I><<<1, kPrepThreads, kPrepSmemBytes, s>>>(tokens, order, offsets, int(p.tokens), int(p.vocab),
+                                                                   EndBit(p.vocab));
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(PrepareOneCtaKernel);
+  return absl::OkStatus();
+}
+
+template <typename T, int kR, bool kStreaming>
+cudaError_t LaunchFusedRowSum(const Problem& p, const BackwardConfig& cfg, const T* dout, const int32_t* order,
+                              const int32_t* offsets, float* dtable, cudaStream_t s) {
+  const int64_t steps = (p.vocab + kR - 1) / kR;
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(cfg.ctas_per_sm > 0 ? cuda_vec::GridFor(steps, cfg.ctas_per_sm) : unsigned(steps));
+  lc.blockDim = dim3(kThreads);
+  lc.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  lc.attrs = attr;
+  lc.numAttrs = cfg.pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&lc, FusedRowSumKernel<T, kR, kStreaming>, dout, order, offsets, dtable, int(p.vocab),
+                            int(p.dim / 4), int(steps));
+}
+
+template <typename T, int kR>
+cudaError_t LaunchFusedRowSum(const Problem& p, const BackwardConfig& cfg, const T* dout, const int32_t* order,
+                              const int32_t* offsets, float* dtable, cudaStream_t s) {
+  return cfg.streaming_stores ? LaunchFusedRowSum<T, kR, true>(p, cfg, dout, order, offsets, dtable, s)
+                              : LaunchFusedRowSum<T, kR, false>(p, cfg, dout, order, offsets, dtable, s);
+}
+
+// Stage 2: the path's row-sum kernel where the layout allows it (16-byte aligned rows of 8 columns
+// for rows, of 4 for fused), else the packs kernel (8 or 1 columns per thread).
+template <typename T>
+absl::Status RowSums(const Problem& p, const BackwardConfig& cfg, const T* dout, const int32_t* order,
+                     const int32_t* offsets, float* dtable, cudaStream_t s) {
+  const bool aligned = cuda_vec::Aligned16(dout) && cuda_vec::Aligned16(dtable);
+  const bool vec8 = aligned && p.dim % 8 == 0;
+  if (cfg.path == BackwardPath::kFused && aligned && p.dim % 4 == 0) {
+    cudaError_t err;
+    if (cfg.rows_per_step <= 2) {
+      err = LaunchFusedRowSum<T, 2>(p, cfg, dout, order, offsets, dtable, s);
+    } else if (cfg.rows_per_step <= 4) {
+      err = LaunchFusedRowSum<T, 4>(p, cfg, dout, order, offsets, dtable, s);
+    } else {
+      err = LaunchFusedRowSum<T, 8>(p, cfg, dout, order, offsets, dtable, s);
+    }
+    SG_CUDA_RETURN_IF_ERROR(err /* FusedRowSumKernel */);
+    return absl::OkStatus();
+  }
+  if (cfg.path == BackwardPath::kRows && vec8) {
+    const unsigned blocks = unsigned((p.vocab + kSumRows - 1) / kSumRows);
+    RowSumRowsKernel<T><<<blocks, kThreads, 0, s>>>(dout, order, offsets, dtable, p.vocab, int(p.dim / 8));
+    SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowSumRowsKernel);
+    return absl::OkStatus();
+  }
+  const int64_t work = p.vocab * (vec8 ? p.dim / 8 : p.dim);
+  const unsigned grid = cuda_vec::GridFor((work + kThreads - 1) / kThreads);
+  if (vec8) {
+    RowSumKernel<T, 8><<<grid, kThreads, 0, s>>>(dout, order, offsets, dtable, p.vocab, p.dim);
+  } else {
+    RowSumKernel<T, 1><<<grid, kThreads, 0, s>>>(dout, order, offsets, dtable, p.vocab, p.dim);
+  }
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowSumKernel);
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -267,12 +562,43 @@ absl::Status ForwardCuda(const Problem& p, const void* tokens, const void* table
   return p.tokens_i64 ? Forward<float, int64_t>(p, tokens, table, out, s) : Forward<float, int32_t>(p, tokens, table, out, s);
 }
 
+absl::Status BackwardPrepareCuda(const Problem& p, const BackwardConfig& cfg, const void* tokens, int32_t* order,
+                                 int32_t* offsets, int device, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (cfg.path == BackwardPath::kFused && p.tokens <= kFusedMaxTokens) {
+    return p.tokens_i64 ? PrepareOneCta<int64_t>(p, tokens, order, offsets, s)
+                        : PrepareOneCta<int32_t>(p, tokens, order, offsets, s);
+  }
+  return p.tokens_i64 ? PrepareCub<int64_t>(p, tokens, order, offsets, device, s)
+                      : PrepareCub<int32_t>(p, tokens, order, offsets, device, s);
+}
+
+absl::Status BackwardRowSumCuda(const Problem& p, const BackwardConfig& cfg, const void* dout, const int32_t* order,
+                                const int32_t* offsets, float* dtable, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.dtype == DType::kBF16) {
+    return RowSums(p, cfg, static_cast<const __nv_bfloat16*>(dout), order, offsets, dtable, s);
+  }
+  if (p.dtype == DType::kF16) return RowSums(p, cfg, static_cast<const __half*>(dout), order, offsets, dtable, s);
+  return RowSums(p, cfg, static_cast<const float*>(dout), order, offsets, dtable, s);
+}
+
+// order and offsets from one allocation; CUB's own scratch (if that preparation runs) from another.
+absl::Status BackwardCudaWith(const Problem& p, const BackwardConfig& cfg, const void* dout, const void* tokens,
+                              float* dtable, int device, void* stream) {
+  SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
+  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate((p.tokens + p.vocab + 1) * int64_t(sizeof(int32_t))));
+  int32_t* order = static_cast<int32_t*>(scratch);
+  int32_t* offsets = order + p.tokens;
+  absl::Status st = BackwardPrepareCuda(p, cfg, tokens, order, offsets, device, stream);
+  if (st.ok()) st.Update(BackwardRowSumCuda(p, cfg, dout, order, offsets, dtable, stream));
+  alloc->Free(scratch);  // reused only by later work on the same stream
+  return st;
+}
+
 absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                           void* stream) {
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (p.dtype == DType::kBF16) return BackwardAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s);
-  if (p.dtype == DType::kF16) return BackwardAlloc<__half>(p, dout, tokens, dtable, device, s);
-  return BackwardAlloc<float>(p, dout, tokens, dtable, device, s);
+  return BackwardCudaWith(p, BackwardConfigFromEnv(), dout, tokens, dtable, device, stream);
 }
 
 }  // namespace sg::kernels::embedding_internal
