@@ -16,11 +16,15 @@
 //        every 32-byte sector of the warp's span). "packs" (RowSumKernel, the first version: 1.52
 //        TB/s for the whole backward on H200 at 16384 tokens, vocab 32000, dim 2048): one thread
 //        per (row, pack), grid-stride, a 64-bit division per pack. "fused" (FusedRowSumKernel): a
-//        CTA takes rows_per_step rows per step, each thread 4 columns of a row (a warp's f32 store
-//        covers 512 contiguous bytes, its bf16 load 256), the first dout row of every run loaded
-//        for all rows of the step together and longer runs 8 rows ahead; launched with
-//        programmatic dependent launch so it is resident and waiting (griddepcontrol.wait) when
-//        the one-CTA preparation ends.
+//        CTA of 512 threads takes rows_per_step rows per step, a thread 4 columns of a row (a
+//        warp's f32 store covers 512 contiguous bytes, its bf16 load 256; dim 2048 is one quad per
+//        thread). Rows of 0 or 1 tokens (nearly all at 16k random tokens over 32k rows) have all
+//        their loads in flight together, then their stores; runs of 2+ follow one row at a time,
+//        the warp loading 32 of the run's indices at once and each thread 8 dout rows (4 for f32)
+//        ahead of its in-order additions. Launched with programmatic dependent launch, so it is
+//        resident and waiting (griddepcontrol.wait) when the one-CTA preparation ends.
+//        A run's additions are one dependent chain per column, so a very frequent id (a 5% token:
+//        ~820 rows) costs ~L / 8 memory latencies in one CTA (BM_*HotBatch measure it).
 // Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
@@ -30,6 +34,7 @@
 #include <algorithm>
 #include <mutex>
 #include <set>
+#include <type_traits>
 
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
@@ -233,7 +238,7 @@ __global__ void __launch_bounds__(kPrepThreads)
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int first = warp * 32 * kPrepItems + lane;  // item k's position: first + 32 k
   const uint32_t lanes_below = (1u << lane) - 1;
-  // val: a position (< 2^15) in the low 16 bits, during a pass the item's rank among its warp's
+  // val: a position (< 2^16) in the low 16 bits, during a pass the item's rank among its warp's
   // items of its digit (< 32 * kPrepItems) in the high 16 (two arrays would spill).
   uint32_t key[kPrepItems], val[kPrepItems];
 #pragma unroll
@@ -314,44 +319,97 @@ __global__ void __launch_bounds__(kPrepThreads)
 }
 
 // ---- Row sums (fused path) ----
-// Four consecutive elements of T as a float4 (8-byte load for 2-byte types, 16 for f32).
+// Four consecutive elements of T: loaded raw (8 bytes for 2-byte types, 16 for f32), widened to a
+// float4 when added, so loads in flight cost half the registers for bf16 / f16.
 template <typename T>
-__device__ __forceinline__ float4 Load4(const T* p) {
+using RawQuad = std::conditional_t<sizeof(T) == 4, float4, uint2>;
+template <typename T>
+__device__ __forceinline__ RawQuad<T> LoadQuad(const T* p) {
+  return *reinterpret_cast<const RawQuad<T>*>(p);
+}
+template <typename T>
+__device__ __forceinline__ void AddQuad(float4& a, const RawQuad<T>& r) {
   if constexpr (sizeof(T) == 4) {
-    return *reinterpret_cast<const float4*>(p);
+    a.x += r.x;
+    a.y += r.y;
+    a.z += r.z;
+    a.w += r.w;
   } else {
-    const uint2 raw = *reinterpret_cast<const uint2*>(p);
-    const T* h = reinterpret_cast<const T*>(&raw);
-    return make_float4(cuda_vec::ToF(h[0]), cuda_vec::ToF(h[1]), cuda_vec::ToF(h[2]), cuda_vec::ToF(h[3]));
+    const T* h = reinterpret_cast<const T*>(&r);
+    a.x += cuda_vec::ToF(h[0]);
+    a.y += cuda_vec::ToF(h[1]);
+    a.z += cuda_vec::ToF(h[2]);
+    a.w += cuda_vec::ToF(h[3]);
   }
 }
-__device__ __forceinline__ void Add4(float4& a, const float4& x) {
-  a.x += x.x;
-  a.y += x.y;
-  a.z += x.z;
-  a.w += x.w;
+
+template <bool kStreaming>
+__device__ __forceinline__ void StoreQuad(float* p, const float4& v) {
+  if constexpr (kStreaming) {
+    __stcs(reinterpret_cast<float4*>(p), v);
+  } else {
+    *reinterpret_cast<float4*>(p) = v;
+  }
 }
 
-constexpr int kRunAhead = 8;  // dout rows of a long run loaded ahead of their additions
+// A thread's column quads of a row per pass (1: a long run's quads are not summed side by side,
+// which doubled the registers and cost occupancy; instead a CTA has a thread per quad at dim 2048).
+constexpr int kQuadsPerThread = 1;
+constexpr int kFusedThreads = 512;
 
-// a (already holding the run's first row) += the run's rows [j, end) of column quad c, in order.
+// Rows of a run after its first, loaded this many ahead of their additions (per quad of the thread).
 template <typename T>
-__device__ __forceinline__ void AddRun(float4& a, const T* __restrict__ dout, const int32_t* __restrict__ order,
-                                       int j, int end, int64_t dim, int64_t c) {
-  for (; j + kRunAhead <= end; j += kRunAhead) {
-    float4 x[kRunAhead];
+constexpr int RunAhead() {
+  return sizeof(T) == 4 ? 4 : 8;
+}
+
+// acc[i] (holding 0 + the run's first row) += the run's rows (first, end) of the thread's quads
+// q[i] (< quads where valid[i]), in order. The whole warp calls it (the run is CTA-uniform): its
+// lanes load 32 of the run's dout row indices at once and broadcast them with shuffles.
+template <typename T>
+__device__ __forceinline__ void AddRun(float4 (&acc)[kQuadsPerThread], const T* __restrict__ dout,
+                                       const int32_t* __restrict__ order, int first, int end, int64_t dim,
+                                       const int (&q)[kQuadsPerThread], const bool (&valid)[kQuadsPerThread]) {
+  constexpr int kAhead = RunAhead<T>();
+  const int lane = threadIdx.x % 32;
+  const T* col = dout + q[0] * 4;  // quad i is kFusedThreads * 4 * i elements further
+  for (int j0 = first + 1; j0 < end; j0 += 32) {
+    const int mine = j0 + lane < end ? order[j0 + lane] : 0;
+    const int count = min(32, end - j0);
+    int u0 = 0;
+    for (; u0 + kAhead <= count; u0 += kAhead) {
+      RawQuad<T> x[kAhead][kQuadsPerThread];
 #pragma unroll
-    for (int u = 0; u < kRunAhead; ++u) x[u] = Load4(dout + int64_t(order[j + u]) * dim + c);
+      for (int u = 0; u < kAhead; ++u) {
+        const T* src = col + int64_t(__shfl_sync(0xffffffffu, mine, u0 + u)) * dim;
 #pragma unroll
-    for (int u = 0; u < kRunAhead; ++u) Add4(a, x[u]);
+        for (int i = 0; i < kQuadsPerThread; ++i) {
+          if (valid[i]) x[u][i] = LoadQuad(src + i * kFusedThreads * 4);
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kAhead; ++u) {
+#pragma unroll
+        for (int i = 0; i < kQuadsPerThread; ++i) {
+          if (valid[i]) AddQuad<T>(acc[i], x[u][i]);
+        }
+      }
+    }
+    for (; u0 < count; ++u0) {
+      const T* src = col + int64_t(__shfl_sync(0xffffffffu, mine, u0)) * dim;
+#pragma unroll
+      for (int i = 0; i < kQuadsPerThread; ++i) {
+        if (valid[i]) AddQuad<T>(acc[i], LoadQuad(src + i * kFusedThreads * 4));
+      }
+    }
   }
-  for (; j < end; ++j) Add4(a, Load4(dout + int64_t(order[j]) * dim + c));
 }
 
 // A CTA per step of kR vocabulary rows (grid-stride when the grid is smaller than the steps);
-// thread t on column quads t, t + kThreads, ... of every row of the step.
+// thread t on column quads t, t + kFusedThreads, ... of every row of the step. The step's runs
+// bounds are CTA-uniform, so every branch on them is too (AddRun's shuffles need whole warps).
 template <typename T, int kR, bool kStreaming>
-__global__ void __launch_bounds__(kThreads)
+__global__ void __launch_bounds__(kFusedThreads, 2)
     FusedRowSumKernel(const T* __restrict__ dout, const int32_t* __restrict__ order,
                       const int32_t* __restrict__ offsets, float* __restrict__ dtable, int vocab, int quads,
                       int steps) {
@@ -365,31 +423,58 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int r = 0; r <= kR; ++r) bound[r] = offsets[min(v0 + r, vocab)];
     int head[kR];  // the dout row of each run's first token, -1 for an empty run
+    uint32_t long_runs = 0;  // bit r: row v0 + r has two or more tokens
 #pragma unroll
-    for (int r = 0; r < kR; ++r) head[r] = bound[r] < bound[r + 1] ? order[bound[r]] : -1;
-    for (int q = threadIdx.x; q < quads; q += kThreads) {
-      const int64_t c = int64_t(q) * 4;
-      float4 acc[kR];
+    for (int r = 0; r < kR; ++r) {
+      head[r] = bound[r] < bound[r + 1] ? order[bound[r]] : -1;
+      if (bound[r + 1] - bound[r] > 1) long_runs |= 1u << r;
+    }
+    for (int q0 = threadIdx.x; q0 - int(threadIdx.x) < quads; q0 += kFusedThreads * kQuadsPerThread) {
+      int q[kQuadsPerThread];
+      bool valid[kQuadsPerThread];
+#pragma unroll
+      for (int i = 0; i < kQuadsPerThread; ++i) {
+        q[i] = q0 + i * kFusedThreads;
+        valid[i] = q[i] < quads;
+      }
+      // Phase 1, rows of at most one token (nearly all): their loads all in flight, then stores.
+      RawQuad<T> x[kR][kQuadsPerThread];
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        acc[r] = head[r] >= 0 ? Load4(dout + int64_t(head[r]) * dim + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+        for (int i = 0; i < kQuadsPerThread; ++i) {
+          if (bound[r + 1] - bound[r] == 1 && valid[i]) {
+            x[r][i] = LoadQuad(dout + int64_t(head[r]) * dim + int64_t(q[i]) * 4);
+          }
+        }
       }
 #pragma unroll
       for (int r = 0; r < kR; ++r) {
-        // 0 + x, the CPU reference's first addition (it turns -0 into +0).
-        const float4 x = acc[r];
-        acc[r] = make_float4(0.f, 0.f, 0.f, 0.f);
-        Add4(acc[r], x);
-        if (bound[r + 1] - bound[r] > 1) AddRun(acc[r], dout, order, bound[r] + 1, bound[r + 1], dim, c);
-      }
+        if (bound[r + 1] - bound[r] > 1 || v0 + r >= vocab) continue;
 #pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if (v0 + r >= vocab) break;
-        float4* dst = reinterpret_cast<float4*>(dtable + int64_t(v0 + r) * dim + c);
-        if constexpr (kStreaming) {
-          __stcs(dst, acc[r]);
-        } else {
-          *dst = acc[r];
+        for (int i = 0; i < kQuadsPerThread; ++i) {
+          // 0 + x, the CPU reference's first addition (it turns -0 into +0); 0 for an empty run.
+          float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (head[r] >= 0) AddQuad<T>(acc, x[r][i]);
+          if (valid[i]) StoreQuad<kStreaming>(dtable + int64_t(v0 + r) * dim + int64_t(q[i]) * 4, acc);
+        }
+      }
+      // Phase 2, runs of two or more tokens, one row at a time (a loop, not unrolled: one copy of
+      // the run code), their dout rows loaded ahead.
+      for (uint32_t m = long_runs; m != 0; m &= m - 1) {
+        const int v = v0 + __ffs(m) - 1;
+        const int begin = offsets[v], end = offsets[v + 1];
+        const int64_t first = order[begin];
+        float4 acc[kQuadsPerThread];
+#pragma unroll
+        for (int i = 0; i < kQuadsPerThread; ++i) {
+          acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+          if (valid[i]) AddQuad<T>(acc[i], LoadQuad(dout + first * dim + int64_t(q[i]) * 4));
+        }
+        AddRun(acc, dout, order, begin, end, dim, q, valid);
+#pragma unroll
+        for (int i = 0; i < kQuadsPerThread; ++i) {
+          if (valid[i]) StoreQuad<kStreaming>(dtable + int64_t(v) * dim + int64_t(q[i]) * 4, acc[i]);
         }
       }
     }
@@ -494,7 +579,7 @@ cudaError_t LaunchFusedRowSum(const Problem& p, const BackwardConfig& cfg, const
   const int64_t steps = (p.vocab + kR - 1) / kR;
   cudaLaunchConfig_t lc = {};
   lc.gridDim = dim3(cfg.ctas_per_sm > 0 ? cuda_vec::GridFor(steps, cfg.ctas_per_sm) : unsigned(steps));
-  lc.blockDim = dim3(kThreads);
+  lc.blockDim = dim3(kFusedThreads);
   lc.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;

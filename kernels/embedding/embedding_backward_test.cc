@@ -59,7 +59,8 @@ std::vector<int64_t> DrawIds(const Case& c) {
       case Ids::kHot: id = r % 100 < 45 ? hot : int64_t((r >> 8) % uint64_t(c.vocab)); break;
       case Ids::kAllEqual: id = c.vocab - 1; break;
       case Ids::kOutOfRange: {
-        const int64_t bad[] = {-1, c.vocab, c.vocab + 7, -1000, c.id_dtype == DType::kI64 ? (int64_t(1) << 40) : 1 << 30};
+        const int64_t huge = c.id_dtype == DType::kI64 ? int64_t(1) << 40 : int64_t(1) << 30;
+        const int64_t bad[] = {-1, c.vocab, c.vocab + 7, -1000, huge};
         id = r % 4 == 0 ? bad[(r >> 8) % 5] : int64_t((r >> 8) % uint64_t(c.vocab));
         break;
       }
@@ -139,7 +140,7 @@ TEST(EmbeddingBackwardStagesTest, PreparationMatchesStableSort) {
       Tensor offsets = Tensor::Empty({c.vocab + 1}, DType::kI32, d).value();
       Poison(order);
       Poison(offsets);
-      ASSERT_TRUE(embedding_internal::BackwardPrepareCuda(p, Path(path), tids.raw(), order.data<int32_t>(),
+      ASSERT_TRUE(embedding_internal::BackwardPrepareCuda(p, Path(path), tids.view().raw(), order.data<int32_t>(),
                                                           offsets.data<int32_t>(), 0, s.native())
                       .ok());
       ASSERT_TRUE(s.Synchronize().ok());
@@ -156,8 +157,8 @@ std::vector<double> RunBackward(const Case& c, const BackwardConfig& cfg, const 
   Tensor dtable = Tensor::Empty({c.vocab, c.dim}, DType::kF32, dout.device()).value();
   Poison(dtable);
   const Problem p{c.n, c.vocab, c.dim, c.dtype, c.id_dtype == DType::kI64};
-  const absl::Status st =
-      embedding_internal::BackwardCudaWith(p, cfg, dout.raw(), ids.raw(), dtable.data<float>(), 0, s.native());
+  const absl::Status st = embedding_internal::BackwardCudaWith(p, cfg, dout.view().raw(), ids.view().raw(),
+                                                               dtable.data<float>(), 0, s.native());
   EXPECT_TRUE(st.ok()) << st;
   EXPECT_TRUE(s.Synchronize().ok());
   return ToHost(dtable);

@@ -109,8 +109,8 @@ void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bo
   Tensor order = Tensor::Empty({n}, DType::kI32, s.device).value();
   Tensor offsets = Tensor::Empty({vocab + 1}, DType::kI32, s.device).value();
   auto prep = [&] {
-    return embedding_internal::BackwardPrepareCuda(p, cfg, ids.raw(), order.data<int32_t>(), offsets.data<int32_t>(),
-                                                   s.device.ordinal, s.stream.native());
+    return embedding_internal::BackwardPrepareCuda(p, cfg, ids.view().raw(), order.data<int32_t>(),
+                                                   offsets.data<int32_t>(), s.device.ordinal, s.stream.native());
   };
   absl::Status st = prep();
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
@@ -118,7 +118,7 @@ void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bo
     (void)start.Record(s.stream);
     for (int i = 0; i < kBatch && st.ok(); ++i) {
       st = prepare ? prep()
-                   : embedding_internal::BackwardRowSumCuda(p, cfg, dout.raw(), order.data<int32_t>(),
+                   : embedding_internal::BackwardRowSumCuda(p, cfg, dout.view().raw(), order.data<int32_t>(),
                                                             offsets.data<int32_t>(), dtable.data<float>(),
                                                             s.stream.native());
     }
