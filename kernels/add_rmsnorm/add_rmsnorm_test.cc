@@ -230,7 +230,7 @@ TEST(AddRmsNormCudaTest, MatchesDoubleReference) {
 // out of place and in place.
 TEST(AddRmsNormCudaTest, EveryLaunchConfigMatchesReference) {
   SG_SKIP_WITHOUT_CUDA();
-  const std::vector<add_rmsnorm_internal::LaunchConfig> configs = {
+  std::vector<add_rmsnorm_internal::LaunchConfig> configs = {
       {256, 4, 0, 0}, {32, 1, 0, 1}, {32, 4, 2, 8}, {64, 2, 1, 2}, {128, 4, 0, 4}, {512, 2, 8, 1}, {512, 4, 0, 3},
       {256, 4, 0, 0, true}, {32, 2, 0, 8, true},
   };
@@ -239,6 +239,18 @@ TEST(AddRmsNormCudaTest, EveryLaunchConfigMatchesReference) {
       {66, 4096, DType::kBF16}, {2, 16384, DType::kBF16}, {9, 16392, DType::kBF16},  {41, 256, DType::kF32},
       {67, 1000, DType::kF32},  {6, 8192, DType::kF32},   {3, 8200, DType::kF32},
   };
+  // Thread-block clusters summing the dw rows (2 to 16 CTAs; rows over 48 KB of f32 fall back to
+  // one CTA per partial row), with the forward as a programmatic dependent launch.
+  for (int cluster : {2, 4, 8, 16}) {
+    add_rmsnorm_internal::LaunchConfig c;
+    c.max_threads = cluster == 2 ? 64 : 128;
+    c.rows_per_step = cluster == 16 ? 1 : 2;
+    c.bwd_cluster = cluster;
+    c.bwd_ctas_per_sm = cluster == 4 ? 3 : 0;
+    c.overlap_sum = cluster == 8;
+    c.fwd_pdl = true;
+    configs.push_back(c);
+  }
   for (auto cfg : configs) {
     cfg.fwd_max_threads = cfg.max_threads;  // the forward takes the same shapes
     cfg.fwd_rows_per_step = cfg.rows_per_step;

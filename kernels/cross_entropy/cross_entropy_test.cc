@@ -190,18 +190,26 @@ TEST(CrossEntropyCpuTest, BadArgumentsAreNamed) {
 }
 
 // Every row kernel (cross_entropy.cu: SG_CE_KERNEL selects one per call for rows that fit in
-// registers), on rows that fill 8 packs a thread exactly, partly, and with 4 (f32 12000).
+// registers; "" is the default), on rows that fill 8 packs a thread exactly, partly, and with 4
+// (f32 12000). The ring kernels also get more rows than 3 per SM (each CTA's ring of row buffers
+// wraps around), and fall back to the default for the f32 20000 and unaligned rows.
 TEST(CrossEntropyCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const char* kernel : {"registers", "registers_v1", "chunked"}) {
+  for (const char* kernel : {"", "registers", "registers_v1", "chunked", "ring", "ring2", "ring512"}) {
     SCOPED_TRACE(std::string("SG_CE_KERNEL=") + kernel);
-    ASSERT_EQ(setenv("SG_CE_KERNEL", kernel, 1), 0);
+    if (*kernel == 0) {
+      unsetenv("SG_CE_KERNEL");
+    } else {
+      ASSERT_EQ(setenv("SG_CE_KERNEL", kernel, 1), 0);
+    }
     for (const Case& c : Cases()) Check(c, Device::Cuda(0));
     Check({64, 128256, DType::kBF16, DType::kI64, true}, Device::Cuda(0));  // Llama-3 vocabulary: chunked path
     Check({7, 32001, DType::kBF16, DType::kI32, false}, Device::Cuda(0));   // unaligned rows: scalar path
     Check({9, 32768, DType::kBF16, DType::kI64, true}, Device::Cuda(0));
     Check({6, 16392, DType::kBF16, DType::kI32, false}, Device::Cuda(0));
     Check({5, 12000, DType::kF32, DType::kI32, true}, Device::Cuda(0));
+    Check({1500, 1000, DType::kBF16, DType::kI32, true}, Device::Cuda(0));
+    Check({600, 32000, DType::kBF16, DType::kI64, false}, Device::Cuda(0));
   }
   unsetenv("SG_CE_KERNEL");
 }

@@ -52,6 +52,15 @@ struct LaunchConfig {
   // forward prefetches only with persistent CTAs (fwd_ctas_per_sm > 0).
   bool fwd_prefetch = false;
   bool bwd_prefetch = false;
+  // Backward: CTAs per thread-block cluster (1, 2, 4, 8 or 16; 1 = no clusters). With n > 1 the n
+  // CTAs of a cluster add their weight-gradient rows through distributed shared memory, so the
+  // partial rows written to memory (and summed by the second kernel) drop n-fold: at 16 CTAs per
+  // SM and one CTA per partial row, 16384 x 2048 writes and reads back 17 MB besides its 192 MiB.
+  int bwd_cluster = 1;
+  // Forward: launch as a programmatic dependent of the previous kernel on the stream (its launch
+  // and prologue overlap that kernel's tail; the kernel waits for it with griddepcontrol.wait
+  // before touching memory).
+  bool fwd_pdl = false;
 
   // The configuration the forward's shape is chosen from.
   LaunchConfig ForwardConfig() const {
@@ -66,13 +75,16 @@ struct LaunchConfig {
            " fwd threads<=" + std::to_string(fwd_max_threads) + " rows/step=" + std::to_string(fwd_rows_per_step) +
            " fwd_ctas/sm=" + std::to_string(fwd_ctas_per_sm) + " bwd_ctas/sm=" + std::to_string(bwd_ctas_per_sm) +
            (overlap_sum ? " overlap_sum" : "") + (fwd_prefetch ? " fwd_prefetch" : "") +
-           (bwd_prefetch ? " bwd_prefetch" : "");
+           (bwd_prefetch ? " bwd_prefetch" : "") +
+           (bwd_cluster > 1 ? " bwd_cluster=" + std::to_string(bwd_cluster) : std::string()) +
+           (fwd_pdl ? " fwd_pdl" : "");
   }
 };
 
 }  // namespace sg::kernels::rmsnorm_launch
 
 #ifdef __CUDACC__
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -135,6 +147,10 @@ template <typename T, int kV, int kR, bool kAdd, bool kPrefetch>
 __global__ void __launch_bounds__(kMaxThreads)
     ForwardKernel(const T* x, const T* __restrict__ delta, const T* __restrict__ w, T* h, T* __restrict__ y,
                   float* __restrict__ rstd, int64_t rows, int packs, float eps) {
+  // Launched as a programmatic dependent (LaunchConfig::fwd_pdl): wait until the previous grid has
+  // completed and its writes are visible, then let the next one be scheduled. No-ops otherwise.
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float scratch[2][kR][32];
   const int dim = packs * 8;
   float wv[kV][8];
@@ -241,7 +257,11 @@ __global__ void __launch_bounds__(kMaxThreads)
 // dx = rstd * (w * dy - x * rstd^2 * mean(w * dy * x)) (+ dh_in when kResidual), and this CTA's
 // partial row of dw = sum over its rows of dy * x * rstd. dx may equal dh_in (in place).
 // kPrefetch: the next step's rows are loaded before this step's are reduced and stored.
-template <typename T, int kV, int kR, bool kResidual, bool kPrefetch>
+// kCluster: the kernel runs in thread-block clusters (any size the launch gives); the CTAs of one
+// cluster sum their dw rows through distributed shared memory (dynamic shared memory of dim floats
+// per CTA) and write one partial row per cluster, rank r the r-th slice of its columns; the sum
+// over the cluster's CTAs is in rank order, so the result stays bitwise reproducible.
+template <typename T, int kV, int kR, bool kResidual, bool kPrefetch, bool kCluster = false>
 __global__ void __launch_bounds__(kMaxThreads)
     BackwardKernel(const T* __restrict__ dy, const T* dh_in, const T* __restrict__ x, const T* __restrict__ w,
                    const float* __restrict__ rstd, T* dx, float* __restrict__ dw_partial, int64_t rows, int packs,
@@ -348,10 +368,36 @@ __global__ void __launch_bounds__(kMaxThreads)
       if (row0 + kR < end) load(row0 + kR, cur);
     }
   }
+  if constexpr (kCluster) {
+    extern __shared__ float4 cluster_rows[];  // dim / 4 of them: this CTA's dw row
+    float* mine = reinterpret_cast<float*>(cluster_rows);
 #pragma unroll
-  for (int j = 0; j < kV; ++j) {
-    const int p = int(threadIdx.x) + int(blockDim.x) * j;
-    if (p < packs) Pack8<float>::Store(dw_partial + int64_t(blockIdx.x) * dim + p * 8, acc[j]);
+    for (int j = 0; j < kV; ++j) {
+      const int p = int(threadIdx.x) + int(blockDim.x) * j;
+      if (p < packs) Pack8<float>::Store(mine + p * 8, acc[j]);
+    }
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every CTA's row is in its shared memory
+    const int size = int(cluster.num_blocks()), rank = int(cluster.block_rank());
+    const int quads = dim / 4, per = (quads + size - 1) / size;
+    const int q_end = min(quads, (rank + 1) * per);
+    float4* out = reinterpret_cast<float4*>(dw_partial + int64_t(blockIdx.x / size) * dim);
+    for (int q = rank * per + int(threadIdx.x); q < q_end; q += int(blockDim.x)) {
+      float4 s = make_float4(0.f, 0.f, 0.f, 0.f);
+      for (int c = 0; c < size; ++c) {
+        const float4 v = cluster.map_shared_rank(cluster_rows, c)[q];
+        s.x += v.x, s.y += v.y, s.z += v.z, s.w += v.w;
+      }
+      out[q] = s;
+    }
+    cluster.sync();  // no CTA leaves while another still reads its shared memory
+  } else {
+#pragma unroll
+    for (int j = 0; j < kV; ++j) {
+      const int p = int(threadIdx.x) + int(blockDim.x) * j;
+      if (p < packs) Pack8<float>::Store(dw_partial + int64_t(blockIdx.x) * dim + p * 8, acc[j]);
+    }
   }
 }
 
@@ -518,6 +564,51 @@ inline absl::StatusOr<int> SmCount(int device) {
   return std::max(sms, 1);
 }
 
+// A launch configuration for a programmatic dependent launch (the kernel may be scheduled while
+// the previous one on the stream finishes; it must execute griddepcontrol.wait before using that
+// kernel's results).
+struct ProgrammaticLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attr[1];
+  ProgrammaticLaunch(unsigned grid, unsigned threads, cudaStream_t stream) {
+    config.gridDim = dim3(grid);
+    config.blockDim = dim3(threads);
+    config.stream = stream;
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    config.attrs = attr;
+    config.numAttrs = 1;
+  }
+};
+
+// Clusters of `size` CTAs of a kernel that fit on the GPU at once (0 if none), cached per kernel,
+// thread count and size (one GPU model per process assumed). Sizes over 8 are allowed explicitly.
+template <typename Kernel>
+cudaError_t ResidentClusters(Kernel kernel, int threads, int smem, int size, int* clusters) {
+  static std::atomic<int> cached[kMaxThreads / 32 + 1][17] = {};
+  std::atomic<int>& slot = cached[threads / 32][size];
+  *clusters = slot.load(std::memory_order_relaxed);
+  if (*clusters > 0) return cudaSuccess;
+  if (size > 8) {
+    cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+    if (err != cudaSuccess) return err;
+  }
+  cudaLaunchConfig_t lc = {};
+  lc.gridDim = dim3(unsigned(size));
+  lc.blockDim = dim3(unsigned(threads));
+  lc.dynamicSmemBytes = size_t(smem);
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = unsigned(size);
+  attr[0].val.clusterDim.y = 1;
+  attr[0].val.clusterDim.z = 1;
+  lc.attrs = attr;
+  lc.numAttrs = 1;
+  cudaError_t err = cudaOccupancyMaxActiveClusters(clusters, kernel, &lc);
+  if (err == cudaSuccess) slot.store(*clusters, std::memory_order_relaxed);
+  return err;
+}
+
 }  // namespace detail
 
 // Forward: y and rstd from x (kAdd false; delta and h unused, may be null), or h = x + delta, then
@@ -537,12 +628,22 @@ absl::Status Forward(const LaunchConfig& cfg, int64_t rows, int64_t dim, float e
     grid = std::min<int64_t>(grid, int64_t(cfg.fwd_ctas_per_sm) * sms);
   }
   const bool prefetch = cfg.fwd_prefetch && cfg.fwd_ctas_per_sm > 0;
+  cudaError_t err = cudaSuccess;
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
     constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
     auto kernel = prefetch ? detail::ForwardKernel<T, kV, kR, kAdd, true> : detail::ForwardKernel<T, kV, kR, kAdd, false>;
-    kernel<<<unsigned(grid), shape.threads, 0, stream>>>(x, delta, w, h, y, rstd, rows, int(dim / 8), eps);
+    if (cfg.fwd_pdl) {
+      detail::ProgrammaticLaunch launch(unsigned(grid), unsigned(shape.threads), stream);
+      err = cudaLaunchKernelEx(&launch.config, kernel, x, delta, w, h, y, rstd, rows, int(dim / 8), eps);
+    } else {
+      kernel<<<unsigned(grid), shape.threads, 0, stream>>>(x, delta, w, h, y, rstd, rows, int(dim / 8), eps);
+      err = cudaGetLastError();
+    }
   });
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(ForwardKernel);
+  if (err != cudaSuccess) {
+    return LibraryError(absl::StatusCode::kInternal, "CUDA", err, cudaGetErrorString(err), "ForwardKernel", __FILE__,
+                        __LINE__);
+  }
   return absl::OkStatus();
 }
 
@@ -567,8 +668,23 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   int resident = 1;
   cudaError_t err = cudaSuccess;
   const bool prefetch = cfg.bwd_prefetch;
+  // Clusters: a power of two up to 16, rows whose dw row fits the default 48 KB of shared memory.
+  int cluster = 1;
+  while (cluster * 2 <= std::min(cfg.bwd_cluster, 16)) cluster *= 2;
+  if (dim * int64_t(sizeof(float)) > 48 * 1024) cluster = 1;
+  const int cluster_smem = cluster > 1 ? int(dim * int64_t(sizeof(float))) : 0;
+  int64_t ctas = 0;  // cluster path: the grid, a multiple of the cluster size
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
     constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
+    if (cluster > 1) {
+      auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true, true>
+                             : detail::BackwardKernel<T, kV, kR, kResidual, false, true>;
+      int clusters = 0;
+      err = detail::ResidentClusters(kernel, shape.threads, cluster_smem, cluster, &clusters);
+      if (cfg.bwd_ctas_per_sm > 0) clusters = std::max(1, cfg.bwd_ctas_per_sm * sms / cluster);
+      ctas = int64_t(std::max(clusters, 1)) * cluster;
+      return;
+    }
     static std::atomic<int> cached[2][detail::kMaxThreads / 32 + 1] = {};
     std::atomic<int>& slot = cached[prefetch ? 1 : 0][shape.threads / 32];
     resident = slot.load(std::memory_order_relaxed);
@@ -581,33 +697,46 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   });
   SG_CUDA_RETURN_IF_ERROR(err);
   const int per_sm = std::max(1, cfg.bwd_ctas_per_sm > 0 ? cfg.bwd_ctas_per_sm : resident);
-  const int64_t want_ctas = int64_t(per_sm) * sms;
+  const int64_t want_ctas = cluster > 1 ? ctas : int64_t(per_sm) * sms;
   int64_t rows_per_cta = (rows + want_ctas - 1) / want_ctas;
   rows_per_cta = (rows_per_cta + shape.kr - 1) / shape.kr * shape.kr;
-  const int64_t groups = (rows + rows_per_cta - 1) / rows_per_cta;
+  // Without clusters, CTAs that would get no rows are not launched; with them every CTA of the
+  // grid takes part in its cluster's sum (an empty one adds zeros).
+  const int64_t grid = cluster > 1 ? ctas : (rows + rows_per_cta - 1) / rows_per_cta;
+  const int64_t groups = grid / cluster;  // partial rows
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
   SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(groups * dim * int64_t(sizeof(float))));
   float* partial = static_cast<float*>(scratch);
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
     constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
+    if (cluster > 1) {
+      auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true, true>
+                             : detail::BackwardKernel<T, kV, kR, kResidual, false, true>;
+      cudaLaunchConfig_t lc = {};
+      lc.gridDim = dim3(unsigned(grid));
+      lc.blockDim = dim3(unsigned(shape.threads));
+      lc.dynamicSmemBytes = size_t(cluster_smem);
+      lc.stream = stream;
+      cudaLaunchAttribute attr[1];
+      attr[0].id = cudaLaunchAttributeClusterDimension;
+      attr[0].val.clusterDim.x = unsigned(cluster);
+      attr[0].val.clusterDim.y = 1;
+      attr[0].val.clusterDim.z = 1;
+      lc.attrs = attr;
+      lc.numAttrs = 1;
+      err = cudaLaunchKernelEx(&lc, kernel, dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8), rows_per_cta);
+      return;
+    }
     auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
                            : detail::BackwardKernel<T, kV, kR, kResidual, false>;
-    kernel<<<unsigned(groups), shape.threads, 0, stream>>>(dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
-                                                           rows_per_cta);
+    kernel<<<unsigned(grid), shape.threads, 0, stream>>>(dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
+                                                         rows_per_cta);
+    err = cudaGetLastError();
   });
-  err = cudaGetLastError();
   const char* failed = "BackwardKernel";
   if (err == cudaSuccess && cfg.overlap_sum) {
-    cudaLaunchConfig_t lc = {};
-    lc.gridDim = dim3(unsigned((dim + 31) / 32));
-    lc.blockDim = dim3(detail::kSumThreads);
-    lc.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    lc.attrs = attr;
-    lc.numAttrs = 1;
-    err = cudaLaunchKernelEx(&lc, detail::SumPartialsKernel<true>, static_cast<const float*>(partial), dw, int(groups),
+    detail::ProgrammaticLaunch launch(unsigned((dim + 31) / 32), detail::kSumThreads, stream);
+    err = cudaLaunchKernelEx(&launch.config, detail::SumPartialsKernel<true>, static_cast<const float*>(partial), dw, int(groups),
                              int(dim));
     failed = "SumPartialsKernel (programmatic dependent launch)";
   } else if (err == cudaSuccess) {

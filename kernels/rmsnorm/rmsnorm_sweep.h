@@ -21,26 +21,24 @@
 namespace sg::kernels::rmsnorm_launch {
 
 // Args: backward, rows, dim, max_threads, rows_per_step, ctas_per_sm (forward: 0 = one CTA per step
-// of rows, n = n persistent CTAs per SM; backward: 0 = all resident, else CTAs = partial rows per
-// SM), overlap_sum (backward), prefetch. The Llama-1B shape gets every configuration, the 7B width
-// the same list (kept short enough to run in about a minute).
+// of rows, n = n persistent CTAs per SM; backward: 0 = all resident, else CTAs per SM), overlap_sum
+// (backward), prefetch, cluster (backward: CTAs per cluster summing their dw rows), pdl (forward:
+// programmatic dependent launch). The configurations earlier H200 sweeps left in contention, at the
+// Llama-1B shape and the 7B width (kept short enough to run in about a minute).
 inline void SweepArgs(benchmark::internal::Benchmark* bm) {
-  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm", "overlap", "prefetch"});
+  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm", "overlap", "prefetch", "cluster", "pdl"});
   for (auto [rows, dim] : {std::pair<int64_t, int64_t>{16384, 2048}, {8192, 4096}}) {
-    for (int threads : {128, 256}) {  // forward: persistent CTAs only pay with prefetching
-      for (int step : {1, 2}) {
-        bm->Args({0, rows, dim, threads, step, 0, 0, 0});
-        for (int ctas : {2, 4, 8, 16}) bm->Args({0, rows, dim, threads, step, ctas, 0, 1});
-      }
+    for (int threads : {128, 256}) {
+      for (int pdl : {0, 1}) bm->Args({0, rows, dim, threads, 1, 0, 0, 0, 1, pdl});
     }
-    for (int threads : {128, 256, 512}) {
-      for (int step : {1, 2, 4}) {
-        for (int ctas : {0, 4}) {
-          for (int prefetch : {0, 1}) bm->Args({1, rows, dim, threads, step, ctas, 0, prefetch});
+    for (int threads : {128, 256}) {
+      for (int step : {1, 2}) {
+        for (int cluster : {1, 2, 4, 8, 16}) {
+          for (int overlap : {0, 1}) bm->Args({1, rows, dim, threads, step, 0, overlap, 0, cluster, 0});
         }
       }
     }
-    bm->Args({1, rows, dim, 256, 4, 0, 1, 0});  // the partial-row sum as a programmatic dependent launch
+    for (int cluster : {8, 16}) bm->Args({1, rows, dim, 128, 1, 0, 1, 1, cluster, 0});  // with prefetch
   }
 }
 
@@ -57,6 +55,8 @@ inline LaunchConfig SweepConfig(const benchmark::State& state) {
   (backward ? cfg.bwd_ctas_per_sm : cfg.fwd_ctas_per_sm) = int(state.range(5));
   cfg.overlap_sum = state.range(6) != 0;
   (backward ? cfg.bwd_prefetch : cfg.fwd_prefetch) = state.range(7) != 0;
+  cfg.bwd_cluster = int(state.range(8));
+  cfg.fwd_pdl = state.range(9) != 0;
   return cfg;
 }
 

@@ -12,12 +12,23 @@
 // (token, group of kGroup heads, chunk), each computing its own cos/sin with 64-bit index math.
 // Kept until the GPU run picks one; the loser is then deleted.
 //
-// head_dim % 16 != 0 or unaligned tensors take kW = 1 with scalar accesses (both kernels).
+// "flat" / "flat12" / "flat2" (RopeFlatKernel, 1 or 2 chunks a thread): no loop, 128-thread blocks over
+// consecutive chunks (the shape of torch.compile's memory-bound kernels, as SwiGLU's flat kernel),
+// so the last wave is short; every thread issues its 16-byte loads first, then the block computes
+// the cos/sin of the (at most a few) tokens it touches into shared memory while they are in
+// flight, then rotates and stores; 32-bit indices with multiply-shift division. They need the
+// 16-byte layout and fewer than 2^31 chunks; otherwise the token-run kernel runs. Why (Llama-1B
+// q+k bf16, 3.29 TB/s for "tokens"): a token-run CTA holds 960 chunks (123 KB of traffic) at 77
+// registers, 3 CTAs an SM, ~7 waves whose last is a long partial one, and issues no load until its
+// cos/sin are done; a flat block moves 16 KB, 12-16 blocks an SM, ~13 short waves.
+//
+// head_dim % 16 != 0 or unaligned tensors take kW = 1 with scalar accesses (tokens and groups).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -56,6 +67,21 @@ __device__ __forceinline__ int64_t PositionOf(const Problem& p, int64_t token) {
   if (p.positions == nullptr) return p.offset + s;
   const int64_t i = p.positions_per_batch ? token : s;
   return p.positions_i64 ? static_cast<const int64_t*>(p.positions)[i] : static_cast<const int32_t*>(p.positions)[i];
+}
+
+// cos/sin of position `pos` at frequency i, as every kernel here computes them: from the table
+// (row clamped to the last), or powf/sincosf in f32 as the CPU reference. sin is multiplied by sign.
+__device__ __forceinline__ void CosSin(const Problem& p, int64_t pos, int i, float& c, float& s) {
+  const int64_t half = p.head_dim / 2;
+  if (p.cos != nullptr) {
+    pos = pos < p.table_rows ? pos : p.table_rows - 1;
+    c = p.cos[pos * half + i];
+    s = p.sin[pos * half + i] * p.sign;
+  } else {
+    const float inv = 1.f / powf(p.theta, float(2 * i) / float(p.head_dim));
+    sincosf(float(pos) * inv, &s, &c);
+    s *= p.sign;
+  }
 }
 
 template <typename T, int kW>
@@ -143,18 +169,7 @@ __global__ void __launch_bounds__(kThreads) RopeTokensKernel(Problem p, Buffers 
   float* sn = angles + tokens_per_cta * half;
   for (int j = threadIdx.x; j < ntok * half; j += kThreads) {
     const int t = j / half, i = j - t * half;
-    int64_t pos = PositionOf(p, tok0 + t);
-    if (p.cos != nullptr) {
-      pos = pos < p.table_rows ? pos : p.table_rows - 1;
-      cs[j] = p.cos[pos * half + i];
-      sn[j] = p.sin[pos * half + i] * p.sign;
-    } else {
-      const float inv = 1.f / powf(p.theta, float(2 * i) / float(p.head_dim));
-      float c, sv;
-      sincosf(float(pos) * inv, &sv, &c);
-      cs[j] = c;
-      sn[j] = sv * p.sign;
-    }
+    CosSin(p, PositionOf(p, tok0 + t), i, cs[j], sn[j]);
   }
   __syncthreads();
   const int items = ntok * heads * chunks;
@@ -210,6 +225,105 @@ __global__ void __launch_bounds__(kThreads) RopeTokensKernel(Problem p, Buffers 
   }
 }
 
+// n / d for 0 <= n < 2^31 and 1 <= d < 2^31 with a multiply-high, an add and a shift (a runtime
+// 32-bit division is ~20 instructions): s = ceil(log2 d), m = floor(2^32 (2^s - d) / d) + 1,
+// n / d = (umulhi(n, m) + n) >> s.
+struct FastDiv {
+  uint32_t d = 1, m = 0, s = 0;
+  FastDiv() = default;
+  explicit FastDiv(uint32_t divisor) : d(divisor) {
+    while ((uint64_t(1) << s) < d) ++s;
+    m = uint32_t(((uint64_t(1) << 32) * ((uint64_t(1) << s) - d)) / d + 1);
+  }
+  __device__ __forceinline__ uint32_t Div(uint32_t n) const { return (__umulhi(n, m) + n) >> s; }
+};
+
+// The flat kernel's launch constants. An item is one 8-pair chunk of one head of one token; items
+// run token-major (token, then q heads and k heads, then chunk), as the tensors are laid out.
+struct FlatShape {
+  uint32_t items = 0;      // tokens * per_token.d
+  uint32_t half = 0;       // pairs per head
+  uint32_t chunks = 0;     // 8-pair chunks per head
+  uint32_t qh = 0, kh = 0;
+  uint32_t max_tokens = 0;  // rows of the block's cos/sin tables
+  FastDiv per_token;        // items per token
+  FastDiv per_head;         // chunks per head
+  FastDiv per_row;          // half: table entry -> (token, frequency)
+  FastDiv seq;
+};
+
+constexpr int kFlatThreads = 128;
+
+// kMinBlocks > 0 caps registers so that many blocks fit an SM (16: 32 registers, 2048 threads).
+template <typename T, int kItems, int kMinBlocks>
+__global__ void __launch_bounds__(kFlatThreads, kMinBlocks) RopeFlatKernel(Problem p, Buffers buf, FlatShape f) {
+  extern __shared__ float4 flat_table[];  // cos [max_tokens][half], then sin
+  float* cs = reinterpret_cast<float*>(flat_table);
+  float* sn = cs + f.max_tokens * f.half;
+  constexpr uint32_t kSpan = kFlatThreads * kItems;
+  const uint32_t first = blockIdx.x * kSpan;
+  const uint32_t last = min(first + kSpan, f.items) - 1;
+  const uint32_t tok0 = f.per_token.Div(first);
+  const uint32_t ntok = f.per_token.Div(last) - tok0 + 1;
+  // 1. Every load of the thread, before anything else.
+  cuda_vec::Raw8<T> a1[kItems], a2[kItems];
+  int64_t off[kItems];
+  bool is_q[kItems];
+  uint32_t angle[kItems];
+#pragma unroll
+  for (int u = 0; u < kItems; ++u) {
+    const uint32_t item = first + u * kFlatThreads + threadIdx.x;
+    off[u] = -1;
+    if (item < f.items) {
+      const uint32_t t = f.per_token.Div(item), r = item - t * f.per_token.d;
+      const uint32_t h = f.per_head.Div(r), c = r - h * f.chunks;
+      is_q[u] = h < f.qh;
+      const uint32_t row = is_q[u] ? t * f.qh + h : t * f.kh + (h - f.qh);
+      off[u] = int64_t(row) * (2 * f.half) + c * 8;
+      angle[u] = (t - tok0) * f.half + c * 8;
+      const T* src = static_cast<const T*>(is_q[u] ? buf.q : buf.k) + off[u];
+      a1[u] = cuda_vec::LoadRawOnce(src);
+      a2[u] = cuda_vec::LoadRawOnce(src + f.half);
+    }
+  }
+  // 2. The block's cos/sin while the loads are in flight.
+  for (uint32_t j = threadIdx.x; j < ntok * f.half; j += kFlatThreads) {
+    const uint32_t tt = f.per_row.Div(j), i = j - tt * f.half;
+    const uint32_t token = tok0 + tt;
+    const uint32_t b = f.seq.Div(token), s = token - b * f.seq.d;
+    int64_t pos = p.offset + s;
+    if (p.positions != nullptr) {
+      const uint32_t pi = p.positions_per_batch ? token : s;
+      pos = p.positions_i64 ? static_cast<const int64_t*>(p.positions)[pi] : static_cast<const int32_t*>(p.positions)[pi];
+    }
+    CosSin(p, pos, int(i), cs[j], sn[j]);
+  }
+  __syncthreads();
+  // 3. Rotate and store.
+#pragma unroll
+  for (int u = 0; u < kItems; ++u) {
+    if (off[u] < 0) continue;
+    float x1[8], x2[8], c[8], sv[8];
+    cuda_vec::Unpack(a1[u], x1);
+    cuda_vec::Unpack(a2[u], x2);
+    const float4* c4 = reinterpret_cast<const float4*>(cs + angle[u]);
+    const float4* s4 = reinterpret_cast<const float4*>(sn + angle[u]);
+    *reinterpret_cast<float4*>(&c[0]) = c4[0];
+    *reinterpret_cast<float4*>(&c[4]) = c4[1];
+    *reinterpret_cast<float4*>(&sv[0]) = s4[0];
+    *reinterpret_cast<float4*>(&sv[4]) = s4[1];
+    float y1[8], y2[8];
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      y1[k] = x1[k] * c[k] - x2[k] * sv[k];
+      y2[k] = x2[k] * c[k] + x1[k] * sv[k];
+    }
+    T* dst = static_cast<T*>(is_q[u] ? buf.q_out : buf.k_out) + off[u];
+    Pack8<T>::Store(dst, y1);
+    Pack8<T>::Store(dst + f.half, y2);
+  }
+}
+
 __global__ void TableKernel(float theta, int64_t rows, int64_t half, float* cos, float* sin) {
   const int64_t idx = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= rows * half) return;
@@ -218,10 +332,46 @@ __global__ void TableKernel(float theta, int64_t rows, int64_t half, float* cos,
   sincosf(float(r) * inv, &sin[idx], &cos[idx]);
 }
 
-// SG_ROPE_KERNEL=groups selects the first kernel; anything else (or unset) the token-run kernel.
-bool UseGroupsKernel() {
+// SG_ROPE_KERNEL, read per call: "groups"; "flat" (1 chunk a thread, registers capped at 32 for 16
+// blocks = 2048 threads an SM: bf16 spills 12 bytes, in the cos/sin code); "flat12" (the same
+// uncapped: 40 registers, 12 blocks an SM); "flat2" (2 chunks a thread, 8 blocks an SM); anything
+// else (or unset) the token-run kernel.
+enum class Kernel { kTokens, kGroups, kFlat, kFlat12, kFlat2 };
+Kernel KernelFromEnv() {
   const char* v = std::getenv("SG_ROPE_KERNEL");
-  return v != nullptr && std::strcmp(v, "groups") == 0;
+  if (v == nullptr) return Kernel::kTokens;
+  if (std::strcmp(v, "groups") == 0) return Kernel::kGroups;
+  if (std::strcmp(v, "flat") == 0) return Kernel::kFlat;
+  if (std::strcmp(v, "flat12") == 0) return Kernel::kFlat12;
+  if (std::strcmp(v, "flat2") == 0) return Kernel::kFlat2;
+  return Kernel::kTokens;
+}
+
+// Launches RopeFlatKernel<T, kItems>; false (nothing launched) where it does not apply: chunks or
+// tokens past 2^31, or cos/sin tables over the default 48 KiB of shared memory.
+template <typename T, int kItems, int kMinBlocks>
+bool LaunchFlat(const Problem& p, const Buffers& b, cudaStream_t s) {
+  constexpr int64_t kSpan = kFlatThreads * kItems;
+  const int64_t half = p.head_dim / 2, chunks = half / 8, heads = p.q_heads + p.k_heads;
+  const int64_t tokens = p.batch * p.seq, per_token = heads * chunks;
+  const int64_t items = tokens * per_token;
+  if (items >= (int64_t(1) << 31) - kSpan) return false;
+  FlatShape f;
+  f.items = uint32_t(items);
+  f.half = uint32_t(half);
+  f.chunks = uint32_t(chunks);
+  f.qh = uint32_t(p.q_heads);
+  f.kh = uint32_t(p.k_heads);
+  f.max_tokens = uint32_t(std::min<int64_t>(tokens, (kSpan - 1) / per_token + 2));
+  const size_t smem = size_t(2) * f.max_tokens * f.half * sizeof(float);
+  if (smem > 48 * 1024) return false;
+  f.per_token = FastDiv(uint32_t(per_token));
+  f.per_head = FastDiv(uint32_t(chunks));
+  f.per_row = FastDiv(uint32_t(half));
+  f.seq = FastDiv(uint32_t(p.seq));
+  const unsigned blocks = unsigned((items + kSpan - 1) / kSpan);
+  RopeFlatKernel<T, kItems, kMinBlocks><<<blocks, kFlatThreads, smem, s>>>(p, b, f);
+  return true;
 }
 
 template <typename T>
@@ -232,7 +382,17 @@ absl::Status Apply(const Problem& p, const Buffers& b, cudaStream_t s) {
   const int64_t heads = p.q_heads + p.k_heads;
   const int64_t chunks = vec ? half / 8 : half;
   const int64_t tokens = p.batch * p.seq;
-  if (!UseGroupsKernel()) {
+  const Kernel kernel = KernelFromEnv();
+  if (vec && (kernel == Kernel::kFlat || kernel == Kernel::kFlat12 || kernel == Kernel::kFlat2)) {
+    const bool launched = kernel == Kernel::kFlat     ? LaunchFlat<T, 1, 16>(p, b, s)
+                          : kernel == Kernel::kFlat12 ? LaunchFlat<T, 1, 0>(p, b, s)
+                                                      : LaunchFlat<T, 2, 8>(p, b, s);
+    if (launched) {
+      SG_CUDA_RETURN_IF_LAUNCH_ERROR(RopeFlatKernel);
+      return absl::OkStatus();
+    }
+  }
+  if (kernel != Kernel::kGroups) {
     // About kThreads * kItems chunks per CTA, and at most 16 KiB of cos/sin.
     int64_t per_cta = std::max<int64_t>(1, kThreads * kItems / (heads * chunks));
     per_cta = std::min<int64_t>(per_cta, std::max<int64_t>(1, 2048 / half));

@@ -203,12 +203,18 @@ TEST(RopeCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("need a table of at least 4 rows, found 3"), std::string::npos) << st;
 }
 
-// Both CUDA kernels (rope.cu: SG_ROPE_KERNEL selects one per call).
+// Every CUDA kernel (rope.cu: SG_ROPE_KERNEL selects one per call; "" is the default). The flat
+// kernels take the cases with head_dim % 16 == 0 (blocks spanning 22 tokens at d16, one token's
+// 1040 chunks over 9 blocks at q100 k30 d128, q only); the others fall back to the token-run kernel.
 TEST(RopeCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const char* kernel : {"tokens", "groups"}) {
+  for (const char* kernel : {"", "tokens", "groups", "flat", "flat12", "flat2"}) {
     SCOPED_TRACE(std::string("SG_ROPE_KERNEL=") + kernel);
-    ASSERT_EQ(setenv("SG_ROPE_KERNEL", kernel, 1), 0);
+    if (*kernel == 0) {
+      unsetenv("SG_ROPE_KERNEL");
+    } else {
+      ASSERT_EQ(setenv("SG_ROPE_KERNEL", kernel, 1), 0);
+    }
     for (const Case& c : Cases()) Check(c, Device::Cuda(0));
     Check({2, 2048, 32, 8, 64, DType::kBF16, 2048}, Device::Cuda(0));  // Llama-1B, second sequence shard
     CheckPositionsAndTable(Device::Cuda(0));

@@ -155,27 +155,36 @@ __global__ void __launch_bounds__(kThreads, 3)
 // (the shape of the kernel torch.compile generates for this op); 32-bit pack indices. With plain
 // loads it is the fastest here (3.94 / 3.90 TB/s vs the grid kernels' 3.75 / 3.64).
 constexpr int kFlatThreads = 128;
-template <typename T, bool kBackward, int kLoad>
+// kFast (SG_SWIGLU_MATH=fast): the sigmoid's division by the approximate __fdividef (2 ulp, as
+// Triton's default float division) instead of an IEEE reciprocal, and no integer division for the
+// pack's row when the layout is one flat array (separate gate and up tensors).
+template <typename T, bool kBackward, int kLoad, bool kFast = false>
 __global__ void __launch_bounds__(kFlatThreads)
     FlatKernel(const T* dout, const T* gate, const T* up, T* out0, T* out1, uint32_t total, uint32_t ppr, int64_t cols,
                int64_t in_stride) {
   const uint32_t i = blockIdx.x * kFlatThreads + threadIdx.x;
   if (i >= total) return;
-  const uint32_t r = i / ppr;
-  const int64_t c = int64_t(i - r * ppr) * 8;
-  const int64_t in = int64_t(r) * in_stride + c, out = int64_t(r) * cols + c;
+  int64_t in, out;
+  if (kFast && in_stride == cols) {
+    in = out = int64_t(i) * 8;
+  } else {
+    const uint32_t r = i / ppr;
+    const int64_t c = int64_t(i - r * ppr) * 8;
+    in = int64_t(r) * in_stride + c, out = int64_t(r) * cols + c;
+  }
   const cuda_vec::Raw8<T> gr = cuda_vec::LoadRawPolicy<kLoad>(gate + in), ur = cuda_vec::LoadRawPolicy<kLoad>(up + in);
   cuda_vec::Raw8<T> dr;
   if constexpr (kBackward) dr = cuda_vec::LoadRawPolicy<kLoad>(dout + out);
   float g[8], u[8];
   cuda_vec::Unpack(gr, g);
   cuda_vec::Unpack(ur, u);
+  auto sigmoid = [](float x) { return kFast ? __fdividef(1.f, 1.f + __expf(-x)) : Sigmoid(x); };
   if constexpr (kBackward) {
     float d[8];
     cuda_vec::Unpack(dr, d);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const float s = Sigmoid(g[k]);
+      const float s = sigmoid(g[k]);
       const float silu = g[k] * s;
       g[k] = d[k] * u[k] * s * (1.f + g[k] * (1.f - s));
       u[k] = d[k] * silu;
@@ -184,7 +193,9 @@ __global__ void __launch_bounds__(kFlatThreads)
     Pack8<T>::Store(out1 + in, u);
   } else {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) g[k] = g[k] * Sigmoid(g[k]) * u[k];
+    for (int k = 0; k < 8; ++k) {
+      g[k] = (kFast ? __fdividef(g[k], 1.f + __expf(-g[k])) : g[k] * Sigmoid(g[k])) * u[k];
+    }
     Pack8<T>::Store(out0 + out, g);
   }
 }
@@ -208,11 +219,23 @@ int FlatLoadPolicy() {
   return cuda_vec::kCacheDefault;
 }
 
+// SG_SWIGLU_MATH=fast: the flat kernel's kFast form (plain loads).
+bool FlatFastMath() {
+  const char* v = std::getenv("SG_SWIGLU_MATH");
+  return v != nullptr && std::strcmp(v, "fast") == 0;
+}
+
 template <typename T, bool kBackward>
 absl::Status LaunchFlat(const Problem& p, const T* d, const T* g, const T* u, T* o0, T* o1, cudaStream_t s) {
   const uint32_t ppr = uint32_t(p.cols / 8), total = uint32_t(p.rows * (p.cols / 8));
   const unsigned grid = (total + kFlatThreads - 1) / kFlatThreads;
   const int64_t in_stride = p.rows > 1 ? p.in_stride : p.cols;
+  if (FlatFastMath()) {
+    FlatKernel<T, kBackward, cuda_vec::kCacheDefault, true>
+        <<<grid, kFlatThreads, 0, s>>>(d, g, u, o0, o1, total, ppr, p.cols, in_stride);
+    SG_CUDA_RETURN_IF_LAUNCH_ERROR(FlatKernel);
+    return absl::OkStatus();
+  }
   switch (FlatLoadPolicy()) {
     case cuda_vec::kCacheDefault:
       FlatKernel<T, kBackward, cuda_vec::kCacheDefault>

@@ -17,7 +17,8 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-// kernel: "" = the default (the flat kernel); "grid" = the grid-stride kernels (SG_SWIGLU_KERNEL=grid),
+// kernel: "" = the default (the flat kernel); "fast" = its fast-math form (SG_SWIGLU_MATH=fast);
+// "grid" = the grid-stride kernels (SG_SWIGLU_KERNEL=grid),
 // "v1" / "unrolled" = those with that backward (SG_SWIGLU_BWD); calls: calls per timed iteration
 // (1: events around one call, host launch latency included; kBatch: back-to-back calls, as in a
 // CUDA-graph step).
@@ -30,7 +31,11 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const
   } else {
     unsetenv("SG_SWIGLU_BWD");
   }
-  if (!k.empty()) setenv("SG_SWIGLU_KERNEL", "grid", 1);
+  if (k == "fast") {
+    setenv("SG_SWIGLU_MATH", "fast", 1);
+  } else if (!k.empty()) {
+    setenv("SG_SWIGLU_KERNEL", "grid", 1);
+  }
   const int64_t rows = state.range(0), f = state.range(1);
   auto& rng = testing::Rng();
   Tensor gu = testing::RandomTensor({rows, 2 * f}, dtype, s.device, rng, 3.0f);
@@ -63,6 +68,7 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const
   }
   unsetenv("SG_SWIGLU_BWD");
   unsetenv("SG_SWIGLU_KERNEL");
+  unsetenv("SG_SWIGLU_MATH");
   state.SetBytesProcessed(state.iterations() * rows * f * SizeOf(dtype) * (backward ? 5 : 3));
   state.SetLabel(std::string(DTypeName(dtype)) + (packed ? " packed@" : "@") + s.device.ToString() +
                  (*kernel ? std::string(" ") + kernel : std::string(" default")) +
@@ -82,6 +88,8 @@ void BM_SwiGluBackwardBF16V1Batch(benchmark::State& st) { Run(st, DType::kBF16, 
 void BM_SwiGluForwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "", kBatch); }
 void BM_SwiGluBackwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "", kBatch); }
 void BM_SwiGluForwardBF16GridBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "grid", kBatch); }
+void BM_SwiGluForwardBF16FastBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "fast", kBatch); }
+void BM_SwiGluBackwardBF16FastBatch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "fast", kBatch); }
 
 // Llama-1B (16384 tokens x ffn 5632 and 8192) and a small CPU-sized case.
 #define SG_SHAPES ->Args({16384, 5632})->Args({16384, 8192})->Args({64, 1024})->UseManualTime()
@@ -95,6 +103,8 @@ BENCHMARK(BM_SwiGluBackwardBF16V1Batch) SG_SHAPES;
 BENCHMARK(BM_SwiGluForwardBF16Batch) SG_SHAPES;
 BENCHMARK(BM_SwiGluBackwardBF16Batch) SG_SHAPES;
 BENCHMARK(BM_SwiGluForwardBF16GridBatch) SG_SHAPES;
+BENCHMARK(BM_SwiGluForwardBF16FastBatch) SG_SHAPES;
+BENCHMARK(BM_SwiGluBackwardBF16FastBatch) SG_SHAPES;
 
 }  // namespace
 }  // namespace sg::kernels

@@ -154,11 +154,12 @@ TEST(SwiGluCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("out: expected contiguous bf16[4,8]@cpu"), std::string::npos) << st;
 }
 
-// Every kernel (swiglu.cu: the flat kernel by default, its loads per SG_SWIGLU_LOAD;
-// SG_SWIGLU_KERNEL=grid the grid-stride kernels, SG_SWIGLU_BWD their backward).
+// Every kernel (swiglu.cu: the flat kernel by default, its loads per SG_SWIGLU_LOAD, its fast-math
+// form per SG_SWIGLU_MATH; SG_SWIGLU_KERNEL=grid the grid-stride kernels, SG_SWIGLU_BWD their
+// backward).
 TEST(SwiGluCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const char* kernel : {"unrolled", "v1", "flat", "flat-cs"}) {
+  for (const char* kernel : {"unrolled", "v1", "flat", "flat-cs", "flat-fast"}) {
     SCOPED_TRACE(std::string("kernel ") + kernel);
     const std::string k = kernel;
     if (k == "unrolled" || k == "v1") {
@@ -168,16 +169,22 @@ TEST(SwiGluCudaTest, MatchesDoubleReference) {
     if (k == "flat-cs") {
       ASSERT_EQ(setenv("SG_SWIGLU_LOAD", "cs", 1), 0);
     }
+    if (k == "flat-fast") {
+      ASSERT_EQ(setenv("SG_SWIGLU_MATH", "fast", 1), 0);
+    }
     for (const Case& c : Cases()) {
       CheckSeparate(c, Device::Cuda(0));
       CheckPacked(c, Device::Cuda(0));
     }
-    CheckSeparate({16384, 5632, DType::kBF16}, Device::Cuda(0));  // Llama-1B MLP width
+    if (k == "flat" || k == "flat-fast") {
+      CheckSeparate({16384, 5632, DType::kBF16}, Device::Cuda(0));  // Llama-1B MLP width
+    }
     CheckPacked({4099, 5632, DType::kBF16}, Device::Cuda(0));     // several grid-stride steps, odd tail
     CheckSeparate({3, 1001, DType::kBF16}, Device::Cuda(0));      // flat, numel % 8 != 0: first kernel
     unsetenv("SG_SWIGLU_BWD");
     unsetenv("SG_SWIGLU_KERNEL");
     unsetenv("SG_SWIGLU_LOAD");
+    unsetenv("SG_SWIGLU_MATH");
   }
 }
 
