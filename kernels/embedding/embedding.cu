@@ -16,15 +16,17 @@
 //        every 32-byte sector of the warp's span). "packs" (RowSumKernel, the first version: 1.52
 //        TB/s for the whole backward on H200 at 16384 tokens, vocab 32000, dim 2048): one thread
 //        per (row, pack), grid-stride, a 64-bit division per pack. "fused" (FusedRowSumKernel): a
-//        CTA of 512 threads takes rows_per_step rows per step, a thread 4 columns of a row (a
-//        warp's f32 store covers 512 contiguous bytes, its bf16 load 256; dim 2048 is one quad per
-//        thread). Rows of 0 or 1 tokens (nearly all at 16k random tokens over 32k rows) have all
-//        their loads in flight together, then their stores; runs of 2+ follow one row at a time,
-//        the warp loading 32 of the run's indices at once and each thread 8 dout rows (4 for f32)
-//        ahead of its in-order additions. Launched with programmatic dependent launch, so it is
-//        resident and waiting (griddepcontrol.wait) when the one-CTA preparation ends.
-//        A run's additions are one dependent chain per column, so a very frequent id (a 5% token:
-//        ~820 rows) costs ~L / 8 memory latencies in one CTA (BM_*HotBatch measure it).
+//        CTA of 512 threads takes rows_per_step (default 8) rows per step, a thread 4 columns of
+//        a row (a warp's f32 store covers 512 contiguous bytes, its bf16 load 256; dim 2048 is one
+//        quad per thread). The step's run bounds and first tokens come from two coalesced warp
+//        loads (not 2 x rows dependent loads per thread); empty rows (most: 16k random tokens over
+//        32k rows) are stored at once, single-token rows load 8 rows (4 for f32) at a time then
+//        store, runs of 2+ follow one row at a time, the warp loading 32 of the run's indices at
+//        once and each thread 8 dout rows (4 for f32) ahead of its in-order additions. Launched
+//        with programmatic dependent launch, so it is resident and waiting (griddepcontrol.wait)
+//        when the one-CTA preparation ends. A run's additions are one dependent chain per column,
+//        so a very frequent id (a 5% token: ~820 rows) costs ~L / 8 memory latencies in one CTA
+//        (BM_*HotBatch measure it).
 // Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
@@ -352,130 +354,116 @@ __device__ __forceinline__ void StoreQuad(float* p, const float4& v) {
   }
 }
 
-// A thread's column quads of a row per pass (1: a long run's quads are not summed side by side,
-// which doubled the registers and cost occupancy; instead a CTA has a thread per quad at dim 2048).
-constexpr int kQuadsPerThread = 1;
-constexpr int kFusedThreads = 512;
+constexpr int kFusedThreads = 512;  // a thread per column quad at dim 2048
+// Single-token rows whose dout loads a thread keeps in flight (registers: 16 for bf16, 16 for f32).
+template <typename T>
+constexpr int HeadBatch() {
+  return sizeof(T) == 4 ? 4 : 8;
+}
 
-// Rows of a run after its first, loaded this many ahead of their additions (per quad of the thread).
+// Rows of a run after its first, loaded this many ahead of their additions.
 template <typename T>
 constexpr int RunAhead() {
   return sizeof(T) == 4 ? 4 : 8;
 }
 
-// acc[i] (holding 0 + the run's first row) += the run's rows (first, end) of the thread's quads
-// q[i] (< quads where valid[i]), in order. The whole warp calls it (the run is CTA-uniform): its
-// lanes load 32 of the run's dout row indices at once and broadcast them with shuffles.
+// acc (holding 0 + the run's first row) += the run's rows (first, end) of column quad q (skipped
+// where !valid), in order. The whole warp calls it (the run is CTA-uniform): its lanes load 32 of
+// the run's dout row indices at once and broadcast them with shuffles.
 template <typename T>
-__device__ __forceinline__ void AddRun(float4 (&acc)[kQuadsPerThread], const T* __restrict__ dout,
-                                       const int32_t* __restrict__ order, int first, int end, int64_t dim,
-                                       const int (&q)[kQuadsPerThread], const bool (&valid)[kQuadsPerThread]) {
+__device__ __forceinline__ void AddRun(float4& acc, const T* __restrict__ dout, const int32_t* __restrict__ order,
+                                       int first, int end, int64_t dim, int q, bool valid) {
   constexpr int kAhead = RunAhead<T>();
   const int lane = threadIdx.x % 32;
-  const T* col = dout + q[0] * 4;  // quad i is kFusedThreads * 4 * i elements further
+  const T* col = dout + int64_t(q) * 4;
   for (int j0 = first + 1; j0 < end; j0 += 32) {
     const int mine = j0 + lane < end ? order[j0 + lane] : 0;
     const int count = min(32, end - j0);
     int u0 = 0;
     for (; u0 + kAhead <= count; u0 += kAhead) {
-      RawQuad<T> x[kAhead][kQuadsPerThread];
+      RawQuad<T> x[kAhead];
 #pragma unroll
       for (int u = 0; u < kAhead; ++u) {
-        const T* src = col + int64_t(__shfl_sync(0xffffffffu, mine, u0 + u)) * dim;
-#pragma unroll
-        for (int i = 0; i < kQuadsPerThread; ++i) {
-          if (valid[i]) x[u][i] = LoadQuad(src + i * kFusedThreads * 4);
-        }
+        const int64_t row = __shfl_sync(0xffffffffu, mine, u0 + u);
+        if (valid) x[u] = LoadQuad(col + row * dim);
       }
 #pragma unroll
       for (int u = 0; u < kAhead; ++u) {
-#pragma unroll
-        for (int i = 0; i < kQuadsPerThread; ++i) {
-          if (valid[i]) AddQuad<T>(acc[i], x[u][i]);
-        }
+        if (valid) AddQuad<T>(acc, x[u]);
       }
     }
     for (; u0 < count; ++u0) {
-      const T* src = col + int64_t(__shfl_sync(0xffffffffu, mine, u0)) * dim;
-#pragma unroll
-      for (int i = 0; i < kQuadsPerThread; ++i) {
-        if (valid[i]) AddQuad<T>(acc[i], LoadQuad(src + i * kFusedThreads * 4));
-      }
+      const int64_t row = __shfl_sync(0xffffffffu, mine, u0);
+      if (valid) AddQuad<T>(acc, LoadQuad(col + row * dim));
     }
   }
 }
 
-// A CTA per step of kR vocabulary rows (grid-stride when the grid is smaller than the steps);
-// thread t on column quads t, t + kFusedThreads, ... of every row of the step. The step's runs
-// bounds are CTA-uniform, so every branch on them is too (AddRun's shuffles need whole warps).
+// A CTA per step of kR (<= 31) vocabulary rows v0 + r (grid-stride when the grid is smaller than
+// the steps); thread t on column quads t, t + kFusedThreads, ... of every row of the step. Every
+// warp's lane r holds row v0 + r's run start (lane kR: the step's end) and first dout row, from two
+// coalesced loads, and the step's rows are split by ballot into empty (zero stores, issued first),
+// single-token (loads HeadBatch() at a time, then stores) and longer runs (one row at a time). All
+// of it is CTA-uniform, so every branch on it is too (AddRun's shuffles need whole warps).
 template <typename T, int kR, bool kStreaming>
-__global__ void __launch_bounds__(kFusedThreads, 2)
+__global__ void __launch_bounds__(kFusedThreads)
     FusedRowSumKernel(const T* __restrict__ dout, const int32_t* __restrict__ order,
                       const int32_t* __restrict__ offsets, float* __restrict__ dtable, int vocab, int quads,
                       int steps) {
+  static_assert(kR >= 1 && kR <= 31, "a step's rows and their end fit one warp");
   // A no-op unless launched with programmatic stream serialization: then it waits here for the
   // preparation kernel to finish and its writes to be visible.
   asm volatile("griddepcontrol.wait;" ::: "memory");
+  const int lane = threadIdx.x % 32;
   const int64_t dim = int64_t(quads) * 4;
   for (int g = blockIdx.x; g < steps; g += gridDim.x) {
     const int v0 = g * kR;
-    int bound[kR + 1];
+    const int start = lane <= kR ? offsets[min(v0 + lane, vocab)] : 0;
+    const int count = __shfl_down_sync(0xffffffffu, start, 1) - start;  // lanes < kR: row v0 + lane
+    const bool row = lane < kR && v0 + lane < vocab;
+    const int head = row && count > 0 ? order[start] : 0;
+    const uint32_t empty = __ballot_sync(0xffffffffu, row && count == 0);
+    const uint32_t single = __ballot_sync(0xffffffffu, row && count == 1);
+    const uint32_t longer = __ballot_sync(0xffffffffu, row && count > 1);
+    for (int q0 = threadIdx.x; q0 - int(threadIdx.x) < quads; q0 += kFusedThreads) {
+      const int q = q0;
+      const bool valid = q < quads;
+      float* out = dtable + int64_t(v0) * dim + int64_t(q) * 4;
+      const T* in = dout + int64_t(q) * 4;
+      if (valid) {
 #pragma unroll
-    for (int r = 0; r <= kR; ++r) bound[r] = offsets[min(v0 + r, vocab)];
-    int head[kR];  // the dout row of each run's first token, -1 for an empty run
-    uint32_t long_runs = 0;  // bit r: row v0 + r has two or more tokens
-#pragma unroll
-    for (int r = 0; r < kR; ++r) {
-      head[r] = bound[r] < bound[r + 1] ? order[bound[r]] : -1;
-      if (bound[r + 1] - bound[r] > 1) long_runs |= 1u << r;
-    }
-    for (int q0 = threadIdx.x; q0 - int(threadIdx.x) < quads; q0 += kFusedThreads * kQuadsPerThread) {
-      int q[kQuadsPerThread];
-      bool valid[kQuadsPerThread];
-#pragma unroll
-      for (int i = 0; i < kQuadsPerThread; ++i) {
-        q[i] = q0 + i * kFusedThreads;
-        valid[i] = q[i] < quads;
+        for (int r = 0; r < kR; ++r) {
+          if ((empty >> r) & 1u) StoreQuad<kStreaming>(out + r * dim, make_float4(0.f, 0.f, 0.f, 0.f));
+        }
       }
-      // Phase 1, rows of at most one token (nearly all): their loads all in flight, then stores.
-      RawQuad<T> x[kR][kQuadsPerThread];
+      constexpr int kHeadBatch = HeadBatch<T>();
 #pragma unroll
-      for (int r = 0; r < kR; ++r) {
+      for (int r0 = 0; r0 < kR; r0 += kHeadBatch) {
+        RawQuad<T> x[kHeadBatch];
 #pragma unroll
-        for (int i = 0; i < kQuadsPerThread; ++i) {
-          if (bound[r + 1] - bound[r] == 1 && valid[i]) {
-            x[r][i] = LoadQuad(dout + int64_t(head[r]) * dim + int64_t(q[i]) * 4);
+        for (int r = r0; r < min(r0 + kHeadBatch, kR); ++r) {
+          const int h = __shfl_sync(0xffffffffu, head, r);
+          if (valid && ((single >> r) & 1u)) x[r - r0] = LoadQuad(in + int64_t(h) * dim);
+        }
+#pragma unroll
+        for (int r = r0; r < min(r0 + kHeadBatch, kR); ++r) {
+          if (valid && ((single >> r) & 1u)) {
+            // 0 + x, the CPU reference's first addition (it turns -0 into +0).
+            float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+            AddQuad<T>(acc, x[r - r0]);
+            StoreQuad<kStreaming>(out + r * dim, acc);
           }
         }
       }
-#pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        if (bound[r + 1] - bound[r] > 1 || v0 + r >= vocab) continue;
-#pragma unroll
-        for (int i = 0; i < kQuadsPerThread; ++i) {
-          // 0 + x, the CPU reference's first addition (it turns -0 into +0); 0 for an empty run.
-          float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (head[r] >= 0) AddQuad<T>(acc, x[r][i]);
-          if (valid[i]) StoreQuad<kStreaming>(dtable + int64_t(v0 + r) * dim + int64_t(q[i]) * 4, acc);
-        }
-      }
-      // Phase 2, runs of two or more tokens, one row at a time (a loop, not unrolled: one copy of
-      // the run code), their dout rows loaded ahead.
-      for (uint32_t m = long_runs; m != 0; m &= m - 1) {
-        const int v = v0 + __ffs(m) - 1;
-        const int begin = offsets[v], end = offsets[v + 1];
-        const int64_t first = order[begin];
-        float4 acc[kQuadsPerThread];
-#pragma unroll
-        for (int i = 0; i < kQuadsPerThread; ++i) {
-          acc[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-          if (valid[i]) AddQuad<T>(acc[i], LoadQuad(dout + first * dim + int64_t(q[i]) * 4));
-        }
+      // One row at a time (a loop, not unrolled: one copy of the run code).
+      for (uint32_t m = longer; m != 0; m &= m - 1) {
+        const int r = __ffs(m) - 1;
+        const int begin = __shfl_sync(0xffffffffu, start, r), end = __shfl_sync(0xffffffffu, start, r + 1);
+        const int h = __shfl_sync(0xffffffffu, head, r);
+        float4 acc = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (valid) AddQuad<T>(acc, LoadQuad(in + int64_t(h) * dim));
         AddRun(acc, dout, order, begin, end, dim, q, valid);
-#pragma unroll
-        for (int i = 0; i < kQuadsPerThread; ++i) {
-          if (valid[i]) StoreQuad<kStreaming>(dtable + int64_t(v) * dim + int64_t(q[i]) * 4, acc[i]);
-        }
+        if (valid) StoreQuad<kStreaming>(out + r * dim, acc);
       }
     }
   }
@@ -606,12 +594,12 @@ absl::Status RowSums(const Problem& p, const BackwardConfig& cfg, const T* dout,
   const bool vec8 = aligned && p.dim % 8 == 0;
   if (cfg.path == BackwardPath::kFused && aligned && p.dim % 4 == 0) {
     cudaError_t err;
-    if (cfg.rows_per_step <= 2) {
-      err = LaunchFusedRowSum<T, 2>(p, cfg, dout, order, offsets, dtable, s);
-    } else if (cfg.rows_per_step <= 4) {
+    if (cfg.rows_per_step <= 4) {
       err = LaunchFusedRowSum<T, 4>(p, cfg, dout, order, offsets, dtable, s);
-    } else {
+    } else if (cfg.rows_per_step <= 8) {
       err = LaunchFusedRowSum<T, 8>(p, cfg, dout, order, offsets, dtable, s);
+    } else {
+      err = LaunchFusedRowSum<T, 16>(p, cfg, dout, order, offsets, dtable, s);
     }
     SG_CUDA_RETURN_IF_ERROR(err /* FusedRowSumKernel */);
     return absl::OkStatus();

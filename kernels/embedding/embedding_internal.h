@@ -41,8 +41,9 @@ inline constexpr int64_t kFusedMaxTokens = 16384;  // the one-CTA preparation's 
 
 struct BackwardConfig {
   BackwardPath path = BackwardPath::kRows;
-  // kFused only. Vocabulary rows a CTA sums per step: 2, 4 or 8 (other values are rounded to one).
-  int rows_per_step = 4;
+  // kFused only. Vocabulary rows a CTA sums per step: 4, 8 or 16 (others: the next of these up,
+  // at most 16).
+  int rows_per_step = 8;
   // kFused only. Grid: 0 = one CTA per step of rows; n > 0 = n CTAs per SM looping over the steps.
   int ctas_per_sm = 0;
   // kFused only. dtable written with streaming (evict-first, st.global.cs) stores.
