@@ -225,7 +225,9 @@ __device__ __forceinline__ void ExclusiveScanTable(uint32_t* table, uint32_t* wa
 
 // Stage 1 for n <= kFusedMaxTokens in one CTA of kPrepThreads (dynamic shared memory
 // kPrepSmemBytes). Positions >= n are padding with key vocab: they sort after every real token.
-template <typename I>
+// kMatchAny: the lanes with the item's digit from one __match_any_sync instead of kDigitBits
+// ballots (the GPU run picks; BackwardConfig::prep_match_any).
+template <typename I, bool kMatchAny>
 __global__ void __launch_bounds__(kPrepThreads)
     PrepareOneCtaKernel(const void* tokens, int32_t* __restrict__ order, int32_t* __restrict__ offsets, int n,
                         int vocab, int key_bits) {
@@ -263,11 +265,15 @@ __global__ void __launch_bounds__(kPrepThreads)
     for (int k = 0; k < kPrepItems; ++k) {
       const uint32_t d = (key[k] >> shift) & mask;
       uint32_t peers = 0xffffffffu;
+      if constexpr (kMatchAny) {
+        peers = __match_any_sync(0xffffffffu, d);
+      } else {
 #pragma unroll
-      for (int b = 0; b < kDigitBits; ++b) {  // bits above the mask are 0 in every lane: no-ops
-        const uint32_t bit = (d >> b) & 1u;
-        const uint32_t same = __ballot_sync(0xffffffffu, bit);
-        peers &= bit ? same : ~same;
+        for (int b = 0; b < kDigitBits; ++b) {  // bits above the mask are 0 in every lane: no-ops
+          const uint32_t bit = (d >> b) & 1u;
+          const uint32_t same = __ballot_sync(0xffffffffu, bit);
+          peers &= bit ? same : ~same;
+        }
       }
       uint32_t* slot = table + d * kPrepWarps + warp;
       const uint32_t base = *slot;
@@ -552,13 +558,20 @@ absl::Status PrepareCub(const Problem& p, const void* tokens, int32_t* order, in
 }
 
 // Stage 1 in one launch (n <= kFusedMaxTokens).
-template <typename I>
+template <typename I, bool kMatchAny>
 absl::Status PrepareOneCta(const Problem& p, const void* tokens, int32_t* order, int32_t* offsets, cudaStream_t s) {
-  SG_CUDA_RETURN_IF_ERROR(AllowSharedMemory(PrepareOneCtaKernel<I>, kPrepSmemBytes));
-  PrepareOneCtaKernel<I><<<1, kPrepThreads, kPrepSmemBytes, s>>>(tokens, order, offsets, int(p.tokens), int(p.vocab),
-                                                                   EndBit(p.vocab));
+  auto kernel = PrepareOneCtaKernel<I, kMatchAny>;
+  SG_CUDA_RETURN_IF_ERROR(AllowSharedMemory(kernel, kPrepSmemBytes));
+  kernel<<<1, kPrepThreads, kPrepSmemBytes, s>>>(tokens, order, offsets, int(p.tokens), int(p.vocab), EndBit(p.vocab));
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(PrepareOneCtaKernel);
   return absl::OkStatus();
+}
+
+template <typename I>
+absl::Status PrepareOneCta(const Problem& p, const BackwardConfig& cfg, const void* tokens, int32_t* order,
+                           int32_t* offsets, cudaStream_t s) {
+  return cfg.prep_match_any ? PrepareOneCta<I, true>(p, tokens, order, offsets, s)
+                            : PrepareOneCta<I, false>(p, tokens, order, offsets, s);
 }
 
 template <typename T, int kR, bool kStreaming>
@@ -639,8 +652,8 @@ absl::Status BackwardPrepareCuda(const Problem& p, const BackwardConfig& cfg, co
                                  int32_t* offsets, int device, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   if (cfg.path == BackwardPath::kFused && p.tokens <= kFusedMaxTokens) {
-    return p.tokens_i64 ? PrepareOneCta<int64_t>(p, tokens, order, offsets, s)
-                        : PrepareOneCta<int32_t>(p, tokens, order, offsets, s);
+    return p.tokens_i64 ? PrepareOneCta<int64_t>(p, cfg, tokens, order, offsets, s)
+                        : PrepareOneCta<int32_t>(p, cfg, tokens, order, offsets, s);
   }
   return p.tokens_i64 ? PrepareCub<int64_t>(p, tokens, order, offsets, device, s)
                       : PrepareCub<int32_t>(p, tokens, order, offsets, device, s);

@@ -147,13 +147,15 @@ TEST(EmbeddingBackwardStagesTest, PreparationMatchesStableSort) {
     std::vector<int32_t> want_order, want_offsets;
     CpuPrepare(ids, c.vocab, &want_order, &want_offsets);
     const Problem p{c.n, c.vocab, c.dim, c.dtype, c.id_dtype == DType::kI64};
-    for (BackwardPath path : {BackwardPath::kRows, BackwardPath::kFused}) {
-      SCOPED_TRACE(Path(path).ToString());
+    for (int variant = 0; variant < 3; ++variant) {  // CUB, one CTA with ballots, with match_any
+      BackwardConfig cfg = Path(variant == 0 ? BackwardPath::kRows : BackwardPath::kFused);
+      cfg.prep_match_any = variant == 2;
+      SCOPED_TRACE(cfg.ToString());
       Tensor order = Tensor::Empty({c.n}, DType::kI32, d).value();
       Tensor offsets = Tensor::Empty({c.vocab + 1}, DType::kI32, d).value();
       Poison(order);
       Poison(offsets);
-      ASSERT_TRUE(embedding_internal::BackwardPrepareCuda(p, Path(path), tids.view().raw(), order.data<int32_t>(),
+      ASSERT_TRUE(embedding_internal::BackwardPrepareCuda(p, cfg, tids.view().raw(), order.data<int32_t>(),
                                                           offsets.data<int32_t>(), 0, s.native())
                       .ok());
       ASSERT_TRUE(s.Synchronize().ok());

@@ -89,7 +89,7 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
 // One stage of the CUDA backward, kBatch back-to-back calls between events. prepare: the index
 // preparation alone; else the row sums alone on indices prepared once. range(3..5), where given:
 // the fused row sums' rows_per_step, ctas_per_sm and streaming stores.
-void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bool prepare) {
+void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bool prepare, bool match_any = false) {
 #ifdef SG_WITH_CUDA
   Setup s;
   if (s.device.is_cpu()) {
@@ -99,6 +99,7 @@ void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bo
   const int64_t n = state.range(0), vocab = state.range(1), dim = state.range(2);
   embedding_internal::BackwardConfig cfg;
   cfg.path = path;
+  cfg.prep_match_any = match_any;
   if (state.range(3) > 0) cfg.rows_per_step = int(state.range(3));
   if (state.range(3) > 0) cfg.ctas_per_sm = int(state.range(4));
   if (state.range(3) > 0) cfg.streaming_stores = state.range(5) != 0;
@@ -136,6 +137,7 @@ void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bo
 #else
   (void)path;
   (void)prepare;
+  (void)match_any;
   state.SkipWithError("built without CUDA");
 #endif
 }
@@ -159,6 +161,7 @@ void BM_EmbeddingBackwardBF16FusedHotBatch(benchmark::State& st) {
 using embedding_internal::BackwardPath;
 void BM_EmbeddingPrepareCubBatch(benchmark::State& st) { RunStage(st, BackwardPath::kRows, true); }
 void BM_EmbeddingPrepareOneCtaBatch(benchmark::State& st) { RunStage(st, BackwardPath::kFused, true); }
+void BM_EmbeddingPrepareOneCtaMatchAnyBatch(benchmark::State& st) { RunStage(st, BackwardPath::kFused, true, true); }
 void BM_EmbeddingRowSumRowsBatch(benchmark::State& st) { RunStage(st, BackwardPath::kRows, false); }
 void BM_EmbeddingRowSumPacksBatch(benchmark::State& st) { RunStage(st, BackwardPath::kPacks, false); }
 void BM_EmbeddingRowSumFusedBatch(benchmark::State& st) { RunStage(st, BackwardPath::kFused, false); }
@@ -179,6 +182,7 @@ BENCHMARK(BM_EmbeddingBackwardBF16FusedHotBatch)->Args({16384, 32000, 2048})->Us
   ->Args({16384, 32000, 2048, 0, 0, 0})->Args({16384, 128256, 2048, 0, 0, 0})->UseManualTime()
 BENCHMARK(BM_EmbeddingPrepareCubBatch) SG_STAGE_SHAPES;
 BENCHMARK(BM_EmbeddingPrepareOneCtaBatch) SG_STAGE_SHAPES;
+BENCHMARK(BM_EmbeddingPrepareOneCtaMatchAnyBatch) SG_STAGE_SHAPES;
 BENCHMARK(BM_EmbeddingRowSumRowsBatch) SG_STAGE_SHAPES;
 BENCHMARK(BM_EmbeddingRowSumPacksBatch) SG_STAGE_SHAPES;
 BENCHMARK(BM_EmbeddingRowSumFusedBatch) SG_STAGE_SHAPES;

@@ -50,13 +50,16 @@ struct BackwardConfig {
   bool streaming_stores = false;
   // kFused only. The row sums launched with programmatic dependent launch after the preparation.
   bool pdl = true;
+  // kFused only. The one-CTA preparation groups a warp's equal digits with __match_any_sync
+  // instead of 8 ballots.
+  bool prep_match_any = false;
 
   std::string ToString() const {
     const char* names[] = {"rows", "packs", "fused"};
     std::string s = names[int(path)];
     if (path != BackwardPath::kFused) return s;
     return s + " rows/step=" + std::to_string(rows_per_step) + " ctas/sm=" + std::to_string(ctas_per_sm) +
-           (streaming_stores ? " st.cs" : "") + (pdl ? " pdl" : "");
+           (streaming_stores ? " st.cs" : "") + (pdl ? " pdl" : "") + (prep_match_any ? " match_any" : "");
   }
 };
 
