@@ -412,7 +412,7 @@ __device__ __forceinline__ void AddRun(float4& acc, const T* __restrict__ dout, 
 // single-token (loads HeadBatch() at a time, then stores) and longer runs (one row at a time). All
 // of it is CTA-uniform, so every branch on it is too (AddRun's shuffles need whole warps).
 template <typename T, int kR, bool kStreaming>
-__global__ void __launch_bounds__(kFusedThreads)
+__global__ void __launch_bounds__(kFusedThreads, 2)
     FusedRowSumKernel(const T* __restrict__ dout, const int32_t* __restrict__ order,
                       const int32_t* __restrict__ offsets, float* __restrict__ dtable, int vocab, int quads,
                       int steps) {
