@@ -26,7 +26,9 @@
 //        with programmatic dependent launch, so it is resident and waiting (griddepcontrol.wait)
 //        when the one-CTA preparation ends. A run's additions are one dependent chain per column,
 //        so a very frequent id (a 5% token: ~820 rows) costs ~L / 8 memory latencies in one CTA
-//        (BM_*HotBatch measure it).
+//        (BM_*HotBatch measure it). Option early_zeros ("fused-early"): the preparation first
+//        publishes a used-row bitmap (~1-2 us in) and the waiting row-sum CTAs store the empty rows
+//        then, overlapping the rest of the sort; the bitmap is only a hint (see the kernel).
 // Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
@@ -196,6 +198,7 @@ static_assert(kFusedMaxTokens <= (1 << 16) && 32 * kPrepItems < (1 << 16), "posi
 // Sorted keys and positions (the scatter's exchange buffers) and the [digit][warp] count table.
 constexpr int kPrepSmemBytes = int((2 * kFusedMaxTokens + kTableEntries) * sizeof(uint32_t));
 constexpr int kShortGap = 32;  // longer runs of offsets without tokens are written by a whole warp
+static_assert(kHintMaxWords <= kTableEntries, "the used-row bitmap is built in the count table");
 
 // Replaces each (digit, warp) count by the number of items before it in (digit, warp) order.
 __device__ __forceinline__ void ExclusiveScanTable(uint32_t* table, uint32_t* warp_sums) {
@@ -230,9 +233,17 @@ __device__ __forceinline__ void ExclusiveScanTable(uint32_t* table, uint32_t* wa
 template <typename I, bool kMatchAny>
 __global__ void __launch_bounds__(kPrepThreads)
     PrepareOneCtaKernel(const void* tokens, int32_t* __restrict__ order, int32_t* __restrict__ offsets, int n,
-                        int vocab, int key_bits) {
+                        int vocab, int key_bits, uint32_t* __restrict__ hint) {
+  // hint (if given): the used-row bitmap and its ready flag; the flag is cleared before the row
+  // sums can start, so they wait for this call's bitmap (a stale one would only cost speed).
+  if (hint != nullptr && threadIdx.x == 0) {
+    *reinterpret_cast<volatile uint32_t*>(hint + HintWords(vocab)) = 0;
+    __threadfence();
+  }
+  __syncthreads();
   // The row sums (launched with programmatic stream serialization) may be scheduled now; they wait
-  // for this grid's completion and memory flush in griddepcontrol.wait before reading anything.
+  // for this grid's completion and memory flush in griddepcontrol.wait before reading order and
+  // offsets.
   asm volatile("griddepcontrol.launch_dependents;");
   extern __shared__ uint32_t prep_smem[];
   uint32_t* skeys = prep_smem;
@@ -253,6 +264,24 @@ __global__ void __launch_bounds__(kPrepThreads)
     if (i < n) {
       const int64_t id = IdAt<I>(tokens, i);
       if (id >= 0 && id < vocab) key[k] = uint32_t(id);
+    }
+  }
+  if (hint != nullptr) {  // the used-row bitmap, built in the count table's space
+    const int words = HintWords(vocab);
+    for (int e = threadIdx.x; e < words; e += kPrepThreads) table[e] = 0;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kPrepItems; ++k) {
+      const uint32_t bit = 1u << (key[k] % 32);
+      // Checked first: a repeated id costs one atomic per warp, not one per token.
+      if (key[k] < uint32_t(vocab) && (table[key[k] / 32] & bit) == 0) atomicOr(&table[key[k] / 32], bit);
+    }
+    __syncthreads();
+    for (int e = threadIdx.x; e < words; e += kPrepThreads) hint[e] = table[e];
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(hint + words), "r"(1u) : "memory");
     }
   }
   for (int shift = 0; shift < key_bits; shift += kDigitBits) {
@@ -411,24 +440,54 @@ __device__ __forceinline__ void AddRun(float4& acc, const T* __restrict__ dout, 
 // coalesced loads, and the step's rows are split by ballot into empty (zero stores, issued first),
 // single-token (loads HeadBatch() at a time, then stores) and longer runs (one row at a time). All
 // of it is CTA-uniform, so every branch on it is too (AddRun's shuffles need whole warps).
-template <typename T, int kR, bool kStreaming>
+//
+// kEarly (one step per CTA; hint = the preparation's used-row bitmap and ready flag): before
+// griddepcontrol.wait, the CTA waits for the flag and stores zeros to the rows the bitmap calls
+// unused; after it, each thread skips the zero stores it already made and stores every other row
+// (so rows the bitmap got wrong are rewritten by the same thread, in program order).
+template <typename T, int kR, bool kStreaming, bool kEarly>
 __global__ void __launch_bounds__(kFusedThreads, 2)
     FusedRowSumKernel(const T* __restrict__ dout, const int32_t* __restrict__ order,
                       const int32_t* __restrict__ offsets, float* __restrict__ dtable, int vocab, int quads,
-                      int steps) {
+                      int steps, const uint32_t* __restrict__ hint) {
   static_assert(kR >= 1 && kR <= 31, "a step's rows and their end fit one warp");
+  const int lane = threadIdx.x % 32;
+  const int64_t dim = int64_t(quads) * 4;
+  uint32_t early = 0;  // kEarly: this warp's rows of the step already stored as zeros
+  if constexpr (kEarly) {
+    if (threadIdx.x == 0) {
+      // At most ~4 ms: a flag no preparation will set (offsets prepared another way) only costs
+      // that, the bitmap being a hint.
+      const uint32_t* flag = hint + HintWords(vocab);
+      for (int spin = 0; spin < 20000; ++spin) {
+        uint32_t ready;
+        asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(ready) : "l"(flag) : "memory");
+        if (ready != 0) break;
+        __nanosleep(200);
+      }
+    }
+    __syncthreads();
+    const int v = int(blockIdx.x) * kR + lane;
+    const bool unused = lane < kR && v < vocab && ((__ldcg(hint + v / 32) >> (v % 32)) & 1u) == 0;
+    early = __ballot_sync(0xffffffffu, unused);
+    for (int q = threadIdx.x; q < quads; q += kFusedThreads) {
+      float* out = dtable + int64_t(blockIdx.x) * kR * dim + int64_t(q) * 4;
+#pragma unroll
+      for (int r = 0; r < kR; ++r) {
+        if ((early >> r) & 1u) StoreQuad<kStreaming>(out + r * dim, make_float4(0.f, 0.f, 0.f, 0.f));
+      }
+    }
+  }
   // A no-op unless launched with programmatic stream serialization: then it waits here for the
   // preparation kernel to finish and its writes to be visible.
   asm volatile("griddepcontrol.wait;" ::: "memory");
-  const int lane = threadIdx.x % 32;
-  const int64_t dim = int64_t(quads) * 4;
   for (int g = blockIdx.x; g < steps; g += gridDim.x) {
     const int v0 = g * kR;
     const int start = lane <= kR ? offsets[min(v0 + lane, vocab)] : 0;
     const int count = __shfl_down_sync(0xffffffffu, start, 1) - start;  // lanes < kR: row v0 + lane
     const bool row = lane < kR && v0 + lane < vocab;
     const int head = row && count > 0 ? order[start] : 0;
-    const uint32_t empty = __ballot_sync(0xffffffffu, row && count == 0);
+    const uint32_t empty = __ballot_sync(0xffffffffu, row && count == 0) & ~early;
     const uint32_t single = __ballot_sync(0xffffffffu, row && count == 1);
     const uint32_t longer = __ballot_sync(0xffffffffu, row && count > 1);
     for (int q0 = threadIdx.x; q0 - int(threadIdx.x) < quads; q0 += kFusedThreads) {
@@ -559,27 +618,36 @@ absl::Status PrepareCub(const Problem& p, const void* tokens, int32_t* order, in
 
 // Stage 1 in one launch (n <= kFusedMaxTokens).
 template <typename I, bool kMatchAny>
-absl::Status PrepareOneCta(const Problem& p, const void* tokens, int32_t* order, int32_t* offsets, cudaStream_t s) {
+absl::Status PrepareOneCta(const Problem& p, const void* tokens, int32_t* order, int32_t* offsets, uint32_t* hint,
+                           cudaStream_t s) {
   auto kernel = PrepareOneCtaKernel<I, kMatchAny>;
   SG_CUDA_RETURN_IF_ERROR(AllowSharedMemory(kernel, kPrepSmemBytes));
-  kernel<<<1, kPrepThreads, kPrepSmemBytes, s>>>(tokens, order, offsets, int(p.tokens), int(p.vocab), EndBit(p.vocab));
+  kernel<<<1, kPrepThreads, kPrepSmemBytes, s>>>(tokens, order, offsets, int(p.tokens), int(p.vocab), EndBit(p.vocab),
+                                                 hint);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(PrepareOneCtaKernel);
   return absl::OkStatus();
+}
+
+// Early zeros' bitmap and flag: past offsets[vocab] (BackwardOffsetsInts).
+uint32_t* HintOf(const Problem& p, const BackwardConfig& cfg, const int32_t* offsets) {
+  return UsesEarlyZeros(p, cfg) ? reinterpret_cast<uint32_t*>(const_cast<int32_t*>(offsets) + p.vocab + 1) : nullptr;
 }
 
 template <typename I>
 absl::Status PrepareOneCta(const Problem& p, const BackwardConfig& cfg, const void* tokens, int32_t* order,
                            int32_t* offsets, cudaStream_t s) {
-  return cfg.prep_match_any ? PrepareOneCta<I, true>(p, tokens, order, offsets, s)
-                            : PrepareOneCta<I, false>(p, tokens, order, offsets, s);
+  uint32_t* hint = HintOf(p, cfg, offsets);
+  return cfg.prep_match_any ? PrepareOneCta<I, true>(p, tokens, order, offsets, hint, s)
+                            : PrepareOneCta<I, false>(p, tokens, order, offsets, hint, s);
 }
 
-template <typename T, int kR, bool kStreaming>
+template <typename T, int kR, bool kStreaming, bool kEarly>
 cudaError_t LaunchFusedRowSum(const Problem& p, const BackwardConfig& cfg, const T* dout, const int32_t* order,
                               const int32_t* offsets, float* dtable, cudaStream_t s) {
   const int64_t steps = (p.vocab + kR - 1) / kR;
   cudaLaunchConfig_t lc = {};
-  lc.gridDim = dim3(cfg.ctas_per_sm > 0 ? cuda_vec::GridFor(steps, cfg.ctas_per_sm) : unsigned(steps));
+  // kEarly needs one step per CTA (UsesEarlyZeros: ctas_per_sm 0).
+  lc.gridDim = dim3(cfg.ctas_per_sm > 0 && !kEarly ? cuda_vec::GridFor(steps, cfg.ctas_per_sm) : unsigned(steps));
   lc.blockDim = dim3(kFusedThreads);
   lc.stream = s;
   cudaLaunchAttribute attr[1];
@@ -587,15 +655,20 @@ cudaError_t LaunchFusedRowSum(const Problem& p, const BackwardConfig& cfg, const
   attr[0].val.programmaticStreamSerializationAllowed = 1;
   lc.attrs = attr;
   lc.numAttrs = cfg.pdl ? 1 : 0;
-  return cudaLaunchKernelEx(&lc, FusedRowSumKernel<T, kR, kStreaming>, dout, order, offsets, dtable, int(p.vocab),
-                            int(p.dim / 4), int(steps));
+  const uint32_t* hint = HintOf(p, cfg, offsets);
+  return cudaLaunchKernelEx(&lc, FusedRowSumKernel<T, kR, kStreaming, kEarly>, dout, order, offsets, dtable,
+                            int(p.vocab), int(p.dim / 4), int(steps), hint);
 }
 
 template <typename T, int kR>
 cudaError_t LaunchFusedRowSum(const Problem& p, const BackwardConfig& cfg, const T* dout, const int32_t* order,
                               const int32_t* offsets, float* dtable, cudaStream_t s) {
-  return cfg.streaming_stores ? LaunchFusedRowSum<T, kR, true>(p, cfg, dout, order, offsets, dtable, s)
-                              : LaunchFusedRowSum<T, kR, false>(p, cfg, dout, order, offsets, dtable, s);
+  if (UsesEarlyZeros(p, cfg)) {
+    return cfg.streaming_stores ? LaunchFusedRowSum<T, kR, true, true>(p, cfg, dout, order, offsets, dtable, s)
+                                : LaunchFusedRowSum<T, kR, false, true>(p, cfg, dout, order, offsets, dtable, s);
+  }
+  return cfg.streaming_stores ? LaunchFusedRowSum<T, kR, true, false>(p, cfg, dout, order, offsets, dtable, s)
+                              : LaunchFusedRowSum<T, kR, false, false>(p, cfg, dout, order, offsets, dtable, s);
 }
 
 // Stage 2: the path's row-sum kernel where the layout allows it (16-byte aligned rows of 8 columns
@@ -673,7 +746,7 @@ absl::Status BackwardRowSumCuda(const Problem& p, const BackwardConfig& cfg, con
 absl::Status BackwardCudaWith(const Problem& p, const BackwardConfig& cfg, const void* dout, const void* tokens,
                               float* dtable, int device, void* stream) {
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
-  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate((p.tokens + p.vocab + 1) * int64_t(sizeof(int32_t))));
+  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate((p.tokens + BackwardOffsetsInts(p)) * int64_t(sizeof(int32_t))));
   int32_t* order = static_cast<int32_t*>(scratch);
   int32_t* offsets = order + p.tokens;
   absl::Status st = BackwardPrepareCuda(p, cfg, tokens, order, offsets, device, stream);

@@ -89,7 +89,8 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
 // One stage of the CUDA backward, kBatch back-to-back calls between events. prepare: the index
 // preparation alone; else the row sums alone on indices prepared once. range(3..5), where given:
 // the fused row sums' rows_per_step, ctas_per_sm and streaming stores.
-void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bool prepare, bool match_any = false) {
+void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bool prepare, bool match_any = false,
+              bool early_zeros = false) {
 #ifdef SG_WITH_CUDA
   Setup s;
   if (s.device.is_cpu()) {
@@ -100,6 +101,7 @@ void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bo
   embedding_internal::BackwardConfig cfg;
   cfg.path = path;
   cfg.prep_match_any = match_any;
+  cfg.early_zeros = early_zeros;
   if (state.range(3) > 0) cfg.rows_per_step = int(state.range(3));
   if (state.range(3) > 0) cfg.ctas_per_sm = int(state.range(4));
   if (state.range(3) > 0) cfg.streaming_stores = state.range(5) != 0;
@@ -108,7 +110,7 @@ void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bo
   Tensor dout = testing::RandomTensor({n, dim}, DType::kBF16, s.device, testing::Rng());
   Tensor dtable = Tensor::Empty({vocab, dim}, DType::kF32, s.device).value();
   Tensor order = Tensor::Empty({n}, DType::kI32, s.device).value();
-  Tensor offsets = Tensor::Empty({vocab + 1}, DType::kI32, s.device).value();
+  Tensor offsets = Tensor::Empty({embedding_internal::BackwardOffsetsInts(p)}, DType::kI32, s.device).value();
   auto prep = [&] {
     return embedding_internal::BackwardPrepareCuda(p, cfg, ids.view().raw(), order.data<int32_t>(),
                                                    offsets.data<int32_t>(), s.device.ordinal, s.stream.native());
@@ -138,6 +140,7 @@ void RunStage(benchmark::State& state, embedding_internal::BackwardPath path, bo
   (void)path;
   (void)prepare;
   (void)match_any;
+  (void)early_zeros;
   state.SkipWithError("built without CUDA");
 #endif
 }
@@ -150,6 +153,9 @@ void BM_EmbeddingBackwardBF16RowsBatch(benchmark::State& st) { Run(st, DType::kB
 void BM_EmbeddingBackwardBF16PacksBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "packs", kBatch); }
 void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
 void BM_EmbeddingBackwardBF16FusedBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "fused", kBatch); }
+void BM_EmbeddingBackwardBF16FusedEarlyBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "fused-early", kBatch);
+}
 // 5% of the tokens one id: the long run one row sum adds in token order.
 void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "rows", kBatch, false, true);
@@ -165,6 +171,10 @@ void BM_EmbeddingPrepareOneCtaMatchAnyBatch(benchmark::State& st) { RunStage(st,
 void BM_EmbeddingRowSumRowsBatch(benchmark::State& st) { RunStage(st, BackwardPath::kRows, false); }
 void BM_EmbeddingRowSumPacksBatch(benchmark::State& st) { RunStage(st, BackwardPath::kPacks, false); }
 void BM_EmbeddingRowSumFusedBatch(benchmark::State& st) { RunStage(st, BackwardPath::kFused, false); }
+// Early zeros' two passes over the step without the overlap they exist for (the flag is already set).
+void BM_EmbeddingRowSumFusedEarlyBatch(benchmark::State& st) {
+  RunStage(st, BackwardPath::kFused, false, false, true);
+}
 
 // Llama-1B: 16384 tokens, vocab 32000 (and 128256), dim 2048; a small CPU-sized case.
 #define SG_SHAPES ->Args({16384, 32000, 2048})->Args({16384, 128256, 2048})->Args({256, 1000, 256})->UseManualTime()
@@ -175,6 +185,7 @@ BENCHMARK(BM_EmbeddingBackwardBF16RowsBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16PacksBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16FusedBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16FusedEarlyBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch)->Args({16384, 32000, 2048})->UseManualTime();
 BENCHMARK(BM_EmbeddingBackwardBF16FusedHotBatch)->Args({16384, 32000, 2048})->UseManualTime();
 // Stage args: tokens, vocab, dim, then (fused row sums) rows_per_step, ctas_per_sm, streaming (0: defaults).
@@ -186,6 +197,7 @@ BENCHMARK(BM_EmbeddingPrepareOneCtaMatchAnyBatch) SG_STAGE_SHAPES;
 BENCHMARK(BM_EmbeddingRowSumRowsBatch) SG_STAGE_SHAPES;
 BENCHMARK(BM_EmbeddingRowSumPacksBatch) SG_STAGE_SHAPES;
 BENCHMARK(BM_EmbeddingRowSumFusedBatch) SG_STAGE_SHAPES;
+BENCHMARK(BM_EmbeddingRowSumFusedEarlyBatch) SG_STAGE_SHAPES;
 // The fused row sums' launch shapes at the Llama-1B shape (--benchmark_filter=RowSumFusedSweep;
 // batch-timed like the others, but not named "Batch", so the usual Batch/16384 runs skip it).
 void BM_EmbeddingRowSumFusedSweep(benchmark::State& st) { RunStage(st, BackwardPath::kFused, false); }

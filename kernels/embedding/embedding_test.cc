@@ -123,7 +123,7 @@ class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
   void SetUp() override { ASSERT_EQ(setenv("SG_EMBEDDING_BWD", GetParam(), 1), 0); }
   void TearDown() override { unsetenv("SG_EMBEDDING_BWD"); }
 };
-INSTANTIATE_TEST_SUITE_P(BackwardPaths, EmbeddingCudaTest, ::testing::Values("rows", "packs", "fused"));
+INSTANTIATE_TEST_SUITE_P(BackwardPaths, EmbeddingCudaTest, ::testing::Values("rows", "packs", "fused", "fused-early"));
 
 TEST_P(EmbeddingCudaTest, MatchesReferenceAndIsDeterministic) {
   SG_SKIP_WITHOUT_CUDA();
