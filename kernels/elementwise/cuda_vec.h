@@ -76,31 +76,12 @@ struct Raw8 {
 // 16-byte loads of data read exactly once. p must be 16-byte aligned. Plain ld.global: the
 // streaming (evict-first, ld.global.cs) form these used to be was slower on H200 (SwiGLU flat
 // kernel, 16384 x 8192 bf16, same call 2026-11-30: 3.77 / 3.72 TB/s forward / backward with .cs,
-// 3.94 / 3.90 plain or .nc).
+// 3.94 / 3.90 plain; the read-only path, ld.global.nc, gave nothing over plain: 3.94 / 3.89).
 template <typename T>
 __device__ __forceinline__ Raw8<T> LoadRawOnce(const T* p) {
   Raw8<T> r;
 #pragma unroll
   for (int i = 0; i < int(sizeof(T) / 2); ++i) r.v[i] = reinterpret_cast<const uint4*>(p)[i];
-  return r;
-}
-// The same with a chosen cache policy: kCacheStreaming = LoadRawOnce (ld.global.cs),
-// kCacheDefault = a plain ld.global, kCacheReadOnly = ld.global.nc (__ldg).
-enum LoadPolicy { kCacheStreaming = 0, kCacheDefault = 1, kCacheReadOnly = 2 };
-template <int kPolicy, typename T>
-__device__ __forceinline__ Raw8<T> LoadRawPolicy(const T* p) {
-  Raw8<T> r;
-  const uint4* q = reinterpret_cast<const uint4*>(p);
-#pragma unroll
-  for (int i = 0; i < int(sizeof(T) / 2); ++i) {
-    if constexpr (kPolicy == kCacheStreaming) {
-      r.v[i] = __ldcs(q + i);
-    } else if constexpr (kPolicy == kCacheReadOnly) {
-      r.v[i] = __ldg(q + i);
-    } else {
-      r.v[i] = q[i];
-    }
-  }
   return r;
 }
 template <typename T>

@@ -1,28 +1,32 @@
-// CUDA RoPE, two kernels selected by SG_ROPE_KERNEL (read per call; default "tokens"):
+// CUDA RoPE. Two kernels:
 //
-// "tokens" (RopeTokensKernel): a CTA takes a run of whole tokens (about kThreads * kItems pair
-// chunks of q and k heads). First its threads compute the run's cos/sin once per (token, frequency)
-// into shared memory (powf/sincosf in f32, matching the CPU reference; or read from the table), then
-// each thread rotates kItems chunks of 8 pairs: all 2 * kItems 16-byte loads issued before the first
-// store (so the output may alias the input), consecutive threads on consecutive chunks of one head
-// and then the next head, so a warp covers a contiguous stretch of q or k. The trig cost is paid
-// once per token instead of once per (token, head group), and the index math is 32-bit.
-//
-// "groups" (RopeKernel, the first version: 1.75 TB/s on H200 for Llama-1B q+k): one thread per
-// (token, group of kGroup heads, chunk), each computing its own cos/sin with 64-bit index math.
-// Kept until the GPU run picks one; the loser is then deleted.
-//
-// "flat" / "flat12" / "flat2" (RopeFlatKernel, 1 or 2 chunks a thread): no loop, 128-thread blocks over
-// consecutive chunks (the shape of torch.compile's memory-bound kernels, as SwiGLU's flat kernel),
-// so the last wave is short; every thread issues its 16-byte loads first, then the block computes
+// RopeFlatKernel (the default): no loop, 128-thread blocks over consecutive 8-pair chunks, one
+// chunk a thread (the shape of torch.compile's memory-bound kernels, as SwiGLU's flat kernel), so
+// the last wave is short; every thread issues its two 16-byte loads first, then the block computes
 // the cos/sin of the (at most a few) tokens it touches into shared memory while they are in
-// flight, then rotates and stores; 32-bit indices with multiply-shift division. They need the
-// 16-byte layout and fewer than 2^31 chunks; otherwise the token-run kernel runs. Why (Llama-1B
-// q+k bf16, 3.29 TB/s for "tokens"): a token-run CTA holds 960 chunks (123 KB of traffic) at 77
-// registers, 3 CTAs an SM, ~7 waves whose last is a long partial one, and issues no load until its
-// cos/sin are done; a flat block moves 16 KB, 12-16 blocks an SM, ~13 short waves.
+// flight, then rotates and stores; 32-bit indices with multiply-shift division. It needs the
+// 16-byte layout (head_dim % 16 == 0, 16-byte aligned tensors), fewer than 2^31 chunks, and its
+// block's cos/sin within 48 KiB of shared memory (always up to head_dim 6144); otherwise the
+// token-run kernel runs.
 //
-// head_dim % 16 != 0 or unaligned tensors take kW = 1 with scalar accesses (tokens and groups).
+// RopeTokensKernel (the fallback; SG_ROPE_KERNEL=tokens forces it, for comparison): a CTA takes a
+// run of whole tokens (about kThreads * kItems pair chunks of q and k heads). First its threads
+// compute the run's cos/sin once per (token, frequency) into shared memory, then each thread
+// rotates kItems chunks: all 2 * kItems loads issued before the first store (so the output may
+// alias the input), consecutive threads on consecutive chunks of one head and then the next head.
+// It also takes head_dim % 16 != 0 and unaligned tensors, with scalar accesses (kW = 1).
+//
+// Why flat (H200, q+k bf16 [8, 2048, 32+8, 64], batch timing: CUDA events around back-to-back
+// calls, 2026-11-30): forward / backward 3.52 / 3.50 TB/s, against 3.36 / 3.35 for the token-run kernel
+// and 3.16 for torch.compile in the same call. A token-run CTA holds 960 chunks (123 KB of traffic)
+// at 77 registers, 3 CTAs an SM, ~7 waves whose last is a long partial one, and issues no load
+// until its cos/sin are done; a flat block moves 16 KB, 12 an SM (40 registers), ~13 short waves.
+// Measured and deleted: one thread per (token, group of 4 heads, chunk) computing its own cos/sin
+// (1.91); the flat kernel with registers capped at 32 for 16 blocks an SM (2.34: it spills in the
+// cos/sin code; 2.33 with a table); two chunks a thread (3.31 / 3.31). With a precomputed cos/sin
+// table the token-run kernel gave 3.29 (3.36 computing the angles).
+//
+// cos/sin are computed with powf/sincosf in f32, matching the CPU reference, or read from the table.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -43,16 +47,7 @@ namespace {
 using cuda_vec::Pack8;
 
 constexpr int kThreads = 256;
-constexpr int kGroup = 4;
 
-template <typename T, int kW>
-__device__ __forceinline__ void Load(const T* p, float (&v)[8]) {
-  if constexpr (kW == 8) {
-    Pack8<T>::Load(p, v);
-  } else {
-    v[0] = cuda_vec::ToF(*p);
-  }
-}
 template <typename T, int kW>
 __device__ __forceinline__ void Store(T* p, const float (&v)[8]) {
   if constexpr (kW == 8) {
@@ -81,76 +76,6 @@ __device__ __forceinline__ void CosSin(const Problem& p, int64_t pos, int i, flo
     const float inv = 1.f / powf(p.theta, float(2 * i) / float(p.head_dim));
     sincosf(float(pos) * inv, &s, &c);
     s *= p.sign;
-  }
-}
-
-template <typename T, int kW>
-__global__ void __launch_bounds__(kThreads) RopeKernel(Problem p, Buffers buf) {
-  const int64_t half = p.head_dim / 2;
-  const int64_t chunks = half / kW;
-  const int64_t heads = p.q_heads + p.k_heads;
-  const int64_t groups = (heads + kGroup - 1) / kGroup;
-  const int64_t idx = int64_t(blockIdx.x) * kThreads + threadIdx.x;
-  if (idx >= p.batch * p.seq * groups * chunks) return;
-  const int64_t c = idx % chunks;
-  const int64_t g = (idx / chunks) % groups;
-  const int64_t token = idx / (chunks * groups);
-  const int64_t i0 = c * kW;
-
-  int64_t pos = PositionOf(p, token);
-  float cs[8], sn[8];
-  if (p.cos != nullptr) {
-    pos = pos < p.table_rows ? pos : p.table_rows - 1;
-#pragma unroll
-    for (int k = 0; k < kW; ++k) {
-      cs[k] = p.cos[pos * half + i0 + k];
-      sn[k] = p.sin[pos * half + i0 + k] * p.sign;
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < kW; ++k) {
-      const float inv = 1.f / powf(p.theta, float(2 * (i0 + k)) / float(p.head_dim));
-      sincosf(float(pos) * inv, &sn[k], &cs[k]);
-      sn[k] *= p.sign;
-    }
-  }
-
-  // Base pointers of the group's heads (nullptr past the last head).
-  const T* src[kGroup];
-  T* dst[kGroup];
-#pragma unroll
-  for (int j = 0; j < kGroup; ++j) {
-    const int64_t h = g * kGroup + j;
-    if (h < p.q_heads) {
-      src[j] = static_cast<const T*>(buf.q) + (token * p.q_heads + h) * p.head_dim + i0;
-      dst[j] = static_cast<T*>(buf.q_out) + (token * p.q_heads + h) * p.head_dim + i0;
-    } else if (h < heads) {
-      src[j] = static_cast<const T*>(buf.k) + (token * p.k_heads + h - p.q_heads) * p.head_dim + i0;
-      dst[j] = static_cast<T*>(buf.k_out) + (token * p.k_heads + h - p.q_heads) * p.head_dim + i0;
-    } else {
-      src[j] = nullptr;
-      dst[j] = nullptr;
-    }
-  }
-  float x1[kGroup][8], x2[kGroup][8];
-#pragma unroll
-  for (int j = 0; j < kGroup; ++j) {
-    if (src[j] != nullptr) {
-      Load<T, kW>(src[j], x1[j]);
-      Load<T, kW>(src[j] + half, x2[j]);
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kGroup; ++j) {
-    if (dst[j] == nullptr) continue;
-    float y1[8], y2[8];
-#pragma unroll
-    for (int k = 0; k < kW; ++k) {
-      y1[k] = x1[j][k] * cs[k] - x2[j][k] * sn[k];
-      y2[k] = x2[j][k] * cs[k] + x1[j][k] * sn[k];
-    }
-    Store<T, kW>(dst[j], y1);
-    Store<T, kW>(dst[j] + half, y2);
   }
 }
 
@@ -254,37 +179,33 @@ struct FlatShape {
 
 constexpr int kFlatThreads = 128;
 
-// kMinBlocks > 0 caps registers so that many blocks fit an SM (16: 32 registers, 2048 threads).
-template <typename T, int kItems, int kMinBlocks>
-__global__ void __launch_bounds__(kFlatThreads, kMinBlocks) RopeFlatKernel(Problem p, Buffers buf, FlatShape f) {
+// One 8-pair chunk (item) a thread; 40 registers, 12 blocks an SM (capped at 32 registers for 16
+// blocks it spilled and ran at 2.34 TB/s instead of 3.52).
+template <typename T>
+__global__ void __launch_bounds__(kFlatThreads) RopeFlatKernel(Problem p, Buffers buf, FlatShape f) {
   extern __shared__ float4 flat_table[];  // cos [max_tokens][half], then sin
   float* cs = reinterpret_cast<float*>(flat_table);
   float* sn = cs + f.max_tokens * f.half;
-  constexpr uint32_t kSpan = kFlatThreads * kItems;
-  const uint32_t first = blockIdx.x * kSpan;
-  const uint32_t last = min(first + kSpan, f.items) - 1;
+  const uint32_t first = blockIdx.x * kFlatThreads;
+  const uint32_t last = min(first + kFlatThreads, f.items) - 1;
   const uint32_t tok0 = f.per_token.Div(first);
   const uint32_t ntok = f.per_token.Div(last) - tok0 + 1;
-  // 1. Every load of the thread, before anything else.
-  cuda_vec::Raw8<T> a1[kItems], a2[kItems];
-  int64_t off[kItems];
-  bool is_q[kItems];
-  uint32_t angle[kItems];
-#pragma unroll
-  for (int u = 0; u < kItems; ++u) {
-    const uint32_t item = first + u * kFlatThreads + threadIdx.x;
-    off[u] = -1;
-    if (item < f.items) {
-      const uint32_t t = f.per_token.Div(item), r = item - t * f.per_token.d;
-      const uint32_t h = f.per_head.Div(r), c = r - h * f.chunks;
-      is_q[u] = h < f.qh;
-      const uint32_t row = is_q[u] ? t * f.qh + h : t * f.kh + (h - f.qh);
-      off[u] = int64_t(row) * (2 * f.half) + c * 8;
-      angle[u] = (t - tok0) * f.half + c * 8;
-      const T* src = static_cast<const T*>(is_q[u] ? buf.q : buf.k) + off[u];
-      a1[u] = cuda_vec::LoadRawOnce(src);
-      a2[u] = cuda_vec::LoadRawOnce(src + f.half);
-    }
+  // 1. The thread's loads, before anything else.
+  const uint32_t item = first + threadIdx.x;
+  cuda_vec::Raw8<T> a1, a2;
+  int64_t off = -1;  // element offset of the chunk in q (is_q) or k; -1: no item
+  bool is_q;
+  uint32_t angle;
+  if (item < f.items) {
+    const uint32_t t = f.per_token.Div(item), r = item - t * f.per_token.d;
+    const uint32_t h = f.per_head.Div(r), c = r - h * f.chunks;
+    is_q = h < f.qh;
+    const uint32_t row = is_q ? t * f.qh + h : t * f.kh + (h - f.qh);
+    off = int64_t(row) * (2 * f.half) + c * 8;
+    angle = (t - tok0) * f.half + c * 8;
+    const T* src = static_cast<const T*>(is_q ? buf.q : buf.k) + off;
+    a1 = cuda_vec::LoadRawOnce(src);
+    a2 = cuda_vec::LoadRawOnce(src + f.half);
   }
   // 2. The block's cos/sin while the loads are in flight.
   for (uint32_t j = threadIdx.x; j < ntok * f.half; j += kFlatThreads) {
@@ -300,28 +221,25 @@ __global__ void __launch_bounds__(kFlatThreads, kMinBlocks) RopeFlatKernel(Probl
   }
   __syncthreads();
   // 3. Rotate and store.
+  if (off < 0) return;
+  float x1[8], x2[8], c[8], sv[8];
+  cuda_vec::Unpack(a1, x1);
+  cuda_vec::Unpack(a2, x2);
+  const float4* c4 = reinterpret_cast<const float4*>(cs + angle);
+  const float4* s4 = reinterpret_cast<const float4*>(sn + angle);
+  *reinterpret_cast<float4*>(&c[0]) = c4[0];
+  *reinterpret_cast<float4*>(&c[4]) = c4[1];
+  *reinterpret_cast<float4*>(&sv[0]) = s4[0];
+  *reinterpret_cast<float4*>(&sv[4]) = s4[1];
+  float y1[8], y2[8];
 #pragma unroll
-  for (int u = 0; u < kItems; ++u) {
-    if (off[u] < 0) continue;
-    float x1[8], x2[8], c[8], sv[8];
-    cuda_vec::Unpack(a1[u], x1);
-    cuda_vec::Unpack(a2[u], x2);
-    const float4* c4 = reinterpret_cast<const float4*>(cs + angle[u]);
-    const float4* s4 = reinterpret_cast<const float4*>(sn + angle[u]);
-    *reinterpret_cast<float4*>(&c[0]) = c4[0];
-    *reinterpret_cast<float4*>(&c[4]) = c4[1];
-    *reinterpret_cast<float4*>(&sv[0]) = s4[0];
-    *reinterpret_cast<float4*>(&sv[4]) = s4[1];
-    float y1[8], y2[8];
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      y1[k] = x1[k] * c[k] - x2[k] * sv[k];
-      y2[k] = x2[k] * c[k] + x1[k] * sv[k];
-    }
-    T* dst = static_cast<T*>(is_q[u] ? buf.q_out : buf.k_out) + off[u];
-    Pack8<T>::Store(dst, y1);
-    Pack8<T>::Store(dst + f.half, y2);
+  for (int k = 0; k < 8; ++k) {
+    y1[k] = x1[k] * c[k] - x2[k] * sv[k];
+    y2[k] = x2[k] * c[k] + x1[k] * sv[k];
   }
+  T* dst = static_cast<T*>(is_q ? buf.q_out : buf.k_out) + off;
+  Pack8<T>::Store(dst, y1);
+  Pack8<T>::Store(dst + f.half, y2);
 }
 
 __global__ void TableKernel(float theta, int64_t rows, int64_t half, float* cos, float* sin) {
@@ -332,27 +250,18 @@ __global__ void TableKernel(float theta, int64_t rows, int64_t half, float* cos,
   sincosf(float(r) * inv, &sin[idx], &cos[idx]);
 }
 
-// SG_ROPE_KERNEL, read per call: "groups"; "flat" (1 chunk a thread, registers capped at 32 for 16
-// blocks = 2048 threads an SM: bf16 spills 12 bytes, in the cos/sin code); "flat12" (the same
-// uncapped: 40 registers, 12 blocks an SM); "flat2" (2 chunks a thread, 8 blocks an SM); anything
-// else (or unset) the token-run kernel.
-enum class Kernel { kTokens, kGroups, kFlat, kFlat12, kFlat2 };
-Kernel KernelFromEnv() {
+// SG_ROPE_KERNEL=tokens (read per call) forces the token-run kernel, for comparison; anything else
+// (or unset) takes the flat kernel where it applies.
+bool ForceTokens() {
   const char* v = std::getenv("SG_ROPE_KERNEL");
-  if (v == nullptr) return Kernel::kFlat12;
-  if (std::strcmp(v, "tokens") == 0) return Kernel::kTokens;
-  if (std::strcmp(v, "groups") == 0) return Kernel::kGroups;
-  if (std::strcmp(v, "flat") == 0) return Kernel::kFlat;
-  if (std::strcmp(v, "flat12") == 0) return Kernel::kFlat12;
-  if (std::strcmp(v, "flat2") == 0) return Kernel::kFlat2;
-  return Kernel::kTokens;
+  return v != nullptr && std::strcmp(v, "tokens") == 0;
 }
 
-// Launches RopeFlatKernel<T, kItems>; false (nothing launched) where it does not apply: chunks or
-// tokens past 2^31, or cos/sin tables over the default 48 KiB of shared memory.
-template <typename T, int kItems, int kMinBlocks>
+// Launches RopeFlatKernel; false (nothing launched) where it does not apply: chunks or tokens past
+// 2^31, or the block's cos/sin over the default 48 KiB of shared memory (a head_dim over 6144).
+template <typename T>
 bool LaunchFlat(const Problem& p, const Buffers& b, cudaStream_t s) {
-  constexpr int64_t kSpan = kFlatThreads * kItems;
+  constexpr int64_t kSpan = kFlatThreads;
   const int64_t half = p.head_dim / 2, chunks = half / 8, heads = p.q_heads + p.k_heads;
   const int64_t tokens = p.batch * p.seq, per_token = heads * chunks;
   const int64_t items = tokens * per_token;
@@ -371,7 +280,7 @@ bool LaunchFlat(const Problem& p, const Buffers& b, cudaStream_t s) {
   f.per_row = FastDiv(uint32_t(half));
   f.seq = FastDiv(uint32_t(p.seq));
   const unsigned blocks = unsigned((items + kSpan - 1) / kSpan);
-  RopeFlatKernel<T, kItems, kMinBlocks><<<blocks, kFlatThreads, smem, s>>>(p, b, f);
+  RopeFlatKernel<T><<<blocks, kFlatThreads, smem, s>>>(p, b, f);
   return true;
 }
 
@@ -380,52 +289,34 @@ absl::Status Apply(const Problem& p, const Buffers& b, cudaStream_t s) {
   const int64_t half = p.head_dim / 2;
   const bool vec = half % 8 == 0 && cuda_vec::Aligned16(b.q) && cuda_vec::Aligned16(b.q_out) &&
                    (p.k_heads == 0 || (cuda_vec::Aligned16(b.k) && cuda_vec::Aligned16(b.k_out)));
+  if (vec && !ForceTokens() && LaunchFlat<T>(p, b, s)) {
+    SG_CUDA_RETURN_IF_LAUNCH_ERROR(RopeFlatKernel);
+    return absl::OkStatus();
+  }
   const int64_t heads = p.q_heads + p.k_heads;
   const int64_t chunks = vec ? half / 8 : half;
   const int64_t tokens = p.batch * p.seq;
-  const Kernel kernel = KernelFromEnv();
-  if (vec && (kernel == Kernel::kFlat || kernel == Kernel::kFlat12 || kernel == Kernel::kFlat2)) {
-    const bool launched = kernel == Kernel::kFlat     ? LaunchFlat<T, 1, 16>(p, b, s)
-                          : kernel == Kernel::kFlat12 ? LaunchFlat<T, 1, 0>(p, b, s)
-                                                      : LaunchFlat<T, 2, 8>(p, b, s);
-    if (launched) {
-      SG_CUDA_RETURN_IF_LAUNCH_ERROR(RopeFlatKernel);
-      return absl::OkStatus();
-    }
-  }
-  if (kernel != Kernel::kGroups) {
-    // About kThreads * kItems chunks per CTA, and at most 16 KiB of cos/sin.
-    int64_t per_cta = std::max<int64_t>(1, kThreads * kItems / (heads * chunks));
-    per_cta = std::min<int64_t>(per_cta, std::max<int64_t>(1, 2048 / half));
-    const unsigned blocks = unsigned((tokens + per_cta - 1) / per_cta);
-    const size_t smem = size_t(2 * per_cta * half) * sizeof(float);
-    if (smem > 48 * 1024) {  // one token of a head_dim > 12288 model
-      const int attr = int(smem);
-      if (vec) {
-        SG_CUDA_RETURN_IF_ERROR(
-            cudaFuncSetAttribute(RopeTokensKernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, attr));
-      } else {
-        SG_CUDA_RETURN_IF_ERROR(
-            cudaFuncSetAttribute(RopeTokensKernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, attr));
-      }
-    }
+  // About kThreads * kItems chunks per CTA, and at most 16 KiB of cos/sin.
+  int64_t per_cta = std::max<int64_t>(1, kThreads * kItems / (heads * chunks));
+  per_cta = std::min<int64_t>(per_cta, std::max<int64_t>(1, 2048 / half));
+  const unsigned blocks = unsigned((tokens + per_cta - 1) / per_cta);
+  const size_t smem = size_t(2 * per_cta * half) * sizeof(float);
+  if (smem > 48 * 1024) {  // one token of a head_dim > 12288 model
+    const int attr = int(smem);
     if (vec) {
-      RopeTokensKernel<T, 8><<<blocks, kThreads, smem, s>>>(p, b, int(per_cta));
+      SG_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(RopeTokensKernel<T, 8>, cudaFuncAttributeMaxDynamicSharedMemorySize, attr));
     } else {
-      RopeTokensKernel<T, 1><<<blocks, kThreads, smem, s>>>(p, b, int(per_cta));
+      SG_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(RopeTokensKernel<T, 1>, cudaFuncAttributeMaxDynamicSharedMemorySize, attr));
     }
-    SG_CUDA_RETURN_IF_LAUNCH_ERROR(RopeTokensKernel);
-    return absl::OkStatus();
   }
-  const int64_t groups = (heads + kGroup - 1) / kGroup;
-  const int64_t threads = tokens * groups * chunks;
-  const unsigned blocks = unsigned((threads + kThreads - 1) / kThreads);
   if (vec) {
-    RopeKernel<T, 8><<<blocks, kThreads, 0, s>>>(p, b);
+    RopeTokensKernel<T, 8><<<blocks, kThreads, smem, s>>>(p, b, int(per_cta));
   } else {
-    RopeKernel<T, 1><<<blocks, kThreads, 0, s>>>(p, b);
+    RopeTokensKernel<T, 1><<<blocks, kThreads, smem, s>>>(p, b, int(per_cta));
   }
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(RopeKernel);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(RopeTokensKernel);
   return absl::OkStatus();
 }
 

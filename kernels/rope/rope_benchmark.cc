@@ -75,20 +75,14 @@ void BM_RopeForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false, fal
 void BM_RopeBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true, false); }
 void BM_RopeForwardBF16Table(benchmark::State& st) { Run(st, DType::kBF16, false, true); }
 void BM_RopeForwardF32(benchmark::State& st) { Run(st, DType::kF32, false, false); }
-// The two CUDA kernels side by side, batch timing (rope.cu says what each does).
+// The CUDA kernels side by side (rope.cu says what each does and what each measured), batch
+// timing: the default (the flat kernel) and SG_ROPE_KERNEL=tokens (the token-run kernel).
+void BM_RopeForwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "", kBatch); }
+void BM_RopeBackwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "", kBatch); }
+void BM_RopeForwardBF16TableBatch(benchmark::State& st) { Run(st, DType::kBF16, false, true, "", kBatch); }
 void BM_RopeForwardBF16TokensBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "tokens", kBatch); }
-void BM_RopeForwardBF16GroupsBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "groups", kBatch); }
-void BM_RopeForwardBF16TableTokensBatch(benchmark::State& st) { Run(st, DType::kBF16, false, true, "tokens", kBatch); }
-void BM_RopeForwardBF16TableGroupsBatch(benchmark::State& st) { Run(st, DType::kBF16, false, true, "groups", kBatch); }
 void BM_RopeBackwardBF16TokensBatch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "tokens", kBatch); }
-// The flat kernels (rope.cu): one or two 8-pair chunks a thread, 128-thread blocks, no loop.
-void BM_RopeForwardBF16FlatBatch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "flat", kBatch); }
-void BM_RopeForwardBF16Flat12Batch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "flat12", kBatch); }
-void BM_RopeForwardBF16Flat2Batch(benchmark::State& st) { Run(st, DType::kBF16, false, false, "flat2", kBatch); }
-void BM_RopeBackwardBF16FlatBatch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "flat", kBatch); }
-void BM_RopeBackwardBF16Flat12Batch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "flat12", kBatch); }
-void BM_RopeBackwardBF16Flat2Batch(benchmark::State& st) { Run(st, DType::kBF16, true, false, "flat2", kBatch); }
-void BM_RopeForwardBF16TableFlatBatch(benchmark::State& st) { Run(st, DType::kBF16, false, true, "flat", kBatch); }
+void BM_RopeForwardBF16TableTokensBatch(benchmark::State& st) { Run(st, DType::kBF16, false, true, "tokens", kBatch); }
 
 // Llama-1B (head_dim 64), Llama-3-8B-like (head_dim 128), and a small CPU-sized case.
 #define SG_SHAPES ->Args({8, 2048, 32, 8, 64})->Args({4, 2048, 32, 8, 128})->Args({1, 64, 4, 2, 64})->UseManualTime()
@@ -96,18 +90,12 @@ BENCHMARK(BM_RopeForwardBF16) SG_SHAPES;
 BENCHMARK(BM_RopeBackwardBF16) SG_SHAPES;
 BENCHMARK(BM_RopeForwardBF16Table) SG_SHAPES;
 BENCHMARK(BM_RopeForwardF32) SG_SHAPES;
+BENCHMARK(BM_RopeForwardBF16Batch) SG_SHAPES;
+BENCHMARK(BM_RopeBackwardBF16Batch) SG_SHAPES;
+BENCHMARK(BM_RopeForwardBF16TableBatch) SG_SHAPES;
 BENCHMARK(BM_RopeForwardBF16TokensBatch) SG_SHAPES;
-BENCHMARK(BM_RopeForwardBF16GroupsBatch) SG_SHAPES;
-BENCHMARK(BM_RopeForwardBF16TableTokensBatch) SG_SHAPES;
-BENCHMARK(BM_RopeForwardBF16TableGroupsBatch) SG_SHAPES;
 BENCHMARK(BM_RopeBackwardBF16TokensBatch) SG_SHAPES;
-BENCHMARK(BM_RopeForwardBF16FlatBatch) SG_SHAPES;
-BENCHMARK(BM_RopeForwardBF16Flat12Batch) SG_SHAPES;
-BENCHMARK(BM_RopeForwardBF16Flat2Batch) SG_SHAPES;
-BENCHMARK(BM_RopeBackwardBF16FlatBatch) SG_SHAPES;
-BENCHMARK(BM_RopeBackwardBF16Flat12Batch) SG_SHAPES;
-BENCHMARK(BM_RopeBackwardBF16Flat2Batch) SG_SHAPES;
-BENCHMARK(BM_RopeForwardBF16TableFlatBatch) SG_SHAPES;
+BENCHMARK(BM_RopeForwardBF16TableTokensBatch) SG_SHAPES;
 
 }  // namespace
 }  // namespace sg::kernels

@@ -1,15 +1,24 @@
-// CUDA SwiGLU. Each thread takes packs of 8 outputs (16-byte accesses for bf16, two for f32) over a
-// grid-stride loop that keeps every SM at full occupancy: with 2 (forward) or 3 (backward) 16-byte
-// loads per thread in flight that is ~64-96 KB per SM, above the ~25 KB per SM HBM3e needs at H200
-// latency. The packed [gate | up] form indexes by row; separate tensors are one flat row.
+// CUDA SwiGLU, two kernel families:
 //
-// The default for the 16-byte layout is the flat kernel below; SG_SWIGLU_KERNEL=grid selects these.
-// Backward, two kernels selected by SG_SWIGLU_BWD (read per call): "v1" (the default): one pack
-// per thread per grid-stride step over a one-wave grid (cuda_vec::ResidentGrid); "unrolled": two
-// packs per thread per step (6 16-byte loads in flight before the first store, kept raw) with
-// 32-bit pack indices. On H200 at 16384 x 8192 bf16 (2026-11-30, batch timing): v1 3.63 TB/s,
-// unrolled 3.48, once both grids were one wave (before, with GridFor's 8 blocks per SM, unrolled's
-// 3 resident blocks ran 2.67 waves: 3.40, and v1 3.06).
+// FlatKernel (the default): no loop, one pack of 8 outputs per thread (16-byte accesses for bf16,
+// two for f32) and as many 128-thread blocks as the problem has (the shape of the kernel
+// torch.compile generates for this op), 32-bit pack indices, plain loads, the sigmoid's division by
+// the approximate __fdividef. It needs the 16-byte layout: cols % 8 == 0 (for the packed form;
+// separate tensors are one flat row, so numel % 8 == 0), 16-byte aligned operands, and fewer than
+// 2^31 packs.
+//
+// ForwardKernel / BackwardKernel (the fallback for every other layout; SG_SWIGLU_KERNEL=grid,
+// read per call, forces them, for comparison and testing): one pack per thread per step of a
+// grid-stride loop over a one-wave grid (cuda_vec::ResidentGrid), 64-bit indices, scalar accesses
+// for unaligned data and partial packs.
+//
+// Why (H200, bf16 16384 x 8192, batch timing: CUDA events around back-to-back calls, 2026-11-30):
+// the flat kernel 3.92 / 3.88-3.89 TB/s forward / backward; with an IEEE reciprocal in the sigmoid
+// (and a row division even for one flat row) 3.80-3.87 / 3.88-3.89; the grid-stride kernels
+// 3.75 / 3.63. Load cache policies of the flat kernel, one call: plain 3.94 / 3.90, .nc 3.94 / 3.89,
+// .cs (evict-first) 3.77 / 3.72. Measured and deleted: the IEEE-division and .cs / .nc variants of
+// the flat kernel, and a grid-stride backward with two packs per thread per step (3.48 against the
+// one-pack kernel's 3.63 on one-wave grids).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -101,92 +110,38 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Same arithmetic as BackwardKernel for the 16-byte layout with every pack full (cols % 8 == 0; the
-// separate-tensor form is one row),
-// packs i and i + stride per step with their loads kept raw (bf16: 4 registers a pack) until used,
-// and 32-bit pack indices (total < 2^31).
-// 3 CTAs of 256 threads per SM (at most 85 registers; at 64 it spilled): 768 threads x 96 bytes of
-// loads in flight per SM (the first kernel: 1536 threads x 48 bytes, one pack at a time).
-template <typename T>
-__global__ void __launch_bounds__(kThreads, 3)
-    BackwardUnrolledKernel(const T* dout, const T* gate, const T* up, T* dgate, T* dup, int64_t rows, int64_t cols,
-                           int64_t in_stride) {
-  const uint32_t ppr = uint32_t(cols / 8);
-  const uint32_t total = uint32_t(rows * ppr);
-  const uint32_t stride = gridDim.x * kThreads;
-  for (uint32_t i = blockIdx.x * kThreads + threadIdx.x; i < total; i += 2 * stride) {
-    int64_t in[2], out[2];
-    cuda_vec::Raw8<T> d[2], g[2], u[2];
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      const uint32_t j = i + q * stride;
-      if (j < total) {
-        const uint32_t r = j / ppr;
-        const int64_t c = int64_t(j - r * ppr) * 8;
-        in[q] = int64_t(r) * in_stride + c;
-        out[q] = int64_t(r) * cols + c;
-        d[q] = cuda_vec::LoadRawOnce(dout + out[q]);
-        g[q] = cuda_vec::LoadRawOnce(gate + in[q]);
-        u[q] = cuda_vec::LoadRawOnce(up + in[q]);
-      }
-    }
-#pragma unroll
-    for (int q = 0; q < 2; ++q) {
-      if (i + q * stride >= total) continue;
-      float dv[8], gv[8], uv[8];
-      cuda_vec::Unpack(d[q], dv);
-      cuda_vec::Unpack(g[q], gv);
-      cuda_vec::Unpack(u[q], uv);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        const float s = Sigmoid(gv[k]);
-        const float silu = gv[k] * s;
-        gv[k] = dv[k] * uv[k] * s * (1.f + gv[k] * (1.f - s));
-        uv[k] = dv[k] * silu;
-      }
-      Pack8<T>::Store(dgate + in[q], gv);
-      Pack8<T>::Store(dup + in[q], uv);
-    }
-  }
-}
-
-// "flat" (the default for both directions, bf16/f32 in the 16-byte layout; SG_SWIGLU_KERNEL=grid
-// turns it off): no loop, one pack per thread and as many 128-thread blocks as the problem has
-// (the shape of the kernel torch.compile generates for this op); 32-bit pack indices. With plain
-// loads it is the fastest here (3.94 / 3.90 TB/s vs the grid kernels' 3.75 / 3.64).
 constexpr int kFlatThreads = 128;
-// kFast (the default; SG_SWIGLU_MATH=ieee turns it off): the sigmoid's division by the approximate
-// __fdividef (2 ulp, as Triton's default float division) instead of an IEEE reciprocal, and no
-// integer division for the pack's row when the layout is one flat array (separate gate and up
-// tensors). H200, 16384 x 8192 bf16, batch timing (2026-11-30): forward 3.80 -> 3.92 TB/s,
-// backward 3.88 -> 3.89 (16384 x 5632: 3.79 -> 3.88, 3.85 -> 3.85).
-template <typename T, bool kBackward, int kLoad, bool kFast = false>
+// The flat kernel: pack i = blockIdx.x * kFlatThreads + threadIdx.x < total; no integer division
+// for the pack's row when the layout is one flat array (separate gate and up tensors).
+// Fast math: 1 / (1 + e^-g) by __fdividef (2 ulp, as Triton's default float division) instead of
+// an IEEE reciprocal: forward 3.92 TB/s at 16384 x 8192 against 3.80-3.87 (16384 x 5632: 3.88
+// against 3.79), backward the same either way (3.88-3.89; 3.85 at 5632).
+template <typename T, bool kBackward>
 __global__ void __launch_bounds__(kFlatThreads)
     FlatKernel(const T* dout, const T* gate, const T* up, T* out0, T* out1, uint32_t total, uint32_t ppr, int64_t cols,
                int64_t in_stride) {
   const uint32_t i = blockIdx.x * kFlatThreads + threadIdx.x;
   if (i >= total) return;
   int64_t in, out;
-  if (kFast && in_stride == cols) {
+  if (in_stride == cols) {
     in = out = int64_t(i) * 8;
   } else {
     const uint32_t r = i / ppr;
     const int64_t c = int64_t(i - r * ppr) * 8;
     in = int64_t(r) * in_stride + c, out = int64_t(r) * cols + c;
   }
-  const cuda_vec::Raw8<T> gr = cuda_vec::LoadRawPolicy<kLoad>(gate + in), ur = cuda_vec::LoadRawPolicy<kLoad>(up + in);
+  const cuda_vec::Raw8<T> gr = cuda_vec::LoadRawOnce(gate + in), ur = cuda_vec::LoadRawOnce(up + in);
   cuda_vec::Raw8<T> dr;
-  if constexpr (kBackward) dr = cuda_vec::LoadRawPolicy<kLoad>(dout + out);
+  if constexpr (kBackward) dr = cuda_vec::LoadRawOnce(dout + out);
   float g[8], u[8];
   cuda_vec::Unpack(gr, g);
   cuda_vec::Unpack(ur, u);
-  auto sigmoid = [](float x) { return kFast ? __fdividef(1.f, 1.f + __expf(-x)) : Sigmoid(x); };
   if constexpr (kBackward) {
     float d[8];
     cuda_vec::Unpack(dr, d);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const float s = sigmoid(g[k]);
+      const float s = __fdividef(1.f, 1.f + __expf(-g[k]));
       const float silu = g[k] * s;
       g[k] = d[k] * u[k] * s * (1.f + g[k] * (1.f - s));
       u[k] = d[k] * silu;
@@ -195,36 +150,17 @@ __global__ void __launch_bounds__(kFlatThreads)
     Pack8<T>::Store(out1 + in, u);
   } else {
 #pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      g[k] = (kFast ? __fdividef(g[k], 1.f + __expf(-g[k])) : g[k] * Sigmoid(g[k])) * u[k];
-    }
+    for (int k = 0; k < 8; ++k) g[k] = __fdividef(g[k], 1.f + __expf(-g[k])) * u[k];
     Pack8<T>::Store(out0 + out, g);
   }
 }
 
-// The flat kernel is the default where the 16-byte layout allows it; SG_SWIGLU_KERNEL=grid keeps
-// the grid-stride kernels (forward, and the backward SG_SWIGLU_BWD picks).
+// The flat kernel where the 16-byte layout allows it (the caller checks alignment), unless
+// SG_SWIGLU_KERNEL=grid.
 bool UseFlat(const Problem& p) {
   const char* v = std::getenv("SG_SWIGLU_KERNEL");
   return (v == nullptr || std::strcmp(v, "grid") != 0) && p.cols % 8 == 0 &&
          p.rows * (p.cols / 8) < (int64_t(1) << 31) - kFlatThreads;
-}
-
-// SG_SWIGLU_LOAD picks the flat kernel's load cache policy: "plain" (the default), "cs" (streaming,
-// evict-first), "nc" (read-only path). H200, 16384 x 8192 bf16, batch timing, one call
-// (2026-11-30): forward / backward 3.77 / 3.72 TB/s with cs, 3.94 / 3.90 plain, 3.94 / 3.89 nc;
-// torch.compile 4.22 / 4.06 in the same call.
-int FlatLoadPolicy() {
-  const char* v = std::getenv("SG_SWIGLU_LOAD");
-  if (v != nullptr && std::strcmp(v, "cs") == 0) return cuda_vec::kCacheStreaming;
-  if (v != nullptr && std::strcmp(v, "nc") == 0) return cuda_vec::kCacheReadOnly;
-  return cuda_vec::kCacheDefault;
-}
-
-// The flat kernel's kFast form (plain loads) unless SG_SWIGLU_MATH=ieee.
-bool FlatFastMath() {
-  const char* v = std::getenv("SG_SWIGLU_MATH");
-  return v == nullptr || std::strcmp(v, "ieee") != 0;
 }
 
 template <typename T, bool kBackward>
@@ -232,32 +168,9 @@ absl::Status LaunchFlat(const Problem& p, const T* d, const T* g, const T* u, T*
   const uint32_t ppr = uint32_t(p.cols / 8), total = uint32_t(p.rows * (p.cols / 8));
   const unsigned grid = (total + kFlatThreads - 1) / kFlatThreads;
   const int64_t in_stride = p.rows > 1 ? p.in_stride : p.cols;
-  if (FlatFastMath()) {
-    FlatKernel<T, kBackward, cuda_vec::kCacheDefault, true>
-        <<<grid, kFlatThreads, 0, s>>>(d, g, u, o0, o1, total, ppr, p.cols, in_stride);
-    SG_CUDA_RETURN_IF_LAUNCH_ERROR(FlatKernel);
-    return absl::OkStatus();
-  }
-  switch (FlatLoadPolicy()) {
-    case cuda_vec::kCacheDefault:
-      FlatKernel<T, kBackward, cuda_vec::kCacheDefault>
-          <<<grid, kFlatThreads, 0, s>>>(d, g, u, o0, o1, total, ppr, p.cols, in_stride);
-      break;
-    case cuda_vec::kCacheReadOnly:
-      FlatKernel<T, kBackward, cuda_vec::kCacheReadOnly>
-          <<<grid, kFlatThreads, 0, s>>>(d, g, u, o0, o1, total, ppr, p.cols, in_stride);
-      break;
-    default:
-      FlatKernel<T, kBackward, cuda_vec::kCacheStreaming>
-          <<<grid, kFlatThreads, 0, s>>>(d, g, u, o0, o1, total, ppr, p.cols, in_stride);
-  }
+  FlatKernel<T, kBackward><<<grid, kFlatThreads, 0, s>>>(d, g, u, o0, o1, total, ppr, p.cols, in_stride);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(FlatKernel);
   return absl::OkStatus();
-}
-
-bool UseBackwardUnrolled() {
-  const char* v = std::getenv("SG_SWIGLU_BWD");
-  return v != nullptr && std::strcmp(v, "unrolled") == 0;
 }
 
 // The 16-byte path needs every row of every operand to start on a 16-byte boundary.
@@ -301,17 +214,6 @@ absl::Status Backward(const Problem& p, const void* dout, const void* gate, cons
   const bool vec = Vectorizable(p, {dout, gate, up, dgate, dup});
   const bool rows = p.rows > 1;
   if (vec && UseFlat(p)) return LaunchFlat<T, true>(p, d, g, u, dg, du, s);
-  // bf16 only: f32 packs take twice the registers and spilled.
-  if constexpr (sizeof(T) == 2) {
-    if (UseBackwardUnrolled() && vec && p.cols % 8 == 0 &&
-        packs < (int64_t(1) << 31) - 2 * int64_t(kThreads) * 132 * 8) {
-      const unsigned grid =
-          cuda_vec::ResidentGrid(BackwardUnrolledKernel<T>, kThreads, (packs + 2 * kThreads - 1) / (2 * kThreads));
-      BackwardUnrolledKernel<T><<<grid, kThreads, 0, s>>>(d, g, u, dg, du, p.rows, p.cols, p.in_stride);
-      SG_CUDA_RETURN_IF_LAUNCH_ERROR(BackwardUnrolledKernel);
-      return absl::OkStatus();
-    }
-  }
   const int64_t blocks = (packs + kThreads - 1) / kThreads;
 #define SG_LAUNCH(V, R)                                                                               \
   BackwardKernel<T, V, R><<<cuda_vec::ResidentGrid(BackwardKernel<T, V, R>, kThreads, blocks), kThreads, 0, s>>>( \

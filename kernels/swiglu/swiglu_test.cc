@@ -154,38 +154,29 @@ TEST(SwiGluCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("out: expected contiguous bf16[4,8]@cpu"), std::string::npos) << st;
 }
 
-// Every kernel (swiglu.cu: the flat kernel by default, its loads per SG_SWIGLU_LOAD, its IEEE-division
-// form per SG_SWIGLU_MATH=ieee; SG_SWIGLU_KERNEL=grid the grid-stride kernels, SG_SWIGLU_BWD their
-// backward).
+// Both kernel families (swiglu.cu): the default (the flat kernel where the 16-byte layout allows
+// it, the grid-stride kernels for the rest: cols % 8 != 0, unaligned up in the packed form, a
+// numel % 8 != 0 separate row with a partial last pack) and SG_SWIGLU_KERNEL=grid (the
+// grid-stride kernels for everything, including their 16-byte path).
 TEST(SwiGluCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (const char* kernel : {"unrolled", "v1", "flat", "flat-cs", "flat-ieee"}) {
-    SCOPED_TRACE(std::string("kernel ") + kernel);
-    const std::string k = kernel;
-    if (k == "unrolled" || k == "v1") {
-      ASSERT_EQ(setenv("SG_SWIGLU_KERNEL", "grid", 1), 0);
-      ASSERT_EQ(setenv("SG_SWIGLU_BWD", kernel, 1), 0);
-    }
-    if (k == "flat-cs") {
-      ASSERT_EQ(setenv("SG_SWIGLU_LOAD", "cs", 1), 0);
-    }
-    if (k == "flat-ieee") {
-      ASSERT_EQ(setenv("SG_SWIGLU_MATH", "ieee", 1), 0);
+  for (const char* kernel : {"", "grid"}) {
+    SCOPED_TRACE(std::string("SG_SWIGLU_KERNEL=") + kernel);
+    if (*kernel == 0) {
+      unsetenv("SG_SWIGLU_KERNEL");
+    } else {
+      ASSERT_EQ(setenv("SG_SWIGLU_KERNEL", kernel, 1), 0);
     }
     for (const Case& c : Cases()) {
       CheckSeparate(c, Device::Cuda(0));
       CheckPacked(c, Device::Cuda(0));
     }
-    if (k == "flat" || k == "flat-ieee") {
-      CheckSeparate({16384, 5632, DType::kBF16}, Device::Cuda(0));  // Llama-1B MLP width
-    }
-    CheckPacked({4099, 5632, DType::kBF16}, Device::Cuda(0));     // several grid-stride steps, odd tail
-    CheckSeparate({3, 1001, DType::kBF16}, Device::Cuda(0));      // flat, numel % 8 != 0: first kernel
-    unsetenv("SG_SWIGLU_BWD");
-    unsetenv("SG_SWIGLU_KERNEL");
-    unsetenv("SG_SWIGLU_LOAD");
-    unsetenv("SG_SWIGLU_MATH");
+    CheckSeparate({16384, 5632, DType::kBF16}, Device::Cuda(0));  // Llama-1B MLP width
+    CheckPacked({4099, 5632, DType::kBF16}, Device::Cuda(0));     // several grid-stride steps
+    CheckSeparate({3, 1001, DType::kBF16}, Device::Cuda(0));      // one flat row, numel % 8 != 0
+    CheckPacked({3, 1001, DType::kBF16}, Device::Cuda(0));        // rows not 16-byte aligned
   }
+  unsetenv("SG_SWIGLU_KERNEL");
 }
 
 }  // namespace
