@@ -46,13 +46,12 @@ struct LaunchConfig {
   // one row per step first for both rmsnorm (3.34 TB/s vs 3.16 at 256 x 4) and add+rmsnorm (3.49).
   int fwd_max_threads = 128;
   int fwd_rows_per_step = 1;
-  // Forward register double buffering: a persistent CTA (fwd_ctas_per_sm > 0) issues the loads of
-  // its next rows before it reduces and stores the current ones (never won on the H200: 3.13 at
-  // best vs 3.39 for one row per 128-thread CTA).
+  // Register double buffering: a CTA issues the loads of its next rows before it reduces and stores
+  // the current ones, so its loads stay in flight across the block reduction (with few CTAs per SM,
+  // e.g. the backward's single resident wave, the latency of each step is otherwise exposed). The
+  // forward prefetches only with persistent CTAs (fwd_ctas_per_sm > 0).
   bool fwd_prefetch = false;
-  // Backward: 0 = weight row and dw accumulators in registers, 1 = the weight row in shared
-  // memory, 2 = both in shared memory (see BackwardKernel).
-  int bwd_smem = 0;
+  bool bwd_prefetch = false;
   // Launch the forward / the backward's main kernel as a programmatic dependent of the previous
   // kernel on the stream: it is scheduled while that kernel drains and waits for it with
   // griddepcontrol.wait before touching memory, so the gap between the two kernels disappears.
@@ -77,7 +76,7 @@ struct LaunchConfig {
            " fwd threads<=" + std::to_string(fwd_max_threads) + " rows/step=" + std::to_string(fwd_rows_per_step) +
            " fwd_ctas/sm=" + std::to_string(fwd_ctas_per_sm) + " bwd_ctas/sm=" + std::to_string(bwd_ctas_per_sm) +
            (overlap_sum ? " overlap_sum" : "") + (fwd_prefetch ? " fwd_prefetch" : "") +
-           (bwd_smem > 0 ? " bwd_smem=" + std::to_string(bwd_smem) : std::string()) + (fwd_pdl ? " fwd_pdl" : "") + (bwd_pdl ? " bwd_pdl" : "");
+           (bwd_prefetch ? " bwd_prefetch" : "") + (fwd_pdl ? " fwd_pdl" : "") + (bwd_pdl ? " bwd_pdl" : "");
   }
 };
 
@@ -255,13 +254,8 @@ __global__ void __launch_bounds__(kMaxThreads)
 
 // dx = rstd * (w * dy - x * rstd^2 * mean(w * dy * x)) (+ dh_in when kResidual), and this CTA's
 // partial row of dw = sum over its rows of dy * x * rstd. dx may equal dh_in (in place).
-// kSmem 1: the weight row is kept in shared memory as f32 (dynamic, dim floats) and read per use,
-// instead of in registers; kSmem 2: the dw accumulators too (another dim floats; each thread
-// only touches its own columns, so no barrier). 77 -> 55 -> 43 registers a thread at 2 packs
-// (bf16), so 6 -> 9 -> 11 CTAs fit an SM (the kernel is latency-bound: fewer resident CTAs measured
-// slower). Register double buffering of the next rows (the first form's kPrefetch) never won on
-// the H200 and was removed.
-template <typename T, int kV, int kR, bool kResidual, int kSmem>
+// kPrefetch: the next step's rows are loaded before this step's are reduced and stored.
+template <typename T, int kV, int kR, bool kResidual, bool kPrefetch>
 __global__ void __launch_bounds__(kMaxThreads)
     BackwardKernel(const T* __restrict__ dy, const T* dh_in, const T* __restrict__ x, const T* __restrict__ w,
                    const float* __restrict__ rstd, T* dx, float* __restrict__ dw_partial, int64_t rows, int packs,
@@ -272,48 +266,20 @@ __global__ void __launch_bounds__(kMaxThreads)
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;");
   __shared__ float scratch[2][kR][32];
-  extern __shared__ float4 weight_rows[];  // kSmem >= 1: dim floats of weights, then (2) dim of dw
-  constexpr bool kSmemWeights = kSmem >= 1, kSmemAcc = kSmem >= 2;
   const int dim = packs * 8;
-  float* const smem_w = reinterpret_cast<float*>(weight_rows);
-  float* const smem_acc = smem_w + dim;
-  float wv[kSmemWeights ? 1 : kV][8], acc[kSmemAcc ? 1 : kV][8];
-  if constexpr (kSmemWeights) {
-    for (int p = int(threadIdx.x); p < packs; p += int(blockDim.x)) {
-      float t[8];
-      Pack8<T>::Load(w + p * 8, t);
-      Pack8<float>::Store(smem_w + p * 8, t);
-    }
-    __syncthreads();
-  }
+  float wv[kV][8], acc[kV][8];
 #pragma unroll
   for (int j = 0; j < kV; ++j) {
     const int p = int(threadIdx.x) + int(blockDim.x) * j;
-    if constexpr (!kSmemWeights) {
-      if (p < packs) {
-        Pack8<T>::Load(w + p * 8, wv[j]);
-      } else {
-#pragma unroll
-        for (int k = 0; k < 8; ++k) wv[j][k] = 0.f;
-      }
-    }
-    if constexpr (kSmemAcc) {
-      const float zero[8] = {};
-      if (p < packs) Pack8<float>::Store(smem_acc + p * 8, zero);
+    if (p < packs) {
+      Pack8<T>::Load(w + p * 8, wv[j]);
     } else {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) acc[j][k] = 0.f;
+      for (int k = 0; k < 8; ++k) wv[j][k] = 0.f;
     }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[j][k] = 0.f;
   }
-  // The weights of pack j (column pack p) of this thread.
-  auto weights = [&](int j, int p, float (&o)[8]) {
-    if constexpr (kSmemWeights) {
-      Pack8<float>::Load(smem_w + p * 8, o);
-    } else {
-#pragma unroll
-      for (int k = 0; k < 8; ++k) o[k] = wv[j][k];
-    }
-  };
   const int64_t begin = int64_t(blockIdx.x) * rows_per_cta;
   const int64_t end = begin + rows_per_cta < rows ? begin + rows_per_cta : rows;
   constexpr int kG = kResidual ? kR : 1;
@@ -344,6 +310,10 @@ __global__ void __launch_bounds__(kMaxThreads)
   Rows cur;
   if (begin < end) load(begin, cur);
   for (int64_t row0 = begin; row0 < end; row0 += kR, buf ^= 1) {
+    [[maybe_unused]] Rows next;
+    if constexpr (kPrefetch) {
+      if (row0 + kR < end) load(row0 + kR, next);
+    }
     float dot[kR];
 #pragma unroll
     for (int r = 0; r < kR; ++r) {
@@ -352,23 +322,14 @@ __global__ void __launch_bounds__(kMaxThreads)
       for (int j = 0; j < kV; ++j) {
         const int p = int(threadIdx.x) + int(blockDim.x) * j;
         if (row0 + r < end && p < packs) {
-          float xv[8], dv[8], wj[8];
+          float xv[8], dv[8];
           Unpack(cur.x[r][j], xv);
           Unpack(cur.d[r][j], dv);
-          weights(j, p, wj);
-          float* a = kSmemAcc ? smem_acc + p * 8 : acc[kSmemAcc ? 0 : j];
-          float av[8];
-          if constexpr (kSmemAcc) Pack8<float>::Load(a, av);
 #pragma unroll
           for (int k = 0; k < 8; ++k) {
-            dot[r] += wj[k] * dv[k] * xv[k];
-            if constexpr (kSmemAcc) {
-              av[k] += dv[k] * xv[k] * cur.rs[r];
-            } else {
-              acc[j][k] += dv[k] * xv[k] * cur.rs[r];
-            }
+            dot[r] += wv[j][k] * dv[k] * xv[k];
+            acc[j][k] += dv[k] * xv[k] * cur.rs[r];
           }
-          if constexpr (kSmemAcc) Pack8<float>::Store(a, av);
         }
       }
     }
@@ -382,10 +343,9 @@ __global__ void __launch_bounds__(kMaxThreads)
       for (int j = 0; j < kV; ++j) {
         const int p = int(threadIdx.x) + int(blockDim.x) * j;
         if (p < packs) {
-          float xv[8], dv[8], wj[8], out[8];
+          float xv[8], dv[8], out[8];
           Unpack(cur.x[r][j], xv);
           Unpack(cur.d[r][j], dv);
-          weights(j, p, wj);
           if constexpr (kResidual) {
             Unpack(cur.g[r][j], out);
           } else {
@@ -393,24 +353,21 @@ __global__ void __launch_bounds__(kMaxThreads)
             for (int k = 0; k < 8; ++k) out[k] = 0.f;
           }
 #pragma unroll
-          for (int k = 0; k < 8; ++k) out[k] += rs * (wj[k] * dv[k] - xv[k] * rs * rs * mean);
+          for (int k = 0; k < 8; ++k) out[k] += rs * (wv[j][k] * dv[k] - xv[k] * rs * rs * mean);
           Store(dx + (row0 + r) * dim + p * 8, PackRounded<T>(out));
         }
       }
     }
-    if (row0 + kR < end) load(row0 + kR, cur);
+    if constexpr (kPrefetch) {
+      cur = next;
+    } else {
+      if (row0 + kR < end) load(row0 + kR, cur);
+    }
   }
 #pragma unroll
   for (int j = 0; j < kV; ++j) {
     const int p = int(threadIdx.x) + int(blockDim.x) * j;
-    if (p >= packs) continue;
-    if constexpr (kSmemAcc) {
-      float av[8];
-      Pack8<float>::Load(smem_acc + p * 8, av);
-      Pack8<float>::Store(dw_partial + int64_t(blockIdx.x) * dim + p * 8, av);
-    } else {
-      Pack8<float>::Store(dw_partial + int64_t(blockIdx.x) * dim + p * 8, acc[j]);
-    }
+    if (p < packs) Pack8<float>::Store(dw_partial + int64_t(blockIdx.x) * dim + p * 8, acc[j]);
   }
 }
 
@@ -652,26 +609,18 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   // it costs microseconds of host time per call otherwise.
   int resident = 1;
   cudaError_t err = cudaSuccess;
-  // Weights (and accumulators) in shared memory where their f32 rows fit the default 48 KB.
-  int level = std::clamp(cfg.bwd_smem, 0, 2);
-  while (level > 0 && level * dim * int64_t(sizeof(float)) > 48 * 1024) --level;
-  const size_t smem = size_t(level) * size_t(dim) * sizeof(float);
+  const bool prefetch = cfg.bwd_prefetch;
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
     constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
-    // Cached per form and thread count; with shared-memory weights also per width (one width per
-    // cache slot: the last seen; a different width asks again).
-    static std::atomic<int64_t> cached[3][detail::kMaxThreads / 32 + 1] = {};
-    std::atomic<int64_t>& slot = cached[level][shape.threads / 32];
-    const int64_t packed = slot.load(std::memory_order_relaxed);
-    if (packed != 0 && (packed >> 8) == int64_t(smem)) {
-      resident = int(packed & 0xff);
-      return;
+    static std::atomic<int> cached[2][detail::kMaxThreads / 32 + 1] = {};
+    std::atomic<int>& slot = cached[prefetch ? 1 : 0][shape.threads / 32];
+    resident = slot.load(std::memory_order_relaxed);
+    if (resident == 0) {
+      auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
+                             : detail::BackwardKernel<T, kV, kR, kResidual, false>;
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, shape.threads, 0);
+      slot.store(resident, std::memory_order_relaxed);
     }
-    auto kernel = level == 2   ? detail::BackwardKernel<T, kV, kR, kResidual, 2>
-                  : level == 1 ? detail::BackwardKernel<T, kV, kR, kResidual, 1>
-                               : detail::BackwardKernel<T, kV, kR, kResidual, 0>;
-    err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, shape.threads, smem);
-    slot.store((int64_t(smem) << 8) | std::min(resident, 255), std::memory_order_relaxed);
   });
   SG_CUDA_RETURN_IF_ERROR(err);
   const int per_sm = std::max(1, cfg.bwd_ctas_per_sm > 0 ? cfg.bwd_ctas_per_sm : resident);
@@ -684,17 +633,15 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
   float* partial = static_cast<float*>(scratch);
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
     constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
-    auto kernel = level == 2   ? detail::BackwardKernel<T, kV, kR, kResidual, 2>
-                  : level == 1 ? detail::BackwardKernel<T, kV, kR, kResidual, 1>
-                               : detail::BackwardKernel<T, kV, kR, kResidual, 0>;
+    auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
+                           : detail::BackwardKernel<T, kV, kR, kResidual, false>;
     if (cfg.bwd_pdl) {
       detail::ProgrammaticLaunch launch(unsigned(groups), unsigned(shape.threads), stream);
-      launch.config.dynamicSmemBytes = smem;
       err = cudaLaunchKernelEx(&launch.config, kernel, dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
                                rows_per_cta);
     } else {
-      kernel<<<unsigned(groups), shape.threads, smem, stream>>>(dy, dh_in, x, w, rstd, dx, partial, rows,
-                                                                int(dim / 8), rows_per_cta);
+      kernel<<<unsigned(groups), shape.threads, 0, stream>>>(dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
+                                                             rows_per_cta);
       err = cudaGetLastError();
     }
   });

@@ -22,21 +22,22 @@ namespace sg::kernels::rmsnorm_launch {
 
 // Args: backward, rows, dim, max_threads, rows_per_step, ctas_per_sm (forward: 0 = one CTA per step
 // of rows, n = n persistent CTAs per SM; backward: 0 = all resident, else CTAs per SM), overlap_sum
-// (backward), prefetch (forward) / weights (1) and dw accumulators (2) in shared memory (backward), pdl (programmatic
-// dependent launch of the forward / the backward's main kernel). The configurations earlier H200 sweeps left in contention, at the Llama-1B shape and the
+// (backward), prefetch, pdl (programmatic dependent launch of the forward / the backward's main
+// kernel). The configurations earlier H200 sweeps left in contention, at the Llama-1B shape and the
 // 7B width (kept short enough to run in about a minute).
 inline void SweepArgs(benchmark::internal::Benchmark* bm) {
-  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm", "overlap", "prefetch_or_smem_w", "pdl"});
+  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm", "overlap", "prefetch", "pdl"});
   for (auto [rows, dim] : {std::pair<int64_t, int64_t>{16384, 2048}, {8192, 4096}}) {
     for (int threads : {128, 256}) {
       for (int pdl : {0, 1}) bm->Args({0, rows, dim, threads, 1, 0, 0, 0, pdl});
     }
     for (int step : {1, 2}) {
-      for (int smem_w : {0, 1, 2}) {
-        for (int pdl : {0, 1}) bm->Args({1, rows, dim, 128, step, 0, 1, smem_w, pdl});
+      for (int ctas : {0, 2, 4, 8}) {
+        for (int pdl : {0, 1}) bm->Args({1, rows, dim, 128, step, ctas, 1, 0, pdl});
       }
+      bm->Args({1, rows, dim, 128, step, 0, 0, 0, 0});  // the partial-row sum launched plainly
+      bm->Args({1, rows, dim, 128, step, 0, 1, 1, 1});  // with prefetch
     }
-    bm->Args({1, rows, dim, 256, 1, 0, 1, 2, 1});
   }
 }
 
@@ -52,11 +53,7 @@ inline LaunchConfig SweepConfig(const benchmark::State& state) {
   cfg.fwd_rows_per_step = cfg.rows_per_step;
   (backward ? cfg.bwd_ctas_per_sm : cfg.fwd_ctas_per_sm) = int(state.range(5));
   cfg.overlap_sum = state.range(6) != 0;
-  if (backward) {
-    cfg.bwd_smem = int(state.range(7));
-  } else {
-    cfg.fwd_prefetch = state.range(7) != 0;
-  }
+  (backward ? cfg.bwd_prefetch : cfg.fwd_prefetch) = state.range(7) != 0;
   (backward ? cfg.bwd_pdl : cfg.fwd_pdl) = state.range(8) != 0;
   return cfg;
 }

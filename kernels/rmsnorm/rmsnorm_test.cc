@@ -205,9 +205,8 @@ TEST(RmsNormCudaTest, EveryLaunchConfigMatchesReference) {
   for (auto cfg : configs) {
     cfg.fwd_max_threads = cfg.max_threads;  // the forward takes the same shapes
     cfg.fwd_rows_per_step = cfg.rows_per_step;
-    for (int alt : {0, 1, 2}) {  // forward double buffering (persistent CTAs); backward smem level
-      cfg.fwd_prefetch = alt != 0;
-      cfg.bwd_smem = alt;
+    for (bool prefetch : {false, true}) {  // register double buffering (persistent forward CTAs only)
+      cfg.fwd_prefetch = cfg.bwd_prefetch = prefetch;
       for (const Case& c : cases) CheckAgainstReference(c, Device::Cuda(0), Tolerance(c.dtype), &cfg);
     }
   }
