@@ -3,6 +3,8 @@
 // (4+g+4+4 + 4+4+4+2 bytes, g = 4 for f32 gradients, 2 for bf16). GradNorm reads the gradients.
 #include <benchmark/benchmark.h>
 
+#include <vector>
+
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/testing.h"
 
@@ -35,6 +37,7 @@ void Run(benchmark::State& state, DType grad_dtype, bool norm) {
   Tensor out = Tensor::Empty({}, DType::kF32, s.device).value();
   Tensor clip = Tensor::Empty({}, DType::kF32, s.device).value();
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  std::vector<double> iteration_s;  // per call, for the median
   for (auto _ : state) {
     (void)start.Record(s.stream);
     absl::Status st = norm ? GradNorm(list, 1.f, out, clip, s.stream) : AdamWStep(list, {}, lr, step, TensorView(), s.stream);
@@ -42,11 +45,15 @@ void Run(benchmark::State& state, DType grad_dtype, bool norm) {
     if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3);
+      const double t = stop.ElapsedMsSince(start).value() / 1e3;
+      state.SetIterationTime(t);
+      iteration_s.push_back(t);
     }
   }
   const int64_t g = SizeOf(grad_dtype);
-  state.SetBytesProcessed(state.iterations() * list.numel() * (norm ? g : 4 + g + 4 + 4 + 4 + 4 + 4 + 2));
+  const int64_t bytes = list.numel() * (norm ? g : 4 + g + 4 + 4 + 4 + 4 + 4 + 2);
+  state.SetBytesProcessed(state.iterations() * bytes);
+  if (!iteration_s.empty()) state.counters["median_TBps"] = double(bytes) / testing::Median(iteration_s) / 1e12;
   state.SetLabel(std::string("grad ") + std::string(DTypeName(grad_dtype)) + "@" + s.device.ToString());
 }
 

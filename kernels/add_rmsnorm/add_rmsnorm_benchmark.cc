@@ -70,6 +70,7 @@ template <typename F>
 void Time(benchmark::State& state, int calls, int64_t bytes_per_call, DType dtype, const std::string& label, F fn) {
   Setup& s = TheSetup();
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  std::vector<double> iteration_s;  // per call, for the median
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)start.Record(s.stream);
@@ -82,12 +83,17 @@ void Time(benchmark::State& state, int calls, int64_t bytes_per_call, DType dtyp
     }
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / calls);
+      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
+      state.SetIterationTime(t);
+      iteration_s.push_back(t);
     } else {
       state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
     }
   }
   state.SetBytesProcessed(state.iterations() * bytes_per_call);
+  if (!iteration_s.empty()) {
+    state.counters["median_TBps"] = double(bytes_per_call) / testing::Median(iteration_s) / 1e12;
+  }
   state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() + " " + label);
 }
 

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -155,6 +156,21 @@ TEST(ParallelTest, CoversEveryIndexOnce) {
     });
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)], 1) << "n=" << n << " i=" << i;
   }
+}
+
+// Median against a full sort of fresh random values, odd and even counts (benchmarks report it).
+TEST(TestingTest, MedianMatchesSortedMiddle) {
+  auto& rng = testing::Rng();
+  std::uniform_real_distribution<double> u(-5.0, 5.0);
+  for (int n : {1, 2, 7, 10, 101}) {
+    std::vector<double> v(n);
+    for (double& x : v) x = u(rng);
+    std::vector<double> sorted = v;
+    std::sort(sorted.begin(), sorted.end());
+    const double want = n % 2 ? sorted[n / 2] : 0.5 * (sorted[n / 2 - 1] + sorted[n / 2]);
+    EXPECT_DOUBLE_EQ(testing::Median(v), want) << n;
+  }
+  EXPECT_EQ(testing::Median({}), 0.0);
 }
 
 }  // namespace

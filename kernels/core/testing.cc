@@ -1,5 +1,7 @@
 #include "kernels/core/testing.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -140,6 +142,24 @@ double MaxAbsError(const std::vector<double>& a, const std::vector<double>& b) {
     m = std::max(m, std::abs(a[i] - b[i]));
   }
   return m;
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0.0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + mid, values.end());
+  const double upper = values[mid];
+  if (values.size() % 2 == 1) return upper;
+  return 0.5 * (*std::max_element(values.begin(), values.begin() + mid) + upper);
+}
+
+absl::Status WarmUp(const Stream& stream, const std::function<absl::Status()>& fn, double seconds) {
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    if (absl::Status st = fn(); !st.ok()) return st;
+    if (absl::Status st = stream.Synchronize(); !st.ok()) return st;
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds);
+  return absl::OkStatus();
 }
 
 }  // namespace sg::testing

@@ -7,6 +7,7 @@
 #ifndef SGTRAIN_KERNELS_CORE_TESTING_H_
 #define SGTRAIN_KERNELS_CORE_TESTING_H_
 
+#include <functional>
 #include <random>
 #include <vector>
 
@@ -32,6 +33,15 @@ Tensor FromHost(const std::vector<double>& values, const Shape& shape, DType dty
 double RelativeError(const std::vector<double>& a, const std::vector<double>& b);
 // max |a - b|; infinity if any value of `a` is NaN or the sizes differ.
 double MaxAbsError(const std::vector<double>& a, const std::vector<double>& b);
+
+// The median of `values` (the mean of the middle two for an even count; 0 when empty). Benchmarks
+// report it next to Google Benchmark's mean of iteration times, as the PyTorch peers report medians.
+double Median(std::vector<double> values);
+
+// For benchmarks: runs `fn` (one timed unit of work on `stream`) repeatedly, synchronizing after
+// each, for at least `seconds` of wall time, so the GPU's clocks have ramped up from idle and lazily
+// loaded kernels are loaded before the timed iterations start. Returns fn's first error.
+absl::Status WarmUp(const Stream& stream, const std::function<absl::Status()>& fn, double seconds = 0.05);
 
 }  // namespace sg::testing
 

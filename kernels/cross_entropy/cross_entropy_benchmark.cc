@@ -38,6 +38,7 @@ void Run(benchmark::State& state, DType dtype, bool grad, const char* kernel = "
   Tensor loss = Tensor::Empty({}, DType::kF32, s.device).value();
   Tensor valid = Tensor::Empty({}, DType::kI32, s.device).value();
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  std::vector<double> iteration_s;  // per call, for the median
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)start.Record(s.stream);
@@ -54,13 +55,17 @@ void Run(benchmark::State& state, DType dtype, bool grad, const char* kernel = "
     }
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / calls);
+      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
+      state.SetIterationTime(t);
+      iteration_s.push_back(t);
     } else {
       state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
     }
   }
   unsetenv("SG_CE_KERNEL");
-  state.SetBytesProcessed(state.iterations() * (logits.nbytes() * (grad ? 2 : 1) + rows * 4));
+  const int64_t bytes = logits.nbytes() * (grad ? 2 : 1) + rows * 4;
+  state.SetBytesProcessed(state.iterations() * bytes);
+  if (!iteration_s.empty()) state.counters["median_TBps"] = double(bytes) / testing::Median(iteration_s) / 1e12;
   state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() +
                  (*kernel ? std::string(" ") + kernel : std::string(" default")) +
                  (calls > 1 ? " batch" : " per-call"));

@@ -40,6 +40,7 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
   Tensor out = Tensor::Empty({n, dim}, dtype, s.device).value();
   Tensor dtable = Tensor::Empty({vocab, dim}, DType::kF32, s.device).value();
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  std::vector<double> iteration_s;  // per call, for the median
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)start.Record(s.stream);
@@ -56,7 +57,9 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
     }
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / calls);
+      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
+      state.SetIterationTime(t);
+      iteration_s.push_back(t);
     } else {
       state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
     }
@@ -66,6 +69,9 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
                         : backward ? n * dim * SizeOf(dtype) + vocab * dim * 4 + n * 4
                                    : 2 * n * dim * SizeOf(dtype) + n * 4;
   state.SetBytesProcessed(state.iterations() * bytes);
+  if (!iteration_s.empty()) {
+    state.counters["median_TBps"] = double(bytes) / testing::Median(iteration_s) / 1e12;
+  }
   state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() +
                  (zero_fill ? " zero-fill dtable" : (*kernel ? std::string(" ") + kernel : std::string(" default"))) +
                  (calls > 1 ? " batch" : " per-call"));

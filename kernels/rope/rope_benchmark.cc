@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "kernels/core/testing.h"
 #include "kernels/rope/rope.h"
@@ -45,6 +46,7 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool table, const 
     opt.sin = sin;
   }
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  std::vector<double> iteration_s;  // per call, for the median
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)start.Record(s.stream);
@@ -59,13 +61,18 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool table, const 
     }
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / calls);
+      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
+      state.SetIterationTime(t);
+      iteration_s.push_back(t);
     } else {
       state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
     }
   }
   unsetenv("SG_ROPE_KERNEL");
   state.SetBytesProcessed(state.iterations() * 2 * (q.nbytes() + k.nbytes()));
+  if (!iteration_s.empty()) {
+    state.counters["median_TBps"] = double(2 * (q.nbytes() + k.nbytes())) / testing::Median(iteration_s) / 1e12;
+  }
   state.SetLabel(std::string(DTypeName(dtype)) + (table ? " table@" : "@") + s.device.ToString() +
                  (*kernel ? std::string(" ") + kernel : std::string(" default")) +
                  (calls > 1 ? " batch" : " per-call"));

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "kernels/core/testing.h"
 #include "kernels/swiglu/swiglu.h"
@@ -38,6 +39,7 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const
   Tensor o2 = Tensor::Empty({rows, f}, dtype, s.device).value();
   Tensor dgu = Tensor::Empty({rows, 2 * f}, dtype, s.device).value();
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  std::vector<double> iteration_s;  // per call, for the median
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
     (void)start.Record(s.stream);
@@ -53,13 +55,19 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const
     }
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / calls);
+      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
+      state.SetIterationTime(t);
+      iteration_s.push_back(t);
     } else {
       state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
     }
   }
   unsetenv("SG_SWIGLU_KERNEL");
   state.SetBytesProcessed(state.iterations() * rows * f * SizeOf(dtype) * (backward ? 5 : 3));
+  if (!iteration_s.empty()) {
+    const int64_t bytes = rows * f * SizeOf(dtype) * (backward ? 5 : 3);
+    state.counters["median_TBps"] = double(bytes) / testing::Median(iteration_s) / 1e12;
+  }
   state.SetLabel(std::string(DTypeName(dtype)) + (packed ? " packed@" : "@") + s.device.ToString() +
                  (*kernel ? std::string(" ") + kernel : std::string(" default")) +
                  (calls > 1 ? " batch" : " per-call"));
@@ -94,6 +102,7 @@ void BM_SwiGluForwardBF16PlacedBatch(benchmark::State& state) {
   };
   const TensorView g = view(0), u = view(1), o = view(2);
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  std::vector<double> iteration_s;  // per call, for the median
   for (auto _ : state) {
     (void)start.Record(s.stream);
     absl::Status st;
@@ -105,12 +114,17 @@ void BM_SwiGluForwardBF16PlacedBatch(benchmark::State& state) {
     }
     if (s.device.is_cuda()) {
       (void)stop.Synchronize();
-      state.SetIterationTime(stop.ElapsedMsSince(start).value() / 1e3 / kBatch);
+      const double t = stop.ElapsedMsSince(start).value() / 1e3 / kBatch;
+      state.SetIterationTime(t);
+      iteration_s.push_back(t);
     } else {
       state.SetIterationTime(1e-3);
     }
   }
   state.SetBytesProcessed(state.iterations() * n * 2 * 3);
+  if (!iteration_s.empty()) {
+    state.counters["median_TBps"] = double(n * 2 * 3) / testing::Median(iteration_s) / 1e12;
+  }
   state.SetLabel("gap " + std::to_string(state.range(2)) + " KiB");
 }
 BENCHMARK(BM_SwiGluForwardBF16PlacedBatch)
