@@ -64,11 +64,13 @@ Buffers& BuffersFor(int64_t rows, int64_t dim, DType dtype) {
   return *b;
 }
 
-// Times `calls` back-to-back runs of `fn` per iteration (events on the GPU, wall clock on the CPU).
+// Times `calls` back-to-back runs of `fn` per iteration (events on the GPU, wall clock on the CPU),
+// after 50 ms of untimed calls (clocks up from idle).
 template <typename F>
 void Time(benchmark::State& state, int calls, int64_t bytes_per_call, DType dtype, const std::string& label, F fn) {
   Setup& s = TheSetup();
   Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
+  if (s.device.is_cuda()) (void)testing::WarmUp(s.stream, fn);
   std::vector<double> iteration_s;  // per call, for the median
   for (auto _ : state) {
     const auto t0 = std::chrono::steady_clock::now();
