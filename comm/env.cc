@@ -1,6 +1,7 @@
 #include "comm/env.h"
 
 #include <cstdlib>
+#include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -70,6 +71,11 @@ absl::StatusOr<RankInfo> RankInfoFromLookup(const std::function<const char*(cons
     info.bind_addr = bind;
   }
   if (const char* secret = getenv("SG_STORE_SECRET"); secret != nullptr) info.secret = secret;
+  if (const char* external = getenv("SG_STORE_EXTERNAL"); external != nullptr && *external != '\0') {
+    SG_CHECK_ARG(std::string(external) == "0" || std::string(external) == "1",
+                 "SG_STORE_EXTERNAL must be 0 or 1, found '", external, "'");
+    info.external_store = std::string(external) == "1";
+  }
   return info;
 }
 

@@ -11,7 +11,9 @@
 // MASTER_ADDR defaults to 127.0.0.1 and MASTER_PORT to 29500 when the launcher sets none (mpirun,
 // srun). SG_STORE_SECRET, when set, is the shared secret every store connection must prove.
 // SG_STORE_BIND_ADDR is the address rank 0's store listens on (default 127.0.0.1; set 0.0.0.0 or an
-// interface address for multi-node jobs).
+// interface address for multi-node jobs). SG_STORE_EXTERNAL=1 says the launcher already serves the
+// store at MASTER_ADDR:MASTER_PORT (it bound port 0 and holds it, so no other job can take the port
+// between its choice and its use): rank 0 then connects like every other rank instead of hosting.
 #ifndef SGTRAIN_COMM_ENV_H_
 #define SGTRAIN_COMM_ENV_H_
 
@@ -30,6 +32,7 @@ struct RankInfo {
   int master_port = 29500;
   std::string bind_addr = "127.0.0.1";
   std::string secret;  // empty: no authentication
+  bool external_store = false;  // SG_STORE_EXTERNAL: the launcher hosts the store, not rank 0
   std::string source;  // "torchrun", "openmpi", "slurm": which variables were used
 };
 

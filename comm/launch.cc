@@ -6,10 +6,14 @@
 //
 // Multi-node: run one launch per node with --nnodes, --node_rank and a shared --master_addr/port
 // (RANK = node_rank * nproc + local rank), or use mpirun / srun, whose variables comm reads too.
+// Without --master_port, launch itself serves the rendezvous store (see comm/env.h,
+// SG_STORE_EXTERNAL), a fresh one for each restart.
 #include <signal.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -18,7 +22,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "comm/process_supervisor.h"
-#include "comm/socket.h"
+#include "comm/store.h"
 
 namespace {
 
@@ -83,17 +87,30 @@ int main(int argc, char** argv) {
   sigaction(SIGTERM, &sa, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  std::vector<std::string> base = sg::comm::CurrentEnvironment(
-      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-       "SG_RESTART_COUNT", "SG_MAX_RESTARTS"});
+  std::vector<std::string> drop = {"RANK",        "WORLD_SIZE",       "LOCAL_RANK",      "LOCAL_WORLD_SIZE",
+                                   "MASTER_ADDR", "MASTER_PORT",      "SG_RESTART_COUNT", "SG_MAX_RESTARTS"};
+  // With --master_port a store served by someone else (SG_STORE_EXTERNAL=1) may be meant.
+  if (!fixed_port) drop.push_back("SG_STORE_EXTERNAL");
+  std::vector<std::string> base = sg::comm::CurrentEnvironment(drop);
   for (int restart = 0;; ++restart) {
+    // Without --master_port the store is served from here, on a port the kernel picks when it is
+    // bound, for this attempt's ranks (SG_STORE_EXTERNAL=1: rank 0 does not host it): a port picked
+    // free and bound later by rank 0 could be taken in between by another job on the host.
+    std::unique_ptr<sg::comm::StoreServer> store;
     if (!fixed_port) {
-      absl::StatusOr<int> p = sg::comm::PickFreePort();
-      if (!p.ok()) {
-        std::cerr << "launch: " << p.status() << "\n";
+      sg::comm::StoreServerOptions so;
+      const char* bind = std::getenv("SG_STORE_BIND_ADDR");
+      so.host = bind != nullptr && *bind != '\0' ? bind : "127.0.0.1";
+      so.port = 0;
+      const char* secret = std::getenv("SG_STORE_SECRET");
+      so.secret = secret != nullptr ? secret : "";
+      absl::StatusOr<std::unique_ptr<sg::comm::StoreServer>> s = sg::comm::StoreServer::Start(so);
+      if (!s.ok()) {
+        std::cerr << "launch: cannot serve the store: " << s.status() << "\n";
         return 1;
       }
-      port = *p;
+      store = *std::move(s);
+      port = store->port();
     }
     std::vector<sg::comm::ProcessSpec> specs;
     for (int local = 0; local < nproc; ++local) {
@@ -106,6 +123,7 @@ int main(int argc, char** argv) {
       spec.env.push_back(absl::StrCat("LOCAL_WORLD_SIZE=", nproc));
       spec.env.push_back(absl::StrCat("MASTER_ADDR=", addr));
       spec.env.push_back(absl::StrCat("MASTER_PORT=", port));
+      if (store != nullptr) spec.env.push_back("SG_STORE_EXTERNAL=1");
       spec.env.push_back(absl::StrCat("SG_RESTART_COUNT=", restart));
       spec.env.push_back(absl::StrCat("SG_MAX_RESTARTS=", max_restarts));
       specs.push_back(std::move(spec));

@@ -39,6 +39,17 @@ TEST(LaunchTest, StartsRanksWithEnvironmentAndPrefixesOutput) {
   }
 }
 
+// Without --master_port launch serves the store itself: the port is listening before any rank runs
+// (bash's /dev/tcp connects to it) and the ranks are told not to host it.
+TEST(LaunchTest, ServesTheStoreWithoutAMasterPort) {
+  Result r = Launch("--nproc=2 -- /bin/bash -c "
+                    "'exec 3<>/dev/tcp/127.0.0.1/$MASTER_PORT && echo \"store up, external=$SG_STORE_EXTERNAL\"'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_NE(r.output.find(absl::StrCat("[rank ", k, "] store up, external=1\n")), std::string::npos) << r.output;
+  }
+}
+
 TEST(LaunchTest, OneFailingRankStopsTheOthersAndSetsTheExitCode) {
   absl::Time start = absl::Now();
   // Rank 1 fails at once; the others would sleep for a minute (and ignore nothing: SIGTERM ends

@@ -7,9 +7,9 @@
 #include <random>
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/process_supervisor.h"
-#include "comm/socket.h"
 #include "gtest/gtest.h"
 #include "kernels/core/dtype.h"
 #include "kernels/core/status.h"
@@ -33,23 +33,53 @@ std::string WorkerRun::Summary() const {
   return s;
 }
 
+namespace {
+
+// 128 random bits as hex: each run's store secret.
+std::string RandomSecret() {
+  std::random_device rd;
+  std::string s;
+  for (int i = 0; i < 4; ++i) absl::StrAppend(&s, absl::Hex(rd(), absl::kZeroPad8));
+  return s;
+}
+
+}  // namespace
+
 WorkerRun RunWorkers(int n, const std::string& test, const std::vector<std::string>& env,
                      absl::Duration timeout, bool stop_all_on_failure) {
   WorkerRun run;
   char self[PATH_MAX];
   ssize_t len = ::readlink("/proc/self/exe", self, sizeof(self) - 1);
-  absl::StatusOr<int> port = PickFreePort();
-  if (len <= 0 || !port.ok()) {
-    run.outputs.push_back("cannot find this binary or a free port");
+  if (len <= 0) {
+    run.outputs.push_back("cannot find this binary");
     run.exit_codes.push_back(-1);
     return run;
   }
   self[len] = '\0';
+  // The store is served from here on a port the kernel picks and that stays bound until every
+  // worker is gone: a port picked free and bound later by rank 0 could be taken in between by a
+  // test running in parallel (rank 0 then failed with "address in use" while the other ranks
+  // joined that test's store and mixed the two jobs). A secret of its own per run keeps any other
+  // job's ranks out of it.
+  std::string secret = RandomSecret();
+  for (const std::string& e : env) {
+    if (absl::StartsWith(e, "SG_STORE_SECRET=")) secret = e.substr(16);
+  }
+  StoreServerOptions so;
+  so.host = "127.0.0.1";
+  so.port = 0;
+  so.secret = secret;
+  absl::StatusOr<std::unique_ptr<StoreServer>> store = StoreServer::Start(so);
+  if (!store.ok()) {
+    run.outputs.push_back(absl::StrCat("cannot start the workers' store: ", store.status().message()));
+    run.exit_codes.push_back(-1);
+    return run;
+  }
   // The children must not write the parent's XML report or inherit its sharding.
   std::vector<std::string> base = CurrentEnvironment(
-      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "XML_OUTPUT_FILE",
-       "GTEST_OUTPUT", "GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS", "GTEST_SHARD_STATUS_FILE",
-       "TEST_SHARD_STATUS_FILE", "TEST_PREMATURE_EXIT_FILE", "GTEST_FILTER"});
+      {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "SG_STORE_EXTERNAL", "SG_STORE_SECRET",
+       "SG_STORE_BIND_ADDR", "XML_OUTPUT_FILE", "GTEST_OUTPUT", "GTEST_SHARD_INDEX", "GTEST_TOTAL_SHARDS",
+       "GTEST_SHARD_STATUS_FILE", "TEST_SHARD_STATUS_FILE", "TEST_PREMATURE_EXIT_FILE", "GTEST_FILTER"});
   std::vector<ProcessSpec> specs;
   for (int r = 0; r < n; ++r) {
     ProcessSpec spec;
@@ -59,7 +89,9 @@ WorkerRun RunWorkers(int n, const std::string& test, const std::vector<std::stri
     spec.env.push_back(absl::StrCat("WORLD_SIZE=", n));
     spec.env.push_back(absl::StrCat("LOCAL_RANK=", r));
     spec.env.push_back("MASTER_ADDR=127.0.0.1");
-    spec.env.push_back(absl::StrCat("MASTER_PORT=", *port));
+    spec.env.push_back(absl::StrCat("MASTER_PORT=", (*store)->port()));
+    spec.env.push_back("SG_STORE_EXTERNAL=1");
+    spec.env.push_back(absl::StrCat("SG_STORE_SECRET=", secret));
     for (const auto& e : env) spec.env.push_back(e);
     specs.push_back(std::move(spec));
   }

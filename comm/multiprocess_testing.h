@@ -30,8 +30,11 @@ struct WorkerRun {
   std::string Summary() const;
 };
 
-// Runs `n` copies of this binary with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT (a free
-// port) and `env` ("NAME=value"), each running the gtest `test` (e.g. "Workers.DISABLED_Foo").
+// Runs `n` copies of this binary with RANK/WORLD_SIZE/LOCAL_RANK/MASTER_ADDR/MASTER_PORT and `env`
+// ("NAME=value"), each running the gtest `test` (e.g. "Workers.DISABLED_Foo"). The rendezvous store
+// is served by this process (SG_STORE_EXTERNAL=1: rank 0 does not host it) on a port bound before
+// the workers start and kept until they are gone, with a fresh SG_STORE_SECRET (unless `env` sets
+// one), so tests running in parallel can neither take each other's port nor join each other's job.
 // All are stopped at `timeout`. With `stop_all_on_failure` false, a worker that dies (e.g. one
 // killed on purpose) leaves the others running.
 WorkerRun RunWorkers(int n, const std::string& test, const std::vector<std::string>& env,

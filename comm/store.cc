@@ -628,7 +628,7 @@ absl::StatusOr<std::unique_ptr<Rendezvous>> Rendezvous::Create(const RankInfo& i
                                                                absl::Time deadline) {
   auto r = std::make_unique<Rendezvous>();
   r->info_ = info;
-  if (info.rank == 0) {
+  if (info.rank == 0 && !info.external_store) {
     StoreServerOptions opt;
     opt.host = info.bind_addr;
     opt.port = info.master_port;

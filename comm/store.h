@@ -110,8 +110,8 @@ class StoreClient {
   Fd fd_;
 };
 
-// Rank 0 hosts the server (on info.bind_addr:info.master_port); every rank, rank 0 included, holds a
-// client to info.master_addr:info.master_port.
+// Rank 0 hosts the server (on info.bind_addr:info.master_port) unless info.external_store (the
+// launcher serves it); every rank, rank 0 included, holds a client to info.master_addr:info.master_port.
 class Rendezvous {
  public:
   static absl::StatusOr<std::unique_ptr<Rendezvous>> Create(const RankInfo& info, absl::Time deadline);

@@ -78,6 +78,12 @@ TEST(EnvTest, ReadsEachLauncherConvention) {
   EXPECT_EQ(info.master_addr, "10.0.0.1");
   EXPECT_EQ(info.master_port, 1234);
   EXPECT_EQ(info.source, "torchrun");
+  EXPECT_FALSE(info.external_store);
+  env["SG_STORE_EXTERNAL"] = "1";
+  EXPECT_TRUE(RankInfoFromLookup(lookup).value().external_store);
+  env["SG_STORE_EXTERNAL"] = "yes";
+  EXPECT_NE(RankInfoFromLookup(lookup).status().message().find("SG_STORE_EXTERNAL must be 0 or 1, found 'yes'"),
+            std::string::npos);
 
   env = {{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "5"},
          {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}};
@@ -325,6 +331,28 @@ TEST(RendezvousTest, RankZeroHostsAndAllFinalize) {
   }
   for (auto& t : ranks) t.join();
   for (int r = 0; r < 3; ++r) EXPECT_TRUE(results[r].ok()) << "rank " << r << ": " << results[r];
+}
+
+// With external_store rank 0 connects to a store someone else serves (a launcher) instead of
+// binding the port itself.
+TEST(RendezvousTest, ExternalStoreIsJoinedByRankZero) {
+  StoreServerOptions opt;
+  opt.secret = "shh";
+  std::unique_ptr<StoreServer> server = StoreServer::Start(opt).value();
+  RankInfo info;
+  info.rank = 0;
+  info.world_size = 1;
+  info.master_port = server->port();
+  info.secret = "shh";
+  info.external_store = true;
+  auto rdzv = Rendezvous::Create(info, In(absl::Seconds(10)));
+  ASSERT_TRUE(rdzv.ok()) << rdzv.status();
+  EXPECT_TRUE((*rdzv)->store().Set("k", "v", In(absl::Seconds(5))).ok());
+  EXPECT_TRUE((*rdzv)->Finalize(In(absl::Seconds(5))).ok());
+  info.external_store = false;  // hosting it too: the port is taken
+  auto second = Rendezvous::Create(info, In(absl::Seconds(5)));
+  EXPECT_FALSE(second.ok());
+  EXPECT_NE(second.status().message().find("could not host the store"), std::string::npos) << second.status();
 }
 
 }  // namespace
