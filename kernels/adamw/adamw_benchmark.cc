@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "kernels/adamw/adamw.h"
+#include "kernels/core/benchmark_timing.h"
 #include "kernels/core/testing.h"
 
 namespace sg::kernels {
@@ -36,24 +37,11 @@ void Run(benchmark::State& state, DType grad_dtype, bool norm) {
   Tensor step = testing::FromHost({0}, {}, DType::kI32, s.device);
   Tensor out = Tensor::Empty({}, DType::kF32, s.device).value();
   Tensor clip = Tensor::Empty({}, DType::kF32, s.device).value();
-  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
-  std::vector<double> iteration_s;  // per call, for the median
-  for (auto _ : state) {
-    (void)start.Record(s.stream);
-    absl::Status st = norm ? GradNorm(list, 1.f, out, clip, s.stream) : AdamWStep(list, {}, lr, step, TensorView(), s.stream);
-    (void)stop.Record(s.stream);
-    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
-    if (s.device.is_cuda()) {
-      (void)stop.Synchronize();
-      const double t = stop.ElapsedMsSince(start).value() / 1e3;
-      state.SetIterationTime(t);
-      iteration_s.push_back(t);
-    }
-  }
   const int64_t g = SizeOf(grad_dtype);
   const int64_t bytes = list.numel() * (norm ? g : 4 + g + 4 + 4 + 4 + 4 + 4 + 2);
-  state.SetBytesProcessed(state.iterations() * bytes);
-  if (!iteration_s.empty()) state.counters["median_TBps"] = double(bytes) / testing::Median(iteration_s) / 1e12;
+  testing::TimeCalls(state, s.stream, 1, bytes, [&] {
+    return norm ? GradNorm(list, 1.f, out, clip, s.stream) : AdamWStep(list, {}, lr, step, TensorView(), s.stream);
+  });
   state.SetLabel(std::string("grad ") + std::string(DTypeName(grad_dtype)) + "@" + s.device.ToString());
 }
 

@@ -8,15 +8,14 @@
 // BM_AddRmsNormSweep runs every launch configuration of the shared kernels (batch timing).
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <memory>
 #include <string>
 #include <tuple>
 #include <utility>
-#include <vector>
 
 #include "kernels/add_rmsnorm/add_rmsnorm.h"
 #include "kernels/add_rmsnorm/add_rmsnorm_internal.h"
+#include "kernels/core/benchmark_timing.h"
 #include "kernels/core/testing.h"
 #include "kernels/rmsnorm/rmsnorm_sweep.h"
 
@@ -65,37 +64,11 @@ Buffers& BuffersFor(int64_t rows, int64_t dim, DType dtype) {
   return *b;
 }
 
-// Times `calls` back-to-back runs of `fn` per iteration (events on the GPU, wall clock on the CPU),
-// after 50 ms of untimed calls (clocks up from idle).
+// Times `calls` back-to-back runs of `fn` per iteration (testing::TimeCalls) and labels the result.
 template <typename F>
 void Time(benchmark::State& state, int calls, int64_t bytes_per_call, DType dtype, const std::string& label, F fn) {
   Setup& s = TheSetup();
-  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
-  if (s.device.is_cuda()) (void)testing::WarmUp(s.stream, fn);
-  std::vector<double> iteration_s;  // per call, for the median
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)start.Record(s.stream);
-    absl::Status st;
-    for (int i = 0; i < calls && st.ok(); ++i) st = fn();
-    (void)stop.Record(s.stream);
-    if (!st.ok()) {
-      state.SkipWithError(std::string(st.message()).c_str());
-      break;
-    }
-    if (s.device.is_cuda()) {
-      (void)stop.Synchronize();
-      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
-      state.SetIterationTime(t);
-      iteration_s.push_back(t);
-    } else {
-      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
-    }
-  }
-  state.SetBytesProcessed(state.iterations() * bytes_per_call);
-  if (!iteration_s.empty()) {
-    state.counters["median_TBps"] = double(bytes_per_call) / testing::Median(iteration_s) / 1e12;
-  }
+  testing::TimeCalls(state, s.stream, calls, bytes_per_call, fn);
   state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() + " " + label);
 }
 

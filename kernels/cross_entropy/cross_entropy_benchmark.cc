@@ -3,11 +3,11 @@
 // (Llama-2 / the 1B target) and 128256 x 4096 (Llama-3, the chunked path).
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "kernels/core/benchmark_timing.h"
 #include "kernels/core/testing.h"
 #include "kernels/cross_entropy/cross_entropy.h"
 
@@ -37,35 +37,13 @@ void Run(benchmark::State& state, DType dtype, bool grad, const char* kernel = "
   Tensor targets = testing::FromHost(tv, {rows}, DType::kI32, s.device);
   Tensor loss = Tensor::Empty({}, DType::kF32, s.device).value();
   Tensor valid = Tensor::Empty({}, DType::kI32, s.device).value();
-  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
-  std::vector<double> iteration_s;  // per call, for the median
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)start.Record(s.stream);
-    absl::Status st;
-    for (int i = 0; i < calls && st.ok(); ++i) {
-      // In place: later iterations see gradients as logits, which moves the same bytes.
-      st = grad ? CrossEntropyForwardBackward(logits, targets, loss, valid, logits, {}, s.stream)
-                : CrossEntropyForward(logits, targets, loss, valid, {}, s.stream);
-    }
-    (void)stop.Record(s.stream);
-    if (!st.ok()) {
-      state.SkipWithError(std::string(st.message()).c_str());
-      break;
-    }
-    if (s.device.is_cuda()) {
-      (void)stop.Synchronize();
-      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
-      state.SetIterationTime(t);
-      iteration_s.push_back(t);
-    } else {
-      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
-    }
-  }
-  unsetenv("SG_CE_KERNEL");
   const int64_t bytes = logits.nbytes() * (grad ? 2 : 1) + rows * 4;
-  state.SetBytesProcessed(state.iterations() * bytes);
-  if (!iteration_s.empty()) state.counters["median_TBps"] = double(bytes) / testing::Median(iteration_s) / 1e12;
+  // In place: later iterations see gradients as logits, which moves the same bytes.
+  testing::TimeCalls(state, s.stream, calls, bytes, [&] {
+    return grad ? CrossEntropyForwardBackward(logits, targets, loss, valid, logits, {}, s.stream)
+                : CrossEntropyForward(logits, targets, loss, valid, {}, s.stream);
+  });
+  unsetenv("SG_CE_KERNEL");
   state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() +
                  (*kernel ? std::string(" ") + kernel : std::string(" default")) +
                  (calls > 1 ? " batch" : " per-call"));

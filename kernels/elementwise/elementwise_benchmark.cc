@@ -3,8 +3,8 @@
 #include <benchmark/benchmark.h>
 
 #include <functional>
-#include <vector>
 
+#include "kernels/core/benchmark_timing.h"
 #include "kernels/core/testing.h"
 #include "kernels/elementwise/elementwise.h"
 
@@ -16,26 +16,9 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-// Times `op` with CUDA events; `bytes` is what one call must move.
+// Times `op` (testing::TimeCalls, one call per iteration); `bytes` is what one call must move.
 void Time(benchmark::State& state, Setup& s, int64_t bytes, const std::function<absl::Status()>& op) {
-  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
-  std::vector<double> iteration_s;  // per call, for the median
-  for (auto _ : state) {
-    (void)start.Record(s.stream);
-    absl::Status st = op();
-    (void)stop.Record(s.stream);
-    if (!st.ok()) state.SkipWithError(std::string(st.message()).c_str());
-    if (s.device.is_cuda()) {
-      (void)stop.Synchronize();
-      const double t = stop.ElapsedMsSince(start).value() / 1e3;
-      state.SetIterationTime(t);
-      iteration_s.push_back(t);
-    }
-  }
-  state.SetBytesProcessed(state.iterations() * bytes);
-  if (!iteration_s.empty()) {
-    state.counters["median_TBps"] = double(bytes) / testing::Median(iteration_s) / 1e12;
-  }
+  testing::TimeCalls(state, s.stream, 1, bytes, op);
   state.SetLabel(s.device.ToString());
 }
 

@@ -3,11 +3,11 @@
 // ids read; the sort's index traffic is not counted as useful bytes.
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "kernels/core/benchmark_timing.h"
 #include "kernels/core/testing.h"
 #include "kernels/embedding/embedding.h"
 
@@ -39,39 +39,15 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
   Tensor table = testing::RandomTensor({vocab, dim}, dtype, s.device, testing::Rng());
   Tensor out = Tensor::Empty({n, dim}, dtype, s.device).value();
   Tensor dtable = Tensor::Empty({vocab, dim}, DType::kF32, s.device).value();
-  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
-  std::vector<double> iteration_s;  // per call, for the median
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)start.Record(s.stream);
-    absl::Status st;
-    for (int i = 0; i < calls && st.ok(); ++i) {
-      st = zero_fill  ? ZeroTensor(dtable, s.stream)
-           : backward ? EmbeddingBackward(out, ids, dtable, s.stream)
-                      : EmbeddingForward(ids, table, out, s.stream);
-    }
-    (void)stop.Record(s.stream);
-    if (!st.ok()) {
-      state.SkipWithError(std::string(st.message()).c_str());
-      break;
-    }
-    if (s.device.is_cuda()) {
-      (void)stop.Synchronize();
-      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
-      state.SetIterationTime(t);
-      iteration_s.push_back(t);
-    } else {
-      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
-    }
-  }
-  unsetenv("SG_EMBEDDING_BWD");
   const int64_t bytes = zero_fill  ? vocab * dim * 4
                         : backward ? n * dim * SizeOf(dtype) + vocab * dim * 4 + n * 4
                                    : 2 * n * dim * SizeOf(dtype) + n * 4;
-  state.SetBytesProcessed(state.iterations() * bytes);
-  if (!iteration_s.empty()) {
-    state.counters["median_TBps"] = double(bytes) / testing::Median(iteration_s) / 1e12;
-  }
+  testing::TimeCalls(state, s.stream, calls, bytes, [&] {
+    return zero_fill  ? ZeroTensor(dtable, s.stream)
+           : backward ? EmbeddingBackward(out, ids, dtable, s.stream)
+                      : EmbeddingForward(ids, table, out, s.stream);
+  });
+  unsetenv("SG_EMBEDDING_BWD");
   state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() +
                  (zero_fill ? " zero-fill dtable" : (*kernel ? std::string(" ") + kernel : std::string(" default"))) +
                  (calls > 1 ? " batch" : " per-call"));

@@ -2,11 +2,10 @@
 // positions computed from the offset. Llama-1B: 8 x 2048 tokens, 32 q heads, 8 kv heads, head_dim 64.
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <string>
-#include <vector>
 
+#include "kernels/core/benchmark_timing.h"
 #include "kernels/core/testing.h"
 #include "kernels/rope/rope.h"
 
@@ -45,34 +44,10 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool table, const 
     opt.cos = cos;
     opt.sin = sin;
   }
-  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
-  std::vector<double> iteration_s;  // per call, for the median
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)start.Record(s.stream);
-    absl::Status st;
-    for (int i = 0; i < calls && st.ok(); ++i) {
-      st = backward ? RopeBackward(q, k, qo, ko, opt, s.stream) : RopeForward(q, k, qo, ko, opt, s.stream);
-    }
-    (void)stop.Record(s.stream);
-    if (!st.ok()) {
-      state.SkipWithError(std::string(st.message()).c_str());
-      break;
-    }
-    if (s.device.is_cuda()) {
-      (void)stop.Synchronize();
-      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
-      state.SetIterationTime(t);
-      iteration_s.push_back(t);
-    } else {
-      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
-    }
-  }
+  testing::TimeCalls(state, s.stream, calls, 2 * (q.nbytes() + k.nbytes()), [&] {
+    return backward ? RopeBackward(q, k, qo, ko, opt, s.stream) : RopeForward(q, k, qo, ko, opt, s.stream);
+  });
   unsetenv("SG_ROPE_KERNEL");
-  state.SetBytesProcessed(state.iterations() * 2 * (q.nbytes() + k.nbytes()));
-  if (!iteration_s.empty()) {
-    state.counters["median_TBps"] = double(2 * (q.nbytes() + k.nbytes())) / testing::Median(iteration_s) / 1e12;
-  }
   state.SetLabel(std::string(DTypeName(dtype)) + (table ? " table@" : "@") + s.device.ToString() +
                  (*kernel ? std::string(" ") + kernel : std::string(" default")) +
                  (calls > 1 ? " batch" : " per-call"));

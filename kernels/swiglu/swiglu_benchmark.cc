@@ -2,11 +2,10 @@
 // reads dout, gate, up and writes dgate, dup (5). On the first CUDA GPU, else the CPU.
 #include <benchmark/benchmark.h>
 
-#include <chrono>
 #include <cstdlib>
 #include <string>
-#include <vector>
 
+#include "kernels/core/benchmark_timing.h"
 #include "kernels/core/testing.h"
 #include "kernels/swiglu/swiglu.h"
 
@@ -38,40 +37,12 @@ void Run(benchmark::State& state, DType dtype, bool backward, bool packed, const
   Tensor o1 = Tensor::Empty({rows, f}, dtype, s.device).value();
   Tensor o2 = Tensor::Empty({rows, f}, dtype, s.device).value();
   Tensor dgu = Tensor::Empty({rows, 2 * f}, dtype, s.device).value();
-  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
   auto call = [&] {
     return packed ? (backward ? SwiGluPackedBackward(d, gu, dgu, s.stream) : SwiGluPackedForward(gu, o1, s.stream))
                   : (backward ? SwiGluBackward(d, g, u, o1, o2, s.stream) : SwiGluForward(g, u, o1, s.stream));
   };
-  if (s.device.is_cuda()) (void)testing::WarmUp(s.stream, call);
-  std::vector<double> iteration_s;  // per call, for the median
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)start.Record(s.stream);
-    absl::Status st;
-    for (int i = 0; i < calls && st.ok(); ++i) {
-      st = call();
-    }
-    (void)stop.Record(s.stream);
-    if (!st.ok()) {
-      state.SkipWithError(std::string(st.message()).c_str());
-      break;
-    }
-    if (s.device.is_cuda()) {
-      (void)stop.Synchronize();
-      const double t = stop.ElapsedMsSince(start).value() / 1e3 / calls;
-      state.SetIterationTime(t);
-      iteration_s.push_back(t);
-    } else {
-      state.SetIterationTime(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() / calls);
-    }
-  }
+  testing::TimeCalls(state, s.stream, calls, rows * f * SizeOf(dtype) * (backward ? 5 : 3), call);
   unsetenv("SG_SWIGLU_KERNEL");
-  state.SetBytesProcessed(state.iterations() * rows * f * SizeOf(dtype) * (backward ? 5 : 3));
-  if (!iteration_s.empty()) {
-    const int64_t bytes = rows * f * SizeOf(dtype) * (backward ? 5 : 3);
-    state.counters["median_TBps"] = double(bytes) / testing::Median(iteration_s) / 1e12;
-  }
   state.SetLabel(std::string(DTypeName(dtype)) + (packed ? " packed@" : "@") + s.device.ToString() +
                  (*kernel ? std::string(" ") + kernel : std::string(" default")) +
                  (calls > 1 ? " batch" : " per-call"));
@@ -105,30 +76,7 @@ void BM_SwiGluForwardBF16PlacedBatch(benchmark::State& state) {
                       s.device);
   };
   const TensorView g = view(0), u = view(1), o = view(2);
-  Event start = Event::Create(s.device, true).value(), stop = Event::Create(s.device, true).value();
-  std::vector<double> iteration_s;  // per call, for the median
-  for (auto _ : state) {
-    (void)start.Record(s.stream);
-    absl::Status st;
-    for (int i = 0; i < kBatch && st.ok(); ++i) st = SwiGluForward(g, u, o, s.stream);
-    (void)stop.Record(s.stream);
-    if (!st.ok()) {
-      state.SkipWithError(std::string(st.message()).c_str());
-      break;
-    }
-    if (s.device.is_cuda()) {
-      (void)stop.Synchronize();
-      const double t = stop.ElapsedMsSince(start).value() / 1e3 / kBatch;
-      state.SetIterationTime(t);
-      iteration_s.push_back(t);
-    } else {
-      state.SetIterationTime(1e-3);
-    }
-  }
-  state.SetBytesProcessed(state.iterations() * n * 2 * 3);
-  if (!iteration_s.empty()) {
-    state.counters["median_TBps"] = double(n * 2 * 3) / testing::Median(iteration_s) / 1e12;
-  }
+  testing::TimeCalls(state, s.stream, kBatch, n * 2 * 3, [&] { return SwiGluForward(g, u, o, s.stream); });
   state.SetLabel("gap " + std::to_string(state.range(2)) + " KiB");
 }
 BENCHMARK(BM_SwiGluForwardBF16PlacedBatch)

@@ -1,0 +1,47 @@
+#include "kernels/core/benchmark_timing.h"
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "kernels/core/testing.h"
+
+namespace sg::testing {
+
+void TimeCalls(benchmark::State& state, const Stream& stream, int calls, int64_t bytes_per_call,
+               const std::function<absl::Status()>& fn) {
+  const Device device = stream.device();
+  auto batch = [&]() -> absl::Status {
+    for (int i = 0; i < calls; ++i) {
+      if (absl::Status st = fn(); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  };
+  auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
+  if (device.is_cuda()) {
+    if (absl::Status st = WarmUp(stream, batch); !st.ok()) return fail(st);
+  }
+  absl::StatusOr<Event> start = Event::Create(device, true), stop = Event::Create(device, true);
+  if (!start.ok() || !stop.ok()) return fail(start.ok() ? stop.status() : start.status());
+  std::vector<double> per_call;  // seconds
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::Status st = start->Record(stream);
+    if (st.ok()) st = batch();
+    if (st.ok()) st = stop->Record(stream);
+    if (st.ok()) st = stop->Synchronize();
+    double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (st.ok() && device.is_cuda()) {
+      absl::StatusOr<float> ms = stop->ElapsedMsSince(*start);
+      if (ms.ok()) seconds = *ms / 1e3;
+      st = ms.status();
+    }
+    if (!st.ok()) return fail(st);
+    per_call.push_back(seconds / calls);
+    state.SetIterationTime(per_call.back());
+  }
+  state.SetBytesProcessed(state.iterations() * bytes_per_call);
+  if (!per_call.empty()) state.counters["median_TBps"] = double(bytes_per_call) / Median(per_call) / 1e12;
+}
+
+}  // namespace sg::testing
