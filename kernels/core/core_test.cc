@@ -1,6 +1,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <thread>
+#include <chrono>
 
 #include "gtest/gtest.h"
 #include "kernels/core/allocator.h"
@@ -156,6 +158,35 @@ TEST(ParallelTest, CoversEveryIndexOnce) {
     });
     for (int64_t i = 0; i < n; ++i) ASSERT_EQ(hits[size_t(i)], 1) << "n=" << n << " i=" << i;
   }
+}
+
+// StreamHold: work enqueued behind a hold waits for Release() (a device-to-device copy has not
+// happened while held), then runs; a hold never released ends by itself at its limit.
+TEST(CudaTest, StreamHoldWaitsForReleaseAndTimesOut) {
+  SG_SKIP_WITHOUT_CUDA();
+  auto& rng = testing::Rng();
+  Stream s = Stream::Create(Device::Cuda(0)).value();
+  Tensor src = testing::RandomTensor({4096}, DType::kF32, Device::Cuda(0), rng);
+  Tensor dst = Tensor::Empty({4096}, DType::kF32, Device::Cuda(0)).value();
+  testing::Poison(dst);
+  auto hold = testing::StreamHold::Create();
+  ASSERT_TRUE(hold.ok()) << hold.status();
+  ASSERT_TRUE((*hold)->Hold(s, /*limit_s=*/30.0).ok());
+  ASSERT_TRUE(CopyTensor(src, dst, s).ok());
+  Event done = Event::Create(s.device()).value();
+  ASSERT_TRUE(done.Record(s).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.Query().value()) << "the copy ran while the stream was held";
+  (*hold)->Release();
+  ASSERT_TRUE(s.Synchronize().ok());
+  EXPECT_EQ(testing::ToHost(dst), testing::ToHost(src));
+
+  const auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE((*hold)->Hold(s, /*limit_s=*/0.2).ok());
+  ASSERT_TRUE(s.Synchronize().ok());
+  const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_GE(waited, 0.15);
+  EXPECT_LT(waited, 10.0);
 }
 
 // Median against a full sort of fresh random values, odd and even counts (benchmarks report it).

@@ -109,6 +109,19 @@ absl::Status Event::Synchronize() const {
   return absl::OkStatus();
 }
 
+absl::StatusOr<bool> Event::Query() const {
+  if (event_ == nullptr) return true;
+#ifdef SG_WITH_CUDA
+  const cudaError_t err = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (err == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: clear it
+    return false;
+  }
+  SG_CUDA_RETURN_IF_ERROR(err);
+#endif
+  return true;
+}
+
 absl::StatusOr<float> Event::ElapsedMsSince(const Event& start) const {
   if (event_ == nullptr || start.event_ == nullptr) {
     return absl::FailedPreconditionError("ElapsedMsSince: CPU events carry no time");

@@ -57,6 +57,8 @@ class Event {
   absl::Status Block(const Stream& stream) const;
   // Blocks the host until the recorded work is done.
   absl::Status Synchronize() const;
+  // Whether the recorded work is done, without blocking (always true for CPU events).
+  absl::StatusOr<bool> Query() const;
   // Milliseconds from `start` to this event; both must be timing events, recorded and complete.
   absl::StatusOr<float> ElapsedMsSince(const Event& start) const;
 

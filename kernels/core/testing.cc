@@ -8,6 +8,11 @@
 #include <iostream>
 #include <limits>
 
+#ifdef SG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include "kernels/core/status.h"
 #include "kernels/core/testing_cuda.h"
 
 namespace sg::testing {
@@ -142,6 +147,45 @@ double MaxAbsError(const std::vector<double>& a, const std::vector<double>& b) {
     m = std::max(m, std::abs(a[i] - b[i]));
   }
   return m;
+}
+
+absl::StatusOr<std::unique_ptr<StreamHold>> StreamHold::Create() {
+#ifdef SG_WITH_CUDA
+  std::unique_ptr<StreamHold> hold(new StreamHold());
+  void* host = nullptr;
+  SG_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&host, sizeof(int), cudaHostAllocMapped));
+  hold->host_flag_ = static_cast<volatile int*>(host);
+  *hold->host_flag_ = 0;
+  void* device = nullptr;
+  SG_CUDA_RETURN_IF_ERROR(cudaHostGetDevicePointer(&device, host, 0));
+  hold->device_flag_ = static_cast<const volatile int*>(device);
+  return hold;
+#else
+  return absl::FailedPreconditionError("StreamHold needs a CUDA build and device");
+#endif
+}
+
+StreamHold::~StreamHold() {
+#ifdef SG_WITH_CUDA
+  if (host_flag_ != nullptr) {
+    *host_flag_ = 1;  // a kernel still spinning on it ends
+    (void)cudaFreeHost(const_cast<int*>(host_flag_));
+  }
+#endif
+}
+
+absl::Status StreamHold::Hold(const Stream& stream, double limit_s) {
+#ifdef SG_WITH_CUDA
+  *host_flag_ = 0;
+  return SpinUntilFlagCuda(device_flag_, int64_t(limit_s * 1e9), stream.native());
+#else
+  (void)stream, (void)limit_s;
+  return absl::FailedPreconditionError("StreamHold needs a CUDA build and device");
+#endif
+}
+
+void StreamHold::Release() {
+  if (host_flag_ != nullptr) *host_flag_ = 1;
 }
 
 double Median(std::vector<double> values) {

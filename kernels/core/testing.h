@@ -8,6 +8,7 @@
 #define SGTRAIN_KERNELS_CORE_TESTING_H_
 
 #include <functional>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -37,6 +38,30 @@ double MaxAbsError(const std::vector<double>& a, const std::vector<double>& b);
 // The median of `values` (the mean of the middle two for an even count; 0 when empty). Benchmarks
 // report it next to Google Benchmark's mean of iteration times, as the PyTorch peers report medians.
 double Median(std::vector<double> values);
+
+// For benchmarks on a GPU: Hold() enqueues a kernel that spins until Release() (or `limit_s` of GPU
+// time, so nothing can hang), so work enqueued in between waits and then runs back to back, with no
+// host launch gaps in what the events around it measure. Create() fails on the CPU.
+//
+//   SG_ASSIGN_OR_RETURN(auto hold, StreamHold::Create());
+//   SG_RETURN_IF_ERROR(hold->Hold(stream));
+//   ... start.Record(stream); enqueue the batch; stop.Record(stream) ...
+//   hold->Release();
+class StreamHold {
+ public:
+  static absl::StatusOr<std::unique_ptr<StreamHold>> Create();
+  ~StreamHold();
+  StreamHold(const StreamHold&) = delete;
+  StreamHold& operator=(const StreamHold&) = delete;
+
+  absl::Status Hold(const Stream& stream, double limit_s = 1.0);
+  void Release();
+
+ private:
+  StreamHold() = default;
+  volatile int* host_flag_ = nullptr;    // pinned, mapped
+  const volatile int* device_flag_ = nullptr;
+};
 
 // For benchmarks: runs `fn` (one timed unit of work on `stream`) repeatedly, synchronizing after
 // each, for at least `seconds` of wall time, so the GPU's clocks have ramped up from idle and lazily

@@ -31,7 +31,23 @@ __global__ void FillUniformKernel(T* out, int64_t n, uint64_t seed, float scale)
   }
 }
 
+__global__ void SpinUntilFlagKernel(const volatile int* flag, int64_t limit_ns) {
+  uint64_t start = 0, now = 0;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(start));
+  do {
+    if (*flag != 0) return;
+    __nanosleep(1000);
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(now));
+  } while (int64_t(now - start) < limit_ns);
+}
+
 }  // namespace
+
+absl::Status SpinUntilFlagCuda(const volatile int* flag, int64_t limit_ns, void* stream) {
+  SpinUntilFlagKernel<<<1, 1, 0, static_cast<cudaStream_t>(stream)>>>(flag, limit_ns);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(SpinUntilFlagKernel);
+  return absl::OkStatus();
+}
 
 absl::Status FillUniformCuda(void* data, DType dtype, int64_t n, uint64_t seed, float scale, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
