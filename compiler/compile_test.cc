@@ -233,7 +233,10 @@ TEST(CompileTest, SecondCompileHitsTheCache) {
 }
 
 // The mixed-precision consistency check: bf16 compute (f32 master weights and gradients) gives
-// gradients within 5% (relative L2, per parameter) of the f32 step's; loss within 2%.
+// gradients close to the f32 step's (relative L2 per parameter); loss within 2%. Tolerances from
+// 300 fresh seeds: the mean over parameters reached 0.034 (limit 0.05); single parameters reached
+// 0.093, the attention q / k weights, whose gradients pass through the softmax (limit 0.15; the
+// earlier 0.05 per parameter failed 2% of runs).
 TEST(CompileTest, Bf16MixedPrecisionGradientsMatchF32) {
   Fixture f = MakeFixture();
   auto batch = BatchOn(f.batch, Device::Cpu());
@@ -249,13 +252,16 @@ TEST(CompileTest, Bf16MixedPrecisionGradientsMatchF32) {
   auto m16 = bf16->ReadMetrics();
   ASSERT_TRUE(m32.ok() && m16.ok());
   EXPECT_NEAR(m16->loss, m32->loss, 0.02 * m32->loss);
+  double sum = 0;
   for (const std::string& name : f32->parameter_names()) {
     auto g16 = bf16->View("grad:" + name);
     ASSERT_TRUE(g16.ok());
     EXPECT_EQ(g16->dtype(), DType::kF32) << name << ": gradients stay f32";
-    EXPECT_LT(sg::testing::RelativeError(ReadValue(*bf16, "grad:" + name), ReadValue(*f32, "grad:" + name)), 0.05)
-        << name;
+    const double err = sg::testing::RelativeError(ReadValue(*bf16, "grad:" + name), ReadValue(*f32, "grad:" + name));
+    EXPECT_LT(err, 0.15) << name;
+    sum += err;
   }
+  EXPECT_LT(sum / double(f32->parameter_names().size()), 0.05);
   // Activations really are bf16.
   int bf16_values = 0;
   const graph::Graph& g = bf16->training_graph();
