@@ -37,6 +37,7 @@ inline void SweepArgs(benchmark::internal::Benchmark* bm) {
       }
       bm->Args({1, rows, dim, 128, step, 0, 0, 0, 0});  // the partial-row sum launched plainly
       bm->Args({1, rows, dim, 128, step, 0, 1, 1, 1});  // with prefetch
+      bm->Args({1, rows, dim, 64, step, 0, 1, 0, 1});   // 64-thread CTAs: 4 packs a thread at dim 2048
     }
   }
 }
