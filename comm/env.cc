@@ -72,9 +72,9 @@ absl::StatusOr<RankInfo> RankInfoFromLookup(const std::function<const char*(cons
   }
   if (const char* secret = getenv("SG_STORE_SECRET"); secret != nullptr) info.secret = secret;
   if (const char* external = getenv("SG_STORE_EXTERNAL"); external != nullptr && *external != '\0') {
-    SG_CHECK_ARG(std::string(external) == "0" || std::string(external) == "1",
-                 "SG_STORE_EXTERNAL must be 0 or 1, found '", external, "'");
-    info.external_store = std::string(external) == "1";
+    const std::string v = external;
+    SG_CHECK_ARG(v == "0" || v == "1", "SG_STORE_EXTERNAL must be 0 or 1, found '", v, "'");
+    info.external_store = v == "1";
   }
   return info;
 }

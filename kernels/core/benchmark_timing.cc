@@ -10,6 +10,20 @@
 #include "kernels/core/testing.h"
 
 namespace sg::testing {
+namespace {
+
+// Runs `fn` repeatedly, synchronizing `stream` after each, for at least `seconds` of wall time, so
+// the GPU's clocks have ramped up from idle and lazily loaded kernels are loaded.
+absl::Status WarmUp(const Stream& stream, const std::function<absl::Status()>& fn, double seconds = 0.05) {
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    if (absl::Status st = fn(); !st.ok()) return st;
+    if (absl::Status st = stream.Synchronize(); !st.ok()) return st;
+  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds);
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 void TimeCalls(benchmark::State& state, const Stream& stream, int calls, int64_t bytes_per_call,
                const std::function<absl::Status()>& fn) {

@@ -1,7 +1,6 @@
 #include "kernels/core/testing.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -195,15 +194,6 @@ double Median(std::vector<double> values) {
   const double upper = values[mid];
   if (values.size() % 2 == 1) return upper;
   return 0.5 * (*std::max_element(values.begin(), values.begin() + mid) + upper);
-}
-
-absl::Status WarmUp(const Stream& stream, const std::function<absl::Status()>& fn, double seconds) {
-  const auto start = std::chrono::steady_clock::now();
-  do {
-    if (absl::Status st = fn(); !st.ok()) return st;
-    if (absl::Status st = stream.Synchronize(); !st.ok()) return st;
-  } while (std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < seconds);
-  return absl::OkStatus();
 }
 
 }  // namespace sg::testing

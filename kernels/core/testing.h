@@ -7,7 +7,6 @@
 #ifndef SGTRAIN_KERNELS_CORE_TESTING_H_
 #define SGTRAIN_KERNELS_CORE_TESTING_H_
 
-#include <functional>
 #include <memory>
 #include <random>
 #include <vector>
@@ -62,11 +61,6 @@ class StreamHold {
   volatile int* host_flag_ = nullptr;    // pinned, mapped
   const volatile int* device_flag_ = nullptr;
 };
-
-// For benchmarks: runs `fn` (one timed unit of work on `stream`) repeatedly, synchronizing after
-// each, for at least `seconds` of wall time, so the GPU's clocks have ramped up from idle and lazily
-// loaded kernels are loaded before the timed iterations start. Returns fn's first error.
-absl::Status WarmUp(const Stream& stream, const std::function<absl::Status()>& fn, double seconds = 0.05);
 
 }  // namespace sg::testing
 

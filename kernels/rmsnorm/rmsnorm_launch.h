@@ -534,20 +534,20 @@ inline absl::StatusOr<int> SmCount(int device) {
   return std::max(sms, 1);
 }
 
-// A launch configuration for a programmatic dependent launch (the kernel may be scheduled while
-// the previous one on the stream finishes; it must execute griddepcontrol.wait before using that
-// kernel's results).
-struct ProgrammaticLaunch {
+// A launch configuration for cudaLaunchKernelEx, as a programmatic dependent launch when
+// `programmatic` (the kernel may be scheduled while the previous one on the stream finishes; it
+// must execute griddepcontrol.wait before using that kernel's results), a plain launch otherwise.
+struct KernelLaunch {
   cudaLaunchConfig_t config = {};
   cudaLaunchAttribute attr[1];
-  ProgrammaticLaunch(unsigned grid, unsigned threads, cudaStream_t stream) {
+  KernelLaunch(unsigned grid, unsigned threads, cudaStream_t stream, bool programmatic) {
     config.gridDim = dim3(grid);
     config.blockDim = dim3(threads);
     config.stream = stream;
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     config.attrs = attr;
-    config.numAttrs = 1;
+    config.numAttrs = programmatic ? 1 : 0;
   }
 };
 
@@ -574,13 +574,8 @@ absl::Status Forward(const LaunchConfig& cfg, int64_t rows, int64_t dim, float e
   detail::WithShape<T>(shape, [&](auto kv, auto kr) {
     constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
     auto kernel = prefetch ? detail::ForwardKernel<T, kV, kR, kAdd, true> : detail::ForwardKernel<T, kV, kR, kAdd, false>;
-    if (cfg.fwd_pdl) {
-      detail::ProgrammaticLaunch launch(unsigned(grid), unsigned(shape.threads), stream);
-      err = cudaLaunchKernelEx(&launch.config, kernel, x, delta, w, h, y, rstd, rows, int(dim / 8), eps);
-    } else {
-      kernel<<<unsigned(grid), shape.threads, 0, stream>>>(x, delta, w, h, y, rstd, rows, int(dim / 8), eps);
-      err = cudaGetLastError();
-    }
+    detail::KernelLaunch launch(unsigned(grid), unsigned(shape.threads), stream, cfg.fwd_pdl);
+    err = cudaLaunchKernelEx(&launch.config, kernel, x, delta, w, h, y, rstd, rows, int(dim / 8), eps);
   });
   if (err != cudaSuccess) {
     return LibraryError(absl::StatusCode::kInternal, "CUDA", err, cudaGetErrorString(err), "ForwardKernel", __FILE__,
@@ -635,26 +630,17 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
     constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
     auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
                            : detail::BackwardKernel<T, kV, kR, kResidual, false>;
-    if (cfg.bwd_pdl) {
-      detail::ProgrammaticLaunch launch(unsigned(groups), unsigned(shape.threads), stream);
-      err = cudaLaunchKernelEx(&launch.config, kernel, dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
-                               rows_per_cta);
-    } else {
-      kernel<<<unsigned(groups), shape.threads, 0, stream>>>(dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
-                                                             rows_per_cta);
-      err = cudaGetLastError();
-    }
+    detail::KernelLaunch launch(unsigned(groups), unsigned(shape.threads), stream, cfg.bwd_pdl);
+    err = cudaLaunchKernelEx(&launch.config, kernel, dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
+                             rows_per_cta);
   });
   const char* failed = "BackwardKernel";
-  if (err == cudaSuccess && cfg.overlap_sum) {
-    detail::ProgrammaticLaunch launch(unsigned((dim + 31) / 32), detail::kSumThreads, stream);
-    err = cudaLaunchKernelEx(&launch.config, detail::SumPartialsKernel<true>, static_cast<const float*>(partial), dw, int(groups),
-                             int(dim));
-    failed = "SumPartialsKernel (programmatic dependent launch)";
-  } else if (err == cudaSuccess) {
-    detail::SumPartialsKernel<false><<<unsigned((dim + 31) / 32), detail::kSumThreads, 0, stream>>>(
-        partial, dw, int(groups), int(dim));
-    err = cudaGetLastError();
+  if (err == cudaSuccess) {
+    // As a programmatic dependent (overlap_sum), the sum waits for the main kernel itself.
+    detail::KernelLaunch launch(unsigned((dim + 31) / 32), detail::kSumThreads, stream, cfg.overlap_sum);
+    err = cudaLaunchKernelEx(&launch.config,
+                             cfg.overlap_sum ? detail::SumPartialsKernel<true> : detail::SumPartialsKernel<false>,
+                             static_cast<const float*>(partial), dw, int(groups), int(dim));
     failed = "SumPartialsKernel";
   }
   alloc->Free(scratch);  // reused only by later work on the same stream
