@@ -94,6 +94,10 @@ __device__ __forceinline__ void LoadRuns(const int32_t* __restrict__ offsets, in
   }
 }
 
+// Internal linkage: each .cu file gets its own copy of the kernel (no shared host launch stub
+// between two separately compiled device modules).
+namespace {
+
 // The general row sum (any dim, any alignment): one thread per (row, pack of kW columns),
 // grid-stride, with a 64-bit division per pack and the run bounds loaded by every thread. The
 // "packs" kernel of the backward, and the row sum of any path when the 16-byte layout is not there.
@@ -125,6 +129,8 @@ __global__ void __launch_bounds__(kThreads)
     }
   }
 }
+
+}  // namespace
 
 // The backward with the "atomic" index preparation (embedding_atomic.cu); `pdl` chains its kernels
 // with programmatic dependent launch.
