@@ -77,6 +77,7 @@ void BM_EmbeddingForwardBF16Flat2PdlBatch(benchmark::State& st) {
   Run(st, DType::kBF16, false, "flat2_pdl", kBatch);
 }
 void BM_EmbeddingForwardF32Batch(benchmark::State& st) { Run(st, DType::kF32, false, "", kBatch); }
+void BM_EmbeddingForwardBF16GridBatch(benchmark::State& st) { Run(st, DType::kBF16, false, "grid", kBatch); }
 void BM_EmbeddingForwardF32FlatBatch(benchmark::State& st) { Run(st, DType::kF32, false, "flat", kBatch); }
 // The backward's index preparations and row-sum kernels side by side, and the write-only ceiling,
 // batch timing.
@@ -102,6 +103,7 @@ BENCHMARK(BM_EmbeddingForwardBF16) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardF32) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardBF16Batch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingForwardBF16GridBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardBF16FlatBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardBF16Flat2Batch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardBF16Flat4Batch) SG_SHAPES;

@@ -166,8 +166,8 @@ struct Kernels {
   const char* fwd;
   const char* bwd;
 };
-const Kernels kKernelPairs[] = {{"", "rows"},       {"flat", "packs"},          {"flat2", "atomic"},
-                                {"flat4", "atomic"}, {"flat_pdl", "atomic_nopdl"}, {"flat4_pdl", ""}};
+const Kernels kKernelPairs[] = {{"", ""},          {"grid", "rows"},           {"flat", "packs"},
+                                {"flat4", "atomic"}, {"flat_pdl", "atomic_nopdl"}, {"flat4_pdl", "rows"}};
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<Kernels> {
  protected:
@@ -176,7 +176,7 @@ class EmbeddingCudaTest : public ::testing::TestWithParam<Kernels> {
 };
 INSTANTIATE_TEST_SUITE_P(Kernels, EmbeddingCudaTest, ::testing::ValuesIn(kKernelPairs),
                          [](const ::testing::TestParamInfo<Kernels>& info) {
-                           return std::string(*info.param.fwd ? info.param.fwd : "grid") + "_" +
+                           return std::string(*info.param.fwd ? info.param.fwd : "default") + "_" +
                                   (*info.param.bwd ? info.param.bwd : "default");
                          });
 
