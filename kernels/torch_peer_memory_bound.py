@@ -160,8 +160,10 @@ def adamw(iters):
     nb = total * 28  # torch keeps no bf16 copy; ours adds 2 bytes/element (counted in our benchmark)
     opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.1, fused=True)
     report("AdamWStep f32 grad (fused=True)", "eager", f"[{total}] in {tensors}", nb, timed(opt.step, iters))
-    opt2 = torch.optim.AdamW(params, lr=torch.tensor(1e-4, device="cuda"), weight_decay=0.1, foreach=True)
     try:
+        # A tensor learning rate (no recompile when it changes) needs capturable=True with foreach.
+        opt2 = torch.optim.AdamW(params, lr=torch.tensor(1e-4, device="cuda"), weight_decay=0.1, foreach=True,
+                                 capturable=True)
         report("AdamWStep f32 grad (foreach)", "compile", f"[{total}] in {tensors}", nb,
                timed(torch.compile(opt2.step), iters, warmup=5))
     except Exception as e:  # noqa: BLE001

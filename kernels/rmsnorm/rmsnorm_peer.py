@@ -16,6 +16,12 @@ def rmsnorm(x, w, eps=1e-5):
     return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * w.float()).to(x.dtype)
 
 
+def add_rmsnorm(x, delta, w, eps=1e-5):
+    """The Llama block's residual add followed by RMSNorm (add_rmsnorm_benchmark's op): (h, y)."""
+    h = x + delta
+    return h, rmsnorm(h, w, eps)
+
+
 BATCH = 1  # --batch N: N back-to-back calls between the events, as rmsnorm_benchmark's *Batch entries
 
 
@@ -42,6 +48,7 @@ def main():
         BATCH = max(1, int(sys.argv[sys.argv.index("--batch") + 1]))
     torch._functorch.config.donated_buffer = False  # the timing loop re-runs one backward graph
     compiled = torch.compile(rmsnorm)
+    compiled_add = torch.compile(add_rmsnorm)
     for rows, dim in [(16384, 2048), (8192, 4096)]:
         x = torch.randn(rows, dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
         w = torch.randn(dim, device="cuda", dtype=torch.bfloat16, requires_grad=True)
@@ -58,6 +65,19 @@ def main():
             t = bench(lambda: torch.autograd.grad(y, (x, w), dy, retain_graph=True))
             print(f"peer {name:10s} bwd bf16 {rows}x{dim}: {bwd_bytes / t / 1e9:8.1f} GB/s ({t * 1e6:.1f} us)"
                   f" batch {BATCH}")
+        # add+RMSNorm with add_rmsnorm_benchmark's byte counts: forward x, delta read, h, y written;
+        # backward dy, dh_in, h read, dh written (the gradient of x and of delta, one tensor).
+        delta = torch.randn_like(x, requires_grad=True)
+        dh_in = torch.randn_like(x)
+        for name, fn in [("add eager", add_rmsnorm), ("add compile", compiled_add)]:
+            with torch.no_grad():
+                t = bench(lambda: fn(x, delta, w))
+            print(f"peer {name:10s} fwd bf16 {rows}x{dim}: {4 * rows * dim * 2 / t / 1e9:8.1f} GB/s"
+                  f" ({t * 1e6:.1f} us) batch {BATCH}")
+            h, y = fn(x, delta, w)
+            t = bench(lambda: torch.autograd.grad((h, y), (x, delta, w), (dh_in, dy), retain_graph=True))
+            print(f"peer {name:10s} bwd bf16 {rows}x{dim}: {4 * rows * dim * 2 / t / 1e9:8.1f} GB/s"
+                  f" ({t * 1e6:.1f} us) batch {BATCH}")
 
 
 if __name__ == "__main__":
