@@ -650,8 +650,17 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
 }
 
 // The kernel families that run f16: the default (v4 with the wgmma forward and v3's backward, both
-// variables unset) and v5 (the wgmma backward); SG_ATTENTION_TEST_VARIANTS does not filter them.
-constexpr KernelVariant kF16Variants[] = {{"", ""}, {"v5", ""}};
+// variables unset; whatever SG_ATTENTION_TEST_VARIANTS says) and v5 (the wgmma backward; unless
+// SG_ATTENTION_TEST_VARIANTS is set without naming it).
+std::vector<KernelVariant> F16Variants() {
+  std::vector<KernelVariant> variants = {{"", ""}};
+  const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
+  const std::vector<std::string> names = absl::StrSplit(only ? only : "", ',');
+  if (only == nullptr || *only == '\0' || std::find(names.begin(), names.end(), "v5") != names.end()) {
+    variants.push_back({"v5", ""});
+  }
+  return variants;
+}
 
 TEST_P(AttentionCudaTest, F16MatchesCpuReference) {
   SG_SKIP_WITHOUT_CUDA();
@@ -660,7 +669,7 @@ TEST_P(AttentionCudaTest, F16MatchesCpuReference) {
   SCOPED_TRACE(p.ToString());
   const Inputs in = RandomInputs(p);
   const Result want = RunAttention(p, in, DType::kF32, Device::Cpu());
-  for (const KernelVariant& variant : kF16Variants) {
+  for (const KernelVariant& variant : F16Variants()) {
     SCOPED_TRACE(VariantName(variant));
     ScopedKernelVariant use(variant);
     ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)), want, kF16Tolerance);
@@ -701,7 +710,7 @@ TEST(AttentionCudaOffsetsTest, OffsetsMatchCpuReference) {
       ScopedKernelVariant use(variant);
       ExpectMatchesReference(RunAttention(p, in, DType::kBF16, Device::Cuda(0)), want);
     }
-    for (const KernelVariant& variant : kF16Variants) {  // f16
+    for (const KernelVariant& variant : F16Variants()) {  // f16
       SCOPED_TRACE(VariantName(variant));
       ScopedKernelVariant use(variant);
       ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)), want, kF16Tolerance);
@@ -749,7 +758,7 @@ TEST(AttentionCudaMergeTest, BlocksMergedEqualFullSequence) {
     CheckBlocksEqualFull({1, 129, 256, 4, 4, 128, false}, {0, 64, 256}, DType::kBF16, gpu, 1e-2, 2e-2);
     CheckBlocksEqualFull({1, 128, 384, 4, 1, 128, true, 256, 0}, {0, 128, 256, 384}, DType::kBF16, gpu, 1e-2, 2e-2);
   }
-  for (const KernelVariant& variant : kF16Variants) {  // f16
+  for (const KernelVariant& variant : F16Variants()) {  // f16
     SCOPED_TRACE(VariantName(variant));
     ScopedKernelVariant use(variant);
     CheckBlocksEqualFull({2, 200, 300, 8, 2, 64, true}, {0, 70, 128, 300}, DType::kF16, gpu, 3e-3, 5e-3);
