@@ -9,7 +9,7 @@ out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 B=${B:-.gpu}
 strip() {  # name, mean bandwidth, median bandwidth
   grep -E '^BM_' | sed -E 's/min_time:0.100\///; s/manual_time//' \
-    | sed -E 's/^(BM_[^ ]*) .*bytes_per_second=([0-9.]+[GT])\/s.*median_TBps=([0-9.]+).*/\1 mean \2B\/s median \3 TB\/s/' | cut -c1-170
+    | sed -E 's/^(BM_[^ ]*) .*mean_TBps=([0-9.]+).*median_TBps=([0-9.]+).*/\1 mean \2 median \3 TB\/s/' | cut -c1-170
 }
 ([[ -n ${SKIP_TESTS:-} ]] && exit 0
  export CUDA_VISIBLE_DEVICES=1

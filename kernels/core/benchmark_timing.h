@@ -1,9 +1,9 @@
 // The timing loop every kernel benchmark shares: `calls` back-to-back calls per Google Benchmark
 // iteration, CUDA events around them on a GPU (the wall clock on the CPU), after 50 ms of untimed
-// calls so the GPU's clocks are up from idle and lazily loaded kernels are loaded. Reports the mean
-// (Google Benchmark's bytes_per_second) and the median time per call (`median_TBps`, the statistic
-// the PyTorch peers print). SG_BENCH_HOLD=1 holds the stream (testing::StreamHold) while each batch
-// is enqueued, so the events exclude host launch gaps.
+// calls so the GPU's clocks are up from idle and lazily loaded kernels are loaded. Reports the
+// bandwidth in decimal TB/s from the mean time per call (`mean_TBps`) and from the median
+// (`median_TBps`, the statistic the PyTorch peers print). SG_BENCH_HOLD=1 holds the stream
+// (testing::StreamHold) while each batch is enqueued, so the events exclude host launch gaps.
 //
 //   void BM_MyKernel(benchmark::State& state) {
 //     ...

@@ -1,18 +1,29 @@
-// CUDA embedding. Forward: a grid-stride copy of 16-byte packs (row = token id, looked up per pack
-// from L1). Backward, deterministic without float atomics:
+// CUDA embedding. Forward, SG_EMBEDDING_FWD selecting the kernel per call until a GPU run picks:
+//   default (ForwardKernel): a grid-stride copy of 16-byte packs, a 64-bit division per pack and
+//     the token id loaded per pack (2.94 TB/s on H200 at 16384 tokens of a 32000 x 2048 bf16 table,
+//     2026-11-29);
+//   "flat", "flat2", "flat4" (ForwardFlatKernel): no loop; CTA (x, y) copies 16-byte unit
+//     y * kFlatThreads + threadIdx.x of 1, 2 or 4 token rows, each row's id loaded once per thread
+//     from one address (a broadcast), 32-bit column math, as the SwiGLU flat kernel (3.9 TB/s);
+//     a "_pdl" suffix ("flat_pdl", "flat2_pdl", ...) launches it as a programmatic dependent of the
+//     previous kernel. Rows of bytes not a multiple of 16, or unaligned pointers: the default.
+// Backward, deterministic without float atomics, SG_EMBEDDING_BWD selecting per call:
+//   default and "rows", "packs": the sorted index preparation below, then a row sum;
+//   "atomic", "atomic_nopdl": counts, a scan and an atomic scatter instead of the sort
+//     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl".
+// The sorted index preparation:
 //   1. keys[i] = tokens[i] (out-of-range ids -> vocab, sorted past every real row), values[i] = i;
 //   2. CUB's stable LSD radix sort of (key, value) pairs on the bits the vocabulary needs, so equal
 //      ids keep ascending token order;
 //   3. row starts: offsets[v] = first sorted index with key >= v (from key changes, no atomics);
 //   4. the f32 row sums, each vocabulary row's run of dout rows added in sorted order, written once
-//      (zeros for unused rows): every dtable element written exactly once. Two kernels for this
-//      step, SG_EMBEDDING_BWD selecting one per call until the GPU run picks the winner:
+//      (zeros for unused rows): every dtable element written exactly once. Two kernels:
 //      "rows" (default, RowSumRowsKernel): a CTA takes kSumRows vocabulary rows at a time, its
-//        threads on the row's packs of 8 columns; the rows' run bounds are loaded once per row
-//        (broadcast) and the kSumRows runs are independent chains in flight together; 32-bit
-//        column math. "packs" (RowSumKernel, the first version: 1.52 TB/s for the whole backward
-//        on H200 at 16384 tokens, vocab 32000, dim 2048): one thread per (row, pack), grid-stride,
-//        with a 64-bit division per pack and the run bounds loaded by every thread.
+//        threads on the row's packs of 8 columns (SumRuns, embedding_cuda.cuh). "packs"
+//        (RowSumKernel, the first version: 1.52 TB/s for the whole backward on H200 at 16384
+//        tokens, vocab 32000, dim 2048): one thread per (row, pack), grid-stride.
+//   H200, 16384 tokens, vocab 32000, dim 2048 bf16, batch timing: 2.06 TB/s = 160 us, of which ~44
+//   us are steps 1-3 (about seven launches on 16384 keys) and 116 us the row sums.
 // Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
@@ -25,14 +36,13 @@
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "kernels/elementwise/cuda_vec.h"
+#include "kernels/embedding/embedding_cuda.cuh"
 #include "kernels/embedding/embedding_internal.h"
 
 namespace sg::kernels::embedding_internal {
 namespace {
 
 using cuda_vec::Pack8;
-
-constexpr int kThreads = 256;
 
 template <typename I>
 __device__ __forceinline__ int64_t IdAt(const void* tokens, int64_t i) {
@@ -65,6 +75,35 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// The flat forward: CTA (x, y) copies 16-byte unit u = y * kFlatThreads + threadIdx.x of token
+// rows x * kRows .. x * kRows + kRows - 1; every thread of the CTA loads a row's id from the same
+// address (one broadcast transaction per warp), then all kRows loads are in flight before the
+// stores. Out-of-range ids write zeros. Any dtype: units are raw bytes.
+constexpr int kFlatThreads = 128;
+
+template <typename I, int kRows>
+__global__ void __launch_bounds__(kFlatThreads)
+    ForwardFlatKernel(const I* __restrict__ tokens, const uint4* __restrict__ table, uint4* __restrict__ out,
+                      int64_t n, int64_t vocab, uint32_t units) {
+  WaitForPrimary();
+  const uint32_t u = blockIdx.y * kFlatThreads + threadIdx.x;
+  if (u >= units) return;
+  const int64_t t0 = int64_t(blockIdx.x) * kRows;
+  int64_t id[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) id[r] = t0 + r < n ? int64_t(tokens[t0 + r]) : -1;
+  uint4 v[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    v[r] = make_uint4(0, 0, 0, 0);
+    if (id[r] >= 0 && id[r] < vocab) v[r] = table[uint64_t(id[r]) * units + u];
+  }
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (t0 + r < n) out[uint64_t(t0 + r) * units + u] = v[r];
+  }
+}
+
 template <typename I>
 __global__ void KeysKernel(const void* tokens, int32_t* keys, int32_t* values, int64_t n, int64_t vocab) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -83,84 +122,47 @@ __global__ void RowStartsKernel(const int32_t* sorted_keys, int32_t* offsets, in
   for (int64_t v = prev + 1; v <= cur; ++v) offsets[v] = int32_t(i);
 }
 
-template <typename T, int kW>
-__global__ void __launch_bounds__(kThreads)
-    RowSumKernel(const T* __restrict__ dout, const int32_t* __restrict__ order, const int32_t* __restrict__ offsets,
-                 float* __restrict__ dtable, int64_t vocab, int64_t dim) {
-  const int64_t ppr = dim / kW;
-  const int64_t total = vocab * ppr;
-  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < total; i += int64_t(gridDim.x) * kThreads) {
-    const int64_t v = i / ppr, c = (i - v * ppr) * kW;
-    float acc[8] = {};
-    const int32_t end = offsets[v + 1];
-    for (int32_t j = offsets[v]; j < end; ++j) {
-      const T* src = dout + int64_t(order[j]) * dim + c;
-      if constexpr (kW == 8) {
-        float x[8];
-        Pack8<T>::Load(src, x);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc[k] += x[k];
-      } else {
-        acc[0] += cuda_vec::ToF(*src);
-      }
-    }
-    if constexpr (kW == 8) {
-      Pack8<float>::Store(dtable + v * dim + c, acc);
-    } else {
-      dtable[v * dim + c] = acc[0];
-    }
-  }
-}
-
-constexpr int kSumRows = 4;
-
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     RowSumRowsKernel(const T* __restrict__ dout, const int32_t* __restrict__ order,
                      const int32_t* __restrict__ offsets, float* __restrict__ dtable, int64_t vocab, int packs) {
   const int64_t v0 = int64_t(blockIdx.x) * kSumRows;
-  const int64_t dim = int64_t(packs) * 8;
   int32_t begin[kSumRows], end[kSumRows];
-#pragma unroll
-  for (int r = 0; r < kSumRows; ++r) {
-    const bool ok = v0 + r < vocab;
-    begin[r] = ok ? offsets[v0 + r] : 0;
-    end[r] = ok ? offsets[v0 + r + 1] : 0;
-  }
-  // Most runs hold 0 or 1 dout rows (16k tokens over a 32k vocabulary): the first row of every run
-  // is loaded for all kSumRows rows together, the rest (repeated tokens) after, in sorted order.
-  int32_t first[kSumRows];
-#pragma unroll
-  for (int r = 0; r < kSumRows; ++r) first[r] = begin[r] < end[r] ? order[begin[r]] : -1;
-  for (int c = threadIdx.x; c < packs; c += kThreads) {
-    float acc[kSumRows][8];
-#pragma unroll
-    for (int r = 0; r < kSumRows; ++r) {
-      if (first[r] >= 0) Pack8<T>::Load(dout + int64_t(first[r]) * dim + c * 8, acc[r]);
-    }
-#pragma unroll
-    for (int r = 0; r < kSumRows; ++r) {
-      // 0 + x, the CPU reference's first addition (it turns -0 into +0).
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc[r][k] = first[r] >= 0 ? 0.f + acc[r][k] : 0.f;
-      for (int32_t j = begin[r] + 1; j < end[r]; ++j) {
-        float y[8];
-        Pack8<T>::Load(dout + int64_t(order[j]) * dim + c * 8, y);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc[r][k] += y[k];
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < kSumRows; ++r) {
-      if (v0 + r < vocab) Pack8<float>::Store(dtable + (v0 + r) * dim + c * 8, acc[r]);
-    }
-  }
+  LoadRuns(offsets, v0, vocab, begin, end);
+  SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// SG_EMBEDDING_BWD=packs selects the first row-sum kernel; anything else (or unset) the rows kernel.
-bool UsePacksKernel() {
+// The kernels selected per call by SG_EMBEDDING_FWD / SG_EMBEDDING_BWD (embedding.h's defaults
+// when unset or unknown); read at every call so benchmarks and tests can switch between calls.
+struct ForwardVariant {
+  int flat_rows = 2;  // 0: the grid-stride kernel; 1, 2, 4: ForwardFlatKernel with that many rows
+  bool pdl = true;
+};
+// Unset: flat2 with programmatic dependent launch (the fastest on the H200, 2026-11-30: 3.99 TB/s
+// vs 3.76 for the grid-stride kernel at 16384 of 32000 x 2048 bf16). "grid" selects the grid-stride
+// kernel, "flat", "flat2", "flat4" (optionally "_pdl") the flat kernel with 1, 2 or 4 rows a CTA.
+ForwardVariant ForwardVariantFromEnv() {
+  ForwardVariant f;
+  const char* v = std::getenv("SG_EMBEDDING_FWD");
+  if (v == nullptr) return f;
+  if (std::strcmp(v, "grid") == 0) return {0, false};
+  if (std::strncmp(v, "flat", 4) != 0) return f;
+  v += 4;
+  f.flat_rows = 1;
+  if (*v == '2' || *v == '4') f.flat_rows = *v++ - '0';
+  f.pdl = std::strcmp(v, "_pdl") == 0;
+  return f;
+}
+
+// Unset: "atomic" (2.97 TB/s vs 2.26 for "rows", the sorted-runs path, on the H200 2026-11-30).
+enum class BackwardVariant { kRows, kPacks, kAtomic, kAtomicNoPdl };
+BackwardVariant BackwardVariantFromEnv() {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
-  return v != nullptr && std::strcmp(v, "packs") == 0;
+  if (v == nullptr) return BackwardVariant::kAtomic;
+  if (std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
+  if (std::strcmp(v, "packs") == 0) return BackwardVariant::kPacks;
+  if (std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
+  return BackwardVariant::kAtomic;
 }
 
 int EndBit(int64_t vocab) {  // bits for keys in [0, vocab]
@@ -169,8 +171,34 @@ int EndBit(int64_t vocab) {  // bits for keys in [0, vocab]
   return bits;
 }
 
+template <typename I>
+absl::Status ForwardFlat(const Problem& p, const I* tokens, const void* table, void* out, int rows, bool pdl,
+                         cudaStream_t s) {
+  const uint32_t units = uint32_t(p.dim * SizeOf(p.dtype) / 16);
+  const dim3 grid(unsigned((p.tokens + rows - 1) / rows), (units + kFlatThreads - 1) / kFlatThreads);
+  const uint4* tt = static_cast<const uint4*>(table);
+  uint4* ot = static_cast<uint4*>(out);
+  cudaError_t err = cudaSuccess;
+  if (rows == 4) {
+    err = LaunchMaybePdl(ForwardFlatKernel<I, 4>, grid, kFlatThreads, s, pdl, tokens, tt, ot, p.tokens, p.vocab, units);
+  } else if (rows == 2) {
+    err = LaunchMaybePdl(ForwardFlatKernel<I, 2>, grid, kFlatThreads, s, pdl, tokens, tt, ot, p.tokens, p.vocab, units);
+  } else {
+    err = LaunchMaybePdl(ForwardFlatKernel<I, 1>, grid, kFlatThreads, s, pdl, tokens, tt, ot, p.tokens, p.vocab, units);
+  }
+  SG_CUDA_RETURN_IF_ERROR(err /* launch of ForwardFlatKernel */);
+  return absl::OkStatus();
+}
+
 template <typename T, typename I>
 absl::Status Forward(const Problem& p, const void* tokens, const void* table, void* out, cudaStream_t s) {
+  const ForwardVariant variant = ForwardVariantFromEnv();
+  const int64_t row_bytes = p.dim * int64_t(sizeof(T));
+  // The flat kernel's grid: token rows on x (< 2^31 CTAs), a row's units on y (< 65536 CTAs).
+  if (variant.flat_rows > 0 && row_bytes % 16 == 0 && cuda_vec::Aligned16(table) && cuda_vec::Aligned16(out) &&
+      row_bytes / 16 <= int64_t(65535) * kFlatThreads && p.tokens / variant.flat_rows < (int64_t(1) << 31) - 1) {
+    return ForwardFlat<I>(p, static_cast<const I*>(tokens), table, out, variant.flat_rows, variant.pdl, s);
+  }
   const bool vec = p.dim % 8 == 0 && cuda_vec::Aligned16(table) && cuda_vec::Aligned16(out);
   const int64_t work = p.tokens * (vec ? p.dim / 8 : p.dim);
   const int64_t blocks = (work + kThreads - 1) / kThreads;
@@ -209,7 +237,7 @@ absl::Status Backward(const Problem& p, const void* dout, const void* tokens, fl
   RowStartsKernel<<<unsigned((n + 1 + kThreads - 1) / kThreads), kThreads, 0, s>>>(keys_sorted, offsets, n, p.vocab);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowStartsKernel);
   const bool vec = p.dim % 8 == 0 && cuda_vec::Aligned16(dout) && cuda_vec::Aligned16(dtable);
-  if (vec && !UsePacksKernel()) {
+  if (vec && BackwardVariantFromEnv() != BackwardVariant::kPacks) {
     const unsigned blocks = unsigned((p.vocab + kSumRows - 1) / kSumRows);
     RowSumRowsKernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(dout), order, offsets, dtable, p.vocab,
                                                     int(p.dim / 8));
@@ -270,6 +298,10 @@ absl::Status ForwardCuda(const Problem& p, const void* tokens, const void* table
 absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                           void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const BackwardVariant variant = BackwardVariantFromEnv();
+  if (variant == BackwardVariant::kAtomic || variant == BackwardVariant::kAtomicNoPdl) {
+    return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, variant == BackwardVariant::kAtomic);
+  }
   if (p.dtype == DType::kBF16) return BackwardAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s);
   if (p.dtype == DType::kF16) return BackwardAlloc<__half>(p, dout, tokens, dtable, device, s);
   return BackwardAlloc<float>(p, dout, tokens, dtable, device, s);

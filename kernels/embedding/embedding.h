@@ -24,7 +24,8 @@ absl::Status EmbeddingForward(const TensorView& tokens, const TensorView& table,
 
 // dtable[v, :] = sum of dout[i, :] over the tokens i with tokens[i] == v, summed in f32 in token
 // order (i ascending), so the result is bitwise reproducible; rows of unused ids are zero. On CUDA
-// the tokens are stably sorted by id and each row sums its run: no float atomics.
+// the tokens are stably sorted by id and each row sums its run: no float atomics. (SG_EMBEDDING_FWD
+// and SG_EMBEDDING_BWD select other CUDA kernels per call, for benchmarks: see embedding.cu.)
 absl::Status EmbeddingBackward(const TensorView& dout, const TensorView& tokens, const TensorView& dtable,
                                const Stream& stream);
 

@@ -1,13 +1,20 @@
 // Embedding against a double loop (gather; sum of gradient rows per id), finite differences of
 // sum(out * g) for the backward, CUDA against the CPU reference (bitwise for the backward: both sum
 // in f32 in token order), repeated ids, out-of-range ids. Fresh random inputs; outputs poisoned.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/core/allocator.h"
 #include "kernels/core/testing.h"
 #include "kernels/embedding/embedding.h"
+
+#ifdef SG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace sg::kernels {
 namespace {
@@ -115,13 +122,63 @@ TEST(EmbeddingCpuTest, BadArgumentsAreNamed) {
   EXPECT_NE(st.message().find("table must be f32"), std::string::npos) << st;
 }
 
-// Both row-sum kernels of the backward (embedding.cu: SG_EMBEDDING_BWD selects one per call).
-class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
- protected:
-  void SetUp() override { ASSERT_EQ(setenv("SG_EMBEDDING_BWD", GetParam(), 1), 0); }
-  void TearDown() override { unsetenv("SG_EMBEDDING_BWD"); }
+TEST(EmbeddingCpuTest, NoTokensGiveZeroGradients) {
+  Tensor ids = Tensor::Empty({0}, DType::kI64, Device::Cpu()).value();
+  Tensor dout = Tensor::Empty({0, 3}, DType::kF32, Device::Cpu()).value();
+  Tensor dt = Tensor::Empty({4, 3}, DType::kF32, Device::Cpu()).value();
+  Poison(dt);
+  ASSERT_TRUE(EmbeddingBackward(dout, ids, dt, Stream::Cpu()).ok());
+  EXPECT_EQ(ToHost(dt), std::vector<double>(12, 0.0));
+}
+
+// Sets (or, for "", unsets) an environment variable for a scope, restoring the old value after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    if (*value != 0) {
+      setenv(name, value, 1);
+    } else {
+      unsetenv(name);
+    }
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
 };
-INSTANTIATE_TEST_SUITE_P(RowSumKernels, EmbeddingCudaTest, ::testing::Values("rows", "packs"));
+
+// The CUDA kernels selected per call (embedding.cu): SG_EMBEDDING_FWD / SG_EMBEDDING_BWD, "" = the
+// default. Every forward and every backward variant appears in at least one pair.
+struct Kernels {
+  const char* fwd;
+  const char* bwd;
+};
+const Kernels kKernelPairs[] = {{"", ""},          {"grid", "rows"},           {"flat", "packs"},
+                                {"flat4", "atomic"}, {"flat_pdl", "atomic_nopdl"}, {"flat4_pdl", "rows"}};
+
+class EmbeddingCudaTest : public ::testing::TestWithParam<Kernels> {
+ protected:
+  ScopedEnv fwd_{"SG_EMBEDDING_FWD", GetParam().fwd};
+  ScopedEnv bwd_{"SG_EMBEDDING_BWD", GetParam().bwd};
+};
+INSTANTIATE_TEST_SUITE_P(Kernels, EmbeddingCudaTest, ::testing::ValuesIn(kKernelPairs),
+                         [](const ::testing::TestParamInfo<Kernels>& info) {
+                           return std::string(*info.param.fwd ? info.param.fwd : "default") + "_" +
+                                  (*info.param.bwd ? info.param.bwd : "default");
+                         });
 
 TEST_P(EmbeddingCudaTest, MatchesReferenceAndIsDeterministic) {
   SG_SKIP_WITHOUT_CUDA();
@@ -130,6 +187,11 @@ TEST_P(EmbeddingCudaTest, MatchesReferenceAndIsDeterministic) {
   Check({2, 300, 7, 2048, DType::kBF16, DType::kI32}, Device::Cuda(0));
   Check({1, 1000, 4099, 4096, DType::kF32, DType::kI64}, Device::Cuda(0));
   Check({3, 50, 33, 2056, DType::kBF16, DType::kI32}, Device::Cuda(0));
+  // Rows of 16 bytes (f32, flat), 24 bytes (f32: not whole 16-byte units, the grid-stride kernel),
+  // token counts no multiple of the flat kernel's 2 or 4 rows, units no multiple of its CTA.
+  Check({3, 33, 100, 4, DType::kF32, DType::kI64}, Device::Cuda(0));
+  Check({1, 7, 9, 6, DType::kF32, DType::kI32}, Device::Cuda(0));
+  Check({5, 13, 1000, 1032, DType::kF16, DType::kI64}, Device::Cuda(0));
   // Llama-1B-like shape with heavy repetition; GPU must equal the CPU reference bit for bit (same
   // f32 additions in the same order), and repeat runs must agree.
   const Case c{2, 2048, 32000, 2048, DType::kBF16, DType::kI32};
@@ -177,6 +239,169 @@ TEST_P(EmbeddingCudaTest, OutOfRangeIdsAreMemorySafe) {
     EXPECT_EQ(hdt[size_t(0 * 16 + j)], 0.0);
   }
 }
+
+// Bitwise equality (NaN never equals: an unwritten, poisoned element fails), reporting the first
+// difference and the count rather than printing whole tables.
+void ExpectBitwise(const std::vector<double>& got, const std::vector<double>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  size_t bad = 0, first = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!(got[i] == want[i] && std::signbit(got[i]) == std::signbit(want[i]))) {
+      if (bad++ == 0) first = i;
+    }
+  }
+  EXPECT_EQ(bad, 0u) << "first difference at " << first << ": " << got[first] << " vs " << want[first];
+}
+
+// dtable from the GPU backward under SG_EMBEDDING_BWD = `bwd`.
+std::vector<double> GpuBackward(const char* bwd, const Tensor& dout, const Tensor& ids, int64_t vocab,
+                                const Stream& s) {
+  ScopedEnv env("SG_EMBEDDING_BWD", bwd);
+  Tensor dt = Tensor::Empty({vocab, dout.shape().back()}, DType::kF32, dout.view().device()).value();
+  Poison(dt);
+  const absl::Status st = EmbeddingBackward(dout, ids, dt, s);
+  EXPECT_TRUE(st.ok()) << st;
+  EXPECT_TRUE(s.Synchronize().ok());
+  return ToHost(dt);
+}
+
+// The atomic index preparation (both launch modes) bitwise against the sorted one, and the sorted
+// one bitwise against the CPU reference when every id is in range (the same f32 additions in the
+// same order).
+void CheckAtomicBitwise(const std::vector<double>& ids, int64_t vocab, int64_t dim, DType dtype, DType id_dtype) {
+  const int64_t n = int64_t(ids.size());
+  SCOPED_TRACE(std::to_string(n) + " tokens, vocab " + std::to_string(vocab) + " dim " + std::to_string(dim) + " " +
+               std::string(DTypeName(dtype)) + " ids " + std::string(DTypeName(id_dtype)));
+  const Device d = Device::Cuda(0);
+  Stream s = Stream::Create(d).value();
+  Tensor ids_gpu = FromHost(ids, {n}, id_dtype, d);
+  Tensor dout_cpu = RandomTensor({n, dim}, dtype, Device::Cpu(), Rng());
+  Tensor dout = FromHost(ToHost(dout_cpu), {n, dim}, dtype, d);
+  const std::vector<double> want = GpuBackward("rows", dout, ids_gpu, vocab, s);
+  if (std::all_of(ids.begin(), ids.end(), [&](double id) { return id >= 0 && id < double(vocab); })) {
+    Tensor dref = Tensor::Empty({vocab, dim}, DType::kF32, Device::Cpu()).value();
+    Poison(dref);
+    ASSERT_TRUE(EmbeddingBackward(dout_cpu, FromHost(ids, {n}, id_dtype, Device::Cpu()), dref, Stream::Cpu()).ok());
+    ExpectBitwise(want, ToHost(dref));
+  }
+  for (const char* bwd : {"atomic", "atomic_nopdl"}) {
+    SCOPED_TRACE(bwd);
+    ExpectBitwise(GpuBackward(bwd, dout, ids_gpu, vocab, s), want);
+  }
+}
+
+// `lengths[k]` copies of id k, then `singles` ids drawn from [lengths.size(), vocab); shuffled.
+std::vector<double> RunIds(const std::vector<int>& lengths, int64_t vocab, int singles) {
+  std::vector<double> ids;
+  for (size_t k = 0; k < lengths.size(); ++k) ids.insert(ids.end(), size_t(lengths[k]), double(k));
+  const uint64_t rest = uint64_t(vocab) - lengths.size();
+  for (int i = 0; i < singles; ++i) ids.push_back(double(lengths.size() + Rng()() % rest));
+  std::shuffle(ids.begin(), ids.end(), Rng());
+  return ids;
+}
+
+// Runs of every length class of the atomic path's in-place sort (embedding_atomic.cu): 2..32 (one
+// warp per row), 33..2048 (bitonic in shared memory), longer (bitmap windows), at the edges of
+// each, with the four rows of one CTA mixing classes; 16-byte rows and the general row sum.
+TEST(EmbeddingCudaAtomicTest, SortsRunsOfEveryLength) {
+  SG_SKIP_WITHOUT_CUDA();
+  const std::vector<int> lengths = {2, 31, 32, 33, 64, 65, 2048, 2049, 1, 0, 3, 5000, 4097, 1000, 0, 17};
+  CheckAtomicBitwise(RunIds(lengths, 100, 300), 100, 8, DType::kBF16, DType::kI32);
+  CheckAtomicBitwise(RunIds(lengths, 101, 300), 101, 24, DType::kF16, DType::kI64);
+  CheckAtomicBitwise(RunIds(lengths, 99, 300), 99, 5, DType::kF32, DType::kI32);  // not 16-byte rows
+  CheckAtomicBitwise(RunIds(lengths, 1000, 3000), 1000, 2056, DType::kBF16, DType::kI32);
+}
+
+// One id for every token: one run of all tokens, sorted through one (16384) or two bitmap windows
+// (70000 tokens, window 65536); two windowed runs in one CTA; one long run of wide rows.
+TEST(EmbeddingCudaAtomicTest, AllTokensEqual) {
+  SG_SKIP_WITHOUT_CUDA();
+  CheckAtomicBitwise(std::vector<double>(16384, 5.0), 7, 8, DType::kBF16, DType::kI32);
+  CheckAtomicBitwise(std::vector<double>(70000, 0.0), 3, 8, DType::kF32, DType::kI64);
+  std::vector<double> two(70001);
+  for (size_t i = 0; i < two.size(); ++i) two[i] = double(1 + i % 2);
+  CheckAtomicBitwise(two, 4, 8, DType::kBF16, DType::kI32);
+  CheckAtomicBitwise(std::vector<double>(16384, 3.0), 4, 2048, DType::kBF16, DType::kI32);
+}
+
+// The benchmark's "hot" case: 5% of the tokens one id, the rest spread over a Llama vocabulary.
+TEST(EmbeddingCudaAtomicTest, HotId) {
+  SG_SKIP_WITHOUT_CUDA();
+  std::vector<double> ids(16384);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % 20 == 0 ? 12345.0 : double(Rng()() % 32000);
+  CheckAtomicBitwise(ids, 32000, 64, DType::kBF16, DType::kI32);
+  CheckAtomicBitwise(ids, 128256, 16, DType::kF32, DType::kI64);  // 32 scan tiles
+}
+
+// Out-of-range ids (repeated, and next to repeated valid ones) drop, as in the sorted path.
+TEST(EmbeddingCudaAtomicTest, OutOfRangeIds) {
+  SG_SKIP_WITHOUT_CUDA();
+  std::vector<double> ids = RunIds({40, 0, 3, 2500}, 50, 200);
+  for (int i = 0; i < 3000; ++i) ids.push_back(i % 3 == 0 ? -1.0 : i % 3 == 1 ? 50.0 : 1e6);
+  std::shuffle(ids.begin(), ids.end(), Rng());
+  CheckAtomicBitwise(ids, 50, 16, DType::kF32, DType::kI64);
+  CheckAtomicBitwise(ids, 50, 16, DType::kBF16, DType::kI32);
+  CheckAtomicBitwise(std::vector<double>(5000, -7.0), 50, 8, DType::kBF16, DType::kI32);  // no valid id
+}
+
+TEST(EmbeddingCudaAtomicTest, NoTokens) {
+  SG_SKIP_WITHOUT_CUDA();
+  const Device d = Device::Cuda(0);
+  Stream s = Stream::Create(d).value();
+  Tensor ids = Tensor::Empty({0}, DType::kI32, d).value();
+  Tensor dout = Tensor::Empty({0, 8}, DType::kBF16, d).value();
+  for (const char* bwd : {"rows", "atomic", "atomic_nopdl"}) {
+    SCOPED_TRACE(bwd);
+    ExpectBitwise(GpuBackward(bwd, dout, ids, 9, s), std::vector<double>(72, 0.0));
+  }
+}
+
+#ifdef SG_WITH_CUDA
+// The flat forward and the atomic backward, both chained by programmatic dependent launch,
+// captured in a CUDA graph (scratch held by the allocator for the graph's life) and replayed twice
+// over poisoned outputs: the same bits as the eager calls.
+TEST(EmbeddingCudaAtomicTest, CapturesInACudaGraph) {
+  SG_SKIP_WITHOUT_CUDA();
+  ScopedEnv fwd("SG_EMBEDDING_FWD", "flat2_pdl"), bwd("SG_EMBEDDING_BWD", "atomic");
+  const Device d = Device::Cuda(0);
+  Stream s = Stream::Create(d).value();
+  const Case c{4, 1000, 1000, 256, DType::kBF16, DType::kI32};
+  Tensor ids = RandomIds(c, d);
+  Tensor table = RandomTensor({c.vocab, c.dim}, c.dtype, d, Rng());
+  Tensor dout = RandomTensor({c.batch, c.seq, c.dim}, c.dtype, d, Rng());
+  Tensor out = Tensor::Empty({c.batch, c.seq, c.dim}, c.dtype, d).value();
+  Tensor dtable = Tensor::Empty({c.vocab, c.dim}, DType::kF32, d).value();
+  ASSERT_TRUE(EmbeddingForward(ids, table, out, s).ok());
+  ASSERT_TRUE(EmbeddingBackward(dout, ids, dtable, s).ok());
+  ASSERT_TRUE(s.Synchronize().ok());
+  const std::vector<double> want_out = ToHost(out), want_dt = ToHost(dtable);
+  Allocator* alloc = AllocatorFor(d).value();
+  cudaStream_t cs = static_cast<cudaStream_t>(s.native());
+  alloc->BeginHoldingFrees();
+  ASSERT_EQ(cudaStreamBeginCapture(cs, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  const absl::Status f = EmbeddingForward(ids, table, out, s);
+  const absl::Status b = EmbeddingBackward(dout, ids, dtable, s);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(cs, &graph);
+  const std::vector<void*> held = alloc->EndHoldingFrees();
+  ASSERT_TRUE(f.ok()) << f;
+  ASSERT_TRUE(b.ok()) << b;
+  ASSERT_EQ(end, cudaSuccess) << cudaGetErrorString(end);
+  cudaGraphExec_t exec = nullptr;
+  ASSERT_EQ(cudaGraphInstantiate(&exec, graph, 0), cudaSuccess);
+  for (int replay = 0; replay < 2; ++replay) {
+    Poison(out);
+    Poison(dtable);
+    ASSERT_EQ(cudaGraphLaunch(exec, cs), cudaSuccess);
+    ASSERT_TRUE(s.Synchronize().ok());
+    ExpectBitwise(ToHost(out), want_out);
+    ExpectBitwise(ToHost(dtable), want_dt);
+  }
+  cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  alloc->ReleaseHeld(held);
+}
+#endif  // SG_WITH_CUDA
 
 }  // namespace
 }  // namespace sg::kernels

@@ -1,0 +1,142 @@
+// Device code shared by the two CUDA files of the embedding (nvcc only): the row sums of the
+// backward over runs of token positions already in ascending order, a launcher with optional
+// programmatic dependent launch, and the entry of the "atomic" index preparation
+// (embedding_atomic.cu), which embedding.cu dispatches to.
+//
+// A run: the token positions order[offsets[v]] .. order[offsets[v + 1] - 1] whose id is v,
+// ascending, so dtable[v, :] = 0 + dout[order[begin], :] + dout[order[begin + 1], :] + ... in f32:
+// the CPU reference's additions in the CPU reference's order, hence bitwise equal results.
+#ifndef SGTRAIN_KERNELS_EMBEDDING_EMBEDDING_CUDA_CUH_
+#define SGTRAIN_KERNELS_EMBEDDING_EMBEDDING_CUDA_CUH_
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/elementwise/cuda_vec.h"
+#include "kernels/embedding/embedding_internal.h"
+
+namespace sg::kernels::embedding_internal {
+
+constexpr int kThreads = 256;
+constexpr int kSumRows = 4;  // vocabulary rows per CTA of the row-sum kernels
+static_assert(kSumRows <= kThreads / 32, "the atomic path sorts each CTA's short runs one warp per row");
+
+// Waits for the previous kernel on the stream when launched as its programmatic dependent; returns
+// at once otherwise. Every kernel that LaunchMaybePdl may launch with pdl = true calls it before
+// touching memory.
+__device__ __forceinline__ void WaitForPrimary() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+// kernel<<<grid, threads, 0, s>>>(args...), as a programmatic dependent of the previous kernel on
+// the stream when `pdl` (it may be scheduled while that kernel drains; see WaitForPrimary).
+template <typename... KArgs, typename... Args>
+cudaError_t LaunchMaybePdl(void (*kernel)(KArgs...), dim3 grid, int threads, cudaStream_t s, bool pdl,
+                           Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(unsigned(threads));
+  config.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 1 : 0;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<KArgs>(args)...);
+}
+
+// The row sums of kSumRows vocabulary rows v0 .. v0 + kSumRows - 1 (those < vocab), dim = 8 * packs,
+// 16-byte aligned; [begin[r], end[r]) is row v0 + r's run in `order`. The rows' runs are independent
+// chains in flight together; 32-bit column math. Used by every thread of the CTA.
+template <typename T>
+__device__ __forceinline__ void SumRuns(const T* __restrict__ dout, const int32_t* order,
+                                        const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
+                                        float* __restrict__ dtable, int64_t v0, int64_t vocab, int packs) {
+  const int64_t dim = int64_t(packs) * 8;
+  // Most runs hold 0 or 1 dout rows (16k tokens over a 32k vocabulary): the first row of every run
+  // is loaded for all kSumRows rows together, the rest (repeated tokens) after, in sorted order.
+  int32_t first[kSumRows];
+#pragma unroll
+  for (int r = 0; r < kSumRows; ++r) first[r] = begin[r] < end[r] ? order[begin[r]] : -1;
+  for (int c = threadIdx.x; c < packs; c += kThreads) {
+    float acc[kSumRows][8];
+#pragma unroll
+    for (int r = 0; r < kSumRows; ++r) {
+      if (first[r] >= 0) cuda_vec::Pack8<T>::Load(dout + int64_t(first[r]) * dim + c * 8, acc[r]);
+    }
+#pragma unroll
+    for (int r = 0; r < kSumRows; ++r) {
+      // 0 + x, the CPU reference's first addition (it turns -0 into +0).
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[r][k] = first[r] >= 0 ? 0.f + acc[r][k] : 0.f;
+      for (int32_t j = begin[r] + 1; j < end[r]; ++j) {
+        float y[8];
+        cuda_vec::Pack8<T>::Load(dout + int64_t(order[j]) * dim + c * 8, y);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[r][k] += y[k];
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kSumRows; ++r) {
+      if (v0 + r < vocab) cuda_vec::Pack8<float>::Store(dtable + (v0 + r) * dim + c * 8, acc[r]);
+    }
+  }
+}
+
+// Loads the kSumRows rows' run bounds (zero-length runs past the vocabulary).
+__device__ __forceinline__ void LoadRuns(const int32_t* __restrict__ offsets, int64_t v0, int64_t vocab,
+                                         int32_t (&begin)[kSumRows], int32_t (&end)[kSumRows]) {
+#pragma unroll
+  for (int r = 0; r < kSumRows; ++r) {
+    const bool ok = v0 + r < vocab;
+    begin[r] = ok ? offsets[v0 + r] : 0;
+    end[r] = ok ? offsets[v0 + r + 1] : 0;
+  }
+}
+
+// Internal linkage: each .cu file gets its own copy of the kernel (no shared host launch stub
+// between two separately compiled device modules).
+namespace {
+
+// The general row sum (any dim, any alignment): one thread per (row, pack of kW columns),
+// grid-stride, with a 64-bit division per pack and the run bounds loaded by every thread. The
+// "packs" kernel of the backward, and the row sum of any path when the 16-byte layout is not there.
+template <typename T, int kW>
+__global__ void __launch_bounds__(kThreads)
+    RowSumKernel(const T* __restrict__ dout, const int32_t* __restrict__ order, const int32_t* __restrict__ offsets,
+                 float* __restrict__ dtable, int64_t vocab, int64_t dim) {
+  const int64_t ppr = dim / kW;
+  const int64_t total = vocab * ppr;
+  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < total; i += int64_t(gridDim.x) * kThreads) {
+    const int64_t v = i / ppr, c = (i - v * ppr) * kW;
+    float acc[8] = {};
+    const int32_t end = offsets[v + 1];
+    for (int32_t j = offsets[v]; j < end; ++j) {
+      const T* src = dout + int64_t(order[j]) * dim + c;
+      if constexpr (kW == 8) {
+        float x[8];
+        cuda_vec::Pack8<T>::Load(src, x);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[k] += x[k];
+      } else {
+        acc[0] += cuda_vec::ToF(*src);
+      }
+    }
+    if constexpr (kW == 8) {
+      cuda_vec::Pack8<float>::Store(dtable + v * dim + c, acc);
+    } else {
+      dtable[v * dim + c] = acc[0];
+    }
+  }
+}
+
+}  // namespace
+
+// The backward with the "atomic" index preparation (embedding_atomic.cu); `pdl` chains its kernels
+// with programmatic dependent launch.
+absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
+                                cudaStream_t s, bool pdl);
+
+}  // namespace sg::kernels::embedding_internal
+
+#endif  // SGTRAIN_KERNELS_EMBEDDING_EMBEDDING_CUDA_CUH_
