@@ -3,11 +3,12 @@
 // conversion, merge; and the entry points that pick the variant. v2 lives in attention_fwd_v2.cu and
 // attention_bwd_v2.cu, v3's forward in attention_fwd_v2.cu (v2's kernel with two switches) and its
 // backward in attention_bwd_v3.cu; v4 (the default) is v3's backward with the forward variants of
-// attention_fwd_v4.cu / attention_fwd_v4_wgmma.cu.
+// attention_fwd_v4.cu / attention_fwd_v4_wgmma.cu; v5 is v4's forward with the wgmma backward of
+// attention_bwd_v5.cu.
 //
-// Data are bf16 for every family. f16 (IEEE half) runs on the default kernels only: family v4 with
-// its default forward "wgmma" and v3's backward (the delta and merge kernels take both); any other
-// choice is Unimplemented for f16, naming the family or forward variant.
+// Data are bf16 for every family. f16 (IEEE half) runs on families v4 and v5 only, with the default
+// forward "wgmma" (the delta and merge kernels take both); any other choice is Unimplemented for
+// f16, naming the family or forward variant.
 //
 // v1 forward: one block per (128-query tile, head, batch), 8 warps of 16 query rows each, looping
 //   over 64-key tiles. Causal grids start with the heaviest (last) query tiles.
@@ -510,12 +511,15 @@ void LaunchDelta(const AttentionParams& p, int64_t blocks, int threads, const vo
   }
 }
 
-// f16 runs on the default family only (v4: the wgmma forward, v3's backward); the others are bf16.
+// f16 runs on the default family (v4: the wgmma forward, v3's backward) and on v5 (the wgmma forward
+// and backward); the others are bf16.
 absl::Status CheckF16Family(const AttentionParams& p, AttentionKernel variant, absl::string_view what) {
-  if (p.dtype != DType::kF16 || variant == AttentionKernel::kV4) return absl::OkStatus();
-  const char* names[] = {"v1", "v2", "v3", "v3a", "v4"};
+  if (p.dtype != DType::kF16 || variant == AttentionKernel::kV4 || variant == AttentionKernel::kV5) {
+    return absl::OkStatus();
+  }
+  const char* names[] = {"v1", "v2", "v3", "v3a", "v4", "v5"};
   return absl::UnimplementedError(absl::StrCat(
-      "CUDA attention ", what, ": f16 runs on the default kernel family v4 only; SG_ATTENTION_KERNEL=",
+      "CUDA attention ", what, ": f16 runs on the kernel families v4 and v5 only; SG_ATTENTION_KERNEL=",
       names[int(variant)], " is bf16-only"));
 }
 
@@ -528,9 +532,10 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
   SG_RETURN_IF_ERROR(CheckF16Family(p, variant, "forward"));
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  // v4's kernels take the row max on raw scores (scale > 0) and put 128-row query tiles in the
-  // grid's y (at most 65535); v3 covers the rest (bf16 only).
-  if (variant == AttentionKernel::kV4 && pr.scale_log2 > 0.f && p.seq_q <= int64_t(65535) * 128) {
+  // v4's kernels (v5's forward too) take the row max on raw scores (scale > 0) and put 128-row
+  // query tiles in the grid's y (at most 65535); v3 covers the rest (bf16 only).
+  const bool v4_forward = variant == AttentionKernel::kV4 || variant == AttentionKernel::kV5;
+  if (v4_forward && pr.scale_log2 > 0.f && p.seq_q <= int64_t(65535) * 128) {
     SG_ASSIGN_OR_RETURN(FwdV4Variant fwd, FwdV4VariantFromEnv());
     if (IsWgmma(fwd)) {
       return LaunchForwardV4Wgmma(fwd, p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
@@ -547,8 +552,7 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
         "CUDA attention forward: f16 needs the v4 wgmma forward, which takes scale > 0 and seq_q <= ",
         int64_t(65535) * 128, "; found scale ", p.scale, ", seq_q ", p.seq_q));
   }
-  if (variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a ||
-      variant == AttentionKernel::kV4) {
+  if (variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a || v4_forward) {
     return LaunchForwardV3(pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
   }
   if (variant == AttentionKernel::kV2) {
@@ -593,18 +597,23 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
   }
   SG_ASSIGN_OR_RETURN(AttentionKernel variant, AttentionKernelFromEnv());
   SG_RETURN_IF_ERROR(CheckF16Family(p, variant, "backward"));
+  // v4's backward is v3's; v5's shares v3's grid limit, workspace layout and dq conversion.
   const bool v3 = variant == AttentionKernel::kV3 || variant == AttentionKernel::kV3a ||
-                  variant == AttentionKernel::kV4;  // v4's backward is v3's
+                  variant == AttentionKernel::kV4 || variant == AttentionKernel::kV5;
   if (v3 && (p.seq_k + kBwdV3BlockN - 1) / kBwdV3BlockN > 65535) {
     if (p.dtype == DType::kF16) {
       return absl::UnimplementedError(absl::StrCat(
-          "CUDA attention backward: f16 runs on v3's backward, which takes seq_k <= ",
+          "CUDA attention backward: f16 runs on the v3 and v5 backward, which take seq_k <= ",
           int64_t(65535) * kBwdV3BlockN, ", found ", p.seq_k));
     }
     variant = AttentionKernel::kV2;  // v3's grid holds at most 65535 key blocks (seq_k <= 8M)
   } else if (v3) {  // its own workspace layout and dq conversion
     SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(DqWorkspaceElems(p)) * sizeof(float), s));
     // seq_k = 0 (nk = 0): no key blocks; the conversion alone writes dq = 0.
+    if (variant == AttentionKernel::kV5) {
+      return LaunchBackwardV5(p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse, delta,
+                              dq_accum, dq, dk, dv, s);
+    }
     return LaunchBackwardV3(p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse, delta,
                             dq_accum, dq, dk, dv, /*bulk_dq=*/variant != AttentionKernel::kV3a, s);
   }

@@ -69,13 +69,6 @@ struct BwdV3Config {
   static_assert(kSmemBytes <= 227 * 1024, "exceeds the sm_90 shared memory per block");
 };
 
-// Index (in floats) of element (row, col) of a dq workspace tile: chunks of 8 floats XOR-swizzled
-// by row % 8, so the 8 rows of an MMA fragment store fall into distinct bank groups.
-template <int kD>
-__device__ __forceinline__ int DqSwizzle(int row, int col) {
-  return row * kD + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
-}
-
 // kBulkDq false (variant v3a, a diagnostic): the dQ tile goes to the same workspace positions by
 // per-thread red.global.add.v2.f32, as v2 does, instead of through shared memory and the TMA unit.
 // T: the element type of q, k, v, dout, dk, dv (bf16 or f16).
@@ -392,7 +385,14 @@ absl::Status Launch(const Problem& pr, int batch, const void* q, const void* k, 
         static_cast<const T*>(dout), lse, delta, dq_accum, static_cast<T*>(dk), static_cast<T*>(dv));
     SG_CUDA_RETURN_IF_LAUNCH_ERROR(AttentionBackwardV3Kernel);
   }
+  return LaunchConvertDqV3(kIsF16<T> ? DType::kF16 : DType::kBF16, pr, kD, batch, dq_accum, dq, stream);
+}
+
+template <typename T, int kD>
+absl::Status LaunchConvert(const Problem& pr, int batch, const float* dq_accum, void* dq,
+                           cudaStream_t stream) {
   constexpr int kThreads = 256;
+  const int m_pad = int(DqAccumRows(pr.seq_q));
   const int64_t n8 = int64_t(batch) * pr.seq_q * pr.heads * (kD / 8);
   ConvertDqV3Kernel<T, kD><<<unsigned((n8 + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
       n8, pr.seq_q, pr.heads, m_pad, pr.scale, dq_accum, static_cast<T*>(dq));
@@ -401,6 +401,16 @@ absl::Status Launch(const Problem& pr, int batch, const void* q, const void* k, 
 }
 
 }  // namespace
+
+absl::Status LaunchConvertDqV3(DType dtype, const Problem& pr, int head_dim, int batch,
+                               const float* dq_accum, void* dq, cudaStream_t stream) {
+  if (dtype == DType::kF16) {
+    return head_dim == 64 ? LaunchConvert<f16, 64>(pr, batch, dq_accum, dq, stream)
+                          : LaunchConvert<f16, 128>(pr, batch, dq_accum, dq, stream);
+  }
+  return head_dim == 64 ? LaunchConvert<bf16, 64>(pr, batch, dq_accum, dq, stream)
+                        : LaunchConvert<bf16, 128>(pr, batch, dq_accum, dq, stream);
+}
 
 absl::Status LaunchBackwardV3(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,
                               const void* k, const void* v, const void* dout, const float* lse,

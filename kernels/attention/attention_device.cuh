@@ -158,6 +158,15 @@ __device__ __forceinline__ void FenceProxyAsyncShared() {
   asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
+// Index (in floats) of element (row, col) of a v3 dq workspace tile ([rows][kD] f32, one tile per
+// bulk reduction; the v3 and v5 backward kernels write it, ConvertDqV3Kernel reads it): chunks of 8
+// floats XOR-swizzled by row % 8, so the 8 rows of an MMA fragment store fall into distinct bank
+// groups.
+template <int kD>
+__device__ __forceinline__ int DqSwizzle(int row, int col) {
+  return row * kD + (((col >> 3) ^ (row & 7)) << 3) + (col & 7);
+}
+
 // The A operand (T: bf16 or f16) of a k-step from two C accumulator tiles (columns 16k..16k+15 of
 // a 16-row block).
 template <typename T = bf16>
@@ -281,6 +290,16 @@ absl::Status LaunchBackwardV3(DType dtype, const Problem& pr, int head_dim, int 
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
                               bool bulk_dq, cudaStream_t stream);
+// dq[b, i, h, :] = scale * the v3 workspace (DqSwizzle tiles, DqAccumRows(seq_q) rows per head),
+// rounded to dtype (kBF16 or kF16); shared by the v3 and v5 backward.
+absl::Status LaunchConvertDqV3(DType dtype, const Problem& pr, int head_dim, int batch,
+                               const float* dq_accum, void* dq, cudaStream_t stream);
+// Variant v5 (attention_bwd_v5.cu): the wgmma backward (sm_90a) and v3's dq conversion; arguments
+// and workspace as LaunchBackwardV3 (bf16 or f16). Unimplemented on GPUs other than sm_90.
+absl::Status LaunchBackwardV5(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,
+                              const void* k, const void* v, const void* dout, const float* lse,
+                              const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
+                              cudaStream_t stream);
 
 }  // namespace attention_device
 }  // namespace sg::kernels::internal

@@ -257,6 +257,8 @@ TEST(AttentionCpuTest, KernelVariantFromEnvironment) {
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3a);
   setenv("SG_ATTENTION_KERNEL", "v4", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV4);
+  setenv("SG_ATTENTION_KERNEL", "v5", 1);
+  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV5);
   setenv("SG_ATTENTION_KERNEL", "fast", 1);
   const auto bad = internal::AttentionKernelFromEnv();
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
@@ -608,6 +610,7 @@ std::string VariantName(const KernelVariant& v) {
 std::vector<KernelVariant> AllKernelVariants() {
   std::vector<KernelVariant> all = {{"v1", ""}, {"v2", ""}, {"v3", ""}, {"v3a", ""}};
   for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) all.push_back({"v4", v.name});
+  all.push_back({"v5", ""});
   const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
   if (only == nullptr || *only == '\0') return all;
   const std::vector<std::string> names = absl::StrSplit(only, ',');
@@ -629,7 +632,7 @@ TEST(AttentionCpuTest, TestVariantFilterPicksNamedVariants) {
     EXPECT_EQ(VariantName(chosen[1]), "v4/wgmma");
   }
   ScopedEnv all("SG_ATTENTION_TEST_VARIANTS", "");
-  EXPECT_EQ(AllKernelVariants().size(), 4 + std::size(internal::kFwdV4Variants));
+  EXPECT_EQ(AllKernelVariants().size(), 5 + std::size(internal::kFwdV4Variants));
 }
 
 TEST_P(AttentionCudaTest, MatchesCpuReference) {
@@ -646,17 +649,31 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
   }
 }
 
-// f16 runs on the default kernels only (family v4 with the wgmma forward and v3's backward): both
-// variables unset, whatever SG_ATTENTION_TEST_VARIANTS says.
+// The kernel families that run f16: the default (v4 with the wgmma forward and v3's backward, both
+// variables unset; whatever SG_ATTENTION_TEST_VARIANTS says) and v5 (the wgmma backward; unless
+// SG_ATTENTION_TEST_VARIANTS is set without naming it).
+std::vector<KernelVariant> F16Variants() {
+  std::vector<KernelVariant> variants = {{"", ""}};
+  const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
+  const std::vector<std::string> names = absl::StrSplit(only ? only : "", ',');
+  if (only == nullptr || *only == '\0' || std::find(names.begin(), names.end(), "v5") != names.end()) {
+    variants.push_back({"v5", ""});
+  }
+  return variants;
+}
+
 TEST_P(AttentionCudaTest, F16MatchesCpuReference) {
   SG_SKIP_WITHOUT_CUDA();
   const CudaCase c = GetParam();
   const Problem p{2, c.seq_q, c.seq_k, 8, 8 / c.group, c.dim, c.causal};
   SCOPED_TRACE(p.ToString());
   const Inputs in = RandomInputs(p);
-  ScopedKernelVariant use({"", ""});
-  ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)),
-                         RunAttention(p, in, DType::kF32, Device::Cpu()), kF16Tolerance);
+  const Result want = RunAttention(p, in, DType::kF32, Device::Cpu());
+  for (const KernelVariant& variant : F16Variants()) {
+    SCOPED_TRACE(VariantName(variant));
+    ScopedKernelVariant use(variant);
+    ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)), want, kF16Tolerance);
+  }
 }
 
 std::vector<CudaCase> AllCudaCases() {
@@ -693,8 +710,11 @@ TEST(AttentionCudaOffsetsTest, OffsetsMatchCpuReference) {
       ScopedKernelVariant use(variant);
       ExpectMatchesReference(RunAttention(p, in, DType::kBF16, Device::Cuda(0)), want);
     }
-    ScopedKernelVariant use({"", ""});  // f16: the default kernels
-    ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)), want, kF16Tolerance);
+    for (const KernelVariant& variant : F16Variants()) {  // f16
+      SCOPED_TRACE(VariantName(variant));
+      ScopedKernelVariant use(variant);
+      ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)), want, kF16Tolerance);
+    }
   }
 }
 
@@ -738,9 +758,12 @@ TEST(AttentionCudaMergeTest, BlocksMergedEqualFullSequence) {
     CheckBlocksEqualFull({1, 129, 256, 4, 4, 128, false}, {0, 64, 256}, DType::kBF16, gpu, 1e-2, 2e-2);
     CheckBlocksEqualFull({1, 128, 384, 4, 1, 128, true, 256, 0}, {0, 128, 256, 384}, DType::kBF16, gpu, 1e-2, 2e-2);
   }
-  ScopedKernelVariant use({"", ""});  // f16: the default kernels
-  CheckBlocksEqualFull({2, 200, 300, 8, 2, 64, true}, {0, 70, 128, 300}, DType::kF16, gpu, 3e-3, 5e-3);
-  CheckBlocksEqualFull({1, 129, 256, 4, 4, 128, false}, {0, 64, 256}, DType::kF16, gpu, 3e-3, 5e-3);
+  for (const KernelVariant& variant : F16Variants()) {  // f16
+    SCOPED_TRACE(VariantName(variant));
+    ScopedKernelVariant use(variant);
+    CheckBlocksEqualFull({2, 200, 300, 8, 2, 64, true}, {0, 70, 128, 300}, DType::kF16, gpu, 3e-3, 5e-3);
+    CheckBlocksEqualFull({1, 129, 256, 4, 4, 128, false}, {0, 64, 256}, DType::kF16, gpu, 3e-3, 5e-3);
+  }
 }
 
 }  // namespace
