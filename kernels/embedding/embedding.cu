@@ -8,10 +8,15 @@
 // Backward, deterministic without float atomics, SG_EMBEDDING_BWD selecting per call:
 //   default and "atomic", "atomic_nopdl": counts, a scan and an atomic scatter of the token
 //     positions, each run sorted in place before its row sum (embedding_atomic.cu), chained by
-//     programmatic dependent launch unless "_nopdl" (2.97 / 2.85 TB/s on the H200, 2026-11-30);
-//   "scan", "scan32", "scan128": one kernel, no index preparation: each CTA reads all ids and sums
-//     the rows of its range of 64, 32 or 128 vocabulary rows (embedding_scan.cu);
-//   "rows": the sorted index preparation below, then a row sum (2.26 TB/s).
+//     programmatic dependent launch unless "_nopdl";
+//   "rows": the sorted index preparation below, then a row sum.
+// Why "atomic" is the default: on the H200 (2026-11-30; batch timing, 16384 tokens, dim 2048, bf16
+// dout -> f32 dtable, decimal TB/s at vocab 32000 / 128256) atomic 2.91 / 2.39, rows 2.24 / 2.11;
+// with 5% of the tokens on one id, atomic 1.22 / 2.08, rows 0.87 / 1.61. A one-kernel "scan"
+// backward (each CTA read all ids and summed its range of 32, 64 or 128 vocabulary rows; no index
+// preparation) measured 2.37 / 2.36 (64 rows), 2.54 / 2.43 (32), 2.92 / 2.17 (128), hot 1.19 /
+// 2.02: no better than atomic at the Llama shapes, so it was removed; it only won where the index
+// preparation is all there is (dim 8: 14 us for 128 rows against 36 us for atomic).
 // The sorted index preparation:
 //   1. keys[i] = tokens[i] (out-of-range ids -> vocab, sorted past every real row), values[i] = i;
 //   2. CUB's stable LSD radix sort of (key, value) pairs on the bits the vocabulary needs, so equal
@@ -21,7 +26,7 @@
 //      order, written once (zeros for unused rows): a CTA takes kSumRows vocabulary rows at a time,
 //      its threads on the row's packs of 8 columns (SumRuns, embedding_cuda.cuh); rows without the
 //      16-byte layout: RowSumKernel, one column per thread.
-// Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices (none for "scan").
+// Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices.
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -103,17 +108,14 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The backward selected per call by SG_EMBEDDING_BWD (unset or unknown: "atomic", 2.97 TB/s vs
-// 2.26 for "rows" on the H200 2026-11-30); read at every call so benchmarks and tests can switch.
-enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan, kScan32, kScan128 };
+// The backward selected per call by SG_EMBEDDING_BWD (unset or unknown: "atomic", see the header);
+// read at every call so benchmarks and tests can switch.
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl };
 BackwardVariant BackwardVariantFromEnv() {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
   if (v == nullptr) return BackwardVariant::kAtomic;
   if (std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
   if (std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
-  if (std::strcmp(v, "scan") == 0) return BackwardVariant::kScan;
-  if (std::strcmp(v, "scan32") == 0) return BackwardVariant::kScan32;
-  if (std::strcmp(v, "scan128") == 0) return BackwardVariant::kScan128;
   return BackwardVariant::kAtomic;
 }
 
@@ -232,12 +234,6 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
     case BackwardVariant::kAtomicNoPdl:
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
-    case BackwardVariant::kScan:
-      return BackwardScanCuda(p, dout, tokens, dtable, 64, s);
-    case BackwardVariant::kScan32:
-      return BackwardScanCuda(p, dout, tokens, dtable, 32, s);
-    case BackwardVariant::kScan128:
-      return BackwardScanCuda(p, dout, tokens, dtable, 128, s);
     case BackwardVariant::kRows:
       break;
   }

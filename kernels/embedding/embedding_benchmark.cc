@@ -4,10 +4,9 @@
 //
 // Backward kernels (embedding.cu, selected per call by SG_EMBEDDING_BWD) side by side with batch
 // timing (10 back-to-back calls, as in a CUDA-graph step):
-//   --benchmark_filter='Backward.*Batch'  rows (sorted) against atomic, atomic_nopdl and the
-//     one-kernel scan (R = 64 rows a CTA; scan32, scan128); the "Hot" entries put 5% of the tokens
-//     on one id; dim 8 shapes leave little but the index preparation (or the scan of the ids) and
-//     the launches (the row sums write vocab x 32 bytes).
+//   --benchmark_filter='Backward.*Batch'  rows (sorted) against atomic and atomic_nopdl; the "Hot"
+//     entries put 5% of the tokens on one id; dim 8 shapes leave little but the index preparation
+//     and the launches (the row sums write vocab x 32 bytes).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -75,17 +74,11 @@ void BM_EmbeddingBackwardBF16AtomicBatch(benchmark::State& st) { Run(st, DType::
 void BM_EmbeddingBackwardBF16AtomicNoPdlBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic_nopdl", kBatch);
 }
-void BM_EmbeddingBackwardBF16ScanBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan", kBatch); }
-void BM_EmbeddingBackwardBF16Scan32Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan32", kBatch); }
-void BM_EmbeddingBackwardBF16Scan128Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan128", kBatch); }
 void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "rows", kBatch, false, true);
 }
 void BM_EmbeddingBackwardBF16AtomicHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic", kBatch, false, true);
-}
-void BM_EmbeddingBackwardBF16ScanHotBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan", kBatch, false, true);
 }
 void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
 
@@ -101,12 +94,8 @@ BENCHMARK(BM_EmbeddingForwardF32Batch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicNoPdlBatch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16ScanBatch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan32Batch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan128Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16ScanHotBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
 
 }  // namespace

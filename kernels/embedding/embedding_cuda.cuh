@@ -1,7 +1,7 @@
 // Device code shared by the CUDA files of the embedding (nvcc only): the row sums of the backward
 // over runs of token positions already in ascending order, a launcher with optional programmatic
-// dependent launch, and the entries of the "atomic" index preparation (embedding_atomic.cu) and of
-// the one-kernel "scan" backward (embedding_scan.cu), which embedding.cu dispatches to.
+// dependent launch, and the entry of the "atomic" backward (embedding_atomic.cu), which embedding.cu
+// dispatches to.
 //
 // A run: the token positions order[offsets[v]] .. order[offsets[v + 1] - 1] whose id is v,
 // ascending, so dtable[v, :] = 0 + dout[order[begin], :] + dout[order[begin + 1], :] + ... in f32:
@@ -120,11 +120,6 @@ __global__ void __launch_bounds__(kThreads)
 // with programmatic dependent launch.
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                 cudaStream_t s, bool pdl);
-
-// The one-kernel backward (embedding_scan.cu), `rows` (32, 64 or 128) vocabulary rows per CTA.
-// InvalidArgument for rows of more than 2^31 - 1 columns.
-absl::Status BackwardScanCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int rows,
-                              cudaStream_t s);
 
 }  // namespace sg::kernels::embedding_internal
 

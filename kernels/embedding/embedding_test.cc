@@ -161,9 +161,9 @@ class ScopedEnv {
 };
 
 // The CUDA backward kernels selected per call by SG_EMBEDDING_BWD (embedding.cu), "" = the default.
-const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan", "scan32", "scan128"};
+const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl"};
 // Those compared bitwise against "rows" (and so against the CPU reference) on constructed ids.
-const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan", "scan32", "scan128"};
+const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl"};
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -301,8 +301,7 @@ std::vector<double> RunIds(const std::vector<int>& lengths, int64_t vocab, int s
 
 // Runs of every length class of the atomic path's in-place sort (embedding_atomic.cu): 2..32 (one
 // warp per row), 33..2048 (bitonic in shared memory), longer (bitmap windows), at the edges of
-// each, with the four rows of one CTA mixing classes; 16-byte rows and the general row sum. For
-// the scan kernel: runs longer than its list (partial sums), next to short ones in one CTA.
+// each, with the four rows of one CTA mixing classes; 16-byte rows and the general row sum.
 TEST(EmbeddingCudaBackwardTest, SortsRunsOfEveryLength) {
   SG_SKIP_WITHOUT_CUDA();
   const std::vector<int> lengths = {2, 31, 32, 33, 64, 65, 2048, 2049, 1, 0, 3, 5000, 4097, 1000, 0, 17};
@@ -313,8 +312,7 @@ TEST(EmbeddingCudaBackwardTest, SortsRunsOfEveryLength) {
 }
 
 // One id for every token: one run of all tokens, sorted through one (16384) or two bitmap windows
-// (70000 tokens, window 65536); two windowed runs in one CTA; one long run of wide rows. The scan
-// kernel sums such a run in passes of at most its list's length, through partial sums.
+// (70000 tokens, window 65536); two windowed runs in one CTA; one long run of wide rows.
 TEST(EmbeddingCudaBackwardTest, AllTokensEqual) {
   SG_SKIP_WITHOUT_CUDA();
   CheckBackwardsBitwise(std::vector<double>(16384, 5.0), 7, 8, DType::kBF16, DType::kI32);
@@ -331,35 +329,11 @@ TEST(EmbeddingCudaBackwardTest, HotId) {
   std::vector<double> ids(16384);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % 20 == 0 ? 12345.0 : double(Rng()() % 32000);
   CheckBackwardsBitwise(ids, 32000, 64, DType::kBF16, DType::kI32);
-  CheckBackwardsBitwise(ids, 128256, 16, DType::kF32, DType::kI64);  // 32 scan tiles
-}
-
-// The scan kernel's passes (embedding_scan.cu): id 0 on most tokens overflows CTA 0's list again
-// and again, so its rows are summed in passes through partial sums; in the same CTA row 3 has
-// tokens only in the first pass, row 4 only in the last, row 5 in the middle ones, row 2 none
-// (zeros, written once at the end); other ids spread over the rest of the vocabulary. 16-byte rows
-// of bf16 and of f32 (i64 ids: half the ids a step), and rows of one column per thread.
-TEST(EmbeddingCudaBackwardTest, ScanPassesOverAHotRange) {
-  SG_SKIP_WITHOUT_CUDA();
-  std::vector<double> ids(20000);
-  for (size_t i = 0; i < ids.size(); ++i) {
-    if (i % 13 == 0) {
-      ids[i] = double(6 + Rng()() % 294);
-    } else if (i < 1000) {
-      ids[i] = i % 10 == 0 ? 3.0 : 0.0;
-    } else if (i >= 19000) {
-      ids[i] = i % 10 == 0 ? 4.0 : 0.0;
-    } else {
-      ids[i] = i % 7 == 0 ? 5.0 : double(i % 2);
-    }
-  }
-  CheckBackwardsBitwise(ids, 300, 64, DType::kBF16, DType::kI32);
-  CheckBackwardsBitwise(ids, 300, 24, DType::kF32, DType::kI64);
-  CheckBackwardsBitwise(ids, 300, 5, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(ids, 128256, 16, DType::kF32, DType::kI64);  // 32 tiles of the count scan
 }
 
 // Token ids not 16-byte aligned (a view one id into the buffer) and a count no multiple of a
-// 16-byte load: the scan kernel's one-id-at-a-time loads; every backward against the CPU.
+// 16-byte load; every backward against the CPU.
 TEST(EmbeddingCudaBackwardTest, UnalignedIds) {
   SG_SKIP_WITHOUT_CUDA();
   const Device d = Device::Cuda(0);
@@ -407,15 +381,12 @@ TEST(EmbeddingCudaBackwardTest, NoTokens) {
 }
 
 #ifdef SG_WITH_CUDA
-// The forward and a backward (atomic: scratch held by the allocator for the graph's life; scan:
-// none), chained by programmatic dependent launch, captured in a CUDA graph and replayed twice
-// over poisoned outputs: the same bits as the eager calls.
-class EmbeddingCudaGraphTest : public ::testing::TestWithParam<const char*> {};
-INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaGraphTest, ::testing::Values("atomic", "scan"));
-
-TEST_P(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
+// The forward and the atomic backward (its scratch held by the allocator for the graph's life),
+// chained by programmatic dependent launch, captured in a CUDA graph and replayed twice over
+// poisoned outputs: the same bits as the eager calls.
+TEST(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
   SG_SKIP_WITHOUT_CUDA();
-  ScopedEnv bwd("SG_EMBEDDING_BWD", GetParam());
+  ScopedEnv bwd("SG_EMBEDDING_BWD", "atomic");
   const Device d = Device::Cuda(0);
   Stream s = Stream::Create(d).value();
   const Case c{4, 1000, 1000, 256, DType::kBF16, DType::kI32};
