@@ -4,12 +4,18 @@
 // 16-byte accesses (8 bytes for bf16 gradients and the bf16 copy); unaligned tensors and the tail
 // take a scalar path. Per element AdamW moves 28 bytes (f32 grad) or 26 (bf16 grad), plus 2 for
 // the bf16 copy: bandwidth-bound, so the math is kept to one rsqrt-free division per element.
+// SG_ADAMW_KERNEL (read at every call) selects one of the experimental kernels in
+// adamw_variants.cu instead; unset, empty or "default": AdamWKernel below.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <math_constants.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <cstring>
+
 #include "kernels/adamw/adamw_internal.h"
+#include "kernels/adamw/adamw_step.cuh"
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "kernels/elementwise/cuda_vec.h"
@@ -18,24 +24,6 @@ namespace sg::kernels::adamw_internal {
 namespace {
 
 constexpr int kThreads = 256;
-
-struct StepConsts {
-  float beta1, beta2, eps, lr, grad_scale, step_size, inv_sqrt_bc2;
-};
-
-__device__ __forceinline__ StepConsts LoadConsts(const Hyper& h) {
-  const int64_t prev = h.step_i64 ? *static_cast<const int64_t*>(h.step) : *static_cast<const int32_t*>(h.step);
-  const float t = float(prev + 1);
-  StepConsts c;
-  c.beta1 = h.beta1;
-  c.beta2 = h.beta2;
-  c.eps = h.eps;
-  c.lr = *h.lr;
-  c.grad_scale = h.grad_scale != nullptr ? *h.grad_scale : 1.f;
-  c.step_size = c.lr / (1.f - powf(h.beta1, t));
-  c.inv_sqrt_bc2 = 1.f / sqrtf(1.f - powf(h.beta2, t));
-  return c;
-}
 
 // kN (4 or 1) gradient values at element i as floats.
 template <int kN>
@@ -81,14 +69,9 @@ __device__ __forceinline__ void UpdateAt(const Descriptor& d, int64_t i, const S
   Load4<kN>(d.m + i, m);
   Load4<kN>(d.v + i, v);
   Load4<kN>(d.param + i, p);
-  const float decay = 1.f - c.lr * d.weight_decay;
+  const float decay = Decay(c, d.weight_decay);
 #pragma unroll
-  for (int k = 0; k < kN; ++k) {
-    const float gk = g[k] * c.grad_scale;
-    m[k] = c.beta1 * m[k] + (1.f - c.beta1) * gk;
-    v[k] = c.beta2 * v[k] + (1.f - c.beta2) * gk * gk;
-    p[k] = p[k] * decay - c.step_size * m[k] / (sqrtf(v[k]) * c.inv_sqrt_bc2 + c.eps);
-  }
+  for (int k = 0; k < kN; ++k) UpdateElement(c, decay, g[k], m[k], v[k], p[k]);
   Store4<kN>(d.m + i, m);
   Store4<kN>(d.v + i, v);
   Store4<kN>(d.param + i, p);
@@ -252,8 +235,14 @@ __global__ void __launch_bounds__(kThreads) ScaleKernel(Lists l, const float* sc
 
 absl::Status StepCuda(const Lists& l, const Hyper& h, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  AdamWKernel<<<cuda_vec::GridFor(l.chunks), kThreads, 0, s>>>(l, h);
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(AdamWKernel);
+  // Read at every call, so benchmarks and tests can switch kernels between calls.
+  const char* variant = std::getenv("SG_ADAMW_KERNEL");
+  if (variant != nullptr && *variant != 0 && std::strcmp(variant, "default") != 0) {
+    SG_RETURN_IF_ERROR(StepCudaVariant(variant, l, h, stream));
+  } else {
+    AdamWKernel<<<cuda_vec::GridFor(l.chunks), kThreads, 0, s>>>(l, h);
+    SG_CUDA_RETURN_IF_LAUNCH_ERROR(AdamWKernel);
+  }
   IncrementStepKernel<<<1, 1, 0, s>>>(const_cast<void*>(h.step), h.step_i64, h.grad_scale);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(IncrementStepKernel);
   return absl::OkStatus();

@@ -1,8 +1,17 @@
 // AdamW bandwidth over a Llama-1B-sized parameter set (1.2e9 f32 parameters in 16 tensors): per
 // element the update reads param, grad, m, v and writes param, m, v and the bf16 copy
-// (4+g+4+4 + 4+4+4+2 bytes, g = 4 for f32 gradients, 2 for bf16). GradNorm reads the gradients.
+// (4+g+4+4 + 4+4+4+2 bytes, g = 4 for f32 gradients, 2 for bf16; the NoCopy entries have no copy:
+// 28 bytes with f32 gradients, byte for byte torch.optim.AdamW's step). GradNorm reads the gradients.
+//
+// The experimental kernels (adamw_variants.cu, SG_ADAMW_KERNEL) are registered for each name as
+// BM_AdamWStepF32Grad/<name>, BM_AdamWStepF32GradNoCopy/<name> and BM_AdamWStepBF16Grad/<name>,
+// beside the default's BM_AdamWStepF32Grad, ...:
+//   --benchmark_filter='/1258291200'             every kernel at the 1.2e9-element size
+//   --benchmark_filter='F32Grad.*/1258291200'    the f32-gradient entries only
 #include <benchmark/benchmark.h>
 
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "kernels/adamw/adamw.h"
@@ -17,8 +26,15 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-void Run(benchmark::State& state, DType grad_dtype, bool norm) {
+// kernel: SG_ADAMW_KERNEL for this benchmark ("": the default kernel). copy: a bf16 copy of every
+// parameter written by the step.
+void Run(benchmark::State& state, DType grad_dtype, bool norm, const std::string& kernel = "", bool copy = true) {
   Setup s;
+  if (!kernel.empty()) {
+    setenv("SG_ADAMW_KERNEL", kernel.c_str(), 1);
+  } else {
+    unsetenv("SG_ADAMW_KERNEL");
+  }
   const int64_t total = state.range(0), tensors = 16, n = total / tensors;
   std::vector<Tensor> owners;
   std::vector<AdamWParam> params;
@@ -27,9 +43,9 @@ void Run(benchmark::State& state, DType grad_dtype, bool norm) {
     Tensor g = Tensor::Empty({n}, grad_dtype, s.device).value();
     Tensor m = Tensor::Empty({n}, DType::kF32, s.device).value();
     Tensor v = Tensor::Empty({n}, DType::kF32, s.device).value();
-    Tensor c = Tensor::Empty({n}, DType::kBF16, s.device).value();
+    Tensor c = copy ? Tensor::Empty({n}, DType::kBF16, s.device).value() : Tensor();
     for (Tensor* t : {&p, &g, &m, &v}) (void)ZeroTensor(*t, s.stream);
-    params.push_back({p, g, m, v, c, 0.1f});
+    params.push_back({p, g, m, v, copy ? c.view() : TensorView(), 0.1f});
     for (Tensor* t : {&p, &g, &m, &v, &c}) owners.push_back(*t);
   }
   auto list = AdamWTensorList::Create(params).value();
@@ -38,21 +54,39 @@ void Run(benchmark::State& state, DType grad_dtype, bool norm) {
   Tensor out = Tensor::Empty({}, DType::kF32, s.device).value();
   Tensor clip = Tensor::Empty({}, DType::kF32, s.device).value();
   const int64_t g = SizeOf(grad_dtype);
-  const int64_t bytes = list.numel() * (norm ? g : 4 + g + 4 + 4 + 4 + 4 + 4 + 2);
+  const int64_t bytes = list.numel() * (norm ? g : 4 + g + 4 + 4 + 4 + 4 + 4 + (copy ? 2 : 0));
   testing::TimeCalls(state, s.stream, 1, bytes, [&] {
     return norm ? GradNorm(list, 1.f, out, clip, s.stream) : AdamWStep(list, {}, lr, step, TensorView(), s.stream);
   });
-  state.SetLabel(std::string("grad ") + std::string(DTypeName(grad_dtype)) + "@" + s.device.ToString());
+  unsetenv("SG_ADAMW_KERNEL");
+  state.SetLabel(std::string("grad ") + std::string(DTypeName(grad_dtype)) + "@" + s.device.ToString() +
+                 (norm ? "" : (kernel.empty() ? " default" : " " + kernel) + (copy ? " +bf16 copy" : " no copy")));
 }
 
 void BM_AdamWStepF32Grad(benchmark::State& st) { Run(st, DType::kF32, false); }
+void BM_AdamWStepF32GradNoCopy(benchmark::State& st) { Run(st, DType::kF32, false, "", false); }
 void BM_AdamWStepBF16Grad(benchmark::State& st) { Run(st, DType::kBF16, false); }
 void BM_GradNormF32(benchmark::State& st) { Run(st, DType::kF32, true); }
 
 #define SG_SIZES ->Arg(int64_t(1200) << 20)->Arg(1 << 20)->UseManualTime()
 BENCHMARK(BM_AdamWStepF32Grad) SG_SIZES;
+BENCHMARK(BM_AdamWStepF32GradNoCopy) SG_SIZES;
 BENCHMARK(BM_AdamWStepBF16Grad) SG_SIZES;
 BENCHMARK(BM_GradNormF32) SG_SIZES;
+
+// The experimental kernels, registered before main() runs (AdamWKernelVariants reads a constant
+// table).
+const bool kVariantsRegistered = [] {
+  for (const std::string& name : AdamWKernelVariants()) {
+    benchmark::RegisterBenchmark(("BM_AdamWStepF32Grad/" + name).c_str(),
+                                 [name](benchmark::State& st) { Run(st, DType::kF32, false, name); }) SG_SIZES;
+    benchmark::RegisterBenchmark(("BM_AdamWStepF32GradNoCopy/" + name).c_str(),
+                                 [name](benchmark::State& st) { Run(st, DType::kF32, false, name, false); }) SG_SIZES;
+    benchmark::RegisterBenchmark(("BM_AdamWStepBF16Grad/" + name).c_str(),
+                                 [name](benchmark::State& st) { Run(st, DType::kBF16, false, name); }) SG_SIZES;
+  }
+  return true;
+}();
 
 }  // namespace
 }  // namespace sg::kernels
