@@ -55,49 +55,50 @@ struct Tuning {
   static_assert(kStore != Hint::kNoAllocate, "L1::no_allocate is a load hint");
 };
 
-// 16- and 8-byte global accesses with cache hint H; p aligned to the size.
+// 16- and 8-byte global accesses with cache hint H; p aligned to the size. Inline PTX, volatile:
+// the compiler keeps these in program order, so the loads UpdatePacks issues first stay ahead of
+// its stores (with plain C++ accesses nvcc sank the second pack's loads below the first pack's
+// math and split the vector stores into 4-byte ones).
 template <Hint H>
 __device__ __forceinline__ uint4 Load16(const void* p) {
-  const uint4* q = static_cast<const uint4*>(p);
+  uint4 r;
   if constexpr (H == Hint::kStream) {
-    return __ldcs(q);
+    asm volatile("ld.global.cs.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   } else if constexpr (H == Hint::kNoAllocate) {
-    uint4 r;
     asm volatile("ld.global.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
                  : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
-                 : "l"(q));
-    return r;
+                 : "l"(p));
   } else {
-    return *q;
+    asm volatile("ld.global.v4.u32 {%0, %1, %2, %3}, [%4];" : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w) : "l"(p));
   }
+  return r;
 }
 template <Hint H>
 __device__ __forceinline__ uint2 Load8(const void* p) {
-  const uint2* q = static_cast<const uint2*>(p);
+  uint2 r;
   if constexpr (H == Hint::kStream) {
-    return __ldcs(q);
+    asm volatile("ld.global.cs.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
   } else if constexpr (H == Hint::kNoAllocate) {
-    uint2 r;
-    asm volatile("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(q));
-    return r;
+    asm volatile("ld.global.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
   } else {
-    return *q;
+    asm volatile("ld.global.v2.u32 {%0, %1}, [%2];" : "=r"(r.x), "=r"(r.y) : "l"(p));
   }
+  return r;
 }
 template <Hint H>
 __device__ __forceinline__ void Store16(void* p, uint4 v) {
   if constexpr (H == Hint::kStream) {
-    __stcs(static_cast<uint4*>(p), v);
+    asm volatile("st.global.cs.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
   } else {
-    *static_cast<uint4*>(p) = v;
+    asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w));
   }
 }
 template <Hint H>
 __device__ __forceinline__ void Store8(void* p, uint2 v) {
   if constexpr (H == Hint::kStream) {
-    __stcs(static_cast<uint2*>(p), v);
+    asm volatile("st.global.cs.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
   } else {
-    *static_cast<uint2*>(p) = v;
+    asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y));
   }
 }
 
@@ -248,12 +249,12 @@ __device__ __forceinline__ void UpdateRange(const Descriptor& d, int64_t begin, 
 }
 
 // Tile b of the list: chunk b >> log2, tile b & (2^log2 - 1) of it (2^log2 tiles a chunk; those
-// past the end of a tensor's last chunk are empty).
+// past the end of a tensor's last chunk are empty). d: the chunk's tensor.
 template <class T>
-__device__ __forceinline__ void UpdateTile(const Lists& l, int64_t b, int log2, const StepConsts& c) {
+__device__ __forceinline__ void UpdateTile(const Descriptor& d, int64_t b, int log2, int64_t chunk,
+                                           const StepConsts& c) {
   const int64_t k = b >> log2;
-  const Descriptor d = l.desc[l.chunk_tensor[k]];  // a register copy: stores cannot alias it
-  const int64_t begin = (k - d.first_chunk) * l.chunk + (b & ((int64_t(1) << log2) - 1)) * T::kTile;
+  const int64_t begin = (k - d.first_chunk) * chunk + (b & ((int64_t(1) << log2) - 1)) * T::kTile;
   if (begin < d.numel) UpdateRange<T>(d, begin, min(d.numel, begin + T::kTile), c);
 }
 
@@ -273,14 +274,25 @@ __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) TilesKernel(Lists 
   const StepConsts c = LoadConsts(h);
   if (!isfinite(c.grad_scale)) return;
   const int64_t tiles = l.chunks << log2;
-  for (int64_t b = blockIdx.x; b < tiles; b += gridDim.x) UpdateTile<T>(l, b, log2, c);
+  int64_t b = blockIdx.x;
+  int32_t tensor = b < tiles ? l.chunk_tensor[b >> log2] : 0;
+  for (; b < tiles; b += gridDim.x) {
+    const Descriptor d = l.desc[tensor];  // a register copy: stores cannot alias it
+    // The next tile's tensor, loaded before this tile's stores (after them it would wait a full
+    // load latency at the top of every tile).
+    if (b + gridDim.x < tiles) tensor = l.chunk_tensor[(b + gridDim.x) >> log2];
+    UpdateTile<T>(d, b, log2, l.chunk, c);
+  }
 }
 
+// The tile's descriptor and the step constants are independent loads, issued together.
 template <class T>
 __global__ void __launch_bounds__(T::kThreads, T::kMinBlocks) FlatKernel(Lists l, Hyper h, int log2) {
+  const int64_t b = blockIdx.x;
+  const Descriptor d = l.desc[l.chunk_tensor[b >> log2]];
   const StepConsts c = LoadConsts(h);
   if (!isfinite(c.grad_scale)) return;
-  UpdateTile<T>(l, blockIdx.x, log2, c);
+  UpdateTile<T>(d, b, log2, l.chunk, c);
 }
 
 template <Grid kGrid, class T>
