@@ -72,7 +72,7 @@ absl::Status ExpectStat(const TensorView& t, absl::string_view what, const Atten
   return ExpectTensor(t, what, DType::kF32, {p.batch, p.heads, p.seq_q}, device);
 }
 
-// The CUDA kernels cover bf16 and f16 (the latter on the default family v4 only: attention.cu
+// The CUDA kernels cover bf16 and f16 (the latter on the families v4 and v5 only: attention.cu
 // says so at the call) with head_dim 64 or 128.
 absl::Status CheckCudaSupport(const TensorView& q, const AttentionParams& p) {
 #ifdef SG_WITH_CUDA

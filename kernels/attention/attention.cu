@@ -2,8 +2,8 @@
 // the fallback selected by SG_ATTENTION_KERNEL=v1), plus the kernels both variants share: delta, dq
 // conversion, merge; and the entry points that pick the variant. v2 lives in attention_fwd_v2.cu and
 // attention_bwd_v2.cu, v3's forward in attention_fwd_v2.cu (v2's kernel with two switches) and its
-// backward in attention_bwd_v3.cu; v4 (the default) is v3's backward with the forward variants of
-// attention_fwd_v4.cu / attention_fwd_v4_wgmma.cu; v5 is v4's forward with the wgmma backward of
+// backward in attention_bwd_v3.cu; v4 is v3's backward with the forward variants of
+// attention_fwd_v4.cu / attention_fwd_v4_wgmma.cu; v5 (the default) is v4's forward with the wgmma backward of
 // attention_bwd_v5.cu.
 //
 // Data are bf16 for every family. f16 (IEEE half) runs on families v4 and v5 only, with the default
@@ -511,7 +511,7 @@ void LaunchDelta(const AttentionParams& p, int64_t blocks, int threads, const vo
   }
 }
 
-// f16 runs on the default family (v4: the wgmma forward, v3's backward) and on v5 (the wgmma forward
+// f16 runs on v4 (the wgmma forward, v3's backward) and on the default family v5 (the wgmma forward
 // and backward); the others are bf16.
 absl::Status CheckF16Family(const AttentionParams& p, AttentionKernel variant, absl::string_view what) {
   if (p.dtype != DType::kF16 || variant == AttentionKernel::kV4 || variant == AttentionKernel::kV5) {

@@ -13,7 +13,7 @@
 // reference). CUDA: bf16 or f16 (IEEE half), head_dim 64 or 128, f32 softmax statistics; any
 // sequence lengths; f16 runs on the kernel families v4 and v5 only, with their default forward
 // variant (other choices are Unimplemented for f16). The environment
-// variable SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4|v5 picks the kernel family at each call (unset: v4,
+// variable SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4|v5 picks the kernel family at each call (unset: v5,
 // the fastest measured; attention_internal.h says what each is; v4 is v3's backward with the forward
 // variant SG_ATTN_FWD_VARIANT names (unset: the Hopper wgmma forward), attention_fwd_v4.h; v5 is
 // v4's forward with the Hopper wgmma backward, sm_90 only); anything else is InvalidArgument.

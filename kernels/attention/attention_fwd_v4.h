@@ -1,5 +1,5 @@
-// Internal to kernels/attention: the forward variants of kernel family v4 (the default family;
-// SG_ATTENTION_KERNEL=v3 selects the previous one; v4's backward is v3's). SG_ATTN_FWD_VARIANT picks
+// Internal to kernels/attention: the forward variants of kernel family v4 (also the forward of the
+// default family v5; SG_ATTENTION_KERNEL=v3 selects the older one; v4's backward is v3's). SG_ATTN_FWD_VARIANT picks
 // the forward at each call, so one binary can compare them (attention_benchmark's forward_v4 sets
 // both variables itself and sweeps every variant):
 //

@@ -51,19 +51,20 @@ void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_d
 // (forward), FA2-style backward with P and dS through shared memory and dq by per-thread atomics.
 // kV1: the first correct kernels (8 warps x 16 rows). kV3a: a diagnostic, v3 with dq added by
 // per-thread atomics as in v2, to measure the TMA reduction alone. kV4: an experiment, v3's
-// backward with the forward variant SG_ATTN_FWD_VARIANT picks (attention_fwd_v4.h). kV5 (on trial):
-// v4's forward and the Hopper wgmma backward (attention_bwd_v5.cu; sm_90 only). Chosen at each
-// call by SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4|v5 (unset: v4).
+// backward with the forward variant SG_ATTN_FWD_VARIANT picks (attention_fwd_v4.h). kV5 (the
+// default since the H200 run of 2026-11-30 10:50, 1.42-1.54x v3's backward): v4's forward and the
+// Hopper wgmma backward (attention_bwd_v5.cu; sm_90 only). Chosen at each call by
+// SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4|v5 (unset: v5).
 enum class AttentionKernel { kV1, kV2, kV3, kV3a, kV4, kV5 };
 inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
   const char* s = std::getenv("SG_ATTENTION_KERNEL");
-  // The default since the H200 run of 2026-11-30: v4 (the wgmma forward, v3's backward).
-  if (s == nullptr || *s == '\0' || std::string(s) == "v4") return AttentionKernel::kV4;
+  // The default: v5 (the wgmma forward and the wgmma backward).
+  if (s == nullptr || *s == '\0' || std::string(s) == "v5") return AttentionKernel::kV5;
+  if (std::string(s) == "v4") return AttentionKernel::kV4;
   if (std::string(s) == "v3") return AttentionKernel::kV3;
   if (std::string(s) == "v1") return AttentionKernel::kV1;
   if (std::string(s) == "v2") return AttentionKernel::kV2;
   if (std::string(s) == "v3a") return AttentionKernel::kV3a;
-  if (std::string(s) == "v5") return AttentionKernel::kV5;
   return absl::InvalidArgumentError(absl::StrCat(
       "SG_ATTENTION_KERNEL: expected v1, v2, v3, v3a, v4 or v5 (or unset), found '", s, "'"));
 }
