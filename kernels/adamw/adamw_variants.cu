@@ -3,7 +3,7 @@
 // per-element math as the default (adamw_step.cuh, so the same bits); only the memory schedule
 // differs. Why the default may leave bandwidth unused: each thread issues one 16-byte load per
 // stream, then stores, and the next iteration's loads cannot move above those stores (they may
-// alias), so a thread has 64 bytes in flight; and at 47 registers an SM holds 5 of the 8 blocks
+// alias), so a thread has 64 bytes in flight; and at 48 registers an SM holds 5 of the 8 blocks
 // GridFor launches per SM, so the last 3/8 of the persistent grid runs as a second, partial wave.
 //
 // A name is parts joined by '_' (kVariants below lists the ones compiled):
@@ -326,6 +326,10 @@ struct Variant {
 };
 constexpr Hint kCs = Hint::kStream, kNa = Hint::kNoAllocate, kPl = Hint::kPlain;
 
+// ptxas -v (sm_90a, nvcc 13.0): registers / resident 256-thread blocks per SM / bytes in flight
+// per SM: default 48/5/80K; *_u1 44/5/80K; *_u2 56-58/4/128K (t512: 56/2 blocks of 512/128K);
+// *_u1_v8 58/4/128K; *_u4 and *_u2_v8 90-116/2/128K; tile_u2_b5 48/5/160K (104 B spilled);
+// tile_u4_b3 80/3/192K (48 B spilled). No other variant spills.
 // One point ("tile_u2") and a step along each axis from it, plus the default's schedule on the
 // shared code path ("grid8_u1": its time should match the default's).
 constexpr Variant kVariants[] = {
