@@ -96,14 +96,6 @@ absl::StatusOr<AdamWTensorList> AdamWTensorList::Create(const std::vector<AdamWP
   return list;
 }
 
-std::vector<std::string> AdamWKernelVariants() {
-#ifdef SG_WITH_CUDA
-  return adamw_internal::StepVariantNames();
-#else
-  return {};
-#endif
-}
-
 absl::Status AdamWStep(const AdamWTensorList& list, const AdamWConfig& config, const TensorView& lr,
                        const TensorView& step, const TensorView& grad_scale, const Stream& stream) {
   const char* op = "AdamWStep";

@@ -16,7 +16,6 @@
 #define SGTRAIN_KERNELS_ADAMW_ADAMW_H_
 
 #include <cstdint>
-#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -66,13 +65,6 @@ struct AdamWConfig {
 // default-constructed for none.
 absl::Status AdamWStep(const AdamWTensorList& list, const AdamWConfig& config, const TensorView& lr,
                        const TensorView& step, const TensorView& grad_scale, const Stream& stream);
-
-// The experimental CUDA kernels that the environment variable SG_ADAMW_KERNEL selects for
-// AdamWStep, read at every call (unset, empty or "default": the default kernel; an unknown name
-// makes AdamWStep return InvalidArgument). Each writes the same bits as the default. For
-// benchmarks and tests until a GPU run picks one (adamw_variants.cu describes the names); empty in
-// a build without CUDA. CPU lists ignore the variable.
-std::vector<std::string> AdamWKernelVariants();
 
 // norm = sqrt(sum of grad^2 over every tensor), deterministic (per-chunk partial sums in a fixed
 // order, then one block summing them in chunk order). If clip_scale is given (f32 one element) it

@@ -3,8 +3,6 @@
 #define SGTRAIN_KERNELS_ADAMW_ADAMW_INTERNAL_H_
 
 #include <cstdint>
-#include <string>
-#include <vector>
 
 #include "absl/status/status.h"
 
@@ -65,12 +63,6 @@ absl::Status StepCuda(const Lists& l, const Hyper& h, void* stream);
 absl::Status GradNormCuda(const Lists& l, float max_norm, float* norm, float* clip, int device, void* stream);
 absl::Status ScaleGradsCuda(const Lists& l, const float* scale, void* stream);
 absl::Status UpdateLossScaleCuda(const ScalerConfig& c, const ScalerValues& v, void* stream);
-
-// The experimental AdamW kernels (adamw_variants.cu) that SG_ADAMW_KERNEL selects in StepCuda:
-// their names, and the update by the one named (without the step increment). An unknown name is
-// InvalidArgument listing the known ones.
-std::vector<std::string> StepVariantNames();
-absl::Status StepCudaVariant(const char* name, const Lists& l, const Hyper& h, void* stream);
 
 }  // namespace sg::kernels::adamw_internal
 

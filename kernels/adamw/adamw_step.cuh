@@ -1,8 +1,8 @@
-// Device code shared by adamw.cu (the default AdamW kernel) and adamw_variants.cu (the kernels
-// SG_ADAMW_KERNEL selects): the per-call step constants and the per-element update. Every kernel
-// calls these, with each rounding spelled out (__fmul_rn, __fmaf_rn, ... are never contracted or
-// reassociated by nvcc or ptxas), so kernels that order their loads and stores differently still
-// write the same bits (adamw_test.cc's VariantsEqualDefaultBitwise).
+// Device code of adamw.cu's AdamW kernel: the per-call step constants and the per-element update,
+// with each rounding spelled out (__fmul_rn, __fmaf_rn, ... are never contracted or reassociated
+// by nvcc or ptxas), so the bits written do not depend on how a kernel orders its loads, stores
+// and math: the vector and the scalar paths agree, and a change of memory schedule cannot change
+// results.
 //
 //   const StepConsts c = LoadConsts(h);
 //   const float decay = Decay(c, d.weight_decay);
