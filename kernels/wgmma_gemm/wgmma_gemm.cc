@@ -23,10 +23,8 @@ absl::Status WgmmaGemm(const TensorView& a, const TensorView& b, const std::opti
   SG_CHECK_ARG(b.rank() == 2 && b.dim(1) == k, kOp, ": b must be [N, ", k, "] to match a ", a.ToString(), ", found ",
                b.ToString());
   const int64_t n = b.dim(0);
-  SG_CHECK_ARG(b.dtype() == a.dtype(), kOp, ": b must have a's dtype ", DTypeName(a.dtype()), ", found ",
-               b.ToString());
-  SG_CHECK_ARG(d.dtype() == a.dtype(), kOp, ": d must have a's dtype ", DTypeName(a.dtype()), ", found ",
-               d.ToString());
+  SG_CHECK_ARG(b.dtype() == a.dtype(), kOp, ": b must have a's dtype ", DTypeName(a.dtype()), ", found ", b.ToString());
+  SG_CHECK_ARG(d.dtype() == a.dtype(), kOp, ": d must have a's dtype ", DTypeName(a.dtype()), ", found ", d.ToString());
   SG_CHECK_ARG(d.rank() >= 1 && d.dim(-1) == n && d.numel() == m * n, kOp, ": d must be [..., ", n, "] with ", m,
                " rows to match a ", a.ToString(), " and b ", b.ToString(), ", found ", d.ToString());
   SG_CHECK_ARG(b.device() == a.device() && d.device() == a.device(), kOp, ": a, b and d must share a device, found ",

@@ -83,7 +83,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarInit(bars + 8 * s, 1);                                    // the producer's arrive.expect_tx
+      MbarInit(bars + 8 * s, 1);                                // the producer's arrive.expect_tx
       MbarInit(bars + 8 * (kStages + s), 4 * kConsumerGroups);  // one arrival per consumer warp
     }
     FenceMbarInit();

@@ -46,8 +46,7 @@ TEST(WgmmaGemmTest, BadArgumentsAreNamed) {
   EXPECT_NE(s.message().find("d must have a's dtype bf16, found f32[128,256]@cpu"), std::string::npos) << s;
   Tensor scale_bad = empty({127}, DType::kF32);
   s = WgmmaGemm(a, b, scale_bad, d, Stream::Cpu());
-  EXPECT_NE(s.message().find("row_scale must be a contiguous f32 [128] on cpu, found f32[127]@cpu"),
-            std::string::npos)
+  EXPECT_NE(s.message().find("row_scale must be a contiguous f32 [128] on cpu, found f32[127]@cpu"), std::string::npos)
       << s;
 }
 
@@ -110,7 +109,8 @@ void RunProbe(const Probe& p) {
     for (int64_t j = 0; j < p.n; ++j) {
       const double g = got[size_t(i * p.n + j)], w = p.want(i, j);
       if (g == w) continue;  // integers below 256: exact, or the layout is wrong
-      if (++wrong <= 8) first << "\n  d[" << i << "][" << j << "] = " << g << ", want " << w << " (" << p.meaning << ")";
+      if (++wrong <= 8)
+        first << "\n  d[" << i << "][" << j << "] = " << g << ", want " << w << " (" << p.meaning << ")";
     }
   }
   EXPECT_EQ(wrong, 0) << wrong << " of " << p.m * p.n << " outputs wrong; first:" << first.str();
@@ -134,14 +134,14 @@ TEST(WgmmaGemmCudaTest, OneTileProbes) {
        [](int64_t i, int64_t) { return double(i); }, [](int64_t j, int64_t c) { return Delta(c, j % 64); }, nullptr,
        [](int64_t i, int64_t) { return double(i); }, "the value is the A row that reached this row"},
       {"A k order (A swizzle, k16 steps)", 128, 256, 64, [](int64_t, int64_t c) { return double(c); },
-       [](int64_t j, int64_t c) { return Delta(c, j % 64); }, nullptr, [](int64_t, int64_t j) { return double(j % 64); },
-       "the value is the k of A met by b's k = j % 64"},
+       [](int64_t j, int64_t c) { return Delta(c, j % 64); }, nullptr,
+       [](int64_t, int64_t j) { return double(j % 64); }, "the value is the k of A met by b's k = j % 64"},
       {"row scale (epilogue rows)", 128, 256, 64, [](int64_t i, int64_t c) { return Delta(c, i % 64); },
        [](int64_t, int64_t) { return 1.0; }, [](int64_t i) { return double(i + 1); },
        [](int64_t i, int64_t) { return double(i + 1); }, "the value - 1 is the row whose scale was applied"},
       {"k-blocks (ring stages, mbarrier phases)", 128, 256, 256,
-       [](int64_t i, int64_t c) { return Delta(c, 2 * i + 1); }, [](int64_t, int64_t c) { return double(c); },
-       nullptr, [](int64_t i, int64_t) { return double(2 * i + 1); },
+       [](int64_t i, int64_t c) { return Delta(c, 2 * i + 1); }, [](int64_t, int64_t c) { return double(c); }, nullptr,
+       [](int64_t i, int64_t) { return double(2 * i + 1); },
        "the value is the k of B met by a's k = 2 i + 1 (k-block = k / 64)"},
   };
   for (const Probe& p : probes) RunProbe(p);
@@ -195,7 +195,8 @@ void CheckAgainstReference(const Case& c) {
       want[size_t(i * c.n + j)] = hs[size_t(i)] * acc;
       // bf16 rounding of the output (half an ulp: 2^-9 relative, 2^-8 with margin) plus the f32
       // accumulation (generously 2^-16 of the sum of |products|, far below a layout error's O(1)).
-      bound[size_t(i * c.n + j)] = std::ldexp(std::fabs(hs[size_t(i)] * acc), -8) + std::ldexp(hs[size_t(i)] * abs_acc, -16);
+      bound[size_t(i * c.n + j)] =
+          std::ldexp(std::fabs(hs[size_t(i)] * acc), -8) + std::ldexp(hs[size_t(i)] * abs_acc, -16);
     }
   }
   // L2: bf16 output rounding alone is ~2^-9 / sqrt(3) ~ 1.1e-3 relative.
@@ -214,12 +215,12 @@ void CheckAgainstReference(const Case& c) {
 TEST(WgmmaGemmCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
   const std::vector<Case> cases = {
-      {{128, 64}, 256, true},     // one tile, one k-block
-      {{256, 2048}, 512, true},   // 4 tiles, 32 k-blocks (8 passes over the ring)
-      {{128, 8192}, 256, true},   // one tile, 128 k-blocks
-      {{384, 512}, 768, false},   // no row scale
-      {{2, 192, 192}, 512, true}, // leading dims (M = 384), K = 3 k-blocks (not a multiple of the ring)
-      {{2048, 64}, 4096, true},   // 256 tiles: more than one per block of the persistent grid
+      {{128, 64}, 256, true},      // one tile, one k-block
+      {{256, 2048}, 512, true},    // 4 tiles, 32 k-blocks (8 passes over the ring)
+      {{128, 8192}, 256, true},    // one tile, 128 k-blocks
+      {{384, 512}, 768, false},    // no row scale
+      {{2, 192, 192}, 512, true},  // leading dims (M = 384), K = 3 k-blocks (not a multiple of the ring)
+      {{2048, 64}, 4096, true},    // 256 tiles: more than one per block of the persistent grid
   };
   for (const Case& c : cases) CheckAgainstReference(c);
 }
