@@ -1,30 +1,27 @@
-// CUDA embedding. Forward, SG_EMBEDDING_FWD selecting the kernel per call until a GPU run picks:
-//   default (ForwardKernel): a grid-stride copy of 16-byte packs, a 64-bit division per pack and
-//     the token id loaded per pack (2.94 TB/s on H200 at 16384 tokens of a 32000 x 2048 bf16 table,
-//     2026-11-29);
-//   "flat", "flat2", "flat4" (ForwardFlatKernel): no loop; CTA (x, y) copies 16-byte unit
-//     y * kFlatThreads + threadIdx.x of 1, 2 or 4 token rows, each row's id loaded once per thread
-//     from one address (a broadcast), 32-bit column math, as the SwiGLU flat kernel (3.9 TB/s);
-//     a "_pdl" suffix ("flat_pdl", "flat2_pdl", ...) launches it as a programmatic dependent of the
-//     previous kernel. Rows of bytes not a multiple of 16, or unaligned pointers: the default.
+// CUDA embedding.
+// Forward (ForwardFlatKernel): no loop; CTA (x, y) copies unit y * kFlatThreads + threadIdx.x of
+//   token rows 2x and 2x + 1, each row's id loaded once per thread from one address (a broadcast),
+//   32-bit column math, launched as a programmatic dependent of the previous kernel. A unit is 16
+//   bytes, or 8, 4, 2 when the row's bytes or the pointers allow no more. On the H200 (2026-11-30,
+//   16384 tokens of a 32000 x 2048 bf16 table, batch timing) this won: 3.99 TB/s, against 3.71 for
+//   one row a CTA, 3.86 for four, 3.76 for the grid-stride kernel it replaced (deleted with them).
 // Backward, deterministic without float atomics, SG_EMBEDDING_BWD selecting per call:
-//   default and "rows", "packs": the sorted index preparation below, then a row sum;
-//   "atomic", "atomic_nopdl": counts, a scan and an atomic scatter instead of the sort
-//     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl".
+//   default and "atomic", "atomic_nopdl": counts, a scan and an atomic scatter of the token
+//     positions, each run sorted in place before its row sum (embedding_atomic.cu), chained by
+//     programmatic dependent launch unless "_nopdl" (2.97 / 2.85 TB/s on the H200, 2026-11-30);
+//   "scan", "scan32", "scan128": one kernel, no index preparation: each CTA reads all ids and sums
+//     the rows of its range of 64, 32 or 128 vocabulary rows (embedding_scan.cu);
+//   "rows": the sorted index preparation below, then a row sum (2.26 TB/s).
 // The sorted index preparation:
 //   1. keys[i] = tokens[i] (out-of-range ids -> vocab, sorted past every real row), values[i] = i;
 //   2. CUB's stable LSD radix sort of (key, value) pairs on the bits the vocabulary needs, so equal
 //      ids keep ascending token order;
 //   3. row starts: offsets[v] = first sorted index with key >= v (from key changes, no atomics);
-//   4. the f32 row sums, each vocabulary row's run of dout rows added in sorted order, written once
-//      (zeros for unused rows): every dtable element written exactly once. Two kernels:
-//      "rows" (default, RowSumRowsKernel): a CTA takes kSumRows vocabulary rows at a time, its
-//        threads on the row's packs of 8 columns (SumRuns, embedding_cuda.cuh). "packs"
-//        (RowSumKernel, the first version: 1.52 TB/s for the whole backward on H200 at 16384
-//        tokens, vocab 32000, dim 2048): one thread per (row, pack), grid-stride.
-//   H200, 16384 tokens, vocab 32000, dim 2048 bf16, batch timing: 2.06 TB/s = 160 us, of which ~44
-//   us are steps 1-3 (about seven launches on 16384 keys) and 116 us the row sums.
-// Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices.
+//   4. the f32 row sums (RowSumRowsKernel), each vocabulary row's run of dout rows added in sorted
+//      order, written once (zeros for unused rows): a CTA takes kSumRows vocabulary rows at a time,
+//      its threads on the row's packs of 8 columns (SumRuns, embedding_cuda.cuh); rows without the
+//      16-byte layout: RowSumKernel, one column per thread.
+// Bytes: dout read once, dtable written once, plus O(tokens + vocab) indices (none for "scan").
 #include <cub/device/device_radix_sort.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -42,49 +39,23 @@
 namespace sg::kernels::embedding_internal {
 namespace {
 
-using cuda_vec::Pack8;
-
 template <typename I>
 __device__ __forceinline__ int64_t IdAt(const void* tokens, int64_t i) {
   return int64_t(static_cast<const I*>(tokens)[i]);
 }
 
-// kW columns per thread: 8 with 16-byte accesses, or 1.
-template <typename T, typename I, int kW>
-__global__ void __launch_bounds__(kThreads)
-    ForwardKernel(const void* tokens, const T* __restrict__ table, T* __restrict__ out, int64_t n, int64_t vocab,
-                  int64_t dim) {
-  const int64_t ppr = dim / kW;
-  const int64_t total = n * ppr;
-  for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < total; i += int64_t(gridDim.x) * kThreads) {
-    const int64_t t = i / ppr, c = (i - t * ppr) * kW;
-    const int64_t id = IdAt<I>(tokens, t);
-    const bool ok = id >= 0 && id < vocab;
-    if constexpr (kW == 8) {
-      uint4 v = make_uint4(0, 0, 0, 0);
-      if (ok) v = *reinterpret_cast<const uint4*>(table + id * dim + c);
-      *reinterpret_cast<uint4*>(out + t * dim + c) = v;
-      if constexpr (sizeof(T) == 4) {  // f32: 8 columns are two 16-byte packs
-        uint4 w = make_uint4(0, 0, 0, 0);
-        if (ok) w = *reinterpret_cast<const uint4*>(table + id * dim + c + 4);
-        *reinterpret_cast<uint4*>(out + t * dim + c + 4) = w;
-      }
-    } else {
-      out[t * dim + c] = ok ? table[id * dim + c] : cuda_vec::FromF<T>(0.f);
-    }
-  }
-}
-
-// The flat forward: CTA (x, y) copies 16-byte unit u = y * kFlatThreads + threadIdx.x of token
-// rows x * kRows .. x * kRows + kRows - 1; every thread of the CTA loads a row's id from the same
-// address (one broadcast transaction per warp), then all kRows loads are in flight before the
-// stores. Out-of-range ids write zeros. Any dtype: units are raw bytes.
+// The flat forward: CTA (x, y) copies unit u = y * kFlatThreads + threadIdx.x of token rows
+// x * kFlatRows .. x * kFlatRows + kFlatRows - 1; every thread of the CTA loads a row's id from the
+// same address (one broadcast transaction per warp), then all kFlatRows loads are in flight before
+// the stores. Out-of-range ids write zeros. Any dtype: a unit U is raw bytes (uint4 .. uint16_t).
 constexpr int kFlatThreads = 128;
+constexpr int kFlatRows = 2;
 
-template <typename I, int kRows>
+template <typename I, typename U>
 __global__ void __launch_bounds__(kFlatThreads)
-    ForwardFlatKernel(const I* __restrict__ tokens, const uint4* __restrict__ table, uint4* __restrict__ out,
-                      int64_t n, int64_t vocab, uint32_t units) {
+    ForwardFlatKernel(const I* __restrict__ tokens, const U* __restrict__ table, U* __restrict__ out, int64_t n,
+                      int64_t vocab, uint32_t units) {
+  constexpr int kRows = kFlatRows;
   WaitForPrimary();
   const uint32_t u = blockIdx.y * kFlatThreads + threadIdx.x;
   if (u >= units) return;
@@ -92,10 +63,10 @@ __global__ void __launch_bounds__(kFlatThreads)
   int64_t id[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) id[r] = t0 + r < n ? int64_t(tokens[t0 + r]) : -1;
-  uint4 v[kRows];
+  U v[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    v[r] = make_uint4(0, 0, 0, 0);
+    v[r] = U{};
     if (id[r] >= 0 && id[r] < vocab) v[r] = table[uint64_t(id[r]) * units + u];
   }
 #pragma unroll
@@ -132,36 +103,17 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The kernels selected per call by SG_EMBEDDING_FWD / SG_EMBEDDING_BWD (embedding.h's defaults
-// when unset or unknown); read at every call so benchmarks and tests can switch between calls.
-struct ForwardVariant {
-  int flat_rows = 2;  // 0: the grid-stride kernel; 1, 2, 4: ForwardFlatKernel with that many rows
-  bool pdl = true;
-};
-// Unset: flat2 with programmatic dependent launch (the fastest on the H200, 2026-11-30: 3.99 TB/s
-// vs 3.76 for the grid-stride kernel at 16384 of 32000 x 2048 bf16). "grid" selects the grid-stride
-// kernel, "flat", "flat2", "flat4" (optionally "_pdl") the flat kernel with 1, 2 or 4 rows a CTA.
-ForwardVariant ForwardVariantFromEnv() {
-  ForwardVariant f;
-  const char* v = std::getenv("SG_EMBEDDING_FWD");
-  if (v == nullptr) return f;
-  if (std::strcmp(v, "grid") == 0) return {0, false};
-  if (std::strncmp(v, "flat", 4) != 0) return f;
-  v += 4;
-  f.flat_rows = 1;
-  if (*v == '2' || *v == '4') f.flat_rows = *v++ - '0';
-  f.pdl = std::strcmp(v, "_pdl") == 0;
-  return f;
-}
-
-// Unset: "atomic" (2.97 TB/s vs 2.26 for "rows", the sorted-runs path, on the H200 2026-11-30).
-enum class BackwardVariant { kRows, kPacks, kAtomic, kAtomicNoPdl };
+// The backward selected per call by SG_EMBEDDING_BWD (unset or unknown: "atomic", 2.97 TB/s vs
+// 2.26 for "rows" on the H200 2026-11-30); read at every call so benchmarks and tests can switch.
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan, kScan32, kScan128 };
 BackwardVariant BackwardVariantFromEnv() {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
   if (v == nullptr) return BackwardVariant::kAtomic;
   if (std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
-  if (std::strcmp(v, "packs") == 0) return BackwardVariant::kPacks;
   if (std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
+  if (std::strcmp(v, "scan") == 0) return BackwardVariant::kScan;
+  if (std::strcmp(v, "scan32") == 0) return BackwardVariant::kScan32;
+  if (std::strcmp(v, "scan128") == 0) return BackwardVariant::kScan128;
   return BackwardVariant::kAtomic;
 }
 
@@ -171,50 +123,40 @@ int EndBit(int64_t vocab) {  // bits for keys in [0, vocab]
   return bits;
 }
 
-template <typename I>
-absl::Status ForwardFlat(const Problem& p, const I* tokens, const void* table, void* out, int rows, bool pdl,
-                         cudaStream_t s) {
-  const uint32_t units = uint32_t(p.dim * SizeOf(p.dtype) / 16);
-  const dim3 grid(unsigned((p.tokens + rows - 1) / rows), (units + kFlatThreads - 1) / kFlatThreads);
-  const uint4* tt = static_cast<const uint4*>(table);
-  uint4* ot = static_cast<uint4*>(out);
-  cudaError_t err = cudaSuccess;
-  if (rows == 4) {
-    err = LaunchMaybePdl(ForwardFlatKernel<I, 4>, grid, kFlatThreads, s, pdl, tokens, tt, ot, p.tokens, p.vocab, units);
-  } else if (rows == 2) {
-    err = LaunchMaybePdl(ForwardFlatKernel<I, 2>, grid, kFlatThreads, s, pdl, tokens, tt, ot, p.tokens, p.vocab, units);
-  } else {
-    err = LaunchMaybePdl(ForwardFlatKernel<I, 1>, grid, kFlatThreads, s, pdl, tokens, tt, ot, p.tokens, p.vocab, units);
+// The widest unit (16, 8, 4 or 2 bytes) that divides a row and both pointers' alignment.
+int UnitBytes(int64_t row_bytes, const void* table, const void* out) {
+  const uint64_t bits = uint64_t(row_bytes) | reinterpret_cast<uintptr_t>(table) | reinterpret_cast<uintptr_t>(out);
+  for (int unit = 16; unit > 2; unit /= 2) {
+    if (bits % uint64_t(unit) == 0) return unit;
   }
-  SG_CUDA_RETURN_IF_ERROR(err /* launch of ForwardFlatKernel */);
+  return 2;
+}
+
+template <typename I, typename U>
+absl::Status ForwardFlat(const Problem& p, const I* tokens, const void* table, void* out, uint32_t units,
+                         cudaStream_t s) {
+  const dim3 grid(unsigned((p.tokens + kFlatRows - 1) / kFlatRows), (units + kFlatThreads - 1) / kFlatThreads);
+  SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ForwardFlatKernel<I, U>, grid, kFlatThreads, s, true, tokens,
+                                         static_cast<const U*>(table), static_cast<U*>(out), p.tokens, p.vocab,
+                                         units));
   return absl::OkStatus();
 }
 
-template <typename T, typename I>
+template <typename I>
 absl::Status Forward(const Problem& p, const void* tokens, const void* table, void* out, cudaStream_t s) {
-  const ForwardVariant variant = ForwardVariantFromEnv();
-  const int64_t row_bytes = p.dim * int64_t(sizeof(T));
-  // The flat kernel's grid: token rows on x (< 2^31 CTAs), a row's units on y (< 65536 CTAs).
-  if (variant.flat_rows > 0 && row_bytes % 16 == 0 && cuda_vec::Aligned16(table) && cuda_vec::Aligned16(out) &&
-      row_bytes / 16 <= int64_t(65535) * kFlatThreads && p.tokens / variant.flat_rows < (int64_t(1) << 31) - 1) {
-    return ForwardFlat<I>(p, static_cast<const I*>(tokens), table, out, variant.flat_rows, variant.pdl, s);
-  }
-  const bool vec = p.dim % 8 == 0 && cuda_vec::Aligned16(table) && cuda_vec::Aligned16(out);
-  const int64_t work = p.tokens * (vec ? p.dim / 8 : p.dim);
-  const int64_t blocks = (work + kThreads - 1) / kThreads;
-  const T* tt = static_cast<const T*>(table);
-  T* ot = static_cast<T*>(out);
-  auto launch = [&](auto kernel) {
-    kernel<<<cuda_vec::ResidentGrid(kernel, kThreads, blocks), kThreads, 0, s>>>(tokens, tt, ot, p.tokens, p.vocab,
-                                                                                 p.dim);
-  };
-  if (vec) {
-    launch(ForwardKernel<T, I, 8>);
-  } else {
-    launch(ForwardKernel<T, I, 1>);
-  }
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(ForwardKernel);
-  return absl::OkStatus();
+  const int64_t row_bytes = p.dim * int64_t(SizeOf(p.dtype));
+  const int unit = UnitBytes(row_bytes, table, out);
+  const int64_t units = row_bytes / unit;
+  // The grid: token rows on x (< 2^31 CTAs), a row's units on y (< 65536 CTAs).
+  SG_CHECK_ARG(units <= int64_t(65535) * kFlatThreads && p.tokens / kFlatRows < (int64_t(1) << 31) - 1,
+               "EmbeddingForward: CUDA takes rows of at most ", int64_t(65535) * kFlatThreads, " units of ", unit,
+               " bytes and fewer than 2^32 - 2 tokens, found ", units, " units, ", p.tokens, " tokens");
+  const I* ids = static_cast<const I*>(tokens);
+  const uint32_t u = uint32_t(units);
+  if (unit == 16) return ForwardFlat<I, uint4>(p, ids, table, out, u, s);
+  if (unit == 8) return ForwardFlat<I, uint2>(p, ids, table, out, u, s);
+  if (unit == 4) return ForwardFlat<I, uint32_t>(p, ids, table, out, u, s);
+  return ForwardFlat<I, uint16_t>(p, ids, table, out, u, s);
 }
 
 // Launches steps 1-4 with the scratch buffers carved from one allocation.
@@ -237,21 +179,15 @@ absl::Status Backward(const Problem& p, const void* dout, const void* tokens, fl
   RowStartsKernel<<<unsigned((n + 1 + kThreads - 1) / kThreads), kThreads, 0, s>>>(keys_sorted, offsets, n, p.vocab);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowStartsKernel);
   const bool vec = p.dim % 8 == 0 && cuda_vec::Aligned16(dout) && cuda_vec::Aligned16(dtable);
-  if (vec && BackwardVariantFromEnv() != BackwardVariant::kPacks) {
+  if (vec) {
     const unsigned blocks = unsigned((p.vocab + kSumRows - 1) / kSumRows);
     RowSumRowsKernel<T><<<blocks, kThreads, 0, s>>>(static_cast<const T*>(dout), order, offsets, dtable, p.vocab,
                                                     int(p.dim / 8));
     SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowSumRowsKernel);
     return absl::OkStatus();
   }
-  const int64_t work = p.vocab * (vec ? p.dim / 8 : p.dim);
-  const unsigned grid = cuda_vec::GridFor((work + kThreads - 1) / kThreads);
-  const T* dt = static_cast<const T*>(dout);
-  if (vec) {
-    RowSumKernel<T, 8><<<grid, kThreads, 0, s>>>(dt, order, offsets, dtable, p.vocab, p.dim);
-  } else {
-    RowSumKernel<T, 1><<<grid, kThreads, 0, s>>>(dt, order, offsets, dtable, p.vocab, p.dim);
-  }
+  const unsigned grid = cuda_vec::GridFor((p.vocab * p.dim + kThreads - 1) / kThreads);
+  RowSumKernel<T><<<grid, kThreads, 0, s>>>(static_cast<const T*>(dout), order, offsets, dtable, p.vocab, p.dim);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowSumKernel);
   return absl::OkStatus();
 }
@@ -285,22 +221,25 @@ absl::Status BackwardAlloc(const Problem& p, const void* dout, const void* token
 
 absl::Status ForwardCuda(const Problem& p, const void* tokens, const void* table, void* out, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  if (p.dtype == DType::kBF16) {
-    return p.tokens_i64 ? Forward<__nv_bfloat16, int64_t>(p, tokens, table, out, s)
-                        : Forward<__nv_bfloat16, int32_t>(p, tokens, table, out, s);
-  }
-  if (p.dtype == DType::kF16) {
-    return p.tokens_i64 ? Forward<__half, int64_t>(p, tokens, table, out, s) : Forward<__half, int32_t>(p, tokens, table, out, s);
-  }
-  return p.tokens_i64 ? Forward<float, int64_t>(p, tokens, table, out, s) : Forward<float, int32_t>(p, tokens, table, out, s);
+  return p.tokens_i64 ? Forward<int64_t>(p, tokens, table, out, s) : Forward<int32_t>(p, tokens, table, out, s);
 }
 
 absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                           void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  const BackwardVariant variant = BackwardVariantFromEnv();
-  if (variant == BackwardVariant::kAtomic || variant == BackwardVariant::kAtomicNoPdl) {
-    return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, variant == BackwardVariant::kAtomic);
+  switch (BackwardVariantFromEnv()) {
+    case BackwardVariant::kAtomic:
+      return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
+    case BackwardVariant::kAtomicNoPdl:
+      return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
+    case BackwardVariant::kScan:
+      return BackwardScanCuda(p, dout, tokens, dtable, 64, s);
+    case BackwardVariant::kScan32:
+      return BackwardScanCuda(p, dout, tokens, dtable, 32, s);
+    case BackwardVariant::kScan128:
+      return BackwardScanCuda(p, dout, tokens, dtable, 128, s);
+    case BackwardVariant::kRows:
+      break;
   }
   if (p.dtype == DType::kBF16) return BackwardAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s);
   if (p.dtype == DType::kF16) return BackwardAlloc<__half>(p, dout, tokens, dtable, device, s);

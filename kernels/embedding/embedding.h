@@ -23,9 +23,12 @@ absl::Status EmbeddingForward(const TensorView& tokens, const TensorView& table,
                               const Stream& stream);
 
 // dtable[v, :] = sum of dout[i, :] over the tokens i with tokens[i] == v, summed in f32 in token
-// order (i ascending), so the result is bitwise reproducible; rows of unused ids are zero. On CUDA
-// the tokens are stably sorted by id and each row sums its run: no float atomics. (SG_EMBEDDING_FWD
-// and SG_EMBEDDING_BWD select other CUDA kernels per call, for benchmarks: see embedding.cu.)
+// order (i ascending): 0 + dout[i0, :] + dout[i1, :] + ..., so the result is bitwise reproducible
+// and bitwise equal between CPU and CUDA; rows of unused ids are zero. On CUDA no float atomics:
+// each row's token positions are gathered in ascending order first (counted and scattered, then
+// each run sorted, by default; or, SG_EMBEDDING_BWD=scan, by one kernel in which each CTA reads all
+// ids and lists those of its rows in token order), then one thread per column adds them in that
+// order. (SG_EMBEDDING_BWD selects the CUDA kernel per call, for benchmarks: see embedding.cu.)
 absl::Status EmbeddingBackward(const TensorView& dout, const TensorView& tokens, const TensorView& dtable,
                                const Stream& stream);
 

@@ -353,7 +353,7 @@ absl::Status BackwardAtomic(const Problem& p, const T* dout, const I* tokens, fl
   // RowSumKernel does not wait on griddepcontrol: an ordinary launch. One column per thread: the
   // rows are not 16-byte aligned, or dim % 8 != 0.
   const unsigned grid = cuda_vec::GridFor(Blocks(p.vocab * p.dim));
-  RowSumKernel<T, 1><<<grid, kThreads, 0, s>>>(dout, order, offsets, dtable, p.vocab, p.dim);
+  RowSumKernel<T><<<grid, kThreads, 0, s>>>(dout, order, offsets, dtable, p.vocab, p.dim);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowSumKernel);
   return absl::OkStatus();
 }

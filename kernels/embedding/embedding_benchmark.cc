@@ -2,12 +2,12 @@
 // (tokens x dim: each output row is one table read). Backward: dout read, dtable (f32) written,
 // ids read; the index preparation's traffic (sort or counts) is not counted as useful bytes.
 //
-// Kernel variants (embedding.cu, selected per call by SG_EMBEDDING_FWD / SG_EMBEDDING_BWD) side by
-// side with batch timing (10 back-to-back calls, as in a CUDA-graph step):
-//   --benchmark_filter='Forward.*Batch'   the grid-stride forward against flat, flat2, flat4, _pdl
-//   --benchmark_filter='Backward.*Batch'  rows / packs (sorted) against atomic, atomic_nopdl; the
-//     "Hot" entries put 5% of the tokens on one id; dim 8 shapes leave little but the index
-//     preparation and the launches (the row sums write vocab x 32 bytes).
+// Backward kernels (embedding.cu, selected per call by SG_EMBEDDING_BWD) side by side with batch
+// timing (10 back-to-back calls, as in a CUDA-graph step):
+//   --benchmark_filter='Backward.*Batch'  rows (sorted) against atomic, atomic_nopdl and the
+//     one-kernel scan (R = 64 rows a CTA; scan32, scan128); the "Hot" entries put 5% of the tokens
+//     on one id; dim 8 shapes leave little but the index preparation (or the scan of the ids) and
+//     the launches (the row sums write vocab x 32 bytes).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -26,8 +26,7 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-// kernel: SG_EMBEDDING_FWD (forward) or SG_EMBEDDING_BWD (backward) for this benchmark ("" = the
-// default); calls: calls per timed iteration (1: events around one call, host launch latency
+// kernel: SG_EMBEDDING_BWD for a backward benchmark ("" = the default); calls: calls per timed iteration (1: events around one call, host launch latency
 // included; kBatch: back-to-back calls, as in a CUDA-graph step). zero_fill: time ZeroTensor(dtable)
 // instead, the write-only ceiling of the backward's largest stream (the f32 dtable). hot: every
 // 20th token is id 7 (5% on one id, the rest uniform).
@@ -35,7 +34,7 @@ constexpr int kBatch = 10;
 void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel = "", int calls = 1,
          bool zero_fill = false, bool hot = false) {
   Setup s;
-  const char* var = backward ? "SG_EMBEDDING_BWD" : "SG_EMBEDDING_FWD";
+  const char* var = "SG_EMBEDDING_BWD";
   if (*kernel != 0) {
     setenv(var, kernel, 1);
   } else {
@@ -67,31 +66,26 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
 void BM_EmbeddingForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false); }
 void BM_EmbeddingBackwardBF16(benchmark::State& st) { Run(st, DType::kBF16, true); }
 void BM_EmbeddingForwardF32(benchmark::State& st) { Run(st, DType::kF32, false); }
-// The forward kernels side by side, batch timing.
 void BM_EmbeddingForwardBF16Batch(benchmark::State& st) { Run(st, DType::kBF16, false, "", kBatch); }
-void BM_EmbeddingForwardBF16FlatBatch(benchmark::State& st) { Run(st, DType::kBF16, false, "flat", kBatch); }
-void BM_EmbeddingForwardBF16Flat2Batch(benchmark::State& st) { Run(st, DType::kBF16, false, "flat2", kBatch); }
-void BM_EmbeddingForwardBF16Flat4Batch(benchmark::State& st) { Run(st, DType::kBF16, false, "flat4", kBatch); }
-void BM_EmbeddingForwardBF16FlatPdlBatch(benchmark::State& st) { Run(st, DType::kBF16, false, "flat_pdl", kBatch); }
-void BM_EmbeddingForwardBF16Flat2PdlBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, false, "flat2_pdl", kBatch);
-}
 void BM_EmbeddingForwardF32Batch(benchmark::State& st) { Run(st, DType::kF32, false, "", kBatch); }
-void BM_EmbeddingForwardBF16GridBatch(benchmark::State& st) { Run(st, DType::kBF16, false, "grid", kBatch); }
-void BM_EmbeddingForwardF32FlatBatch(benchmark::State& st) { Run(st, DType::kF32, false, "flat", kBatch); }
 // The backward's index preparations and row-sum kernels side by side, and the write-only ceiling,
 // batch timing.
 void BM_EmbeddingBackwardBF16RowsBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "rows", kBatch); }
-void BM_EmbeddingBackwardBF16PacksBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "packs", kBatch); }
 void BM_EmbeddingBackwardBF16AtomicBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "atomic", kBatch); }
 void BM_EmbeddingBackwardBF16AtomicNoPdlBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic_nopdl", kBatch);
 }
+void BM_EmbeddingBackwardBF16ScanBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan", kBatch); }
+void BM_EmbeddingBackwardBF16Scan32Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan32", kBatch); }
+void BM_EmbeddingBackwardBF16Scan128Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan128", kBatch); }
 void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "rows", kBatch, false, true);
 }
 void BM_EmbeddingBackwardBF16AtomicHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic", kBatch, false, true);
+}
+void BM_EmbeddingBackwardBF16ScanHotBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "scan", kBatch, false, true);
 }
 void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
 
@@ -103,20 +97,16 @@ BENCHMARK(BM_EmbeddingForwardBF16) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardF32) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardBF16Batch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingForwardBF16GridBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingForwardBF16FlatBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingForwardBF16Flat2Batch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingForwardBF16Flat4Batch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingForwardBF16FlatPdlBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingForwardBF16Flat2PdlBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardF32Batch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingForwardF32FlatBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsBatch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16PacksBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicNoPdlBatch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16ScanBatch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan32Batch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan128Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16ScanHotBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
 
 }  // namespace

@@ -1,7 +1,7 @@
-// Device code shared by the two CUDA files of the embedding (nvcc only): the row sums of the
-// backward over runs of token positions already in ascending order, a launcher with optional
-// programmatic dependent launch, and the entry of the "atomic" index preparation
-// (embedding_atomic.cu), which embedding.cu dispatches to.
+// Device code shared by the CUDA files of the embedding (nvcc only): the row sums of the backward
+// over runs of token positions already in ascending order, a launcher with optional programmatic
+// dependent launch, and the entries of the "atomic" index preparation (embedding_atomic.cu) and of
+// the one-kernel "scan" backward (embedding_scan.cu), which embedding.cu dispatches to.
 //
 // A run: the token positions order[offsets[v]] .. order[offsets[v + 1] - 1] whose id is v,
 // ascending, so dtable[v, :] = 0 + dout[order[begin], :] + dout[order[begin + 1], :] + ... in f32:
@@ -98,35 +98,19 @@ __device__ __forceinline__ void LoadRuns(const int32_t* __restrict__ offsets, in
 // between two separately compiled device modules).
 namespace {
 
-// The general row sum (any dim, any alignment): one thread per (row, pack of kW columns),
-// grid-stride, with a 64-bit division per pack and the run bounds loaded by every thread. The
-// "packs" kernel of the backward, and the row sum of any path when the 16-byte layout is not there.
-template <typename T, int kW>
+// The row sum without the 16-byte layout (any dim, any alignment): one thread per (row, column),
+// grid-stride, with a 64-bit division per element and the run bounds loaded by every thread.
+template <typename T>
 __global__ void __launch_bounds__(kThreads)
     RowSumKernel(const T* __restrict__ dout, const int32_t* __restrict__ order, const int32_t* __restrict__ offsets,
                  float* __restrict__ dtable, int64_t vocab, int64_t dim) {
-  const int64_t ppr = dim / kW;
-  const int64_t total = vocab * ppr;
+  const int64_t total = vocab * dim;
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < total; i += int64_t(gridDim.x) * kThreads) {
-    const int64_t v = i / ppr, c = (i - v * ppr) * kW;
-    float acc[8] = {};
+    const int64_t v = i / dim, c = i - v * dim;
+    float acc = 0.f;
     const int32_t end = offsets[v + 1];
-    for (int32_t j = offsets[v]; j < end; ++j) {
-      const T* src = dout + int64_t(order[j]) * dim + c;
-      if constexpr (kW == 8) {
-        float x[8];
-        cuda_vec::Pack8<T>::Load(src, x);
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc[k] += x[k];
-      } else {
-        acc[0] += cuda_vec::ToF(*src);
-      }
-    }
-    if constexpr (kW == 8) {
-      cuda_vec::Pack8<float>::Store(dtable + v * dim + c, acc);
-    } else {
-      dtable[v * dim + c] = acc[0];
-    }
+    for (int32_t j = offsets[v]; j < end; ++j) acc += cuda_vec::ToF(dout[int64_t(order[j]) * dim + c]);
+    dtable[i] = acc;
   }
 }
 
@@ -136,6 +120,11 @@ __global__ void __launch_bounds__(kThreads)
 // with programmatic dependent launch.
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                 cudaStream_t s, bool pdl);
+
+// The one-kernel backward (embedding_scan.cu), `rows` (32, 64 or 128) vocabulary rows per CTA.
+// InvalidArgument for rows of more than 2^31 - 1 columns.
+absl::Status BackwardScanCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int rows,
+                              cudaStream_t s);
 
 }  // namespace sg::kernels::embedding_internal
 

@@ -160,24 +160,18 @@ class ScopedEnv {
   std::string old_;
 };
 
-// The CUDA kernels selected per call (embedding.cu): SG_EMBEDDING_FWD / SG_EMBEDDING_BWD, "" = the
-// default. Every forward and every backward variant appears in at least one pair.
-struct Kernels {
-  const char* fwd;
-  const char* bwd;
-};
-const Kernels kKernelPairs[] = {{"", ""},          {"grid", "rows"},           {"flat", "packs"},
-                                {"flat4", "atomic"}, {"flat_pdl", "atomic_nopdl"}, {"flat4_pdl", "rows"}};
+// The CUDA backward kernels selected per call by SG_EMBEDDING_BWD (embedding.cu), "" = the default.
+const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan", "scan32", "scan128"};
+// Those compared bitwise against "rows" (and so against the CPU reference) on constructed ids.
+const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan", "scan32", "scan128"};
 
-class EmbeddingCudaTest : public ::testing::TestWithParam<Kernels> {
+class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
  protected:
-  ScopedEnv fwd_{"SG_EMBEDDING_FWD", GetParam().fwd};
-  ScopedEnv bwd_{"SG_EMBEDDING_BWD", GetParam().bwd};
+  ScopedEnv bwd_{"SG_EMBEDDING_BWD", GetParam()};
 };
-INSTANTIATE_TEST_SUITE_P(Kernels, EmbeddingCudaTest, ::testing::ValuesIn(kKernelPairs),
-                         [](const ::testing::TestParamInfo<Kernels>& info) {
-                           return std::string(*info.param.fwd ? info.param.fwd : "default") + "_" +
-                                  (*info.param.bwd ? info.param.bwd : "default");
+INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaTest, ::testing::ValuesIn(kBackwards),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(*info.param ? info.param : "default");
                          });
 
 TEST_P(EmbeddingCudaTest, MatchesReferenceAndIsDeterministic) {
@@ -187,10 +181,15 @@ TEST_P(EmbeddingCudaTest, MatchesReferenceAndIsDeterministic) {
   Check({2, 300, 7, 2048, DType::kBF16, DType::kI32}, Device::Cuda(0));
   Check({1, 1000, 4099, 4096, DType::kF32, DType::kI64}, Device::Cuda(0));
   Check({3, 50, 33, 2056, DType::kBF16, DType::kI32}, Device::Cuda(0));
-  // Rows of 16 bytes (f32, flat), 24 bytes (f32: not whole 16-byte units, the grid-stride kernel),
-  // token counts no multiple of the flat kernel's 2 or 4 rows, units no multiple of its CTA.
+  // Forward units of 16 bytes (f32 dim 4), 8 (f32 dim 6: 24-byte rows), 4 (f32 dim 5), 2 (bf16
+  // dim 7, f16 dim 3); token counts no multiple of the flat kernel's 2 rows, units no multiple of
+  // its CTA. Backward: rows without the 16-byte layout (one column per thread), a team of threads
+  // per row narrower than the CTA (dim 24, 200), wider (1032 f16 = 129 packs).
   Check({3, 33, 100, 4, DType::kF32, DType::kI64}, Device::Cuda(0));
   Check({1, 7, 9, 6, DType::kF32, DType::kI32}, Device::Cuda(0));
+  Check({2, 5, 13, 5, DType::kF32, DType::kI64}, Device::Cuda(0));
+  Check({3, 11, 40, 7, DType::kBF16, DType::kI32}, Device::Cuda(0));
+  Check({1, 9, 6, 3, DType::kF16, DType::kI64}, Device::Cuda(0));
   Check({5, 13, 1000, 1032, DType::kF16, DType::kI64}, Device::Cuda(0));
   // Llama-1B-like shape with heavy repetition; GPU must equal the CPU reference bit for bit (same
   // f32 additions in the same order), and repeat runs must agree.
@@ -254,10 +253,10 @@ void ExpectBitwise(const std::vector<double>& got, const std::vector<double>& wa
 }
 
 // dtable from the GPU backward under SG_EMBEDDING_BWD = `bwd`.
-std::vector<double> GpuBackward(const char* bwd, const Tensor& dout, const Tensor& ids, int64_t vocab,
+std::vector<double> GpuBackward(const char* bwd, const TensorView& dout, const TensorView& ids, int64_t vocab,
                                 const Stream& s) {
   ScopedEnv env("SG_EMBEDDING_BWD", bwd);
-  Tensor dt = Tensor::Empty({vocab, dout.shape().back()}, DType::kF32, dout.view().device()).value();
+  Tensor dt = Tensor::Empty({vocab, dout.shape().back()}, DType::kF32, dout.device()).value();
   Poison(dt);
   const absl::Status st = EmbeddingBackward(dout, ids, dt, s);
   EXPECT_TRUE(st.ok()) << st;
@@ -265,10 +264,10 @@ std::vector<double> GpuBackward(const char* bwd, const Tensor& dout, const Tenso
   return ToHost(dt);
 }
 
-// The atomic index preparation (both launch modes) bitwise against the sorted one, and the sorted
-// one bitwise against the CPU reference when every id is in range (the same f32 additions in the
-// same order).
-void CheckAtomicBitwise(const std::vector<double>& ids, int64_t vocab, int64_t dim, DType dtype, DType id_dtype) {
+// Every other backward (kComparedBackwards) bitwise against the sorted one, and the sorted one
+// bitwise against the CPU reference when every id is in range (the same f32 additions in the same
+// order).
+void CheckBackwardsBitwise(const std::vector<double>& ids, int64_t vocab, int64_t dim, DType dtype, DType id_dtype) {
   const int64_t n = int64_t(ids.size());
   SCOPED_TRACE(std::to_string(n) + " tokens, vocab " + std::to_string(vocab) + " dim " + std::to_string(dim) + " " +
                std::string(DTypeName(dtype)) + " ids " + std::string(DTypeName(id_dtype)));
@@ -284,7 +283,7 @@ void CheckAtomicBitwise(const std::vector<double>& ids, int64_t vocab, int64_t d
     ASSERT_TRUE(EmbeddingBackward(dout_cpu, FromHost(ids, {n}, id_dtype, Device::Cpu()), dref, Stream::Cpu()).ok());
     ExpectBitwise(want, ToHost(dref));
   }
-  for (const char* bwd : {"atomic", "atomic_nopdl"}) {
+  for (const char* bwd : kComparedBackwards) {
     SCOPED_TRACE(bwd);
     ExpectBitwise(GpuBackward(bwd, dout, ids_gpu, vocab, s), want);
   }
@@ -302,67 +301,121 @@ std::vector<double> RunIds(const std::vector<int>& lengths, int64_t vocab, int s
 
 // Runs of every length class of the atomic path's in-place sort (embedding_atomic.cu): 2..32 (one
 // warp per row), 33..2048 (bitonic in shared memory), longer (bitmap windows), at the edges of
-// each, with the four rows of one CTA mixing classes; 16-byte rows and the general row sum.
-TEST(EmbeddingCudaAtomicTest, SortsRunsOfEveryLength) {
+// each, with the four rows of one CTA mixing classes; 16-byte rows and the general row sum. For
+// the scan kernel: runs longer than its list (partial sums), next to short ones in one CTA.
+TEST(EmbeddingCudaBackwardTest, SortsRunsOfEveryLength) {
   SG_SKIP_WITHOUT_CUDA();
   const std::vector<int> lengths = {2, 31, 32, 33, 64, 65, 2048, 2049, 1, 0, 3, 5000, 4097, 1000, 0, 17};
-  CheckAtomicBitwise(RunIds(lengths, 100, 300), 100, 8, DType::kBF16, DType::kI32);
-  CheckAtomicBitwise(RunIds(lengths, 101, 300), 101, 24, DType::kF16, DType::kI64);
-  CheckAtomicBitwise(RunIds(lengths, 99, 300), 99, 5, DType::kF32, DType::kI32);  // not 16-byte rows
-  CheckAtomicBitwise(RunIds(lengths, 1000, 3000), 1000, 2056, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(RunIds(lengths, 100, 300), 100, 8, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(RunIds(lengths, 101, 300), 101, 24, DType::kF16, DType::kI64);
+  CheckBackwardsBitwise(RunIds(lengths, 99, 300), 99, 5, DType::kF32, DType::kI32);  // not 16-byte rows
+  CheckBackwardsBitwise(RunIds(lengths, 1000, 3000), 1000, 2056, DType::kBF16, DType::kI32);
 }
 
 // One id for every token: one run of all tokens, sorted through one (16384) or two bitmap windows
-// (70000 tokens, window 65536); two windowed runs in one CTA; one long run of wide rows.
-TEST(EmbeddingCudaAtomicTest, AllTokensEqual) {
+// (70000 tokens, window 65536); two windowed runs in one CTA; one long run of wide rows. The scan
+// kernel sums such a run in passes of at most its list's length, through partial sums.
+TEST(EmbeddingCudaBackwardTest, AllTokensEqual) {
   SG_SKIP_WITHOUT_CUDA();
-  CheckAtomicBitwise(std::vector<double>(16384, 5.0), 7, 8, DType::kBF16, DType::kI32);
-  CheckAtomicBitwise(std::vector<double>(70000, 0.0), 3, 8, DType::kF32, DType::kI64);
+  CheckBackwardsBitwise(std::vector<double>(16384, 5.0), 7, 8, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(std::vector<double>(70000, 0.0), 3, 8, DType::kF32, DType::kI64);
   std::vector<double> two(70001);
   for (size_t i = 0; i < two.size(); ++i) two[i] = double(1 + i % 2);
-  CheckAtomicBitwise(two, 4, 8, DType::kBF16, DType::kI32);
-  CheckAtomicBitwise(std::vector<double>(16384, 3.0), 4, 2048, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(two, 4, 8, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(std::vector<double>(16384, 3.0), 4, 2048, DType::kBF16, DType::kI32);
 }
 
 // The benchmark's "hot" case: 5% of the tokens one id, the rest spread over a Llama vocabulary.
-TEST(EmbeddingCudaAtomicTest, HotId) {
+TEST(EmbeddingCudaBackwardTest, HotId) {
   SG_SKIP_WITHOUT_CUDA();
   std::vector<double> ids(16384);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = i % 20 == 0 ? 12345.0 : double(Rng()() % 32000);
-  CheckAtomicBitwise(ids, 32000, 64, DType::kBF16, DType::kI32);
-  CheckAtomicBitwise(ids, 128256, 16, DType::kF32, DType::kI64);  // 32 scan tiles
+  CheckBackwardsBitwise(ids, 32000, 64, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(ids, 128256, 16, DType::kF32, DType::kI64);  // 32 scan tiles
+}
+
+// The scan kernel's passes (embedding_scan.cu): id 0 on most tokens overflows CTA 0's list again
+// and again, so its rows are summed in passes through partial sums; in the same CTA row 3 has
+// tokens only in the first pass, row 4 only in the last, row 5 in the middle ones, row 2 none
+// (zeros, written once at the end); other ids spread over the rest of the vocabulary. 16-byte rows
+// of bf16 and of f32 (i64 ids: half the ids a step), and rows of one column per thread.
+TEST(EmbeddingCudaBackwardTest, ScanPassesOverAHotRange) {
+  SG_SKIP_WITHOUT_CUDA();
+  std::vector<double> ids(20000);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i % 13 == 0) {
+      ids[i] = double(6 + Rng()() % 294);
+    } else if (i < 1000) {
+      ids[i] = i % 10 == 0 ? 3.0 : 0.0;
+    } else if (i >= 19000) {
+      ids[i] = i % 10 == 0 ? 4.0 : 0.0;
+    } else {
+      ids[i] = i % 7 == 0 ? 5.0 : double(i % 2);
+    }
+  }
+  CheckBackwardsBitwise(ids, 300, 64, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(ids, 300, 24, DType::kF32, DType::kI64);
+  CheckBackwardsBitwise(ids, 300, 5, DType::kBF16, DType::kI32);
+}
+
+// Token ids not 16-byte aligned (a view one id into the buffer) and a count no multiple of a
+// 16-byte load: the scan kernel's one-id-at-a-time loads; every backward against the CPU.
+TEST(EmbeddingCudaBackwardTest, UnalignedIds) {
+  SG_SKIP_WITHOUT_CUDA();
+  const Device d = Device::Cuda(0);
+  Stream s = Stream::Create(d).value();
+  for (DType id_dtype : {DType::kI32, DType::kI64}) {
+    SCOPED_TRACE(DTypeName(id_dtype));
+    const int64_t n = 1001, vocab = 97, dim = 16;
+    std::vector<double> all(size_t(n + 1));
+    for (double& id : all) id = double(Rng()() % uint64_t(vocab));
+    Tensor ids_buf = FromHost(all, {n + 1}, id_dtype, d);
+    const TensorView ids = ids_buf.view().Slice0(1, n + 1).value();
+    Tensor dout_cpu = RandomTensor({n, dim}, DType::kBF16, Device::Cpu(), Rng());
+    Tensor dout = FromHost(ToHost(dout_cpu), {n, dim}, DType::kBF16, d);
+    Tensor dref = Tensor::Empty({vocab, dim}, DType::kF32, Device::Cpu()).value();
+    const std::vector<double> tail(all.begin() + 1, all.end());
+    ASSERT_TRUE(EmbeddingBackward(dout_cpu, FromHost(tail, {n}, id_dtype, Device::Cpu()), dref, Stream::Cpu()).ok());
+    for (const char* bwd : kBackwards) {
+      SCOPED_TRACE(bwd);
+      ExpectBitwise(GpuBackward(bwd, dout, ids, vocab, s), ToHost(dref));
+    }
+  }
 }
 
 // Out-of-range ids (repeated, and next to repeated valid ones) drop, as in the sorted path.
-TEST(EmbeddingCudaAtomicTest, OutOfRangeIds) {
+TEST(EmbeddingCudaBackwardTest, OutOfRangeIds) {
   SG_SKIP_WITHOUT_CUDA();
   std::vector<double> ids = RunIds({40, 0, 3, 2500}, 50, 200);
   for (int i = 0; i < 3000; ++i) ids.push_back(i % 3 == 0 ? -1.0 : i % 3 == 1 ? 50.0 : 1e6);
   std::shuffle(ids.begin(), ids.end(), Rng());
-  CheckAtomicBitwise(ids, 50, 16, DType::kF32, DType::kI64);
-  CheckAtomicBitwise(ids, 50, 16, DType::kBF16, DType::kI32);
-  CheckAtomicBitwise(std::vector<double>(5000, -7.0), 50, 8, DType::kBF16, DType::kI32);  // no valid id
+  CheckBackwardsBitwise(ids, 50, 16, DType::kF32, DType::kI64);
+  CheckBackwardsBitwise(ids, 50, 16, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(std::vector<double>(5000, -7.0), 50, 8, DType::kBF16, DType::kI32);  // no valid id
 }
 
-TEST(EmbeddingCudaAtomicTest, NoTokens) {
+TEST(EmbeddingCudaBackwardTest, NoTokens) {
   SG_SKIP_WITHOUT_CUDA();
   const Device d = Device::Cuda(0);
   Stream s = Stream::Create(d).value();
   Tensor ids = Tensor::Empty({0}, DType::kI32, d).value();
   Tensor dout = Tensor::Empty({0, 8}, DType::kBF16, d).value();
-  for (const char* bwd : {"rows", "atomic", "atomic_nopdl"}) {
+  for (const char* bwd : kBackwards) {
     SCOPED_TRACE(bwd);
     ExpectBitwise(GpuBackward(bwd, dout, ids, 9, s), std::vector<double>(72, 0.0));
   }
 }
 
 #ifdef SG_WITH_CUDA
-// The flat forward and the atomic backward, both chained by programmatic dependent launch,
-// captured in a CUDA graph (scratch held by the allocator for the graph's life) and replayed twice
+// The forward and a backward (atomic: scratch held by the allocator for the graph's life; scan:
+// none), chained by programmatic dependent launch, captured in a CUDA graph and replayed twice
 // over poisoned outputs: the same bits as the eager calls.
-TEST(EmbeddingCudaAtomicTest, CapturesInACudaGraph) {
+class EmbeddingCudaGraphTest : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaGraphTest, ::testing::Values("atomic", "scan"));
+
+TEST_P(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
   SG_SKIP_WITHOUT_CUDA();
-  ScopedEnv fwd("SG_EMBEDDING_FWD", "flat2_pdl"), bwd("SG_EMBEDDING_BWD", "atomic");
+  ScopedEnv bwd("SG_EMBEDDING_BWD", GetParam());
   const Device d = Device::Cuda(0);
   Stream s = Stream::Create(d).value();
   const Case c{4, 1000, 1000, 256, DType::kBF16, DType::kI32};

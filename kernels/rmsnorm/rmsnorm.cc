@@ -62,7 +62,8 @@ absl::Status RmsNormBackward(const TensorView& dy, const TensorView& x, const Te
   }
 #ifdef SG_WITH_CUDA
   return rmsnorm_internal::BackwardCuda(p, dy.raw(), x.raw(), weight.raw(), rstd.data<float>(), dx.raw(),
-                                        dweight.data<float>(), x.device().ordinal, stream.native());
+                                        dweight.data<float>(), x.device().ordinal, stream.native(),
+                                        rmsnorm_launch::PlainBackwardConfig(p.dim, SizeOf(p.dtype)));
 #else
   return NoCuda("RmsNormBackward");
 #endif

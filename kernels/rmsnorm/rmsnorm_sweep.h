@@ -39,6 +39,7 @@ inline void SweepArgs(benchmark::internal::Benchmark* bm) {
       bm->Args({1, rows, dim, 128, step, 0, 0, 0, 0, 0});  // the partial-row sum launched plainly
       bm->Args({1, rows, dim, 128, step, 0, 1, 1, 1, 0});  // with prefetch
       bm->Args({1, rows, dim, 64, step, 0, 1, 0, 1, 0});   // 64-thread CTAs: 4 packs a thread at dim 2048
+      bm->Args({1, rows, dim, 64, step, 0, 1, 1, 1, 0});   // the same with prefetch
     }
     // The cp.async ring backward (one row a step), 2 to 4 slots; with and without PDL at 128 threads.
     for (int threads : {128, 256}) {
