@@ -1,9 +1,13 @@
 #include "kernels/gemm_rmsnorm/gemm_rmsnorm.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm_rmsnorm/gemm_rmsnorm_internal.h"
+#include "kernels/wgmma_gemm/wgmma_gemm.h"
 
 namespace sg::kernels {
 namespace {
@@ -33,6 +37,18 @@ absl::StatusOr<Dims> CheckXW(const char* op, const TensorView& x, const TensorVi
 }
 
 absl::StatusOr<TensorView> Rows(const TensorView& t, int64_t m) { return t.Reshape({m, t.numel() / m}); }
+
+// options.gemm with kFromEnv resolved from SG_GEMM_RMSNORM.
+absl::StatusOr<GemmRmsNormGemm> ResolveGemm(GemmRmsNormGemm g) {
+  if (g != GemmRmsNormGemm::kFromEnv) return g;
+  const char* v = std::getenv("SG_GEMM_RMSNORM");
+  const std::string s = v == nullptr ? "" : v;
+  if (s.empty() || s == "cublas_epilogue") return GemmRmsNormGemm::kCublasEpilogue;
+  if (s == "pass") return GemmRmsNormGemm::kRowScalePass;
+  if (s == "wgmma") return GemmRmsNormGemm::kWgmma;
+  return absl::InvalidArgumentError(
+      absl::StrCat("SG_GEMM_RMSNORM: expected cublas_epilogue, pass or wgmma (or unset), found '", s, "'"));
+}
 
 [[maybe_unused]] absl::Status NoCuda(const char* op) {
   return absl::FailedPreconditionError(absl::StrCat(op, ": CUDA tensors given to a build without CUDA"));
@@ -80,13 +96,18 @@ absl::Status GemmRmsNormForward(const TensorView& x, const TensorView& w_folded,
 #endif
     }
   }
+  SG_ASSIGN_OR_RETURN(const GemmRmsNormGemm which, ResolveGemm(options.gemm));
   GemmArgs g;
   SG_ASSIGN_OR_RETURN(g.a, Rows(x, d.m));
   g.b = w_folded;
   g.trans_b = true;
   SG_ASSIGN_OR_RETURN(g.d, Rows(out, d.m));
   g.row_scale = rstd;
-  g.row_scale_in_epilogue = options.row_scale_in_epilogue;
+  g.row_scale_in_epilogue = which != GemmRmsNormGemm::kRowScalePass;
+  if (which == GemmRmsNormGemm::kWgmma && x.device().is_cuda()) {
+    absl::Status s = WgmmaGemm(g.a, w_folded, rstd, g.d, stream);
+    if (!absl::IsUnimplemented(s)) return s;  // else a GPU or shape the kernel does not cover
+  }
   return Gemm(g, stream);
 }
 

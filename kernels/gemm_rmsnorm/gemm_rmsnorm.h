@@ -9,8 +9,9 @@
 //   out = diag(r) X diag(g) W^T = diag(r) (X W'^T),  W' = W diag(g)  (w_folded: W's columns scaled).
 // So the norm weight is folded into W once per optimizer step (W and g only change there), r is one
 // float per row from a cheap pass over x, and diag(r) is a per-row scale of the GEMM result, applied
-// in cuBLASLt's epilogue as a per-row alpha vector (kernels/gemm row_scale; a separate pass over the
-// output where cuBLASLt lacks that form). The normalized X diag(g)·r is never stored: forward saves
+// in the GEMM's epilogue: our Hopper kernel's (kernels/wgmma_gemm, GemmRmsNormGemm::kWgmma) or
+// cuBLASLt's per-row alpha vector (kernels/gemm row_scale; a separate pass over the output where
+// cuBLASLt lacks that form). See GemmRmsNormGemm. The normalized X diag(g)·r is never stored: forward saves
 // the write and re-read of an [M,K] activation, and the backward needs only x and r, not it.
 //
 // The backward, with Y = diag(r) X diag(g) (never stored), dY = dout W and xhat = diag(r) X:
@@ -28,17 +29,31 @@
 #ifndef SGTRAIN_KERNELS_GEMM_RMSNORM_GEMM_RMSNORM_H_
 #define SGTRAIN_KERNELS_GEMM_RMSNORM_GEMM_RMSNORM_H_
 
+#include <cstdint>
+
 #include "absl/status/status.h"
 #include "kernels/core/stream.h"
 #include "kernels/core/tensor.h"
 
 namespace sg::kernels {
 
+// Which GEMM computes the forward's diag(rstd) x w_folded^T on CUDA (the CPU has one path).
+enum class GemmRmsNormGemm : uint8_t {
+  // SG_GEMM_RMSNORM=cublas_epilogue|pass|wgmma, read at each call; unset or empty: kCublasEpilogue.
+  kFromEnv,
+  // cuBLASLt with the scale as a per-row alpha vector (needs a row-major D: slower cuBLAS kernels).
+  kCublasEpilogue,
+  // cuBLASLt's GEMM, then a separate pass scaling the output's rows (for comparison).
+  kRowScalePass,
+  // kernels/wgmma_gemm, the scale in its epilogue for free, where it applies (an sm_90 GPU, bf16,
+  // M % 128 == 0, N % 256 == 0, K % 64 == 0); other problems take kCublasEpilogue.
+  kWgmma,
+};
+
 struct GemmRmsNormOptions {
   // rstd is an input (e.g. from AddRmsNormForward of the same rows) instead of being computed here.
   bool rstd_given = false;
-  // See GemmArgs::row_scale_in_epilogue; false forces the separate row-scale pass (for comparison).
-  bool row_scale_in_epilogue = true;
+  GemmRmsNormGemm gemm = GemmRmsNormGemm::kFromEnv;
 };
 
 // w_folded = w * w_norm[None, :]. InvalidArgument on mismatched shapes or dtypes.

@@ -5,7 +5,12 @@
 // mode 0: unfused (RmsNormForward writes y, then MatmulForward reads it; backward: dY = dout W,
 //         dW = dout^T y, RmsNormBackward);
 // mode 1: fused, the row scale in cuBLASLt's epilogue (per-row alpha vector);
-// mode 2: fused, the row scale as a separate pass over the output (the fallback path).
+// mode 2: fused, the row scale as a separate pass over the output (the fallback path);
+// mode 3: fused, our Hopper GEMM with the row scale in its epilogue (kernels/wgmma_gemm; forward
+//         only: the backward's GEMMs are mode 1's).
+// BM_Gemm: the plain GEMM y = x w^T of the same shapes, impl 0: cuBLASLt (MatmulForward), 1: the
+// wgmma kernel, 2: cuBLASLt with the row scale in its epilogue, 3: the wgmma kernel with the scale,
+// so the wgmma kernel's efficiency against cuBLAS is visible apart from the norm.
 // Counters: TFLOP/s of the GEMM work (2*M*N*K forward, twice that backward); saved_MiB, the forward
 // bytes the fused form does not move (the [M,K] normalized activation written once: the GEMM then
 // reads x instead of y, and both forms read x once for the norm); held_MiB, the activation the unfused
@@ -14,6 +19,7 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <functional>
 #include <string>
 
 #include "kernels/core/status.h"
@@ -21,11 +27,46 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/gemm_rmsnorm/gemm_rmsnorm.h"
 #include "kernels/rmsnorm/rmsnorm.h"
+#include "kernels/wgmma_gemm/wgmma_gemm.h"
 
 namespace sg::kernels {
 namespace {
 
 constexpr float kEps = 1e-5f;
+
+// Runs `step` once to warm up, then times it per iteration (CUDA events on a GPU); returns the
+// total seconds, 0 after reporting an error.
+double TimeSteps(benchmark::State& state, const Device& dev, const Stream& stream,
+                 const std::function<absl::Status()>& step) {
+  absl::Status st = step();  // warm-up: heuristics, workspaces
+  if (!st.ok()) {
+    state.SkipWithError(std::string(st.message()).c_str());
+    return 0;
+  }
+  (void)stream.Synchronize();
+  Event start = Event::Create(dev, true).value(), stop = Event::Create(dev, true).value();
+  double seconds = 0;
+  for (auto _ : state) {
+    const auto t0 = std::chrono::steady_clock::now();
+    (void)start.Record(stream);
+    st = step();
+    (void)stop.Record(stream);
+    if (!st.ok()) {
+      state.SkipWithError(std::string(st.message()).c_str());
+      return 0;
+    }
+    double s;
+    if (dev.is_cuda()) {
+      (void)stop.Synchronize();
+      s = stop.ElapsedMsSince(start).value() / 1e3;
+    } else {
+      s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    }
+    seconds += s;
+    state.SetIterationTime(s);
+  }
+  return seconds;
+}
 
 void Run(benchmark::State& state, bool backward) {
   const Device dev = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
@@ -44,7 +85,9 @@ void Run(benchmark::State& state, bool backward) {
   Tensor dx = Tensor::Empty({m, k}, t, dev).value(), dy = Tensor::Empty({m, k}, t, dev).value();
   Tensor dw = Tensor::Empty({n, k}, DType::kF32, dev).value(), dg = Tensor::Empty({k}, DType::kF32, dev).value();
   GemmRmsNormOptions opts;
-  opts.row_scale_in_epilogue = mode == 1;
+  opts.gemm = mode == 1   ? GemmRmsNormGemm::kCublasEpilogue
+              : mode == 2 ? GemmRmsNormGemm::kRowScalePass
+                          : GemmRmsNormGemm::kWgmma;
 
   auto step = [&]() -> absl::Status {
     if (mode == 0) {
@@ -65,55 +108,81 @@ void Run(benchmark::State& state, bool backward) {
   };
   absl::Status st = GemmRmsNormFoldWeight(w, g, wf, stream);
   if (st.ok()) st = RmsNormForward(x, g, kEps, y, rstd, stream);  // y and rstd for the backward
-  if (st.ok()) st = step();  // warm-up: heuristics, workspaces
   if (!st.ok()) {
     state.SkipWithError(std::string(st.message()).c_str());
     return;
   }
-  (void)stream.Synchronize();
-  Event start = Event::Create(dev, true).value(), stop = Event::Create(dev, true).value();
-  double seconds = 0;
-  for (auto _ : state) {
-    const auto t0 = std::chrono::steady_clock::now();
-    (void)start.Record(stream);
-    st = step();
-    (void)stop.Record(stream);
-    if (!st.ok()) {
-      state.SkipWithError(std::string(st.message()).c_str());
-      break;
-    }
-    double s;
-    if (dev.is_cuda()) {
-      (void)stop.Synchronize();
-      s = stop.ElapsedMsSince(start).value() / 1e3;
-    } else {
-      s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    }
-    seconds += s;
-    state.SetIterationTime(s);
-  }
+  const double seconds = TimeSteps(state, dev, stream, step);
   const double flops = (backward ? 4.0 : 2.0) * double(m) * double(n) * double(k);
   if (seconds > 0) state.counters["TFLOP/s"] = flops * double(state.iterations()) / seconds / 1e12;
   const double mib = double(m * k * SizeOf(t)) / (1 << 20);
   state.counters["saved_MiB"] = mode == 0 || backward ? 0.0 : mib;
   state.counters["held_MiB"] = mode == 0 ? mib : 0.0;
-  const char* names[] = {"unfused rmsnorm+gemm", "fused, epilogue row scale", "fused, row-scale pass"};
+  const char* names[] = {"unfused rmsnorm+gemm", "fused, epilogue row scale", "fused, row-scale pass",
+                         "fused, wgmma epilogue row scale"};
   state.SetLabel(std::string(backward ? "bwd " : "fwd ") + names[mode] + " bf16@" + dev.ToString());
 }
 
 void BM_GemmRmsNormForward(benchmark::State& st) { Run(st, false); }
 void BM_GemmRmsNormBackward(benchmark::State& st) { Run(st, true); }
 
-void Shapes(benchmark::internal::Benchmark* b) {
-  for (int64_t n : {3072, 8192, 16384}) {
-    for (int64_t mode : {0, 1, 2}) b->Args({16384, n, 2048, mode});
+// The plain GEMM y[M,N] = x[M,K] w[N,K]^T (impl: see the file comment).
+void BM_Gemm(benchmark::State& state) {
+  const Device dev = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
+  const int64_t m = state.range(0), n = state.range(1), k = state.range(2), impl = state.range(3);
+  if (dev.is_cpu() && m * n * k > (int64_t(1) << 28)) {
+    state.SkipWithError("CPU run: shape too large (run on a GPU)");
+    return;
   }
-  for (int64_t mode : {0, 1, 2}) b->Args({256, 384, 256, mode});  // small enough for the CPU
+  Stream stream = dev.is_cpu() ? Stream::Cpu() : Stream::Create(dev).value();
+  auto& rng = testing::Rng();
+  const DType t = DType::kBF16;
+  Tensor x = testing::RandomTensor({m, k}, t, dev, rng), w = testing::RandomTensor({n, k}, t, dev, rng);
+  Tensor scale = testing::RandomTensor({m}, DType::kF32, dev, rng), y = Tensor::Empty({m, n}, t, dev).value();
+  auto step = [&]() -> absl::Status {
+    if (impl == 0) return MatmulForward(x, w, std::nullopt, y, stream);
+    if (impl == 1) return WgmmaGemm(x, w, std::nullopt, y, stream);
+    if (impl == 3) return WgmmaGemm(x, w, scale.view(), y, stream);
+    GemmArgs g;
+    g.a = x;
+    g.b = w;
+    g.trans_b = true;
+    g.d = y;
+    g.row_scale = scale;
+    return Gemm(g, stream);
+  };
+  const double seconds = TimeSteps(state, dev, stream, step);
+  if (seconds > 0) {
+    state.counters["TFLOP/s"] = 2.0 * double(m) * double(n) * double(k) * double(state.iterations()) / seconds / 1e12;
+  }
+  const char* names[] = {"cublas", "wgmma", "cublas row-scale epilogue", "wgmma row-scale epilogue"};
+  state.SetLabel(std::string(names[impl]) + " bf16@" + dev.ToString());
+}
+
+void Shapes(benchmark::internal::Benchmark* b, int modes) {
+  for (int64_t n : {3072, 8192, 16384}) {
+    for (int64_t mode = 0; mode < modes; ++mode) b->Args({16384, n, 2048, mode});
+  }
+  for (int64_t mode = 0; mode < modes; ++mode) b->Args({256, 384, 256, mode});  // small enough for the CPU
   b->ArgNames({"M", "N", "K", "mode"});
 }
 
-BENCHMARK(BM_GemmRmsNormForward)->Apply(Shapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_GemmRmsNormBackward)->Apply(Shapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
+void GemmShapes(benchmark::internal::Benchmark* b) {
+  for (int64_t n : {3072, 8192, 16384}) {
+    for (int64_t impl : {0, 1, 2, 3}) b->Args({16384, n, 2048, impl});
+  }
+  b->ArgNames({"M", "N", "K", "impl"});
+}
+
+BENCHMARK(BM_GemmRmsNormForward)
+    ->Apply([](benchmark::internal::Benchmark* b) { Shapes(b, 4); })
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_GemmRmsNormBackward)
+    ->Apply([](benchmark::internal::Benchmark* b) { Shapes(b, 3); })
+    ->UseManualTime()
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Gemm)->Apply(GemmShapes)->UseManualTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace sg::kernels

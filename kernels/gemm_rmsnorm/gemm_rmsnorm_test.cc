@@ -2,13 +2,18 @@
 // double loop with its textbook backward (dY = dout W, dx = RMSNorm backward of dY, dW = dout^T Y,
 // dw_norm = sum dY * xhat): a different algebra from the fused code's (folded W', row scale, G).
 // Also central finite differences in f64 of sum(out * gout), on the CPU; CUDA against the same
-// double reference, in both row-scale modes. Fresh random inputs; outputs poisoned; odd sizes.
+// double reference, with each forward GEMM (cuBLASLt epilogue, row-scale pass, the wgmma kernel,
+// which takes the Llama-like shapes and falls back to cuBLASLt on the odd ones). Fresh random
+// inputs; outputs poisoned; odd sizes.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/core/testing.h"
 #include "kernels/gemm_rmsnorm/gemm_rmsnorm.h"
+#include "kernels/wgmma_gemm/wgmma_gemm.h"
 
 namespace sg::kernels {
 namespace {
@@ -78,9 +83,19 @@ struct Tol {
 // (2^-9 relative per element, a few 1e-3 in L2; dx loses a little more to the mean subtraction).
 Tol TolFor(DType t) { return t == DType::kF32 ? Tol{2e-5, 1e-4, 2e-5, 1e-4} : Tol{1e-2, 2e-2, 1e-2, 2e-2}; }
 
-void CheckAgainstReference(const Case& c, Device dev, bool epilogue, bool rstd_given = false) {
+const char* GemmName(GemmRmsNormGemm g) {
+  switch (g) {
+    case GemmRmsNormGemm::kFromEnv: return " (gemm from env)";
+    case GemmRmsNormGemm::kCublasEpilogue: return " (cuBLASLt epilogue)";
+    case GemmRmsNormGemm::kRowScalePass: return " (row-scale pass)";
+    case GemmRmsNormGemm::kWgmma: return " (wgmma)";
+  }
+  return "";
+}
+
+void CheckAgainstReference(const Case& c, Device dev, GemmRmsNormGemm gemm, bool rstd_given = false) {
   SCOPED_TRACE(std::to_string(c.m) + "x" + std::to_string(c.k) + "->" + std::to_string(c.n) + " " +
-               std::string(DTypeName(c.dtype)) + " on " + dev.ToString() + (epilogue ? "" : " (row-scale pass)") +
+               std::string(DTypeName(c.dtype)) + " on " + dev.ToString() + GemmName(gemm) +
                (rstd_given ? " (rstd given)" : ""));
   Stream stream = dev.is_cpu() ? Stream::Cpu() : Stream::Create(dev).value();
   auto& rng = Rng();
@@ -103,7 +118,7 @@ void CheckAgainstReference(const Case& c, Device dev, bool epilogue, bool rstd_g
   if (!rstd_given) Poison(rstd);
 
   GemmRmsNormOptions opts;
-  opts.row_scale_in_epilogue = epilogue;
+  opts.gemm = gemm;
   opts.rstd_given = rstd_given;
   absl::Status st = GemmRmsNormFoldWeight(w, g, wf, stream);
   ASSERT_TRUE(st.ok()) << st;
@@ -132,8 +147,8 @@ const std::vector<Case>& Cases() {
 }
 
 TEST(GemmRmsNormCpuTest, MatchesUnfusedDoubleReference) {
-  for (const Case& c : Cases()) CheckAgainstReference(c, Device::Cpu(), true);
-  CheckAgainstReference({21, 48, 30, DType::kBF16}, Device::Cpu(), true, /*rstd_given=*/true);
+  for (const Case& c : Cases()) CheckAgainstReference(c, Device::Cpu(), GemmRmsNormGemm::kCublasEpilogue);
+  CheckAgainstReference({21, 48, 30, DType::kBF16}, Device::Cpu(), GemmRmsNormGemm::kWgmma, /*rstd_given=*/true);
 }
 
 // d/dx, d/dW, d/dw_norm of L = sum(out * gout) by central differences in f64 around f32 inputs,
@@ -178,6 +193,30 @@ TEST(GemmRmsNormCpuTest, BackwardMatchesFiniteDifferences) {
   for (size_t i = 0; i < g.size(); ++i) EXPECT_NEAR(hdg[i], numeric(x, w, g, &g, i), 1e-4) << "dw_norm[" << i << "]";
 }
 
+// SG_GEMM_RMSNORM picks the GEMM when options.gemm is kFromEnv; a bad value is an error naming it.
+TEST(GemmRmsNormCpuTest, GemmFromEnvironment) {
+  const char* saved = std::getenv("SG_GEMM_RMSNORM");
+  const std::string keep = saved == nullptr ? "" : saved;
+  const Device cpu = Device::Cpu();
+  Tensor x = RandomTensor({4, 8}, DType::kF32, cpu, Rng()), wf = RandomTensor({6, 8}, DType::kF32, cpu, Rng());
+  Tensor out = Tensor::Empty({4, 6}, DType::kF32, cpu).value(), rstd = Tensor::Empty({4}, DType::kF32, cpu).value();
+  setenv("SG_GEMM_RMSNORM", "fast", 1);
+  absl::Status s = GemmRmsNormForward(x, wf, kEps, out, rstd, Stream::Cpu());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("SG_GEMM_RMSNORM: expected cublas_epilogue, pass or wgmma (or unset), found 'fast'"),
+            std::string::npos)
+      << s;
+  for (const char* v : {"wgmma", "pass", "cublas_epilogue", ""}) {
+    setenv("SG_GEMM_RMSNORM", v, 1);
+    EXPECT_TRUE(GemmRmsNormForward(x, wf, kEps, out, rstd, Stream::Cpu()).ok()) << v;
+  }
+  if (saved == nullptr) {
+    unsetenv("SG_GEMM_RMSNORM");
+  } else {
+    setenv("SG_GEMM_RMSNORM", keep.c_str(), 1);
+  }
+}
+
 TEST(GemmRmsNormCpuTest, BadArgumentsAreNamed) {
   const Device cpu = Device::Cpu();
   auto empty = [&](Shape s, DType t) { return Tensor::Empty(s, t, cpu).value(); };
@@ -201,11 +240,40 @@ TEST(GemmRmsNormCpuTest, BadArgumentsAreNamed) {
 
 TEST(GemmRmsNormCudaTest, MatchesUnfusedDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
-  for (bool epilogue : {true, false}) {
-    for (const Case& c : Cases()) CheckAgainstReference(c, Device::Cuda(0), epilogue);
-    CheckAgainstReference({256, 2048, 768, DType::kBF16}, Device::Cuda(0), epilogue);  // the Llama-1B hidden size
+  for (GemmRmsNormGemm gemm :
+       {GemmRmsNormGemm::kCublasEpilogue, GemmRmsNormGemm::kRowScalePass, GemmRmsNormGemm::kWgmma}) {
+    for (const Case& c : Cases()) CheckAgainstReference(c, Device::Cuda(0), gemm);
+    CheckAgainstReference({256, 2048, 768, DType::kBF16}, Device::Cuda(0), gemm);  // the Llama-1B hidden size
   }
-  CheckAgainstReference({21, 48, 30, DType::kBF16}, Device::Cuda(0), true, /*rstd_given=*/true);
+  CheckAgainstReference({21, 48, 30, DType::kBF16}, Device::Cuda(0), GemmRmsNormGemm::kCublasEpilogue,
+                        /*rstd_given=*/true);
+  // Shapes the wgmma kernel takes (M % 128, N % 256, K % 64), with and without a given rstd.
+  CheckAgainstReference({384, 1024, 512, DType::kBF16}, Device::Cuda(0), GemmRmsNormGemm::kWgmma);
+  CheckAgainstReference({128, 64, 256, DType::kBF16}, Device::Cuda(0), GemmRmsNormGemm::kWgmma, /*rstd_given=*/true);
+}
+
+// With kWgmma on a shape the kernel covers, the forward's output is WgmmaGemm's, bit for bit: the
+// option reaches the kernel rather than falling back to cuBLASLt unnoticed.
+TEST(GemmRmsNormCudaTest, WgmmaOptionRunsTheWgmmaKernel) {
+  SG_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::Cuda(0);
+  Stream s = Stream::Create(dev).value();
+  const int64_t m = 256, k = 512, n = 512;
+  const DType t = DType::kBF16;
+  Tensor x = RandomTensor({m, k}, t, dev, Rng()), wf = RandomTensor({n, k}, t, dev, Rng());
+  Tensor out = Tensor::Empty({m, n}, t, dev).value(), direct = Tensor::Empty({m, n}, t, dev).value();
+  Tensor rstd = Tensor::Empty({m}, DType::kF32, dev).value();
+  Poison(out);
+  Poison(direct);
+  GemmRmsNormOptions opts;
+  opts.gemm = GemmRmsNormGemm::kWgmma;
+  ASSERT_TRUE(GemmRmsNormForward(x, wf, kEps, out, rstd, s, opts).ok());
+  const absl::Status st = WgmmaGemm(x, wf, rstd.view(), direct, s);
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(s.Synchronize().ok());
+  const std::vector<double> a = ToHost(out), b = ToHost(direct);
+  EXPECT_EQ(a, b);
+  EXPECT_EQ(RelativeError(a, b), 0.0);  // and neither is NaN (poison)
 }
 
 // dw and dw_norm are reduced in a fixed order: two backward runs give identical bits.

@@ -1,0 +1,220 @@
+// The Hopper GEMM with a per-row scale epilogue: d = diag(row_scale) (a b^T), bf16 operands both
+// K-major, f32 accumulation, bf16 output (the standard sm_90 recipe, written for this one layout).
+//
+// One persistent thread block per SM, 384 threads in three warpgroups:
+//   warpgroup 0, the producer: gives its registers away (setmaxnreg 40); one thread walks the
+//     block's tiles and k-blocks and, per k-block, waits for a free stage of the ring (its `empty`
+//     mbarrier), then has the TMA unit load the A tile [128][64] and the B tile [256][64] into it
+//     (128-byte swizzle), completing the stage's `full` mbarrier with the bytes.
+//   warpgroups 1 and 2, the consumers (setmaxnreg 232): rows 64 (wg - 1).. of the 128 x 256 tile,
+//     a 64 x 256 f32 accumulator in 128 registers per thread. Per k-block: wait `full`, issue four
+//     wgmma m64n256k16 as one group, then wait until the previous group is done (one group stays
+//     in flight) and release the previous stage (one arrival per warp: `empty` counts 8).
+//     Epilogue: the accumulator times the row's scale, rounded to bf16, stored straight from
+//     registers (bf16x2; each warp store covers 8 rows x 16 contiguous bytes). The producer keeps
+//     loading the next tile's stages meanwhile.
+// Ring: kStages stages of 48 KiB. Iteration `it` (counted over the block's tiles and k-blocks, the
+// same sequence on both sides) uses stage it % kStages in round it / kStages: the consumers wait
+// `full` for parity round & 1, the producer waits `empty` for parity (round & 1) ^ 1 (a fresh
+// barrier reports parity 1 complete, so round 0 starts on free slots).
+// Tile order: the persistent index t = blockIdx.x + i gridDim.x walks groups of kGroupM tile rows,
+// tile rows fastest inside a group, so the ~132 tiles in flight share ~8 A row-panels and ~17 B
+// panels: both stay in L2 even when B (up to 64 MiB at N = 16384) does not fit.
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
+#include "kernels/wgmma_gemm/wgmma_gemm_device.cuh"
+#include "kernels/wgmma_gemm/wgmma_gemm_internal.h"
+
+namespace sg::kernels::wgmma_gemm_internal {
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kBlockM = int(kTileM), kBlockN = int(kTileN), kBlockK = int(kTileK);
+constexpr int kStages = 4;
+constexpr int kConsumerGroups = 2;
+constexpr int kThreads = 128 * (1 + kConsumerGroups);
+constexpr uint32_t kABytes = kBlockM * kBlockK * 2;  // 16 KiB
+constexpr uint32_t kBBytes = kBlockN * kBlockK * 2;  // 32 KiB
+constexpr uint32_t kStageBytes = kABytes + kBBytes;
+// The ring, the 2 kStages mbarriers, and slack to align the ring to 1024 bytes (the swizzle atom).
+constexpr int kSmemBytes = kStages * int(kStageBytes) + 2 * kStages * 8 + 1024;
+constexpr int kProducerRegs = 40, kConsumerRegs = 232;
+
+static_assert(kBlockK * 2 == 128, "a tile row must be one 128-byte swizzle row (the TMA box's inner extent)");
+static_assert(kBlockM == 64 * kConsumerGroups, "each consumer warpgroup owns 64 rows (wgmma m64)");
+static_assert(kBlockN == 256, "the consumer issues m64n256k16");
+static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "tiles must stay 1024-byte aligned (swizzle atoms)");
+static_assert(kSmemBytes <= 227 * 1024, "the ring must fit the 227 KiB of shared memory a block may use");
+static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerGroups <= 65536,
+              "register reallocation must fit the SM's 64K registers");
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+constexpr int kGroupM = 8;  // tile rows per group of the persistent order
+
+// The origin (first row, first column) of the block's persistent tile t.
+__device__ __forceinline__ void TileOrigin(int t, int tiles_m, int tiles_n, int& m0, int& n0) {
+  const int per_group = kGroupM * tiles_n;
+  const int first_m = (t / per_group) * kGroupM;
+  const int rows = min(kGroupM, tiles_m - first_m);
+  const int r = t % per_group;
+  m0 = (first_m + r % rows) * kBlockM;
+  n0 = (r / rows) * kBlockN;
+}
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
+
+__global__ void __launch_bounds__(kThreads, 1)
+    WgmmaGemmKernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
+                    bf16* __restrict__ d, const float* __restrict__ row_scale, int m, int n, int k) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  extern __shared__ __align__(1024) unsigned char smem_raw[];
+  const uint32_t ring = SmemAddr(smem_raw) + (1024 - SmemAddr(smem_raw) % 1024) % 1024;
+  const uint32_t bars = ring + kStages * kStageBytes;  // full[s] at bars + 8 s, empty[s] after them
+  const int tiles_m = m / kBlockM, tiles_n = n / kBlockN, num_tiles = tiles_m * tiles_n, k_blocks = k / kBlockK;
+  const int wg = int(threadIdx.x) / 128;
+
+  if (threadIdx.x == 0) {
+    for (int s = 0; s < kStages; ++s) {
+      MbarInit(bars + 8 * s, 1);                                // the producer's arrive.expect_tx
+      MbarInit(bars + 8 * (kStages + s), 4 * kConsumerGroups);  // one arrival per consumer warp
+    }
+    FenceMbarInit();
+  }
+  __syncthreads();
+
+  if (wg == 0) {  // the producer
+    SetMaxRegsDec<kProducerRegs>();
+    if (threadIdx.x == 0) {
+      PrefetchTensorMap(&tmap_a);
+      PrefetchTensorMap(&tmap_b);
+      int it = 0;
+      for (int t = int(blockIdx.x); t < num_tiles; t += int(gridDim.x)) {
+        int m0, n0;
+        TileOrigin(t, tiles_m, tiles_n, m0, n0);
+        for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+          const int s = it % kStages;
+          const uint32_t stage = ring + s * kStageBytes, full = bars + 8 * s, empty = bars + 8 * (kStages + s);
+          MbarWait(empty, ((it / kStages) & 1) ^ 1);
+          MbarArriveExpectTx(full, kStageBytes);
+          TmaLoad2d(stage, &tmap_a, kb * kBlockK, m0, full);
+          TmaLoad2d(stage + kABytes, &tmap_b, kb * kBlockK, n0, full);
+        }
+      }
+    }
+    return;
+  }
+
+  SetMaxRegsInc<kConsumerRegs>();
+  const int cg = wg - 1, warp = (int(threadIdx.x) / 32) % 4, lane = int(threadIdx.x) % 32;
+  float acc[128];
+#pragma unroll
+  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+  int it = 0;
+  for (int t = int(blockIdx.x); t < num_tiles; t += int(gridDim.x)) {
+    int m0, n0;
+    TileOrigin(t, tiles_m, tiles_n, m0, n0);
+    for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+      const int s = it % kStages;
+      const uint32_t a_tile = ring + s * kStageBytes + cg * 64 * 128, b_tile = ring + s * kStageBytes + kABytes;
+      MbarWait(bars + 8 * s, (it / kStages) & 1);
+      FenceAccumulators(acc);
+      WgmmaFence();
+#pragma unroll
+      for (int kk = 0; kk < kBlockK / 16; ++kk) {  // k16 step: +32 bytes inside the 128-byte rows
+        WgmmaM64N256K16(acc, KMajorSw128Desc(a_tile + kk * 32), KMajorSw128Desc(b_tile + kk * 32), kb > 0 || kk > 0);
+      }
+      WgmmaCommit();
+      WgmmaWait<1>();  // the previous k-block's group is done reading its stage
+      FenceAccumulators(acc);
+      if (kb > 0 && lane == 0) MbarArrive(bars + 8 * (kStages + (it - 1) % kStages));
+    }
+    WgmmaWait<0>();
+    FenceAccumulators(acc);
+    if (lane == 0) MbarArrive(bars + 8 * (kStages + (it - 1) % kStages));
+
+    const int row = m0 + 64 * cg + 16 * warp + lane / 4;
+    const float s0 = row_scale != nullptr ? row_scale[row] : 1.f;
+    const float s1 = row_scale != nullptr ? row_scale[row + 8] : 1.f;
+    bf16* const out0 = d + int64_t(row) * n + n0 + 2 * (lane % 4);
+    bf16* const out1 = out0 + int64_t(8) * n;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+      *reinterpret_cast<__nv_bfloat162*>(out0 + 8 * j) = __floats2bfloat162_rn(acc[4 * j] * s0, acc[4 * j + 1] * s0);
+      *reinterpret_cast<__nv_bfloat162*>(out1 + 8 * j) =
+          __floats2bfloat162_rn(acc[4 * j + 2] * s1, acc[4 * j + 3] * s1);
+    }
+  }
+#else
+  __trap();  // wgmma needs sm_90a; WgmmaGemmCuda launches this kernel only there
+#endif
+}
+
+// cuTensorMapEncodeTiled from the driver, looked up once (the runtime links no libcuda).
+absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> EncodeTiled() {
+  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* p = nullptr;
+    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+    const cudaError_t err =
+        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
+    return err == cudaSuccess && found == cudaDriverEntryPointSuccess
+               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
+               : nullptr;
+  }();
+  if (fn == nullptr) {
+    return absl::InternalError("WgmmaGemm: the driver has no cuTensorMapEncodeTiled (needs CUDA driver >= 12.0)");
+  }
+  return fn;
+}
+
+// The map of a contiguous bf16 [rows][k] matrix read in boxes of [box_rows][kBlockK], 128-byte swizzled.
+absl::Status EncodeKMajor(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_rows) {
+  SG_ASSIGN_OR_RETURN(PFN_cuTensorMapEncodeTiled_v12000 encode, EncodeTiled());
+  const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};  // innermost first
+  const cuuint64_t strides[1] = {cuuint64_t(k) * sizeof(bf16)};  // bytes, of dims 1.. (a row)
+  const cuuint32_t box[2] = {cuuint32_t(kBlockK), cuuint32_t(box_rows)};
+  const cuuint32_t element_strides[2] = {1, 1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return LibraryError(absl::StatusCode::kInternal, "CUDA driver", r, "tensor map rejected", "cuTensorMapEncodeTiled",
+                        __FILE__, __LINE__);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b, const float* row_scale,
+                           void* d, void* stream) {
+  int device = 0, major = 0, minor = 0, sms = 0;
+  SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  if (major != 9 || minor != 0) {
+    return absl::UnimplementedError(
+        absl::StrCat("WgmmaGemm: needs an sm_90 GPU (wgmma, TMA), found compute capability ", major, ".", minor));
+  }
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  CUtensorMap map_a, map_b;
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_a, a, m, k, kBlockM));
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_b, b, n, k, kBlockN));
+  SG_CUDA_RETURN_IF_ERROR(
+      cudaFuncSetAttribute(WgmmaGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
+  const int64_t tiles = (m / kBlockM) * (n / kBlockN);
+  const unsigned grid = unsigned(std::min<int64_t>(tiles, sms));
+  WgmmaGemmKernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(
+      map_a, map_b, static_cast<bf16*>(d), row_scale, int(m), int(n), int(k));
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(WgmmaGemmKernel);
+  return absl::OkStatus();
+}
+
+}  // namespace sg::kernels::wgmma_gemm_internal
