@@ -29,6 +29,8 @@ print(" ".join(f"{k}={round(j[k],3) if isinstance(j[k],float) else j[k]}" for k 
  g() {  # filter: the GEMM benchmark entries, one process (a trapped wgmma kernel ends only its own)
    timeout 70 $B/run kernels/gemm_rmsnorm/gemm_rmsnorm_benchmark --benchmark_filter="$1" --benchmark_min_time=0.2 >> "$logs/gemm.log" 2>&1
    echo "(gemm rc=$?)"; }
+ timeout 60 $B/run kernels/adamw/adamw_benchmark --benchmark_filter='/1258291200' > "$logs/adamw.log" 2>&1
+ echo "-- adamw"; grep -E '^BM_' "$logs/adamw.log" | sed -E 's/\/manual_time//; s/ +[0-9]+ ns +[0-9]+ ns +[0-9]+ / /' | cut -c1-150
  g 'BM_Gemm/M:16384.*impl:[02]|BM_GemmRmsNormForward/M:16384.*mode:[01]'
  g 'BM_Gemm/M:16384.*impl:[13]|BM_GemmRmsNormForward/M:16384.*mode:3'
  echo "-- gemm"; grep -E '^BM_' "$logs/gemm.log" | sed -E 's/\/manual_time//; s/ +[0-9]+ ns +[0-9]+ ns +[0-9]+ / /' | cut -c1-160
