@@ -233,7 +233,8 @@ void CheckStatsMatchForward(const Device& dev) {
   auto& rng = Rng();
   for (const auto& [rows, dim] : {std::tuple<int64_t, int64_t>{64, 2048}, {9, 37}}) {
     SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(dim));
-    Tensor x = RandomTensor({rows, dim}, DType::kBF16, dev, rng), delta = RandomTensor({rows, dim}, DType::kBF16, dev, rng);
+    Tensor x = RandomTensor({rows, dim}, DType::kBF16, dev, rng);
+    Tensor delta = RandomTensor({rows, dim}, DType::kBF16, dev, rng);
     Tensor w = RandomTensor({dim}, DType::kBF16, dev, rng);
     auto empty = [&](Shape s, DType t) {
       Tensor e = Tensor::Empty(s, t, dev).value();

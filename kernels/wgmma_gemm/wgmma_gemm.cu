@@ -52,7 +52,9 @@ constexpr uint32_t kStageBytes = kABytes + kBBytes;
 // 128-byte swizzle row per tile row), so one box is filled while the previous one drains.
 constexpr int kEpiCols = 64;
 constexpr uint32_t kEpiBoxBytes = 64 * kEpiCols * 2;  // 8 KiB
-__host__ __device__ constexpr uint32_t EpilogueBytes(bool tma_store) { return tma_store ? kConsumerGroups * 2 * kEpiBoxBytes : 0; }
+__host__ __device__ constexpr uint32_t EpilogueBytes(bool tma_store) {
+  return tma_store ? kConsumerGroups * 2 * kEpiBoxBytes : 0;
+}
 // The ring, the epilogue buffers, the 2 kStages mbarriers, and slack to align the ring to 1024
 // bytes (the swizzle atom).
 __host__ __device__ constexpr int SmemBytes(bool tma_store) {
