@@ -54,6 +54,33 @@ absl::Status AddRmsNormForward(const TensorView& x, const TensorView& delta, con
 #endif
 }
 
+absl::Status AddRmsNormStatsForward(const TensorView& x, const TensorView& delta, float eps, const TensorView& h,
+                                    const TensorView& rstd, const Stream& stream) {
+  constexpr const char* kOp = "AddRmsNormStatsForward";
+  SG_CHECK_ARG(x.rank() >= 1 && x.numel() > 0, kOp, ": x must be non-empty, found ", x.ToString());
+  SG_CHECK_ARG(IsFloating(x.dtype()), kOp, ": x must be f32, bf16 or f16, found ", x.ToString());
+  SG_CHECK_ARG(x.is_contiguous(), kOp, ": x must be contiguous, found ", x.ToString());
+  SG_CHECK_ARG(eps >= 0, kOp, ": eps must be >= 0, found ", eps);
+  Problem p;
+  p.dim = x.dim(-1);
+  p.rows = x.numel() / p.dim;
+  p.dtype = x.dtype();
+  p.eps = eps;
+  SG_RETURN_IF_ERROR(ExpectTensor(delta, "AddRmsNormStatsForward delta", x.dtype(), x.shape(), x.device()));
+  SG_RETURN_IF_ERROR(ExpectTensor(h, "AddRmsNormStatsForward h", x.dtype(), x.shape(), x.device()));
+  SG_RETURN_IF_ERROR(ExpectTensor(rstd, "AddRmsNormStatsForward rstd", DType::kF32, {p.rows}, x.device()));
+  if (x.device().is_cpu()) {
+    add_rmsnorm_internal::ForwardCpu(p, x.raw(), delta.raw(), nullptr, h.raw(), nullptr, rstd.data<float>());
+    return absl::OkStatus();
+  }
+#ifdef SG_WITH_CUDA
+  return add_rmsnorm_internal::ForwardCuda(p, x.raw(), delta.raw(), nullptr, h.raw(), nullptr, rstd.data<float>(),
+                                           x.device().ordinal, stream.native());
+#else
+  return NoCuda(kOp);
+#endif
+}
+
 absl::Status AddRmsNormBackward(const TensorView& dy, const TensorView& dh_in, const TensorView& h,
                                 const TensorView& weight, const TensorView& rstd, const TensorView& dh,
                                 const TensorView& dweight, const Stream& stream) {

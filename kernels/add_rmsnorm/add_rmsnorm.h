@@ -31,6 +31,16 @@ absl::Status AddRmsNormForward(const TensorView& x, const TensorView& delta, con
                                const TensorView& h, const TensorView& y, const TensorView& rstd,
                                const Stream& stream);
 
+// h = x + delta and rstd of h, as AddRmsNormForward computes them, without y: for a consumer that
+// applies the norm itself -- the fused RMSNorm + GEMM (kernels/gemm_rmsnorm) with the norm weight
+// folded into its W and rstd as the GEMM's row scale -- which saves y's write and re-read.
+//   SG_RETURN_IF_ERROR(AddRmsNormStatsForward(x, delta, 1e-5f, h, rstd, stream));
+//   GemmRmsNormOptions o; o.rstd_given = true;
+//   SG_RETURN_IF_ERROR(GemmRmsNormForward(h, w_folded, 1e-5f, out, rstd, stream, o));
+// Errors as AddRmsNormForward's.
+absl::Status AddRmsNormStatsForward(const TensorView& x, const TensorView& delta, float eps, const TensorView& h,
+                                    const TensorView& rstd, const Stream& stream);
+
 // Given dy, the residual gradient dh_in and the forward's h, weight and rstd, writes dh (h's dtype)
 // and dweight (f32 [dim]).
 absl::Status AddRmsNormBackward(const TensorView& dy, const TensorView& dh_in, const TensorView& h,

@@ -26,6 +26,7 @@ void Forward(const Problem& p, const T* x, const T* delta, const T* w, T* h, T* 
       }
       const float rs = float(1.0 / std::sqrt(ss / double(p.dim) + p.eps));
       rstd[r] = rs;
+      if (y == nullptr) continue;  // h and rstd only
       for (int64_t i = 0; i < p.dim; ++i) y[r * p.dim + i] = FromFloat<T>(hr[size_t(i)] * rs * ToFloat(w[i]));
     }
   });

@@ -21,6 +21,7 @@ struct Problem {
   float eps = 0;
 };
 
+// y null: h and rstd only (w unused, may be null).
 void ForwardCpu(const Problem& p, const void* x, const void* delta, const void* w, void* h, void* y, float* rstd);
 void BackwardCpu(const Problem& p, const void* dy, const void* dh_in, const void* h, const void* w,
                  const float* rstd, void* dh, float* dw);

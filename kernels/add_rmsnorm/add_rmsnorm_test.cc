@@ -3,6 +3,7 @@
 // uses both outputs (y and the new residual h), and the CPU implementation for CUDA. Fresh random
 // inputs every run; outputs poisoned before each kernel; odd sizes; in-place residual updates.
 #include <cmath>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -223,6 +224,40 @@ TEST(AddRmsNormCudaTest, MatchesDoubleReference) {
   CheckAgainstReference({9, 24, DType::kBF16}, Device::Cuda(0), 1e-2, true);
   CheckAgainstReference({4, 37, DType::kF32}, Device::Cuda(0), 1e-5, true);
   CheckAgainstReference({16384, 2048, DType::kBF16}, Device::Cuda(0), 1e-2, false);  // the Llama-1B shape
+}
+
+// AddRmsNormStatsForward is AddRmsNormForward without y: the same h and rstd, bit for bit, on the
+// vector path (dim a multiple of 8) and the general one, and no byte of the poisoned y touched.
+void CheckStatsMatchForward(const Device& dev) {
+  Stream stream = dev.is_cpu() ? Stream::Cpu() : Stream::Create(dev).value();
+  auto& rng = Rng();
+  for (const auto& [rows, dim] : {std::tuple<int64_t, int64_t>{64, 2048}, {9, 37}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(dim));
+    Tensor x = RandomTensor({rows, dim}, DType::kBF16, dev, rng);
+    Tensor delta = RandomTensor({rows, dim}, DType::kBF16, dev, rng);
+    Tensor w = RandomTensor({dim}, DType::kBF16, dev, rng);
+    auto empty = [&](Shape s, DType t) {
+      Tensor e = Tensor::Empty(s, t, dev).value();
+      Poison(e);
+      return e;
+    };
+    Tensor h = empty({rows, dim}, DType::kBF16), y = empty({rows, dim}, DType::kBF16), r = empty({rows}, DType::kF32);
+    Tensor h2 = empty({rows, dim}, DType::kBF16), r2 = empty({rows}, DType::kF32);
+    ASSERT_TRUE(AddRmsNormForward(x, delta, w, 1e-5f, h, y, r, stream).ok());
+    const absl::Status s = AddRmsNormStatsForward(x, delta, 1e-5f, h2, r2, stream);
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(stream.Synchronize().ok());
+    const std::vector<double> hw = ToHost(h), hg = ToHost(h2), rw = ToHost(r), rg = ToHost(r2);
+    EXPECT_EQ(hg, hw);
+    EXPECT_EQ(rg, rw);
+    for (const double v : rw) ASSERT_GT(v, 0.0);  // written (the poison fails this), never all zeros
+  }
+}
+
+TEST(AddRmsNormCpuTest, StatsForwardMatchesForward) { CheckStatsMatchForward(Device::Cpu()); }
+TEST(AddRmsNormCudaTest, StatsForwardMatchesForward) {
+  SG_SKIP_WITHOUT_CUDA();
+  CheckStatsMatchForward(Device::Cuda(0));
 }
 
 // The weight gradient is reduced in a fixed order: two runs give identical bits.

@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/add_rmsnorm/add_rmsnorm.h"
 #include "kernels/core/testing.h"
+#include "kernels/gemm/gemm.h"
 #include "kernels/gemm_rmsnorm/gemm_rmsnorm.h"
 #include "kernels/wgmma_gemm/wgmma_gemm.h"
 
@@ -274,6 +276,62 @@ TEST(GemmRmsNormCudaTest, WgmmaOptionRunsTheWgmmaKernel) {
   const std::vector<double> a = ToHost(out), b = ToHost(direct);
   EXPECT_EQ(a, b);
   EXPECT_EQ(RelativeError(a, b), 0.0);  // and neither is NaN (poison)
+}
+
+// The Llama block's sequence, residual add -> RMSNorm -> Linear, both ways: unfused (AddRmsNormForward
+// writes h, y and rstd; the GEMM reads y) and fused (AddRmsNormStatsForward writes h and rstd only;
+// the GEMM reads h with the folded weight and rstd as its row scale). The two round differently (y
+// and w_folded are bf16), so they agree to bf16 accuracy, not bit for bit; with rstd misapplied (or
+// the norm weight not folded) they would differ by O(1). `variant`: SG_WGMMA_GEMM_VARIANT, or null.
+void CheckBlockFusedMatchesUnfused(const Device& dev, int64_t m, int64_t k, int64_t n, GemmRmsNormGemm gemm,
+                                   const char* variant) {
+  SCOPED_TRACE(std::string(dev.ToString()) + " " + std::to_string(m) + "x" + std::to_string(n) + "x" +
+               std::to_string(k) + (variant != nullptr ? std::string(" variant ") + variant : std::string()));
+  Stream s = dev.is_cpu() ? Stream::Cpu() : Stream::Create(dev).value();
+  const DType t = DType::kBF16;
+  auto& rng = Rng();
+  Tensor x = RandomTensor({m, k}, t, dev, rng), delta = RandomTensor({m, k}, t, dev, rng);
+  Tensor g = RandomTensor({k}, t, dev, rng), w = RandomTensor({n, k}, t, dev, rng);
+  auto empty = [&](Shape shape, DType dt) {
+    Tensor e = Tensor::Empty(shape, dt, dev).value();
+    Poison(e);
+    return e;
+  };
+  Tensor h = empty({m, k}, t), y = empty({m, k}, t), rstd = empty({m}, DType::kF32), out = empty({m, n}, t);
+  Tensor h2 = empty({m, k}, t), rstd2 = empty({m}, DType::kF32), wf = empty({n, k}, t), out2 = empty({m, n}, t);
+  ASSERT_TRUE(AddRmsNormForward(x, delta, g, kEps, h, y, rstd, s).ok());
+  ASSERT_TRUE(MatmulForward(y, w, std::nullopt, out, s).ok());
+
+  if (variant != nullptr) {
+    ASSERT_EQ(setenv("SG_WGMMA_GEMM_VARIANT", variant, 1), 0);
+  }
+  ASSERT_TRUE(AddRmsNormStatsForward(x, delta, kEps, h2, rstd2, s).ok());
+  ASSERT_TRUE(GemmRmsNormFoldWeight(w, g, wf, s).ok());
+  GemmRmsNormOptions opts;
+  opts.rstd_given = true;
+  opts.gemm = gemm;
+  const absl::Status st = GemmRmsNormForward(h2, wf, kEps, out2, rstd2, s, opts);
+  if (variant != nullptr) {
+    ASSERT_EQ(unsetenv("SG_WGMMA_GEMM_VARIANT"), 0);
+  }
+  ASSERT_TRUE(st.ok()) << st;
+  ASSERT_TRUE(s.Synchronize().ok());
+  EXPECT_EQ(ToHost(h2), ToHost(h));
+  EXPECT_EQ(ToHost(rstd2), ToHost(rstd));
+  // bf16 roundings of y, w_folded and out: each ~2^-9 relative; L2 over the output well below 1e-2.
+  EXPECT_LT(RelativeError(ToHost(out2), ToHost(out)), 1e-2);
+}
+
+TEST(GemmRmsNormCpuTest, LlamaBlockFusedMatchesUnfused) {
+  CheckBlockFusedMatchesUnfused(Device::Cpu(), 24, 64, 48, GemmRmsNormGemm::kCublasEpilogue, nullptr);
+}
+
+TEST(GemmRmsNormCudaTest, LlamaBlockFusedMatchesUnfused) {
+  SG_SKIP_WITHOUT_CUDA();
+  CheckBlockFusedMatchesUnfused(Device::Cuda(0), 24, 64, 48, GemmRmsNormGemm::kCublasEpilogue, nullptr);
+  for (const char* variant : {"registers", "tma_store", "cluster"}) {
+    CheckBlockFusedMatchesUnfused(Device::Cuda(0), 512, 2048, 512, GemmRmsNormGemm::kWgmma, variant);
+  }
 }
 
 // dw and dw_norm are reduced in a fixed order: two backward runs give identical bits.

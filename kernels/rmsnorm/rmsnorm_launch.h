@@ -161,6 +161,7 @@ __device__ __forceinline__ void BlockSumRows(float (&v)[kR], float (*scratch)[32
 }
 
 // y = h * rstd * w with h = x (kAdd false) or h = round(x + delta) also written out (kAdd true).
+// y null: h and rstd only (w unused), for a consumer that applies the norm itself.
 // x may equal h (in-place residual update), so neither is __restrict__. kPrefetch: the next step's
 // rows are loaded before this step's are reduced and stored (rows differ, so in place is safe).
 template <typename T, int kV, int kR, bool kAdd, bool kPrefetch>
@@ -177,7 +178,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
   for (int j = 0; j < kV; ++j) {
     const int p = int(threadIdx.x) + int(blockDim.x) * j;
-    if (p < packs) {
+    if (p < packs && y != nullptr) {
       Pack8<T>::Load(w + p * 8, wv[j]);
     } else {
 #pragma unroll
@@ -246,7 +247,7 @@ __global__ void __launch_bounds__(kMaxThreads)
 #pragma unroll
       for (int j = 0; j < kV; ++j) {
         const int p = int(threadIdx.x) + int(blockDim.x) * j;
-        if (p < packs) {
+        if (p < packs && y != nullptr) {
           float v[8];
           Unpack(hr[r][j], v);
 #pragma unroll
@@ -458,6 +459,7 @@ __global__ void ForwardRowKernel(const T* x, const T* delta, const T* w, T* h, T
   }
   const float rs = rsqrtf(BlockSum(ss, scratch) / float(dim) + eps);
   if (threadIdx.x == 0) rstd[blockIdx.x] = rs;
+  if (y == nullptr) return;
   for (int i = threadIdx.x; i < dim; i += blockDim.x) {
     y[base + i] = cuda_vec::FromF<T>(Get(src, base + i) * rs * Get(w, i));
   }
@@ -581,7 +583,7 @@ struct KernelLaunch {
 namespace sg::kernels::rmsnorm_launch {
 
 // Forward: y and rstd from x (kAdd false; delta and h unused, may be null), or h = x + delta, then
-// y and rstd from h (kAdd true).
+// y and rstd from h (kAdd true). y may be null (w then unused): rstd (and h) only.
 template <typename T, bool kAdd>
 absl::Status Forward(const LaunchConfig& cfg, int64_t rows, int64_t dim, float eps, const T* x, const T* delta,
                      const T* w, T* h, T* y, float* rstd, int device, cudaStream_t stream) {

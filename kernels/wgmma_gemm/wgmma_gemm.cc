@@ -1,6 +1,8 @@
 #include "kernels/wgmma_gemm/wgmma_gemm.h"
 
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
@@ -14,10 +16,31 @@ constexpr const char* kOp = "WgmmaGemm";
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
+absl::StatusOr<impl::KernelVariant> ChooseVariant(WgmmaGemmVariant v) {
+  switch (v) {
+    case WgmmaGemmVariant::kRegisterStores:
+      return impl::KernelVariant::kRegisterStores;
+    case WgmmaGemmVariant::kTmaStore:
+      return impl::KernelVariant::kTmaStore;
+    case WgmmaGemmVariant::kClusterMulticast:
+      return impl::KernelVariant::kClusterMulticast;
+    case WgmmaGemmVariant::kFromEnv:
+      break;
+  }
+  const char* env = std::getenv("SG_WGMMA_GEMM_VARIANT");
+  const std::string name = env != nullptr ? env : "";
+  if (name.empty() || name == "registers") return impl::KernelVariant::kRegisterStores;
+  if (name == "tma_store") return impl::KernelVariant::kTmaStore;
+  if (name == "cluster") return impl::KernelVariant::kClusterMulticast;
+  return absl::InvalidArgumentError(absl::StrCat(
+      kOp, ": SG_WGMMA_GEMM_VARIANT must be registers, tma_store or cluster (or unset), found '", name, "'"));
+}
+
 }  // namespace
 
 absl::Status WgmmaGemm(const TensorView& a, const TensorView& b, const std::optional<TensorView>& row_scale,
-                       const TensorView& d, const Stream& stream) {
+                       const TensorView& d, const Stream& stream, WgmmaGemmVariant variant) {
+  SG_ASSIGN_OR_RETURN(const impl::KernelVariant kernel_variant, ChooseVariant(variant));
   SG_CHECK_ARG(a.rank() >= 1 && a.numel() > 0, kOp, ": a must be a non-empty [..., K] tensor, found ", a.ToString());
   const int64_t k = a.dim(-1), m = a.numel() / k;
   SG_CHECK_ARG(b.rank() == 2 && b.dim(1) == k, kOp, ": b must be [N, ", k, "] to match a ", a.ToString(), ", found ",
@@ -55,8 +78,9 @@ absl::Status WgmmaGemm(const TensorView& a, const TensorView& b, const std::opti
   }
 #ifdef SG_WITH_CUDA
   return impl::WgmmaGemmCuda(m, n, k, a.raw(), b.raw(), row_scale.has_value() ? row_scale->data<float>() : nullptr,
-                             d.raw(), stream.native());
+                             d.raw(), stream.native(), kernel_variant);
 #else
+  (void)kernel_variant;
   return absl::UnimplementedError(absl::StrCat(kOp, ": CUDA tensors given to a build without CUDA"));
 #endif
 }

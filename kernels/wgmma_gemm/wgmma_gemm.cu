@@ -17,6 +17,9 @@
 // same sequence on both sides) uses stage it % kStages in round it / kStages: the consumers wait
 // `full` for parity round & 1, the producer waits `empty` for parity (round & 1) ^ 1 (a fresh
 // barrier reports parity 1 complete, so round 0 starts on free slots).
+// Variants (WgmmaGemmVariant; the kernel template's kTmaStore and kCluster): the epilogue above, or
+// the tile staged through shared memory and written by TMA stores that overlap the next tile's
+// k-loop; and single blocks, or 2-block clusters whose B loads are multicast (see WgmmaGemmKernel).
 // Tile order: the persistent index t = blockIdx.x + i gridDim.x walks groups of kGroupM tile rows,
 // tile rows fastest inside a group, so the ~132 tiles in flight share ~8 A row-panels and ~17 B
 // panels: both stay in L2 even when B (up to 64 MiB at N = 16384) does not fit.
@@ -45,20 +48,32 @@ constexpr int kThreads = 128 * (1 + kConsumerGroups);
 constexpr uint32_t kABytes = kBlockM * kBlockK * 2;  // 16 KiB
 constexpr uint32_t kBBytes = kBlockN * kBlockK * 2;  // 32 KiB
 constexpr uint32_t kStageBytes = kABytes + kBBytes;
-// The ring, the 2 kStages mbarriers, and slack to align the ring to 1024 bytes (the swizzle atom).
-constexpr int kSmemBytes = kStages * int(kStageBytes) + 2 * kStages * 8 + 1024;
+// The TMA-store epilogue: per consumer warpgroup, two staging buffers of one 64 x 64 bf16 box (one
+// 128-byte swizzle row per tile row), so one box is filled while the previous one drains.
+constexpr int kEpiCols = 64;
+constexpr uint32_t kEpiBoxBytes = 64 * kEpiCols * 2;  // 8 KiB
+__host__ __device__ constexpr uint32_t EpilogueBytes(bool tma_store) {
+  return tma_store ? kConsumerGroups * 2 * kEpiBoxBytes : 0;
+}
+// The ring, the epilogue buffers, the 2 kStages mbarriers, and slack to align the ring to 1024
+// bytes (the swizzle atom).
+__host__ __device__ constexpr int SmemBytes(bool tma_store) {
+  return kStages * int(kStageBytes) + int(EpilogueBytes(tma_store)) + 2 * kStages * 8 + 1024;
+}
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
 static_assert(kBlockK * 2 == 128, "a tile row must be one 128-byte swizzle row (the TMA box's inner extent)");
+static_assert(kEpiCols * 2 == 128, "an epilogue box row must be one 128-byte swizzle row");
 static_assert(kBlockM == 64 * kConsumerGroups, "each consumer warpgroup owns 64 rows (wgmma m64)");
-static_assert(kBlockN == 256, "the consumer issues m64n256k16");
-static_assert(kABytes % 1024 == 0 && kBBytes % 1024 == 0, "tiles must stay 1024-byte aligned (swizzle atoms)");
-static_assert(kSmemBytes <= 227 * 1024, "the ring must fit the 227 KiB of shared memory a block may use");
+static_assert(kBlockN == 256 && kBlockN % kEpiCols == 0, "the consumer issues m64n256k16");
+static_assert(kABytes % 1024 == 0 && kBBytes % 2048 == 0 && kEpiBoxBytes % 1024 == 0,
+              "tiles, half B tiles and epilogue boxes must stay 1024-byte aligned (swizzle atoms)");
+static_assert(SmemBytes(true) <= 227 * 1024, "the ring and epilogue must fit the 227 KiB a block may use");
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerGroups <= 65536,
               "register reallocation must fit the SM's 64K registers");
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-constexpr int kGroupM = 8;  // tile rows per group of the persistent order
+constexpr int kGroupM = 8;  // tile rows per group of the persistent order (even: see kCluster below)
 
 // The origin (first row, first column) of the block's persistent tile t.
 __device__ __forceinline__ void TileOrigin(int t, int tiles_m, int tiles_n, int& m0, int& n0) {
@@ -69,26 +84,51 @@ __device__ __forceinline__ void TileOrigin(int t, int tiles_m, int tiles_n, int&
   m0 = (first_m + r % rows) * kBlockM;
   n0 = (r / rows) * kBlockN;
 }
+
+__device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
+// kTmaStore: the epilogue writes the scaled bf16 tile into swizzled shared-memory boxes and a TMA
+// store per box drains them while the consumers go on with the next tile (instead of bf16x2 stores
+// from registers, each warp store scattered over 8 rows, with the math stopped until they issue).
+// kCluster == 2: the blocks run in pairs (a 2-CTA cluster) on the M-adjacent tiles 2u, 2u + 1 of
+// the persistent unit u (adjacent in the grouped order because kGroupM and tiles_m are even), which
+// share their B tile: each block loads its own A and half of B, multicast to both, so B crosses
+// L2 -> SM once per pair. A stage is then written by both producers, so its `empty` barrier counts
+// the consumer warps of both blocks (each warp arrives on its own and on the peer's), and a block
+// may exit only after the peer's last remote arrival (the closing cluster barrier).
+template <bool kTmaStore, int kCluster>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
-                    bf16* __restrict__ d, const float* __restrict__ row_scale, int m, int n, int k) {
+                    const __grid_constant__ CUtensorMap tmap_d, bf16* __restrict__ d,
+                    const float* __restrict__ row_scale, int m, int n, int k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  static_assert(kCluster == 1 || (kCluster == 2 && kGroupM % 2 == 0), "pairs must be M-adjacent tiles");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t ring = SmemAddr(smem_raw) + (1024 - SmemAddr(smem_raw) % 1024) % 1024;
-  const uint32_t bars = ring + kStages * kStageBytes;  // full[s] at bars + 8 s, empty[s] after them
-  const int tiles_m = m / kBlockM, tiles_n = n / kBlockN, num_tiles = tiles_m * tiles_n, k_blocks = k / kBlockK;
+  const uint32_t epi = ring + kStages * kStageBytes;
+  const uint32_t bars = epi + EpilogueBytes(kTmaStore);  // full[s] at bars + 8 s, empty[s] after them
+  const int tiles_m = m / kBlockM, tiles_n = n / kBlockN, k_blocks = k / kBlockK;
+  const int units = tiles_m * tiles_n / kCluster;  // a unit: one tile, or one pair of tiles
   const int wg = int(threadIdx.x) / 128;
+  const int rank = kCluster > 1 ? int(ClusterCtaRank()) : 0;
+  const int first_unit = int(blockIdx.x) / kCluster, unit_step = int(gridDim.x) / kCluster;
 
   if (threadIdx.x == 0) {
     for (int s = 0; s < kStages; ++s) {
-      MbarInit(bars + 8 * s, 1);                                // the producer's arrive.expect_tx
-      MbarInit(bars + 8 * (kStages + s), 4 * kConsumerGroups);  // one arrival per consumer warp
+      MbarInit(bars + 8 * s, 1);                                           // the producer's arrive.expect_tx
+      MbarInit(bars + 8 * (kStages + s), 4 * kConsumerGroups * kCluster);  // each consumer warp of the cluster
     }
     FenceMbarInit();
   }
-  __syncthreads();
+  if constexpr (kCluster > 1) {
+    ClusterSync();  // the peer's barriers are initialized before anything arrives on them
+  } else {
+    __syncthreads();
+  }
 
   if (wg == 0) {  // the producer
     SetMaxRegsDec<kProducerRegs>();
@@ -96,62 +136,108 @@ __global__ void __launch_bounds__(kThreads, 1)
       PrefetchTensorMap(&tmap_a);
       PrefetchTensorMap(&tmap_b);
       int it = 0;
-      for (int t = int(blockIdx.x); t < num_tiles; t += int(gridDim.x)) {
+      for (int u = first_unit; u < units; u += unit_step) {
         int m0, n0;
-        TileOrigin(t, tiles_m, tiles_n, m0, n0);
+        TileOrigin(u * kCluster + rank, tiles_m, tiles_n, m0, n0);
         for (int kb = 0; kb < k_blocks; ++kb, ++it) {
           const int s = it % kStages;
           const uint32_t stage = ring + s * kStageBytes, full = bars + 8 * s, empty = bars + 8 * (kStages + s);
           MbarWait(empty, ((it / kStages) & 1) ^ 1);
-          MbarArriveExpectTx(full, kStageBytes);
+          MbarArriveExpectTx(full, kStageBytes);  // A, and B from both halves' multicasts
           TmaLoad2d(stage, &tmap_a, kb * kBlockK, m0, full);
-          TmaLoad2d(stage + kABytes, &tmap_b, kb * kBlockK, n0, full);
+          if constexpr (kCluster == 1) {
+            TmaLoad2d(stage + kABytes, &tmap_b, kb * kBlockK, n0, full);
+          } else {
+            constexpr int kHalfRows = kBlockN / kCluster;
+            TmaLoad2dMulticast(stage + kABytes + rank * (kBBytes / kCluster), &tmap_b, kb * kBlockK,
+                               n0 + rank * kHalfRows, full, uint16_t((1u << kCluster) - 1));
+          }
         }
       }
     }
-    return;
-  }
-
-  SetMaxRegsInc<kConsumerRegs>();
-  const int cg = wg - 1, warp = (int(threadIdx.x) / 32) % 4, lane = int(threadIdx.x) % 32;
-  float acc[128];
+  } else {  // the consumers
+    SetMaxRegsInc<kConsumerRegs>();
+    const int cg = wg - 1, warp = (int(threadIdx.x) / 32) % 4, lane = int(threadIdx.x) % 32;
+    const bool leader = threadIdx.x % 128 == 0;  // issues the warpgroup's TMA stores
+    auto release = [&](int s) {  // the stage's reads are done: one arrival per warp and block
+      if (lane != 0) return;
+      if constexpr (kCluster == 1) {
+        MbarArrive(bars + 8 * (kStages + s));
+      } else {
 #pragma unroll
-  for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-  int it = 0;
-  for (int t = int(blockIdx.x); t < num_tiles; t += int(gridDim.x)) {
-    int m0, n0;
-    TileOrigin(t, tiles_m, tiles_n, m0, n0);
-    for (int kb = 0; kb < k_blocks; ++kb, ++it) {
-      const int s = it % kStages;
-      const uint32_t a_tile = ring + s * kStageBytes + cg * 64 * 128, b_tile = ring + s * kStageBytes + kABytes;
-      MbarWait(bars + 8 * s, (it / kStages) & 1);
-      FenceAccumulators(acc);
-      WgmmaFence();
-#pragma unroll
-      for (int kk = 0; kk < kBlockK / 16; ++kk) {  // k16 step: +32 bytes inside the 128-byte rows
-        WgmmaM64N256K16(acc, KMajorSw128Desc(a_tile + kk * 32), KMajorSw128Desc(b_tile + kk * 32), kb > 0 || kk > 0);
+        for (int r = 0; r < kCluster; ++r) MbarArriveCluster(bars + 8 * (kStages + s), uint32_t(r));
       }
-      WgmmaCommit();
-      WgmmaWait<1>();  // the previous k-block's group is done reading its stage
-      FenceAccumulators(acc);
-      if (kb > 0 && lane == 0) MbarArrive(bars + 8 * (kStages + (it - 1) % kStages));
-    }
-    WgmmaWait<0>();
-    FenceAccumulators(acc);
-    if (lane == 0) MbarArrive(bars + 8 * (kStages + (it - 1) % kStages));
-
-    const int row = m0 + 64 * cg + 16 * warp + lane / 4;
-    const float s0 = row_scale != nullptr ? row_scale[row] : 1.f;
-    const float s1 = row_scale != nullptr ? row_scale[row + 8] : 1.f;
-    bf16* const out0 = d + int64_t(row) * n + n0 + 2 * (lane % 4);
-    bf16* const out1 = out0 + int64_t(8) * n;
+    };
+    float acc[128];
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-      *reinterpret_cast<__nv_bfloat162*>(out0 + 8 * j) = __floats2bfloat162_rn(acc[4 * j] * s0, acc[4 * j + 1] * s0);
-      *reinterpret_cast<__nv_bfloat162*>(out1 + 8 * j) =
-          __floats2bfloat162_rn(acc[4 * j + 2] * s1, acc[4 * j + 3] * s1);
+    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    int it = 0;
+    for (int u = first_unit; u < units; u += unit_step) {
+      int m0, n0;
+      TileOrigin(u * kCluster + rank, tiles_m, tiles_n, m0, n0);
+      for (int kb = 0; kb < k_blocks; ++kb, ++it) {
+        const int s = it % kStages;
+        const uint32_t a_tile = ring + s * kStageBytes + cg * 64 * 128, b_tile = ring + s * kStageBytes + kABytes;
+        MbarWait(bars + 8 * s, (it / kStages) & 1);
+        FenceAccumulators(acc);
+        WgmmaFence();
+#pragma unroll
+        for (int kk = 0; kk < kBlockK / 16; ++kk) {  // k16 step: +32 bytes inside the 128-byte rows
+          WgmmaM64N256K16(acc, KMajorSw128Desc(a_tile + kk * 32), KMajorSw128Desc(b_tile + kk * 32),
+                          kb > 0 || kk > 0);
+        }
+        WgmmaCommit();
+        WgmmaWait<1>();  // the previous k-block's group is done reading its stage
+        FenceAccumulators(acc);
+        if (kb > 0) release((it - 1) % kStages);
+      }
+      WgmmaWait<0>();
+      FenceAccumulators(acc);
+      release((it - 1) % kStages);
+
+      const int row_in_wg = 16 * warp + lane / 4;  // and row_in_wg + 8
+      const int row = m0 + 64 * cg + row_in_wg;
+      const float s0 = row_scale != nullptr ? row_scale[row] : 1.f;
+      const float s1 = row_scale != nullptr ? row_scale[row + 8] : 1.f;
+      if constexpr (kTmaStore) {
+        // Box c holds columns 64 c.. (registers 32 c..). In the swizzled box, the 16-byte chunk jj of
+        // a row r sits at chunk jj ^ (r % 8); r % 8 = lane / 4 for both rows, so a warp store hits 8
+        // distinct chunks x 4 words: all 32 banks.
+        const uint32_t boxes = epi + cg * 2 * kEpiBoxBytes, swz = uint32_t(lane / 4);
+#pragma unroll
+        for (int c = 0; c < kBlockN / kEpiCols; ++c) {
+          const uint32_t box = boxes + (c % 2) * kEpiBoxBytes;
+          if (leader) BulkWaitGroupRead<1>();  // the store that last read this box (two boxes back) is done
+          NamedBarrierSync(1 + cg, 128);
+#pragma unroll
+          for (int jj = 0; jj < 8; ++jj) {
+            const int j = 8 * c + jj;
+            const uint32_t off = ((uint32_t(jj) ^ swz) * 16) + 4 * (lane % 4);
+            StShared32(box + row_in_wg * 128 + off, PackBf16x2(acc[4 * j] * s0, acc[4 * j + 1] * s0));
+            StShared32(box + (row_in_wg + 8) * 128 + off, PackBf16x2(acc[4 * j + 2] * s1, acc[4 * j + 3] * s1));
+          }
+          FenceProxyAsyncShared();
+          NamedBarrierSync(1 + cg, 128);
+          if (leader) {
+            TmaStore2d(&tmap_d, box, n0 + c * kEpiCols, m0 + 64 * cg);
+            BulkCommitGroup();
+          }
+        }
+      } else {
+        bf16* const out0 = d + int64_t(row) * n + n0 + 2 * (lane % 4);
+        bf16* const out1 = out0 + int64_t(8) * n;
+#pragma unroll
+        for (int j = 0; j < 32; ++j) {
+          *reinterpret_cast<__nv_bfloat162*>(out0 + 8 * j) =
+              __floats2bfloat162_rn(acc[4 * j] * s0, acc[4 * j + 1] * s0);
+          *reinterpret_cast<__nv_bfloat162*>(out1 + 8 * j) =
+              __floats2bfloat162_rn(acc[4 * j + 2] * s1, acc[4 * j + 3] * s1);
+        }
+      }
     }
+    if (kTmaStore && leader) BulkWaitAll();  // the boxes stay valid (and d written) until the block ends
   }
+  if constexpr (kCluster > 1) ClusterSync();  // no block exits while its peer may still arrive on it
 #else
   __trap();  // wgmma needs sm_90a; WgmmaGemmCuda launches this kernel only there
 #endif
@@ -191,10 +277,43 @@ absl::Status EncodeKMajor(CUtensorMap* map, const void* base, int64_t rows, int6
   return absl::OkStatus();
 }
 
+template <bool kTmaStore, int kCluster>
+absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d, void* d,
+                    const float* row_scale, int64_t m, int64_t n, int64_t k, int sms, cudaStream_t stream) {
+  auto* const kernel = WgmmaGemmKernel<kTmaStore, kCluster>;
+  constexpr int kSmem = SmemBytes(kTmaStore);
+  SG_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
+  const int64_t units = (m / kBlockM) * (n / kBlockN) / kCluster;
+  int64_t resident = sms / kCluster;  // persistent: one unit of blocks per SM (pair of SMs)
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attrs[1] = {};
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = kSmem;
+  config.stream = stream;
+  if constexpr (kCluster > 1) {
+    attrs[0].id = cudaLaunchAttributeClusterDimension;
+    attrs[0].val.clusterDim.x = kCluster;
+    attrs[0].val.clusterDim.y = 1;
+    attrs[0].val.clusterDim.z = 1;
+    config.attrs = attrs;
+    config.numAttrs = 1;
+    // GPCs need not hold a whole number of pairs: ask how many clusters fit at once, so that no
+    // pair waits for a second wave.
+    config.gridDim = dim3(unsigned(kCluster * std::min(units, resident)));
+    int clusters = 0;
+    SG_CUDA_RETURN_IF_ERROR(cudaOccupancyMaxActiveClusters(&clusters, kernel, &config));
+    if (clusters > 0) resident = std::min<int64_t>(resident, clusters);
+  }
+  config.gridDim = dim3(unsigned(kCluster * std::min(units, resident)));
+  SG_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_d, static_cast<bf16*>(d), row_scale,
+                                             int(m), int(n), int(k)));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b, const float* row_scale,
-                           void* d, void* stream) {
+                           void* d, void* stream, KernelVariant variant) {
   int device = 0, major = 0, minor = 0, sms = 0;
   SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
@@ -204,17 +323,23 @@ absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const
         absl::StrCat("WgmmaGemm: needs an sm_90 GPU (wgmma, TMA), found compute capability ", major, ".", minor));
   }
   SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
-  CUtensorMap map_a, map_b;
+  // Pairs need an even number of tile rows (M-adjacent tiles share B); else the single-block form.
+  if (variant == KernelVariant::kClusterMulticast && (m / kBlockM) % 2 != 0) variant = KernelVariant::kTmaStore;
+  const bool pairs = variant == KernelVariant::kClusterMulticast;
+  CUtensorMap map_a, map_b, map_d;
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_a, a, m, k, kBlockM));
-  SG_RETURN_IF_ERROR(EncodeKMajor(&map_b, b, n, k, kBlockN));
-  SG_CUDA_RETURN_IF_ERROR(
-      cudaFuncSetAttribute(WgmmaGemmKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmemBytes));
-  const int64_t tiles = (m / kBlockM) * (n / kBlockN);
-  const unsigned grid = unsigned(std::min<int64_t>(tiles, sms));
-  WgmmaGemmKernel<<<grid, kThreads, kSmemBytes, static_cast<cudaStream_t>(stream)>>>(
-      map_a, map_b, static_cast<bf16*>(d), row_scale, int(m), int(n), int(k));
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(WgmmaGemmKernel);
-  return absl::OkStatus();
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_b, b, n, k, pairs ? kBlockN / 2 : kBlockN));
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_d, d, m, n, 64));  // the epilogue's 64 x 64 boxes
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (variant) {
+    case KernelVariant::kRegisterStores:
+      return Launch<false, 1>(map_a, map_b, map_d, d, row_scale, m, n, k, sms, s);
+    case KernelVariant::kTmaStore:
+      return Launch<true, 1>(map_a, map_b, map_d, d, row_scale, m, n, k, sms, s);
+    case KernelVariant::kClusterMulticast:
+      return Launch<true, 2>(map_a, map_b, map_d, d, row_scale, m, n, k, sms, s);
+  }
+  return absl::InvalidArgumentError("WgmmaGemm: unknown kernel variant");
 }
 
 }  // namespace sg::kernels::wgmma_gemm_internal

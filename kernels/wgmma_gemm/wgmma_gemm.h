@@ -8,10 +8,12 @@
 //   if (absl::IsUnimplemented(s)) s = <the cuBLASLt path>;   // another GPU or shape
 //
 // The kernel (wgmma_gemm.cu): TMA loads into a 4-stage shared-memory ring, one producer warp, two
-// consumer warpgroups issuing wgmma m64n256k16 on a 128 x 256 tile, persistent over the tiles.
+// consumer warpgroups issuing wgmma m64n256k16 on a 128 x 256 tile, persistent over the tiles; its
+// epilogue and block arrangement come in the variants of WgmmaGemmVariant.
 #ifndef SGTRAIN_KERNELS_WGMMA_GEMM_WGMMA_GEMM_H_
 #define SGTRAIN_KERNELS_WGMMA_GEMM_WGMMA_GEMM_H_
 
+#include <cstdint>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -19,6 +21,23 @@
 #include "kernels/core/tensor.h"
 
 namespace sg::kernels {
+
+// How the kernel writes its tile and shares its loads. All compute the same d, bit for bit (the same
+// f32 accumulation order and one rounding); they differ only in speed.
+enum class WgmmaGemmVariant : uint8_t {
+  // SG_WGMMA_GEMM_VARIANT=registers|tma_store|cluster, read at each call; unset or empty:
+  // kRegisterStores. Any other value is InvalidArgument.
+  kFromEnv,
+  // bf16x2 stores straight from the accumulator registers (H200, 16384x3072x2048: 572 TFLOP/s,
+  // cuBLAS 654).
+  kRegisterStores,
+  // The tile staged through swizzled shared memory and written by TMA stores that drain while the
+  // consumers run the next tile's k-loop.
+  kTmaStore,
+  // kTmaStore in 2-block clusters on M-adjacent tile pairs, the shared B tile loaded once per pair
+  // (TMA multicast): half the B traffic from L2. Where M / 128 is odd, kTmaStore.
+  kClusterMulticast,
+};
 
 // d[M,N] = row_scale[:,None] * (a[M,K] @ b[N,K]^T) (no row_scale: 1), f32 accumulation, rounded to
 // bf16 once. a, b, d bf16, row_scale f32 [M]; a and d may carry leading dimensions (flattened into M).
@@ -29,7 +48,8 @@ namespace sg::kernels {
 // non-contiguous or not 16-byte aligned tensors, M not a multiple of 128, N of 256 or K of 64 --
 // so the caller can fall back to cuBLASLt (kernels/gemm). Not for d overlapping a or b.
 absl::Status WgmmaGemm(const TensorView& a, const TensorView& b, const std::optional<TensorView>& row_scale,
-                       const TensorView& d, const Stream& stream);
+                       const TensorView& d, const Stream& stream,
+                       WgmmaGemmVariant variant = WgmmaGemmVariant::kFromEnv);
 
 }  // namespace sg::kernels
 

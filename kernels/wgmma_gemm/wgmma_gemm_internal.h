@@ -15,11 +15,14 @@ constexpr int64_t kTileM = 128;
 constexpr int64_t kTileN = 256;
 constexpr int64_t kTileK = 64;
 
+// The kernel's epilogue and block arrangement (see wgmma_gemm.cu and WgmmaGemmVariant).
+enum class KernelVariant : int { kRegisterStores, kTmaStore, kClusterMulticast };
+
 // d[i, j] = row_scale[i] * sum_k a[i, k] b[j, k] (row_scale null: 1), rounded once to bf16.
 // a: bf16 [m, k], b: bf16 [n, k], d: bf16 [m, n], all contiguous and 16-byte aligned; m, n, k
 // multiples of kTileM, kTileN, kTileK below 2^31. Unimplemented on GPUs other than sm_90.
 absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b, const float* row_scale,
-                           void* d, void* stream);
+                           void* d, void* stream, KernelVariant variant);
 
 }  // namespace sg::kernels::wgmma_gemm_internal
 
