@@ -12,9 +12,9 @@
 //      a. long runs (a hot id) by the whole CTA, a thread per 8 columns, kLongTokens dout rows in
 //         flight per thread and L2 prefetches kRunAhead rows ahead;
 //      b. every other row by one warp (warp w: rows w, w + kWarps, ...), the lanes on 8 columns
-//         each: a row of one token loads kSinglePacks packs per lane before storing any (128 bytes
-//         a lane, 64 KB a CTA in flight); short runs kRunPacks packs x kRunTokens dout rows at a
-//         time; a row without tokens is written with 16-byte streaming stores. Warps move on
+//         each: a row of one token loads kSinglePacks packs per lane before storing any (64 bytes
+//         a lane, 32 KB a CTA, 64 KB an SM in flight); short runs kRunTokens dout rows at a time;
+//         a row without tokens is written with 16-byte streaming stores. Warps move on
 //         independently, so zero rows' stores overlap other warps' gathered loads.
 // Why 512 threads and 2 CTAs an SM: the former scan kernel's sums (256 threads, one dout row load
 // per thread at a time) reached only ~2.4-2.9 TB/s; Little's law wants several MB in flight.
@@ -46,7 +46,10 @@ constexpr int kLongRun = 64;    // runs longer than this are summed by the whole
 constexpr int kRunAhead = 32;   // L2 prefetch distance along a long run, in dout rows
 
 // Per-lane work of the sums, sized so the live registers stay under the 64 that 2 CTAs of 512
-// threads leave: raw dout packs in flight (16 bytes each for 2-byte types, 32 for f32).
+// threads leave: raw dout packs in flight (16 bytes each for 2-byte types, 32 for f32). ptxas -v
+// (sm_90a): 64 registers for bf16 / f16, 56 for f32, no spills but a few bytes (4 with i32 ids,
+// 12 with i64) saved around the out-of-line SumListEarly call, the rare overflow path; twice these
+// (8 packs a lane, 8 long-run tokens, 2 x 2 short-run loads) spilled 200-300 bytes.
 template <typename T>
 constexpr int kSinglePacks = sizeof(T) == 4 ? 2 : 4;
 constexpr int kRunPacks = 1;
@@ -242,7 +245,7 @@ template <typename T, int kW>
 __device__ __forceinline__ void SumLongRun(const T* __restrict__ dout, const int* sorted, int begin, int end,
                                            bool partial, int packs, int64_t dim, float* out) {
   constexpr int kU = kLongTokens<T>;
-  #pragma unroll 1
+#pragma unroll 1
   for (int c = int(threadIdx.x); c < packs; c += kScan2Threads) {
     const int64_t col = int64_t(c) * kW;
     float acc[kW];
@@ -278,7 +281,7 @@ __device__ __forceinline__ void SumLongRun(const T* __restrict__ dout, const int
 template <typename T, int kW>
 __device__ __forceinline__ void CopyRow(const T* __restrict__ src, float* out, int packs, int lane) {
   constexpr int kP = kSinglePacks<T>;
-  #pragma unroll 1
+#pragma unroll 1
   for (int c0 = lane; c0 < packs; c0 += 32 * kP) {
     Cols<T, kW> y[kP];
 #pragma unroll
@@ -304,7 +307,7 @@ template <typename T, int kW>
 __device__ __forceinline__ void SumShortRun(const T* __restrict__ dout, const int* sorted, int begin, int end,
                                             bool partial, int packs, int64_t dim, float* out, int lane) {
   constexpr int kP = kRunPacks, kU = kRunTokens<T>;
-  #pragma unroll 1
+#pragma unroll 1
   for (int c0 = lane; c0 < packs; c0 += 32 * kP) {
     float acc[kP][kW];
 #pragma unroll
@@ -353,14 +356,14 @@ __device__ __forceinline__ void SumRows(const T* __restrict__ dout, float* __res
                                         int rows, int64_t dim, bool last, const Scan2Shared<R>& sh) {
   const int packs = int(dim / kW);
   const int num_long = sh.num_long;
-  #pragma unroll 1
+#pragma unroll 1
   for (int k = 0; k < num_long; ++k) {
     const int row = sh.long_rows[k];
     SumLongRun<T, kW>(dout, sh.sorted, sh.begin[row], sh.begin[row + 1], sh.touched[row] != 0, packs, dim,
                       dtable + (row0 + row) * dim);
   }
   const int lane = int(threadIdx.x) & 31;
-  #pragma unroll 1
+#pragma unroll 1
   for (int row = int(threadIdx.x) >> 5; row < rows; row += kWarps) {
     const int begin = sh.begin[row], len = sh.begin[row + 1] - begin;
     const bool partial = sh.touched[row] != 0;
@@ -368,7 +371,7 @@ __device__ __forceinline__ void SumRows(const T* __restrict__ dout, float* __res
     if (len > kLongRun) continue;
     if (len == 0) {
       if (last && !partial) {
-        #pragma unroll 1
+#pragma unroll 1
         for (int c = lane; c < packs; c += 32) StoreZeros<kW>(out + int64_t(c) * kW);
       }
     } else if (len == 1 && !partial) {
