@@ -9,7 +9,9 @@
 //   default and "atomic", "atomic_nopdl": counts, a scan and an atomic scatter of the token
 //     positions, each run sorted in place before its row sum (embedding_atomic.cu), chained by
 //     programmatic dependent launch unless "_nopdl";
-//   "rows": the sorted index preparation below, then a row sum.
+//   "rows": the sorted index preparation below, then a row sum;
+//   "scan2", "scan2_r64", "scan2_r32": one kernel, each CTA reading all ids and summing its 128, 64
+//     or 32 vocabulary rows with many dout loads in flight (embedding_scan2.cu); under measurement.
 // Why "atomic" is the default: on the H200 (2026-11-30; batch timing, 16384 tokens, dim 2048, bf16
 // dout -> f32 dtable, decimal TB/s at vocab 32000 / 128256) atomic 2.91 / 2.39, rows 2.24 / 2.11;
 // with 5% of the tokens on one id, atomic 1.22 / 2.08, rows 0.87 / 1.61. A one-kernel "scan"
@@ -110,12 +112,15 @@ __global__ void __launch_bounds__(kThreads)
 
 // The backward selected per call by SG_EMBEDDING_BWD (unset or unknown: "atomic", see the header);
 // read at every call so benchmarks and tests can switch.
-enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl };
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan2, kScan2R64, kScan2R32 };
 BackwardVariant BackwardVariantFromEnv() {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
   if (v == nullptr) return BackwardVariant::kAtomic;
   if (std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
   if (std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
+  if (std::strcmp(v, "scan2") == 0) return BackwardVariant::kScan2;
+  if (std::strcmp(v, "scan2_r64") == 0) return BackwardVariant::kScan2R64;
+  if (std::strcmp(v, "scan2_r32") == 0) return BackwardVariant::kScan2R32;
   return BackwardVariant::kAtomic;
 }
 
@@ -234,6 +239,12 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
     case BackwardVariant::kAtomicNoPdl:
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
+    case BackwardVariant::kScan2:
+      return BackwardScan2Cuda(p, dout, tokens, dtable, 128, s);
+    case BackwardVariant::kScan2R64:
+      return BackwardScan2Cuda(p, dout, tokens, dtable, 64, s);
+    case BackwardVariant::kScan2R32:
+      return BackwardScan2Cuda(p, dout, tokens, dtable, 32, s);
     case BackwardVariant::kRows:
       break;
   }

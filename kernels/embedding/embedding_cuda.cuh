@@ -1,7 +1,7 @@
 // Device code shared by the CUDA files of the embedding (nvcc only): the row sums of the backward
 // over runs of token positions already in ascending order, a launcher with optional programmatic
 // dependent launch, and the entry of the "atomic" backward (embedding_atomic.cu), which embedding.cu
-// dispatches to.
+// dispatches to, and of the one-kernel "scan2" backward (embedding_scan2.cu).
 //
 // A run: the token positions order[offsets[v]] .. order[offsets[v + 1] - 1] whose id is v,
 // ascending, so dtable[v, :] = 0 + dout[order[begin], :] + dout[order[begin + 1], :] + ... in f32:
@@ -120,6 +120,10 @@ __global__ void __launch_bounds__(kThreads)
 // with programmatic dependent launch.
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                 cudaStream_t s, bool pdl);
+
+// The one-kernel backward of embedding_scan2.cu with `rows` (32, 64 or 128) vocabulary rows per CTA.
+absl::Status BackwardScan2Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int rows,
+                               cudaStream_t s);
 
 }  // namespace sg::kernels::embedding_internal
 

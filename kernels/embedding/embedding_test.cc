@@ -161,9 +161,9 @@ class ScopedEnv {
 };
 
 // The CUDA backward kernels selected per call by SG_EMBEDDING_BWD (embedding.cu), "" = the default.
-const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl"};
+const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan2", "scan2_r64", "scan2_r32"};
 // Those compared bitwise against "rows" (and so against the CPU reference) on constructed ids.
-const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl"};
+const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan2", "scan2_r64", "scan2_r32"};
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -332,6 +332,32 @@ TEST(EmbeddingCudaBackwardTest, HotId) {
   CheckBackwardsBitwise(ids, 128256, 16, DType::kF32, DType::kI64);  // 32 tiles of the count scan
 }
 
+// The scan2 kernel's passes (embedding_scan2.cu): id 0 on most tokens overflows the first CTA's
+// list (4096 pairs) again and again, so its rows are summed in several passes, each continuing the
+// partial sums written by the last: a run longer than kLongRun in every pass (id 0, 1; the whole
+// CTA), runs of a few tokens per pass (ids 6.., one warp each), id 3 only in the first pass and
+// id 4 only in the last (partial rows with no tokens in a pass are left as they are); rows wider
+// than one warp's packs (2056 bf16 = 257 packs), and rows without the 16-byte layout.
+TEST(EmbeddingCudaBackwardTest, Scan2PassesOverAHotRange) {
+  SG_SKIP_WITHOUT_CUDA();
+  std::vector<double> ids(20000);
+  for (size_t i = 0; i < ids.size(); ++i) {
+    if (i % 13 == 0) {
+      ids[i] = double(6 + Rng()() % 294);
+    } else if (i < 1000) {
+      ids[i] = i % 10 == 0 ? 3.0 : 0.0;
+    } else if (i >= 19000) {
+      ids[i] = i % 10 == 0 ? 4.0 : 0.0;
+    } else {
+      ids[i] = i % 7 == 0 ? 5.0 : double(i % 2);
+    }
+  }
+  CheckBackwardsBitwise(ids, 300, 64, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(ids, 300, 24, DType::kF32, DType::kI64);
+  CheckBackwardsBitwise(ids, 300, 5, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(ids, 300, 2056, DType::kBF16, DType::kI32);
+}
+
 // Token ids not 16-byte aligned (a view one id into the buffer) and a count no multiple of a
 // 16-byte load; every backward against the CPU.
 TEST(EmbeddingCudaBackwardTest, UnalignedIds) {
@@ -381,12 +407,16 @@ TEST(EmbeddingCudaBackwardTest, NoTokens) {
 }
 
 #ifdef SG_WITH_CUDA
-// The forward and the atomic backward (its scratch held by the allocator for the graph's life),
-// chained by programmatic dependent launch, captured in a CUDA graph and replayed twice over
-// poisoned outputs: the same bits as the eager calls.
-TEST(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
+// The forward and a backward (atomic: its scratch held by the allocator for the graph's life;
+// scan2: one kernel, no scratch), chained by programmatic dependent launch, captured in a CUDA
+// graph and replayed twice over poisoned outputs: the same bits as the eager calls.
+class EmbeddingCudaGraphTest : public ::testing::TestWithParam<const char*> {};
+INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaGraphTest, ::testing::Values("atomic", "scan2"),
+                         [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
+
+TEST_P(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
   SG_SKIP_WITHOUT_CUDA();
-  ScopedEnv bwd("SG_EMBEDDING_BWD", "atomic");
+  ScopedEnv bwd("SG_EMBEDDING_BWD", GetParam());
   const Device d = Device::Cuda(0);
   Stream s = Stream::Create(d).value();
   const Case c{4, 1000, 1000, 256, DType::kBF16, DType::kI32};
