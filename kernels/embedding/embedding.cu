@@ -6,13 +6,18 @@
 //   16384 tokens of a 32000 x 2048 bf16 table, batch timing) this won: 3.99 TB/s, against 3.71 for
 //   one row a CTA, 3.86 for four, 3.76 for the grid-stride kernel it replaced (deleted with them).
 // Backward, deterministic without float atomics, SG_EMBEDDING_BWD selecting per call:
-//   default and "atomic", "atomic_nopdl": counts, a scan and an atomic scatter of the token
-//     positions, each run sorted in place before its row sum (embedding_atomic.cu), chained by
-//     programmatic dependent launch unless "_nopdl";
-//   "rows": the sorted index preparation below, then a row sum;
-//   "scan2", "scan2_r64", "scan2_r32": one kernel, each CTA reading all ids and summing its 128, 64
-//     or 32 vocabulary rows with many dout loads in flight (embedding_scan2.cu); under measurement.
-// Why "atomic" is the default: on the H200 (2026-11-30; batch timing, 16384 tokens, dim 2048, bf16
+//   "atomic" (the default up to a vocabulary of 65536), "atomic_nopdl": counts, a scan and an
+//     atomic scatter of the token positions, each run sorted in place before its row sum
+//     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";
+//   "scan2" (the default above 65536): one kernel, each CTA reading all ids and summing its 64
+//     vocabulary rows with many dout loads in flight (embedding_scan2.cu);
+//   "rows": the sorted index preparation below, then a row sum.
+// Why the default depends on the vocabulary: on the H200 (2026-11-30 11:02, same call, decimal
+// TB/s at vocab 32000 / 128256) atomic 3.00 / 2.40, scan2 with 64 rows a CTA 2.75 / 2.92, with 128
+// rows 2.74 / 2.80, with 32 rows 2.61 / 2.84 (the 128- and 32-row forms removed); 5% of the tokens
+// on one id: atomic 1.20 / 2.07, scan2 (64) 1.49 / 2.70. Earlier (same day) on the H200
+// (2026-11-30; batch timing, 16384 tokens, dim 2048, bf16
+// dout -> f32 dtable, decimal TB/s at vocab 32000 / 128256) atomic 2.91 / 2.39 (2026-11-30; batch timing, 16384 tokens, dim 2048, bf16
 // dout -> f32 dtable, decimal TB/s at vocab 32000 / 128256) atomic 2.91 / 2.39, rows 2.24 / 2.11;
 // with 5% of the tokens on one id, atomic 1.22 / 2.08, rows 0.87 / 1.61. A one-kernel "scan"
 // backward (each CTA read all ids and summed its range of 32, 64 or 128 vocabulary rows; no index
@@ -110,18 +115,18 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The backward selected per call by SG_EMBEDDING_BWD (unset or unknown: "atomic", see the header);
-// read at every call so benchmarks and tests can switch.
-enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan2, kScan2R64, kScan2R32 };
-BackwardVariant BackwardVariantFromEnv() {
+// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan2";
+// unset or unknown: by vocabulary size, see the header); read at every call so benchmarks and tests
+// can switch.
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan2 };
+constexpr int64_t kScan2MinVocab = 65536;  // at larger vocabularies scan2 beats atomic (header)
+BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
-  if (v == nullptr) return BackwardVariant::kAtomic;
-  if (std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
-  if (std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
-  if (std::strcmp(v, "scan2") == 0) return BackwardVariant::kScan2;
-  if (std::strcmp(v, "scan2_r64") == 0) return BackwardVariant::kScan2R64;
-  if (std::strcmp(v, "scan2_r32") == 0) return BackwardVariant::kScan2R32;
-  return BackwardVariant::kAtomic;
+  if (v != nullptr && std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
+  if (v != nullptr && std::strcmp(v, "atomic") == 0) return BackwardVariant::kAtomic;
+  if (v != nullptr && std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
+  if (v != nullptr && std::strcmp(v, "scan2") == 0) return BackwardVariant::kScan2;
+  return vocab > kScan2MinVocab ? BackwardVariant::kScan2 : BackwardVariant::kAtomic;
 }
 
 int EndBit(int64_t vocab) {  // bits for keys in [0, vocab]
@@ -234,17 +239,13 @@ absl::Status ForwardCuda(const Problem& p, const void* tokens, const void* table
 absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                           void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (BackwardVariantFromEnv()) {
+  switch (BackwardVariantFromEnv(p.vocab)) {
     case BackwardVariant::kAtomic:
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
     case BackwardVariant::kAtomicNoPdl:
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
     case BackwardVariant::kScan2:
-      return BackwardScan2Cuda(p, dout, tokens, dtable, 128, s);
-    case BackwardVariant::kScan2R64:
-      return BackwardScan2Cuda(p, dout, tokens, dtable, 64, s);
-    case BackwardVariant::kScan2R32:
-      return BackwardScan2Cuda(p, dout, tokens, dtable, 32, s);
+      return BackwardScan2Cuda(p, dout, tokens, dtable, s);
     case BackwardVariant::kRows:
       break;
   }

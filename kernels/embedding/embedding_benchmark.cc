@@ -6,8 +6,8 @@
 // timing (10 back-to-back calls, as in a CUDA-graph step):
 //   --benchmark_filter='Backward.*Batch'  rows (sorted) against atomic and atomic_nopdl; the "Hot"
 //     entries put 5% of the tokens on one id; dim 8 shapes leave little but the index preparation
-//     and the launches (the row sums write vocab x 32 bytes). Scan2* (scan2, scan2_r64, scan2_r32):
-//     the one-kernel backward with 128, 64, 32 vocabulary rows a CTA.
+//     and the launches (the row sums write vocab x 32 bytes). Scan2*: the one-kernel
+//     backward (64 vocabulary rows a CTA; the default above a vocabulary of 65536).
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -81,15 +81,10 @@ void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
 void BM_EmbeddingBackwardBF16AtomicHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic", kBatch, false, true);
 }
-// The one-kernel scan2 backward (embedding_scan2.cu) with 128, 64 or 32 vocabulary rows a CTA.
+// The one-kernel scan2 backward (embedding_scan2.cu, 64 vocabulary rows a CTA).
 void BM_EmbeddingBackwardBF16Scan2Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan2", kBatch); }
-void BM_EmbeddingBackwardBF16Scan2R64Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan2_r64", kBatch); }
-void BM_EmbeddingBackwardBF16Scan2R32Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan2_r32", kBatch); }
 void BM_EmbeddingBackwardBF16Scan2HotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "scan2", kBatch, false, true);
-}
-void BM_EmbeddingBackwardBF16Scan2R64HotBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan2_r64", kBatch, false, true);
 }
 void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
 
@@ -108,10 +103,7 @@ BENCHMARK(BM_EmbeddingBackwardBF16AtomicNoPdlBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan2Batch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan2R64Batch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan2R32Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan2HotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan2R64HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
 
 }  // namespace

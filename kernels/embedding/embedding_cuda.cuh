@@ -121,8 +121,8 @@ __global__ void __launch_bounds__(kThreads)
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                 cudaStream_t s, bool pdl);
 
-// The one-kernel backward of embedding_scan2.cu with `rows` (32, 64 or 128) vocabulary rows per CTA.
-absl::Status BackwardScan2Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int rows,
+// The one-kernel backward of embedding_scan2.cu with 64 vocabulary rows per CTA.
+absl::Status BackwardScan2Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable,
                                cudaStream_t s);
 
 }  // namespace sg::kernels::embedding_internal

@@ -476,15 +476,15 @@ absl::Status Scan2For(const Problem& p, const void* dout, const void* tokens, fl
 
 }  // namespace
 
-absl::Status BackwardScan2Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int rows,
+absl::Status BackwardScan2Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable,
                                cudaStream_t s) {
   if (p.dim > INT_MAX) {
     return absl::InvalidArgumentError(
         absl::StrCat("EmbeddingBackward: the CUDA kernel takes rows of at most 2^31 - 1 columns, found dim ", p.dim));
   }
-  if (rows == 32) return Scan2For<32>(p, dout, tokens, dtable, s);
-  if (rows == 64) return Scan2For<64>(p, dout, tokens, dtable, s);
-  return Scan2For<128>(p, dout, tokens, dtable, s);
+  // 64 rows a CTA: on the H200 (2026-11-30) 128 rows measured 2.74 / 2.80 TB/s and 32 rows
+  // 2.61 / 2.84 at vocab 32000 / 128256, against 2.75 / 2.92 for 64.
+  return Scan2For<64>(p, dout, tokens, dtable, s);
 }
 
 }  // namespace sg::kernels::embedding_internal

@@ -161,9 +161,9 @@ class ScopedEnv {
 };
 
 // The CUDA backward kernels selected per call by SG_EMBEDDING_BWD (embedding.cu), "" = the default.
-const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan2", "scan2_r64", "scan2_r32"};
+const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan2"};
 // Those compared bitwise against "rows" (and so against the CPU reference) on constructed ids.
-const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan2", "scan2_r64", "scan2_r32"};
+const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan2"};
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
  protected:

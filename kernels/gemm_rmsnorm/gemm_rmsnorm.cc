@@ -43,9 +43,9 @@ absl::StatusOr<GemmRmsNormGemm> ResolveGemm(GemmRmsNormGemm g) {
   if (g != GemmRmsNormGemm::kFromEnv) return g;
   const char* v = std::getenv("SG_GEMM_RMSNORM");
   const std::string s = v == nullptr ? "" : v;
-  if (s.empty() || s == "cublas_epilogue") return GemmRmsNormGemm::kCublasEpilogue;
+  if (s == "cublas_epilogue") return GemmRmsNormGemm::kCublasEpilogue;
   if (s == "pass") return GemmRmsNormGemm::kRowScalePass;
-  if (s == "wgmma") return GemmRmsNormGemm::kWgmma;
+  if (s.empty() || s == "wgmma") return GemmRmsNormGemm::kWgmma;
   return absl::InvalidArgumentError(
       absl::StrCat("SG_GEMM_RMSNORM: expected cublas_epilogue, pass or wgmma (or unset), found '", s, "'"));
 }

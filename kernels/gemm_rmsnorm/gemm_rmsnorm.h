@@ -39,14 +39,18 @@ namespace sg::kernels {
 
 // Which GEMM computes the forward's diag(rstd) x w_folded^T on CUDA (the CPU has one path).
 enum class GemmRmsNormGemm : uint8_t {
-  // SG_GEMM_RMSNORM=cublas_epilogue|pass|wgmma, read at each call; unset or empty: kCublasEpilogue.
+  // SG_GEMM_RMSNORM=cublas_epilogue|pass|wgmma, read at each call; unset or empty: kWgmma.
   kFromEnv,
   // cuBLASLt with the scale as a per-row alpha vector (needs a row-major D: slower cuBLAS kernels).
   kCublasEpilogue,
   // cuBLASLt's GEMM, then a separate pass scaling the output's rows (for comparison).
   kRowScalePass,
   // kernels/wgmma_gemm, the scale in its epilogue for free, where it applies (an sm_90 GPU, bf16,
-  // M % 128 == 0, N % 256 == 0, K % 64 == 0); other problems take kCublasEpilogue.
+  // M % 128 == 0, N % 256 == 0, K % 64 == 0); other problems take kCublasEpilogue. The default:
+  // H200 2026-11-30, forward at 16384 x {3072, 8192} x 2048 with its own rstd pass, 621 / 632
+  // TFLOP/s of GEMM work against 625 / 587 for RMSNorm then cuBLAS and 553 / 560 for
+  // kCublasEpilogue; in the Llama block (rstd from the residual add, y never written) 580 / 620
+  // against 565 / 583 unfused.
   kWgmma,
 };
 

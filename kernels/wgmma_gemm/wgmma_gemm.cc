@@ -29,8 +29,8 @@ absl::StatusOr<impl::KernelVariant> ChooseVariant(WgmmaGemmVariant v) {
   }
   const char* env = std::getenv("SG_WGMMA_GEMM_VARIANT");
   const std::string name = env != nullptr ? env : "";
-  if (name.empty() || name == "registers") return impl::KernelVariant::kRegisterStores;
-  if (name == "tma_store") return impl::KernelVariant::kTmaStore;
+  if (name == "registers") return impl::KernelVariant::kRegisterStores;
+  if (name.empty() || name == "tma_store") return impl::KernelVariant::kTmaStore;
   if (name == "cluster") return impl::KernelVariant::kClusterMulticast;
   return absl::InvalidArgumentError(absl::StrCat(
       kOp, ": SG_WGMMA_GEMM_VARIANT must be registers, tma_store or cluster (or unset), found '", name, "'"));
