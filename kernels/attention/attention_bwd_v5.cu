@@ -45,6 +45,7 @@
 #include "kernels/attention/attention_bwd_v5.cuh"
 #include "kernels/attention/attention_device.cuh"
 #include "kernels/attention/attention_tiling.h"
+#include "kernels/core/device.h"
 #include "kernels/attention/attention_wgmma.cuh"
 
 namespace sg::kernels::internal::attention_device {
@@ -250,15 +251,7 @@ absl::Status LaunchBackwardV5(DType dtype, const Problem& pr, int head_dim, int 
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
                               cudaStream_t stream) {
-  int device = 0, major = 0, minor = 0;
-  SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "attention v5 wgmma backward: needs an sm_90 GPU (wgmma), found compute capability ", major,
-        ".", minor));
-  }
+  SG_RETURN_IF_ERROR(RequireSm90("attention v5 wgmma backward"));
   if (dtype == DType::kF16) {
     return head_dim == 64
                ? Launch<f16, 64>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)

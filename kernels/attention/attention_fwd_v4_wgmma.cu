@@ -27,6 +27,7 @@
 #include "kernels/attention/attention_device.cuh"
 #include "kernels/attention/attention_fwd_v4.cuh"
 #include "kernels/attention/attention_tiling.h"
+#include "kernels/core/device.h"
 #include "kernels/attention/attention_wgmma.cuh"
 
 namespace sg::kernels::internal::attention_device {
@@ -309,15 +310,7 @@ absl::Status LaunchWgmmaVariant(FwdV4Variant variant, const Problem& pr, int bat
 absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, DType dtype, const Problem& pr, int head_dim,
                                   int batch, const void* q, const void* k, const void* v, void* out,
                                   float* lse, cudaStream_t stream) {
-  int device = 0, major = 0, minor = 0;
-  SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0) {
-    return absl::UnimplementedError(absl::StrCat(
-        "attention v4 wgmma forward: needs an sm_90 GPU (wgmma), found compute capability ", major,
-        ".", minor));
-  }
+  SG_RETURN_IF_ERROR(RequireSm90("attention v4 wgmma forward"));
   if (dtype == DType::kF16) {  // the default variant only (the production forward)
     if (variant != FwdV4Variant::kWgmma) {
       return absl::UnimplementedError(absl::StrCat(

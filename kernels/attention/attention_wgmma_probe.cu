@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/attention_bwd_v5.cuh"
+#include "kernels/core/device.h"
 #include "kernels/attention/attention_device.cuh"
 #include "kernels/attention/attention_wgmma.cuh"
 #include "kernels/core/status.h"
@@ -102,14 +103,7 @@ absl::Status Launch(const void* k, const void* q, float* st, float* pv, float* d
 
 absl::Status RunWgmmaBwdProbeCuda(int head_dim, const void* k, const void* q, float* st, float* pv,
                                   float* dq_tile, void* stream) {
-  int device = 0, major = 0, minor = 0;
-  SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0) {
-    return absl::UnimplementedError(
-        absl::StrCat("wgmma probe: needs an sm_90 GPU, found compute capability ", major, ".", minor));
-  }
+  SG_RETURN_IF_ERROR(RequireSm90("wgmma probe"));
   SG_CHECK_ARG(head_dim == 64 || head_dim == 128, "wgmma probe: head_dim 64 or 128, found ", head_dim);
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   return head_dim == 64 ? attention_device::Launch<64>(k, q, st, pv, dq_tile, s)

@@ -1,6 +1,9 @@
 #include "kernels/core/device.h"
 
+#include <atomic>
+
 #include "absl/strings/str_cat.h"
+#include "kernels/core/status.h"
 
 #ifdef SG_WITH_CUDA
 #include <cuda_runtime.h>
@@ -44,5 +47,29 @@ const CudaProbe& Probe() {
 
 int CudaDeviceCount() { return Probe().count; }
 std::string CudaUnavailableReason() { return Probe().reason; }
+
+absl::Status RequireSm90(const std::string& what) {
+#ifdef SG_WITH_CUDA
+  constexpr int kMaxDevices = 64;
+  static std::atomic<int> capability[kMaxDevices] = {};  // 10 * major + minor; 0 = not read yet
+  int device = 0;
+  SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
+  int cc = device < kMaxDevices ? capability[device].load(std::memory_order_relaxed) : 0;
+  if (cc == 0) {
+    int major = 0, minor = 0;
+    SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+    SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+    cc = 10 * major + minor;
+    if (device < kMaxDevices) capability[device].store(cc, std::memory_order_relaxed);
+  }
+  if (cc != 90) {
+    return absl::UnimplementedError(
+        absl::StrCat(what, ": needs an sm_90 GPU, found compute capability ", cc / 10, ".", cc % 10));
+  }
+  return absl::OkStatus();
+#else
+  return absl::FailedPreconditionError(absl::StrCat(what, ": built without CUDA"));
+#endif
+}
 
 }  // namespace sg

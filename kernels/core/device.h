@@ -7,6 +7,8 @@
 
 #include <string>
 
+#include "absl/status/status.h"
+
 namespace sg {
 
 struct Device {
@@ -34,6 +36,12 @@ inline bool CudaAvailable() { return CudaDeviceCount() > 0; }
 
 // Why CUDA is not available ("built without CUDA", "no CUDA device: <driver's message>"), or "".
 std::string CudaUnavailableReason();
+
+// OK when the current CUDA device is sm_90 (Hopper: wgmma, TMA), for kernels built only for
+// sm_90a; otherwise Unimplemented "<what>: needs an sm_90 GPU, found compute capability X.Y" (so
+// the caller can fall back), and FailedPrecondition in a build without CUDA. The capability is
+// read once per device.
+absl::Status RequireSm90(const std::string& what);
 
 }  // namespace sg
 

@@ -32,6 +32,7 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/core/device.h"
 #include "kernels/core/status.h"
 #include "kernels/wgmma_gemm/wgmma_gemm_device.cuh"
 #include "kernels/wgmma_gemm/wgmma_gemm_internal.h"
@@ -314,14 +315,9 @@ absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CU
 
 absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b, const float* row_scale,
                            void* d, void* stream, KernelVariant variant) {
-  int device = 0, major = 0, minor = 0, sms = 0;
+  SG_RETURN_IF_ERROR(RequireSm90("WgmmaGemm"));
+  int device = 0, sms = 0;
   SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
-  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  if (major != 9 || minor != 0) {
-    return absl::UnimplementedError(
-        absl::StrCat("WgmmaGemm: needs an sm_90 GPU (wgmma, TMA), found compute capability ", major, ".", minor));
-  }
   SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
   // Pairs need an even number of tile rows (M-adjacent tiles share B); else the single-block form.
   if (variant == KernelVariant::kClusterMulticast && (m / kBlockM) % 2 != 0) variant = KernelVariant::kTmaStore;
