@@ -98,13 +98,19 @@ double TimeSteps(benchmark::State& state, const Device& dev, const Stream& strea
   return seconds;
 }
 
+// The GPU when there is one; the CPU runs the small shapes only (SkipTooLarge).
+Device BenchDevice() { return CudaAvailable() ? Device::Cuda(0) : Device::Cpu(); }
+void SkipTooLarge(benchmark::State& state) { state.SkipWithError("CPU run: shape too large (run on a GPU)"); }
+
+// TFLOP/s from the FLOPs of one iteration and TimeSteps' total seconds.
+void SetTflops(benchmark::State& state, double flops_per_iteration, double seconds) {
+  if (seconds > 0) state.counters["TFLOP/s"] = flops_per_iteration * double(state.iterations()) / seconds / 1e12;
+}
+
 void Run(benchmark::State& state, bool backward) {
-  const Device dev = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2), mode = state.range(3);
-  if (dev.is_cpu() && m * n * k > (int64_t(1) << 28)) {
-    state.SkipWithError("CPU run: shape too large (run on a GPU)");
-    return;
-  }
+  const Device dev = BenchDevice();
+  if (dev.is_cpu() && m * n * k > (int64_t(1) << 28)) return SkipTooLarge(state);
   Stream stream = dev.is_cpu() ? Stream::Cpu() : Stream::Create(dev).value();
   auto& rng = testing::Rng();
   const DType t = DType::kBF16;
@@ -145,7 +151,7 @@ void Run(benchmark::State& state, bool backward) {
   const ScopedVariant variant(mode >= 3 ? kVariantNames[mode - 3] : nullptr);
   const double seconds = TimeSteps(state, dev, stream, step);
   const double flops = (backward ? 4.0 : 2.0) * double(m) * double(n) * double(k);
-  if (seconds > 0) state.counters["TFLOP/s"] = flops * double(state.iterations()) / seconds / 1e12;
+  SetTflops(state, flops, seconds);
   const double mib = double(m * k * SizeOf(t)) / (1 << 20);
   state.counters["saved_MiB"] = mode == 0 || backward ? 0.0 : mib;
   state.counters["held_MiB"] = mode == 0 ? mib : 0.0;
@@ -160,12 +166,9 @@ void BM_GemmRmsNormBackward(benchmark::State& st) { Run(st, true); }
 
 // The plain GEMM y[M,N] = x[M,K] w[N,K]^T (impl: see the file comment).
 void BM_Gemm(benchmark::State& state) {
-  const Device dev = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2), impl = state.range(3);
-  if (dev.is_cpu() && m * n * k > (int64_t(1) << 28)) {
-    state.SkipWithError("CPU run: shape too large (run on a GPU)");
-    return;
-  }
+  const Device dev = BenchDevice();
+  if (dev.is_cpu() && m * n * k > (int64_t(1) << 28)) return SkipTooLarge(state);
   Stream stream = dev.is_cpu() ? Stream::Cpu() : Stream::Create(dev).value();
   auto& rng = testing::Rng();
   const DType t = DType::kBF16;
@@ -186,9 +189,7 @@ void BM_Gemm(benchmark::State& state) {
     return Gemm(g, stream);
   };
   const double seconds = TimeSteps(state, dev, stream, step);
-  if (seconds > 0) {
-    state.counters["TFLOP/s"] = 2.0 * double(m) * double(n) * double(k) * double(state.iterations()) / seconds / 1e12;
-  }
+  SetTflops(state, 2.0 * double(m) * double(n) * double(k), seconds);
   const char* names[] = {"cublas",
                          "wgmma",
                          "cublas row-scale epilogue",
@@ -215,12 +216,9 @@ void GemmShapes(benchmark::internal::Benchmark* b) {
 
 // The residual add -> RMSNorm -> Linear of a Llama block (mode: see the file comment).
 void BM_LlamaBlockForward(benchmark::State& state) {
-  const Device dev = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
   const int64_t m = state.range(0), n = state.range(1), k = state.range(2), mode = state.range(3);
-  if (dev.is_cpu() && m * n * k > (int64_t(1) << 28)) {
-    state.SkipWithError("CPU run: shape too large (run on a GPU)");
-    return;
-  }
+  const Device dev = BenchDevice();
+  if (dev.is_cpu() && m * n * k > (int64_t(1) << 28)) return SkipTooLarge(state);
   Stream stream = dev.is_cpu() ? Stream::Cpu() : Stream::Create(dev).value();
   auto& rng = testing::Rng();
   const DType t = DType::kBF16;
@@ -247,9 +245,7 @@ void BM_LlamaBlockForward(benchmark::State& state) {
   }
   const ScopedVariant variant(mode >= 1 ? kVariantNames[mode - 1] : nullptr);
   const double seconds = TimeSteps(state, dev, stream, step);
-  if (seconds > 0) {
-    state.counters["TFLOP/s"] = 2.0 * double(m) * double(n) * double(k) * double(state.iterations()) / seconds / 1e12;
-  }
+  SetTflops(state, 2.0 * double(m) * double(n) * double(k), seconds);
   state.counters["saved_MiB"] = mode == 0 ? 0.0 : double(m * k * SizeOf(t)) / (1 << 20);
   const char* names[] = {"unfused add_rmsnorm(h,y,rstd)+cublas(y)", "fused add(h,rstd)+wgmma(h) registers",
                          "fused add(h,rstd)+wgmma(h) tma_store", "fused add(h,rstd)+wgmma(h) cluster"};
