@@ -15,10 +15,8 @@
 // Why the default depends on the vocabulary: on the H200 (2026-11-30 11:02, same call, decimal
 // TB/s at vocab 32000 / 128256) atomic 3.00 / 2.40, scan2 with 64 rows a CTA 2.75 / 2.92, with 128
 // rows 2.74 / 2.80, with 32 rows 2.61 / 2.84 (the 128- and 32-row forms removed); 5% of the tokens
-// on one id: atomic 1.20 / 2.07, scan2 (64) 1.49 / 2.70. Earlier (same day) on the H200
-// (2026-11-30; batch timing, 16384 tokens, dim 2048, bf16
-// dout -> f32 dtable, decimal TB/s at vocab 32000 / 128256) atomic 2.91 / 2.39 (2026-11-30; batch timing, 16384 tokens, dim 2048, bf16
-// dout -> f32 dtable, decimal TB/s at vocab 32000 / 128256) atomic 2.91 / 2.39, rows 2.24 / 2.11;
+// on one id: atomic 1.20 / 2.07, scan2 (64) 1.49 / 2.70. Earlier the same day (batch timing,
+// 16384 tokens, dim 2048, bf16 dout -> f32 dtable): atomic 2.91 / 2.39, rows 2.24 / 2.11;
 // with 5% of the tokens on one id, atomic 1.22 / 2.08, rows 0.87 / 1.61. A one-kernel "scan"
 // backward (each CTA read all ids and summed its range of 32, 64 or 128 vocabulary rows; no index
 // preparation) measured 2.37 / 2.36 (64 rows), 2.54 / 2.43 (32), 2.92 / 2.17 (128), hot 1.19 /
