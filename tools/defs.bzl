@@ -98,7 +98,12 @@ def _nvcc_objects_impl(ctx):
         ctx.actions.run_shell(
             inputs = inputs,
             outputs = [pic],
-            command = '"$1" "${@:4}" -c "$2" -o "$3"',
+            # A private TMPDIR per action: nvcc names its temporary files after its process id
+            # (/tmp/tmpxft_<pid>_...), and inside Bazel's sandboxes (one pid namespace each) those
+            # ids repeat, so parallel nvcc actions sharing /tmp overwrote or removed each other's
+            # files ("cc1plus: fatal error: /tmp/tmpxft_00000002_...: No such file").
+            command = ('tmp="$(mktemp -d)" && TMPDIR="$tmp" "$1" "${@:4}" -c "$2" -o "$3"; ' +
+                       'rc=$?; rm -rf "$tmp"; exit $rc'),
             arguments = [NVCC, src.path, pic.path] + flags,
             mnemonic = "Nvcc",
             progress_message = "nvcc %s" % src.short_path,
