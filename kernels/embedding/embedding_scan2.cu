@@ -1,7 +1,8 @@
-// The embedding backward as one kernel (SG_EMBEDDING_BWD=scan2, scan2_r64, scan2_r32: R = 128, 64
-// or 32 vocabulary rows per CTA), the index work of the deleted "scan" kernel (git bfa87c6) with a
-// row-sum phase built to keep many dout loads in flight. CTA c owns dtable rows [c * R, c * R + R):
-//   1. (embedding_scan_list.cuh, shared with scan3) it reads every token id (16-byte loads from L2, two steps of ids in flight) and appends
+// The embedding backward as one kernel (SG_EMBEDDING_BWD=scan2: R = 64 vocabulary rows per CTA),
+// the index work of the deleted "scan" kernel (git bfa87c6) with a row-sum phase built to keep many
+// dout loads in flight. CTA c owns dtable rows [c * R, c * R + R); steps 1 and 2 live in
+// embedding_scan_list.cuh (shared with scan3, embedding_scan3.cu):
+//   1. it reads every token id (16-byte loads from L2, two steps of ids in flight) and appends
 //      the (token, row) pairs whose id falls into its rows to a shared-memory list in token order:
 //      per step a warp prefix from bit-sliced ballots and one barrier over the warps' totals give
 //      every match its slot; per-row counts on the side;

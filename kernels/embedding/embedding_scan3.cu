@@ -7,7 +7,8 @@
 //   2. the producer walks the rows in order, and each row's segments (kSegCols columns) and tokens
 //      in order, pulling each dout segment into the next slot of a shared-memory ring with one
 //      cp.async.bulk (16-byte multiples, complete_tx on the slot's "full" mbarrier); up to `slots`
-//      segments (64 KB) in flight per CTA, whatever the consumers are doing;
+//      segments (64 KB) in flight per CTA, whatever the consumers are doing; runs longer than the
+//      ring are prefetched into L2 (cp.async.bulk.prefetch) kPrefetchRounds rounds ahead;
 //   3. the consumers walk the same sequence: every consumer thread owns one pack of 8 columns of
 //      each segment, waits for the slot, adds the pack in f32 in token order from 0 (0 + dout[t0]
 //      + dout[t1] + ...: the CPU reference's additions in its order, hence bitwise its result), and
@@ -48,6 +49,7 @@ constexpr int kListCap3 = 2560;                 // >= two steps of 288 threads' 
 constexpr int kRingBytes = 64 * 1024;
 constexpr int kStagingBytes = 2 * kSegCols * int(sizeof(float));  // kBulkAll: two f32 segments
 constexpr int kMaxSlots = 32;
+constexpr int kPrefetchRounds = 4;  // L2 prefetch distance along a long run, in rounds of the ring
 constexpr int kTokensAtOnce = 4;  // slots a consumer waits for before adding them in order
 constexpr long long kWaitClocks = 1ll << 35;
 static_assert(kRingBytes - kStagingBytes >= kTokensAtOnce * kSegCols * 4,
@@ -109,6 +111,10 @@ __device__ __forceinline__ void BulkStore(void* dst, const void* src, uint32_t b
                "r"(bytes)
                : "memory");
 }
+// A hint: `bytes` (a multiple of 16) from global `src` into L2.
+__device__ __forceinline__ void BulkPrefetchL2(const void* src, uint32_t bytes) {
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
+}
 __device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Until at most kPending of this thread's bulk groups still read their shared memory.
 template <int kPending>
@@ -148,13 +154,19 @@ __device__ __forceinline__ void Produce(const T* __restrict__ dout, int rows, in
 #pragma unroll 1
     for (int seg = 0; seg < segs && begin < end; ++seg) {
       const uint32_t bytes = uint32_t(SegPacks(packs, seg)) * 8 * sizeof(T);
+      // A run longer than the ring (a hot id) is also prefetched into L2 up to kPrefetchRounds
+      // rounds of the ring ahead: one CTA's ring alone keeps only 64 KB of it in flight.
+      const int ahead = int(ring.slots) * kPrefetchRounds;
+      auto src = [&](int j) { return dout + int64_t(sh.list.sorted[j]) * dim + int64_t(seg) * kSegCols; };
+#pragma unroll 1
+      for (int j = begin + int(ring.slots); j < end && j < begin + ahead; ++j) BulkPrefetchL2(src(j), bytes);
 #pragma unroll 1
       for (int j = begin; j < end; ++j, ++seq) {
+        if (j + ahead < end) BulkPrefetchL2(src(j + ahead), bytes);
         const uint32_t slot = ring.Slot(seq), round = ring.Round(seq);
         if (round > 0) MbarWait(&sh.empty[slot], (round - 1) & 1);  // the last round's segment read
         MbarArriveExpectTx(&sh.full[slot], bytes);
-        BulkLoad(ring.Data(seq), dout + int64_t(sh.list.sorted[j]) * dim + int64_t(seg) * kSegCols, bytes,
-                 &sh.full[slot]);
+        BulkLoad(ring.Data(seq), src(j), bytes, &sh.full[slot]);
       }
     }
   }
