@@ -11,6 +11,10 @@
 //     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";
 //   "scan2" (the default above 65536): one kernel, each CTA reading all ids and summing its 64
 //     vocabulary rows with many dout loads in flight (embedding_scan2.cu);
+//   "scan3", "scan3_zst", "scan3_bst", "scan3_r128" (on trial, not yet measured): scan2's listing
+//     with the dout rows pulled into a shared-memory ring by bulk copies (embedding_scan3.cu):
+//     rows without tokens by bulk stores of a zeroed buffer, by streaming stores ("_zst"), rows
+//     with tokens bulk-stored too ("_bst"), 128 rows a CTA ("_r128");
 //   "rows": the sorted index preparation below, then a row sum.
 // Why the default depends on the vocabulary: on the H200 (2026-11-30 11:02, same call, decimal
 // TB/s at vocab 32000 / 128256) atomic 3.00 / 2.40, scan2 with 64 rows a CTA 2.75 / 2.92, with 128
@@ -113,10 +117,11 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan2";
+// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan2",
+// "scan3", "scan3_zst", "scan3_bst", "scan3_r128";
 // unset or unknown: by vocabulary size, see the header); read at every call so benchmarks and tests
 // can switch.
-enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan2 };
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan2, kScan3, kScan3Zst, kScan3Bst, kScan3R128 };
 constexpr int64_t kScan2MinVocab = 65536;  // at larger vocabularies scan2 beats atomic (header)
 BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
@@ -124,6 +129,10 @@ BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
   if (v != nullptr && std::strcmp(v, "atomic") == 0) return BackwardVariant::kAtomic;
   if (v != nullptr && std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
   if (v != nullptr && std::strcmp(v, "scan2") == 0) return BackwardVariant::kScan2;
+  if (v != nullptr && std::strcmp(v, "scan3") == 0) return BackwardVariant::kScan3;
+  if (v != nullptr && std::strcmp(v, "scan3_zst") == 0) return BackwardVariant::kScan3Zst;
+  if (v != nullptr && std::strcmp(v, "scan3_bst") == 0) return BackwardVariant::kScan3Bst;
+  if (v != nullptr && std::strcmp(v, "scan3_r128") == 0) return BackwardVariant::kScan3R128;
   return vocab > kScan2MinVocab ? BackwardVariant::kScan2 : BackwardVariant::kAtomic;
 }
 
@@ -244,6 +253,14 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
     case BackwardVariant::kScan2:
       return BackwardScan2Cuda(p, dout, tokens, dtable, s);
+    case BackwardVariant::kScan3:
+      return BackwardScan3Cuda(p, dout, tokens, dtable, s, Scan3Store::kBulkZeros, 64);
+    case BackwardVariant::kScan3Zst:
+      return BackwardScan3Cuda(p, dout, tokens, dtable, s, Scan3Store::kStreamZeros, 64);
+    case BackwardVariant::kScan3Bst:
+      return BackwardScan3Cuda(p, dout, tokens, dtable, s, Scan3Store::kBulkAll, 64);
+    case BackwardVariant::kScan3R128:
+      return BackwardScan3Cuda(p, dout, tokens, dtable, s, Scan3Store::kBulkZeros, 128);
     case BackwardVariant::kRows:
       break;
   }

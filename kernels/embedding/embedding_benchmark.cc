@@ -7,7 +7,9 @@
 //   --benchmark_filter='Backward.*Batch'  rows (sorted) against atomic and atomic_nopdl; the "Hot"
 //     entries put 5% of the tokens on one id; dim 8 shapes leave little but the index preparation
 //     and the launches (the row sums write vocab x 32 bytes). Scan2*: the one-kernel
-//     backward (64 vocabulary rows a CTA; the default above a vocabulary of 65536).
+//     backward (64 vocabulary rows a CTA; the default above a vocabulary of 65536). Scan3*: scan2's
+//     listing with bulk-copy data movement (embedding_scan3.cu), four store variants.
+//   --benchmark_filter='Backward.*(Scan|ZeroFill).*Batch/16384/(32000|128256)/2048' compares them.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -86,6 +88,30 @@ void BM_EmbeddingBackwardBF16Scan2Batch(benchmark::State& st) { Run(st, DType::k
 void BM_EmbeddingBackwardBF16Scan2HotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "scan2", kBatch, false, true);
 }
+// The bulk-copy scan3 backward (embedding_scan3.cu): zero rows by bulk stores, by streaming stores
+// (Zst), rows with tokens bulk-stored too (Bst), 128 rows a CTA (R128).
+void BM_EmbeddingBackwardBF16Scan3Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan3", kBatch); }
+void BM_EmbeddingBackwardBF16Scan3ZstBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "scan3_zst", kBatch);
+}
+void BM_EmbeddingBackwardBF16Scan3BstBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "scan3_bst", kBatch);
+}
+void BM_EmbeddingBackwardBF16Scan3R128Batch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "scan3_r128", kBatch);
+}
+void BM_EmbeddingBackwardBF16Scan3HotBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "scan3", kBatch, false, true);
+}
+void BM_EmbeddingBackwardBF16Scan3ZstHotBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "scan3_zst", kBatch, false, true);
+}
+void BM_EmbeddingBackwardBF16Scan3BstHotBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "scan3_bst", kBatch, false, true);
+}
+void BM_EmbeddingBackwardBF16Scan3R128HotBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "scan3_r128", kBatch, false, true);
+}
 void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
 
 // Llama-1B: 16384 tokens, vocab 32000 (and 128256), dim 2048; a small CPU-sized case. The index
@@ -104,6 +130,14 @@ BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan2Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan2HotBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan3ZstBatch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan3BstBatch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan3R128Batch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan3ZstHotBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan3BstHotBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Scan3R128HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
 
 }  // namespace

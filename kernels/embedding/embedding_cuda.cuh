@@ -1,7 +1,8 @@
 // Device code shared by the CUDA files of the embedding (nvcc only): the row sums of the backward
 // over runs of token positions already in ascending order, a launcher with optional programmatic
 // dependent launch, and the entry of the "atomic" backward (embedding_atomic.cu), which embedding.cu
-// dispatches to, and of the one-kernel "scan2" backward (embedding_scan2.cu).
+// dispatches to, and of the one-kernel "scan2" and "scan3" backwards (embedding_scan2.cu,
+// embedding_scan3.cu).
 //
 // A run: the token positions order[offsets[v]] .. order[offsets[v + 1] - 1] whose id is v,
 // ascending, so dtable[v, :] = 0 + dout[order[begin], :] + dout[order[begin + 1], :] + ... in f32:
@@ -30,12 +31,14 @@ __device__ __forceinline__ void WaitForPrimary() { asm volatile("griddepcontrol.
 
 // kernel<<<grid, threads, 0, s>>>(args...), as a programmatic dependent of the previous kernel on
 // the stream when `pdl` (it may be scheduled while that kernel drains; see WaitForPrimary).
+// `smem`: dynamic shared memory bytes (the kernel's attribute must allow them).
 template <typename... KArgs, typename... Args>
-cudaError_t LaunchMaybePdl(void (*kernel)(KArgs...), dim3 grid, int threads, cudaStream_t s, bool pdl,
-                           Args... args) {
+cudaError_t LaunchMaybePdlSmem(void (*kernel)(KArgs...), dim3 grid, int threads, size_t smem, cudaStream_t s,
+                               bool pdl, Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(unsigned(threads));
+  config.dynamicSmemBytes = smem;
   config.stream = s;
   cudaLaunchAttribute attr[1];
   attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -43,6 +46,11 @@ cudaError_t LaunchMaybePdl(void (*kernel)(KArgs...), dim3 grid, int threads, cud
   config.attrs = attr;
   config.numAttrs = pdl ? 1 : 0;
   return cudaLaunchKernelEx(&config, kernel, static_cast<KArgs>(args)...);
+}
+template <typename... KArgs, typename... Args>
+cudaError_t LaunchMaybePdl(void (*kernel)(KArgs...), dim3 grid, int threads, cudaStream_t s, bool pdl,
+                           Args... args) {
+  return LaunchMaybePdlSmem(kernel, grid, threads, 0, s, pdl, args...);
 }
 
 // The row sums of kSumRows vocabulary rows v0 .. v0 + kSumRows - 1 (those < vocab), dim = 8 * packs,
@@ -124,6 +132,18 @@ absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* 
 // The one-kernel backward of embedding_scan2.cu with 64 vocabulary rows per CTA.
 absl::Status BackwardScan2Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable,
                                cudaStream_t s);
+
+// How the bulk-copy backward (embedding_scan3.cu) writes dtable: kBulkZeros: rows with tokens from
+// registers, rows without by bulk stores from a zeroed shared buffer; kStreamZeros: rows without
+// tokens by 16-byte streaming stores instead; kBulkAll: rows with tokens staged in shared memory
+// and bulk-stored too.
+enum class Scan3Store { kBulkZeros, kStreamZeros, kBulkAll };
+
+// The one-kernel backward of embedding_scan3.cu: scan2's id listing, dout rows pulled into a
+// shared-memory ring by bulk copies. `rows_per_cta` is 64 or 128. Falls back to scan2 where the
+// rows lack the 16-byte layout.
+absl::Status BackwardScan3Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable,
+                               cudaStream_t s, Scan3Store store, int rows_per_cta);
 
 }  // namespace sg::kernels::embedding_internal
 

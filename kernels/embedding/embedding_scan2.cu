@@ -1,6 +1,7 @@
-// The embedding backward as one kernel (SG_EMBEDDING_BWD=scan2, scan2_r64, scan2_r32: R = 128, 64
-// or 32 vocabulary rows per CTA), the index work of the deleted "scan" kernel (git bfa87c6) with a
-// row-sum phase built to keep many dout loads in flight. CTA c owns dtable rows [c * R, c * R + R):
+// The embedding backward as one kernel (SG_EMBEDDING_BWD=scan2: R = 64 vocabulary rows per CTA),
+// the index work of the deleted "scan" kernel (git bfa87c6) with a row-sum phase built to keep many
+// dout loads in flight. CTA c owns dtable rows [c * R, c * R + R); steps 1 and 2 live in
+// embedding_scan_list.cuh (shared with scan3, embedding_scan3.cu):
 //   1. it reads every token id (16-byte loads from L2, two steps of ids in flight) and appends
 //      the (token, row) pairs whose id falls into its rows to a shared-memory list in token order:
 //      per step a warp prefix from bit-sliced ballots and one barrier over the warps' totals give
@@ -35,6 +36,7 @@
 #include "kernels/core/status.h"
 #include "kernels/elementwise/cuda_vec.h"
 #include "kernels/embedding/embedding_cuda.cuh"
+#include "kernels/embedding/embedding_scan_list.cuh"
 
 namespace sg::kernels::embedding_internal {
 namespace {
@@ -58,137 +60,12 @@ constexpr int kRunTokens = sizeof(T) == 4 ? 1 : 2;
 template <typename T>
 constexpr int kLongTokens = sizeof(T) == 4 ? 2 : 4;
 
+using scan_list::kIdsPerVec;
 template <typename I>
-constexpr int kIdsPerVec = int(16 / sizeof(I));
-template <typename I>
-constexpr int kStepIds = kScan2Threads * kIdsPerVec<I>;  // ids a CTA reads per step (one barrier)
-static_assert(kListCap >= 2 * kStepIds<int32_t> && kListCap >= 2 * kStepIds<int64_t>,
-              "the list must take at least two steps before it has to be summed early");
-
+constexpr int kStepIds = scan_list::kStepIds<I, kScan2Threads>;
+// The id list (embedding_scan_list.cuh) with room for two steps of either id type.
 template <int R>
-struct Scan2Shared {
-  static_assert(R % 32 == 0 && R <= 256, "R: whole warps of rows, and a row index fits a byte");
-  int token[kListCap];    // listed token positions, in token order
-  int sorted[kListCap];   // the same, ordered by row (stable)
-  uint8_t row[kListCap];  // listed tokens' rows, relative to the CTA's first row
-  int count[R];           // listed tokens per row
-  int begin[R + 1];       // row r's tokens: sorted[begin[r] .. begin[r + 1])
-  int cursor[R];
-  int touched[R];         // non-zero: dtable's row holds a partial sum from an early pass
-  int long_rows[R];       // rows with runs longer than kLongRun, in no particular order
-  int num_long;
-  int totals[2][kWarps];  // matches per warp of a step; double-buffered
-};
-
-// The E ids from token position `first` (a multiple of E): one 16-byte load when the ids are
-// 16-byte aligned and all E exist, else one at a time; -1 past the last token.
-template <typename I>
-__device__ __forceinline__ void LoadIds(const I* __restrict__ tokens, int64_t first, int64_t n, bool vec,
-                                        I (&v)[kIdsPerVec<I>]) {
-  constexpr int E = kIdsPerVec<I>;
-  if (vec && first + E <= n) {
-    if constexpr (sizeof(I) == 4) {
-      const int4 raw = *reinterpret_cast<const int4*>(tokens + first);
-      v[0] = raw.x, v[1] = raw.y, v[2] = raw.z, v[3] = raw.w;
-    } else {
-      const longlong2 raw = *reinterpret_cast<const longlong2*>(tokens + first);
-      v[0] = raw.x, v[1] = raw.y;
-    }
-  } else {
-#pragma unroll
-    for (int e = 0; e < E; ++e) v[e] = first + e < n ? tokens[first + e] : I(-1);
-  }
-}
-
-// Appends the step's ids (thread t: positions base + t * E .. + E - 1) in [row0, row0 + rows) to
-// the list, which holds `listed` pairs and room for a whole step, in token order; returns the new
-// length, the same in every thread. One barrier.
-template <typename I, int R>
-__device__ __forceinline__ int AppendStep(const I (&ids)[kIdsPerVec<I>], int64_t base, int64_t row0, int rows,
-                                          int listed, int parity, Scan2Shared<R>& sh) {
-  constexpr int E = kIdsPerVec<I>;
-  constexpr int kCountBits = E == 4 ? 3 : 2;  // a thread's matches: 0 .. E
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  const unsigned lanes_below = (1u << lane) - 1;
-  unsigned match = 0;
-#pragma unroll
-  for (int e = 0; e < E; ++e) {
-    const int64_t local = int64_t(ids[e]) - row0;
-    if (local >= 0 && local < rows) match |= 1u << e;
-  }
-  const int c = __popc(match);
-  int total = 0, below = 0;
-#pragma unroll
-  for (int k = 0; k < kCountBits; ++k) {
-    const unsigned bits = __ballot_sync(0xffffffffu, (c >> k) & 1);
-    below += __popc(bits & lanes_below) << k;
-    total += __popc(bits) << k;
-  }
-  if (lane == 0) sh.totals[parity][warp] = total;
-  __syncthreads();
-  int run = listed, at = 0;
-#pragma unroll
-  for (int w = 0; w < kWarps; ++w) {
-    if (w == warp) at = run + below;
-    run += sh.totals[parity][w];
-  }
-  if (match != 0) {
-    const int64_t first = base + int64_t(threadIdx.x) * E;
-#pragma unroll
-    for (int e = 0; e < E; ++e) {
-      if ((match >> e) & 1) {
-        const int r = int(int64_t(ids[e]) - row0);
-        sh.token[at] = int(first + e);
-        sh.row[at] = uint8_t(r);
-        atomicAdd(&sh.count[r], 1);  // integer counts: the order of the increments does not matter
-        ++at;
-      }
-    }
-  }
-  return run;
-}
-
-// Warp 0: begin[] from the counts, the long runs' rows, then the listed tokens into sorted[] by
-// row, keeping token order within a row. The counts and the list must be visible (a barrier before).
-template <int R>
-__device__ __forceinline__ void OrderByRow(int listed, Scan2Shared<R>& sh) {
-  constexpr int kPer = R / 32;  // rows per lane in the scan
-  const int lane = int(threadIdx.x) & 31;
-  if (lane == 0) sh.num_long = 0;
-  __syncwarp();
-  int c[kPer], sum = 0;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    c[k] = sh.count[lane * kPer + k];
-    sum += c[k];
-    if (c[k] > kLongRun) sh.long_rows[atomicAdd(&sh.num_long, 1)] = lane * kPer + k;
-  }
-  int incl = sum;
-#pragma unroll
-  for (int o = 1; o < 32; o <<= 1) {
-    const int y = __shfl_up_sync(0xffffffffu, incl, o);
-    if (lane >= o) incl += y;
-  }
-  int at = incl - sum;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) {
-    sh.begin[lane * kPer + k] = at;
-    sh.cursor[lane * kPer + k] = at;
-    at += c[k];
-  }
-  if (lane == 31) sh.begin[R] = at;
-  __syncwarp();
-  const unsigned lanes_below = (1u << lane) - 1;
-  for (int j0 = 0; j0 < listed; j0 += 32) {
-    const int j = j0 + lane;
-    const int r = j < listed ? int(sh.row[j]) : -1;
-    const unsigned peers = __match_any_sync(0xffffffffu, r);
-    if (r >= 0) sh.sorted[sh.cursor[r] + __popc(peers & lanes_below)] = sh.token[j];
-    __syncwarp();  // every lane has read cursor[r] before the leader moves it
-    if (r >= 0 && lane == __ffs(peers) - 1) sh.cursor[r] += __popc(peers);
-    __syncwarp();
-  }
-}
+using Scan2Shared = scan_list::ScanList<kScan2Threads, kListCap, R>;
 
 // kW columns of a dout row kept as in memory (Raw8: half the registers of floats for 2-byte
 // types) from the load until the addition; kW is 8 (16-byte layout) or 1.
@@ -388,7 +265,7 @@ template <typename T, int kW, int R>
 __device__ __forceinline__ void SumList(const T* __restrict__ dout, float* __restrict__ dtable, int64_t row0,
                                         int rows, int64_t dim, int listed, bool last, Scan2Shared<R>& sh) {
   __syncthreads();  // the list and the counts complete
-  if (threadIdx.x < 32) OrderByRow<R>(listed, sh);
+  if (threadIdx.x < 32) scan_list::OrderByRow(listed, kLongRun, sh);
   __syncthreads();
   SumRows<T, kW, R>(dout, dtable, row0, rows, dim, last, sh);
   if (last) return;
@@ -426,13 +303,14 @@ __global__ void __launch_bounds__(kScan2Threads, 2)
   constexpr int E = kIdsPerVec<I>;
   const int64_t mine = int64_t(threadIdx.x) * E;
   I cur[E], nxt[E];
-  LoadIds(tokens, mine, n, ids_vec, cur);
-  LoadIds(tokens, kStep + mine, n, ids_vec, nxt);
+  scan_list::LoadIds(tokens, mine, n, ids_vec, cur);
+  scan_list::LoadIds(tokens, kStep + mine, n, ids_vec, nxt);
   int listed = 0, parity = 0;
   for (int64_t base = 0; base < n; base += kStep) {
     I far[E];
-    LoadIds(tokens, base + 2 * kStep + mine, n, ids_vec, far);  // in flight while two steps are listed
-    listed = AppendStep<I, R>(cur, base, row0, rows, listed, parity, sh);
+    // In flight while two steps are listed.
+    scan_list::LoadIds(tokens, base + 2 * kStep + mine, n, ids_vec, far);
+    listed = scan_list::AppendStep(cur, base, row0, rows, listed, parity, sh);
     parity ^= 1;
     if (listed > kListCap - kStep) {  // the next step might not fit: sum what is listed now
       SumListEarly<T, kW, R>(dout, dtable, row0, rows, dim, listed, sh);

@@ -161,9 +161,11 @@ class ScopedEnv {
 };
 
 // The CUDA backward kernels selected per call by SG_EMBEDDING_BWD (embedding.cu), "" = the default.
-const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan2"};
+const char* const kBackwards[] = {"",      "rows",      "atomic",    "atomic_nopdl", "scan2",
+                                  "scan3", "scan3_zst", "scan3_bst", "scan3_r128"};
 // Those compared bitwise against "rows" (and so against the CPU reference) on constructed ids.
-const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan2"};
+const char* const kComparedBackwards[] = {"atomic",    "atomic_nopdl", "scan2",     "scan3",
+                                          "scan3_zst", "scan3_bst",    "scan3_r128"};
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -358,6 +360,25 @@ TEST(EmbeddingCudaBackwardTest, Scan2PassesOverAHotRange) {
   CheckBackwardsBitwise(ids, 300, 2056, DType::kBF16, DType::kI32);
 }
 
+// The bulk-copy backward (embedding_scan3.cu): rows of several segments (2048 columns each: bf16
+// 4096 = two full, f32 2056 = a full one and one pack), f32 dout (8 KB ring slots, fewer of them),
+// a hot id over several passes with two segments a row (the ring's sequence running on across
+// passes), a run far longer than the ring with a one-pack last segment. (Rows without the 16-byte
+// layout, e.g. dim 5 above, go to scan2.)
+TEST(EmbeddingCudaBackwardTest, Scan3Segments) {
+  SG_SKIP_WITHOUT_CUDA();
+  std::vector<double> ids(6000);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = double(Rng()() % 700);
+  CheckBackwardsBitwise(ids, 700, 4096, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(ids, 700, 2056, DType::kF32, DType::kI64);
+  CheckBackwardsBitwise(ids, 700, 2048, DType::kF32, DType::kI32);
+  std::vector<double> hot(9000);
+  for (size_t i = 0; i < hot.size(); ++i) hot[i] = i % 5 == 0 ? double(Rng()() % 200) : double(i % 3);
+  CheckBackwardsBitwise(hot, 200, 4096, DType::kF32, DType::kI32);
+  CheckBackwardsBitwise(hot, 129, 2048, DType::kBF16, DType::kI64);
+  CheckBackwardsBitwise(std::vector<double>(3000, 1.0), 2, 4104, DType::kF16, DType::kI32);
+}
+
 // Token ids not 16-byte aligned (a view one id into the buffer) and a count no multiple of a
 // 16-byte load; every backward against the CPU.
 TEST(EmbeddingCudaBackwardTest, UnalignedIds) {
@@ -408,10 +429,11 @@ TEST(EmbeddingCudaBackwardTest, NoTokens) {
 
 #ifdef SG_WITH_CUDA
 // The forward and a backward (atomic: its scratch held by the allocator for the graph's life;
-// scan2: one kernel, no scratch), chained by programmatic dependent launch, captured in a CUDA
+// scan2, scan3: one kernel, no scratch), chained by programmatic dependent launch, captured in a CUDA
 // graph and replayed twice over poisoned outputs: the same bits as the eager calls.
 class EmbeddingCudaGraphTest : public ::testing::TestWithParam<const char*> {};
-INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaGraphTest, ::testing::Values("atomic", "scan2"),
+INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaGraphTest,
+                         ::testing::Values("atomic", "scan2", "scan3", "scan3_zst", "scan3_bst", "scan3_r128"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 TEST_P(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
