@@ -10,8 +10,8 @@
 //               memory through an MN-major descriptor (V stays [key][d] as loaded)
 // Element types: bf16 for every variant; f16 (IEEE half) for the default variant "wgmma" only, the
 // same kernel with the f16 wgmma (P rounded to f16 for P V; f32 accumulators and statistics).
-// Not yet here (FA3): TMA loads, producer/consumer warp specialization, ping-pong between the
-// warpgroups, overlapping the softmax with the next QK^T.
+// FA3's TMA loads, producer/consumer warp specialization and ping-pong are in the variants "ws" and
+// "wsi" (attention_fwd_v4_ws.cu), which fall back to "wgmma" where they cannot run.
 //
 // Shared-memory layout of every operand tile [rows][D]: D / 64 column blocks of [rows][64] (128-byte
 // rows), 16-byte chunk c of row r at chunk (c ^ (r % 8)) -- the 128-byte swizzle pattern, in
