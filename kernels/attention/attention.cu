@@ -542,7 +542,7 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
     }
     if (p.dtype == DType::kF16) {
       return absl::UnimplementedError(absl::StrCat(
-          "CUDA attention forward: f16 runs on the v4 forward variant 'wgmma' only; SG_ATTN_FWD_VARIANT='",
+          "CUDA attention forward: f16 runs on the v4 forward variants 'wgmma', 'ws' and 'wsi' only; SG_ATTN_FWD_VARIANT='",
           FwdV4VariantToName(fwd), "' is bf16-only"));
     }
     return LaunchForwardV4Mma(fwd, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);

@@ -18,6 +18,12 @@
 //   wgmmap64  as wgmmap with 64-key tiles (fewer registers in flight)
 //   wgmmat    as wgmma with V transposed in shared memory, so that P V reads a K-major B like
 //             QK^T does (a check on the MN-major descriptor of the others)
+// warp-specialized wgmma variants (attention_fwd_v4_ws.cu): a TMA producer warp feeding K/V rings
+// (mbarriers) and 2 consumer warpgroups x 64 rows with setmaxnreg 24 / 240, 128-key tiles, the
+// softmax of tile t under the PV of tile t - 1 (FA3's structure):
+//   ws        with ping-pong between the consumer warpgroups (named barriers)
+//   wsi       without ping-pong (intra-warpgroup overlap only)
+// Element types: bf16 for every variant; f16 for wgmma, ws and wsi.
 #ifndef SGTRAIN_KERNELS_ATTENTION_ATTENTION_FWD_V4_H_
 #define SGTRAIN_KERNELS_ATTENTION_ATTENTION_FWD_V4_H_
 
@@ -37,9 +43,17 @@ enum class FwdV4Variant {
   kWgmma,
   kWgmmaPipelined,
   kWgmmaPipelined64,
-  kWgmmaTransposedV
+  kWgmmaTransposedV,
+  kWarpSpecialized,
+  kWarpSpecializedIntra
 };
 inline bool IsWgmma(FwdV4Variant v) { return v >= FwdV4Variant::kWgmma; }
+// The warp-specialized variants (attention_fwd_v4_ws.cu), a subset of IsWgmma.
+inline bool IsWarpSpecialized(FwdV4Variant v) {
+  return v == FwdV4Variant::kWarpSpecialized || v == FwdV4Variant::kWarpSpecializedIntra;
+}
+// The variants that run f16 as well as bf16.
+inline bool RunsF16(FwdV4Variant v) { return v == FwdV4Variant::kWgmma || IsWarpSpecialized(v); }
 
 struct FwdV4VariantName {
   FwdV4Variant variant;
@@ -52,7 +66,9 @@ constexpr FwdV4VariantName kFwdV4Variants[] = {{FwdV4Variant::k4x32, "4x32"},
                                                {FwdV4Variant::kWgmma, "wgmma"},
                                                {FwdV4Variant::kWgmmaPipelined, "wgmmap"},
                                                {FwdV4Variant::kWgmmaPipelined64, "wgmmap64"},
-                                               {FwdV4Variant::kWgmmaTransposedV, "wgmmat"}};
+                                               {FwdV4Variant::kWgmmaTransposedV, "wgmmat"},
+                                               {FwdV4Variant::kWarpSpecialized, "ws"},
+                                               {FwdV4Variant::kWarpSpecializedIntra, "wsi"}};
 
 // The variant's SG_ATTN_FWD_VARIANT spelling.
 inline const char* FwdV4VariantToName(FwdV4Variant variant) {

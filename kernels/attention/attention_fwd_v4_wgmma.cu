@@ -10,8 +10,8 @@
 //               memory through an MN-major descriptor (V stays [key][d] as loaded)
 // Element types: bf16 for every variant; f16 (IEEE half) for the default variant "wgmma" only, the
 // same kernel with the f16 wgmma (P rounded to f16 for P V; f32 accumulators and statistics).
-// Not yet here (FA3): TMA loads, producer/consumer warp specialization, ping-pong between the
-// warpgroups, overlapping the softmax with the next QK^T.
+// FA3's TMA loads, producer/consumer warp specialization and ping-pong are in the variants "ws" and
+// "wsi" (attention_fwd_v4_ws.cu), which fall back to "wgmma" where they cannot run.
 //
 // Shared-memory layout of every operand tile [rows][D]: D / 64 column blocks of [rows][64] (128-byte
 // rows), 16-byte chunk c of row r at chunk (c ^ (r % 8)) -- the 128-byte swizzle pattern, in
@@ -72,52 +72,6 @@ __device__ __forceinline__ void TransposeV(uint32_t vt, uint32_t v_tile, int war
     }
   }
 }
-
-// Masks keys past the end and (causal) after the query in the scores of key tile n0. Element i of
-// s is (row first_row + 8 ((i / 2) % 2), key n0 + 8 (i / 4) + 2 (lane % 4) + i % 2).
-template <int kBlockN>
-__device__ __forceinline__ void MaskTile(float (&s)[kBlockN / 2], const Problem& pr, int m0, int n0,
-                                         int first_row, int lane) {
-  if (!TileNeedsMask(m0, n0, kBlockN, pr.seq_k, pr.causal, pr.q_minus_k)) return;
-#pragma unroll
-  for (int i = 0; i < kBlockN / 2; ++i) {
-    const int col = n0 + (i / 4) * 8 + 2 * (lane % 4) + (i & 1);
-    const int row = first_row + ((i & 2) ? 8 : 0);
-    if (col >= pr.seq_k || (pr.causal && int64_t(col) > row + pr.q_minus_k)) s[i] = -INFINITY;
-  }
-}
-
-// Online softmax of one tile in the log2 domain on raw scores (scale > 0): s becomes
-// p = 2^(s c - m) with m the new running max; alpha = 2^(old max - new max) per row half.
-template <int kBlockN>
-__device__ __forceinline__ void SoftmaxTile(float (&s)[kBlockN / 2], float (&row_max)[2],
-                                            float (&row_sum)[2], float (&alpha)[2], float c) {
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    float mx = -INFINITY;
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
-    mx = fmaxf(row_max[r], QuadMax(mx) * c);
-    const float m_use = mx == -INFINITY ? 0.f : mx;  // fully masked so far: keep 2^x finite
-    alpha[r] = FastExp2(row_max[r] - m_use);
-    row_max[r] = mx;
-    float sum = 0.f;
-#pragma unroll
-    for (int j = 0; j < kBlockN / 8; ++j) {
-      s[4 * j + 2 * r] = FastExp2(fmaf(s[4 * j + 2 * r], c, -m_use));
-      s[4 * j + 2 * r + 1] = FastExp2(fmaf(s[4 * j + 2 * r + 1], c, -m_use));
-      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
-    }
-    row_sum[r] = row_sum[r] * alpha[r] + sum;  // per-thread partial; quad-reduced at the end
-  }
-}
-
-template <int kD>
-__device__ __forceinline__ void RescaleO(float (&o)[kD / 2], const float (&alpha)[2]) {
-#pragma unroll
-  for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i / 2) % 2];
-}
-
 
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
@@ -311,12 +265,17 @@ absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, DType dtype, const Probl
                                   int batch, const void* q, const void* k, const void* v, void* out,
                                   float* lse, cudaStream_t stream) {
   SG_RETURN_IF_ERROR(RequireSm90("attention v4 wgmma forward"));
-  if (dtype == DType::kF16) {  // the default variant only (the production forward)
-    if (variant != FwdV4Variant::kWgmma) {
-      return absl::UnimplementedError(absl::StrCat(
-          "attention v4 forward: f16 runs on the default variant 'wgmma' only, found SG_ATTN_FWD_VARIANT='",
-          FwdV4VariantToName(variant), "' (bf16-only)"));
-    }
+  if (dtype == DType::kF16 && !RunsF16(variant)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "attention v4 forward: f16 runs on the variants 'wgmma', 'ws' and 'wsi' only, found SG_ATTN_FWD_VARIANT='",
+        FwdV4VariantToName(variant), "' (bf16-only)"));
+  }
+  if (IsWarpSpecialized(variant)) {
+    const absl::Status st = LaunchForwardV4Ws(variant, dtype, pr, head_dim, batch, q, k, v, out, lse, stream);
+    if (!absl::IsUnimplemented(st)) return st;
+    variant = FwdV4Variant::kWgmma;  // unaligned tensors or no tensor-map encoder: the cp.async kernel
+  }
+  if (dtype == DType::kF16) {
     if (head_dim == 64) return LaunchWgmma<f16, 64, false, 128>(pr, batch, q, k, v, out, lse, stream);
     return LaunchWgmma<f16, 128, false, 128>(pr, batch, q, k, v, out, lse, stream);
   }

@@ -650,15 +650,19 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
 }
 
 // The kernel families that run f16: the default (v5: the wgmma forward and backward, both
-// variables unset; whatever SG_ATTENTION_TEST_VARIANTS says) and v4 (v3's backward; unless
-// SG_ATTENTION_TEST_VARIANTS is set without naming it).
+// variables unset; whatever SG_ATTENTION_TEST_VARIANTS says), v4 (v3's backward) and v4 with the
+// warp-specialized forwards v4/ws and v4/wsi (each unless SG_ATTENTION_TEST_VARIANTS is set
+// without naming it).
 std::vector<KernelVariant> F16Variants() {
   std::vector<KernelVariant> variants = {{"", ""}};
   const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
   const std::vector<std::string> names = absl::StrSplit(only ? only : "", ',');
-  if (only == nullptr || *only == '\0' || std::find(names.begin(), names.end(), "v4") != names.end()) {
-    variants.push_back({"v4", ""});
-  }
+  auto named = [&](const std::string& name) {
+    return only == nullptr || *only == '\0' || std::find(names.begin(), names.end(), name) != names.end();
+  };
+  if (named("v4")) variants.push_back({"v4", ""});
+  if (named("v4/ws")) variants.push_back({"v4", "ws"});
+  if (named("v4/wsi")) variants.push_back({"v4", "wsi"});
   return variants;
 }
 

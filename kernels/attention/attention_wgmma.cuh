@@ -245,6 +245,53 @@ __device__ __forceinline__ void PackP(uint32_t (&p)[kBlockN / 16][4], const floa
   }
 }
 
+// --- The forward's softmax on accumulators (attention_fwd_v4_wgmma.cu, attention_fwd_v4_ws.cu) ---------
+
+// Masks keys past the end and (causal) after the query in the scores of key tile n0. Element i of
+// s is (row first_row + 8 ((i / 2) % 2), key n0 + 8 (i / 4) + 2 (lane % 4) + i % 2).
+template <int kBlockN>
+__device__ __forceinline__ void MaskTile(float (&s)[kBlockN / 2], const Problem& pr, int m0, int n0,
+                                         int first_row, int lane) {
+  if (!TileNeedsMask(m0, n0, kBlockN, pr.seq_k, pr.causal, pr.q_minus_k)) return;
+#pragma unroll
+  for (int i = 0; i < kBlockN / 2; ++i) {
+    const int col = n0 + (i / 4) * 8 + 2 * (lane % 4) + (i & 1);
+    const int row = first_row + ((i & 2) ? 8 : 0);
+    if (col >= pr.seq_k || (pr.causal && int64_t(col) > row + pr.q_minus_k)) s[i] = -INFINITY;
+  }
+}
+
+// Online softmax of one tile in the log2 domain on raw scores (scale > 0): s becomes
+// p = 2^(s c - m) with m the new running max; alpha = 2^(old max - new max) per row half.
+template <int kBlockN>
+__device__ __forceinline__ void SoftmaxTile(float (&s)[kBlockN / 2], float (&row_max)[2],
+                                            float (&row_sum)[2], float (&alpha)[2], float c) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) mx = fmaxf(mx, fmaxf(s[4 * j + 2 * r], s[4 * j + 2 * r + 1]));
+    mx = fmaxf(row_max[r], QuadMax(mx) * c);
+    const float m_use = mx == -INFINITY ? 0.f : mx;  // fully masked so far: keep 2^x finite
+    alpha[r] = FastExp2(row_max[r] - m_use);
+    row_max[r] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < kBlockN / 8; ++j) {
+      s[4 * j + 2 * r] = FastExp2(fmaf(s[4 * j + 2 * r], c, -m_use));
+      s[4 * j + 2 * r + 1] = FastExp2(fmaf(s[4 * j + 2 * r + 1], c, -m_use));
+      sum += s[4 * j + 2 * r] + s[4 * j + 2 * r + 1];
+    }
+    row_sum[r] = row_sum[r] * alpha[r] + sum;  // per-thread partial; quad-reduced at the end
+  }
+}
+
+template <int kD>
+__device__ __forceinline__ void RescaleO(float (&o)[kD / 2], const float (&alpha)[2]) {
+#pragma unroll
+  for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i / 2) % 2];
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 }  // namespace sg::kernels::internal::attention_device
