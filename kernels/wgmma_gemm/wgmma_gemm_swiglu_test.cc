@@ -103,7 +103,7 @@ TEST(WgmmaGemmSwiGluTest, OutsideTheKernelIsUnimplemented) {
 
 // Interleave puts W1's and W3's rows where W13Row says, and Deinterleave gives them back.
 void CheckInterleaveRoundTrip(const Device& dev, DType dtype) {
-  SCOPED_TRACE(dev.ToString() + " " + DTypeName(dtype));
+  SCOPED_TRACE(dev.ToString() + " " + std::string(DTypeName(dtype)));
   Stream stream = dev.is_cpu() ? Stream::Cpu() : Stream::Create(dev).value();
   const int64_t f = 384, k = 24;
   Tensor w1 = RandomTensor({f, k}, dtype, dev, Rng()), w3 = RandomTensor({f, k}, dtype, dev, Rng());
