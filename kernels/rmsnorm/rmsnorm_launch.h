@@ -17,8 +17,10 @@
 // writes one partial row; a second kernel sums the partial rows in a fixed order. Deterministic, no
 // atomics; by default the grid is as many CTAs as are resident at once (no tail wave), which also
 // keeps the partial rows to a few MB (16384 x 2048 bf16: 2 CTAs per SM, 2 MiB of partials).
-// LaunchConfig::bwd_stages > 0 selects a backward that streams the rows through a cp.async ring in
-// shared memory instead (rmsnorm_bwd_ring.h). Other shapes take a simple block-per-row path.
+// Other shapes take a simple block-per-row path. (A backward streaming each CTA's rows through a
+// cp.async shared-memory ring of 2-4 slots was measured on the H200 on 2026-11-30 and removed:
+// 3.16-3.32 TB/s against 3.42 for BackwardKernel at 16384 x 2048 bf16, add+RMSNorm 3.50-3.64
+// against 3.64.)
 #ifndef SGTRAIN_KERNELS_RMSNORM_RMSNORM_LAUNCH_H_
 #define SGTRAIN_KERNELS_RMSNORM_RMSNORM_LAUNCH_H_
 
@@ -63,12 +65,6 @@ struct LaunchConfig {
   // (compile_test, llama_step_test, dist_cuda_graph_test passed on the H200s with them).
   bool fwd_pdl = true;
   bool bwd_pdl = true;
-  // Backward: 0 = BackwardKernel (rows in registers from load to store); n = BackwardRingKernel
-  // (rmsnorm_bwd_ring.h), streaming each CTA's rows through an n-slot shared-memory ring filled by
-  // cp.async, n - 1 rows ahead of the compute (clamped to 2..4; rows_per_step and bwd_prefetch do not
-  // apply). Falls back to BackwardKernel where the ring does not fit a CTA. Off until measured.
-  // Last field, so the positional initializers in the tests keep their meaning.
-  int bwd_stages = 0;
 
   // The configuration the forward's shape is chosen from.
   LaunchConfig ForwardConfig() const {
@@ -83,8 +79,7 @@ struct LaunchConfig {
            " fwd threads<=" + std::to_string(fwd_max_threads) + " rows/step=" + std::to_string(fwd_rows_per_step) +
            " fwd_ctas/sm=" + std::to_string(fwd_ctas_per_sm) + " bwd_ctas/sm=" + std::to_string(bwd_ctas_per_sm) +
            (overlap_sum ? " overlap_sum" : "") + (fwd_prefetch ? " fwd_prefetch" : "") +
-           (bwd_prefetch ? " bwd_prefetch" : "") + (fwd_pdl ? " fwd_pdl" : "") + (bwd_pdl ? " bwd_pdl" : "") +
-           (bwd_stages > 0 ? " bwd_stages=" + std::to_string(bwd_stages) : "");
+           (bwd_prefetch ? " bwd_prefetch" : "") + (fwd_pdl ? " fwd_pdl" : "") + (bwd_pdl ? " bwd_pdl" : "");
   }
 };
 
@@ -576,11 +571,6 @@ struct KernelLaunch {
 };
 
 }  // namespace detail
-}  // namespace sg::kernels::rmsnorm_launch
-
-#include "kernels/rmsnorm/rmsnorm_bwd_ring.h"  // the cp.async ring backward (bwd_stages > 0)
-
-namespace sg::kernels::rmsnorm_launch {
 
 // Forward: y and rstd from x (kAdd false; delta and h unused, may be null), or h = x + delta, then
 // y and rstd from h (kAdd true). y may be null (w then unused): rstd (and h) only.
@@ -627,81 +617,43 @@ absl::Status Backward(const LaunchConfig& cfg, int64_t rows, int64_t dim, const 
     return absl::OkStatus();
   }
   SG_ASSIGN_OR_RETURN(const int sms, detail::SmCount(device));
-  // The ring backward (bwd_stages > 0) takes BackwardKernel's shape at one row a step, where its
-  // slots fit a CTA; BackwardKernel runs otherwise.
-  const int stages =
-      cfg.bwd_stages > 0 ? std::clamp(cfg.bwd_stages, detail::kMinRingStages, detail::kMaxRingStages) : 0;
-  detail::Shape ring_shape = shape;
-  ring_shape.kr = 1;
-  const int64_t ring_bytes = stages * detail::RingSlotBytes<T, kResidual>(dim, shape.threads);
-  int ring_resident = 0;
-  absl::Status ring_status;
-  // Calls f(BackwardRingKernel instance) for the ring's shape and depth.
-  auto with_ring_kernel = [&](auto&& f) {
-    detail::WithShape<T>(ring_shape, [&](auto kv, auto) {
-      detail::WithStages(stages, [&](auto ks) {
-        f(detail::BackwardRingKernel<T, decltype(kv)::value, decltype(ks)::value, kResidual>);
-      });
-    });
-  };
-  if (stages > 0) {
-    with_ring_kernel([&](auto kernel) {
-      absl::StatusOr<int> r = detail::RingResident(kernel, shape.threads, ring_bytes, device);
-      if (r.ok()) ring_resident = *r;
-      ring_status = r.status();
-    });
-  }
-  SG_RETURN_IF_ERROR(ring_status);
-  const bool ring = ring_resident > 0;
-  const int step = ring ? 1 : shape.kr;
   // Contiguous runs of rows, a multiple of the step, split over ~bwd_ctas_per_sm CTAs per SM, by
   // default as many as fit at once (a second, partial wave would leave SMs idle at the end).
   // The occupancy query is cached per kernel and thread count (one GPU model per process assumed):
   // it costs microseconds of host time per call otherwise.
-  int resident = ring_resident;
+  int resident = 1;
   cudaError_t err = cudaSuccess;
   const bool prefetch = cfg.bwd_prefetch;
-  if (!ring) {
-    detail::WithShape<T>(shape, [&](auto kv, auto kr) {
-      constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
-      static std::atomic<int> cached[2][detail::kMaxThreads / 32 + 1] = {};
-      std::atomic<int>& slot = cached[prefetch ? 1 : 0][shape.threads / 32];
-      resident = slot.load(std::memory_order_relaxed);
-      if (resident == 0) {
-        auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
-                               : detail::BackwardKernel<T, kV, kR, kResidual, false>;
-        err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, shape.threads, 0);
-        slot.store(resident, std::memory_order_relaxed);
-      }
-    });
-  }
+  detail::WithShape<T>(shape, [&](auto kv, auto kr) {
+    constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
+    static std::atomic<int> cached[2][detail::kMaxThreads / 32 + 1] = {};
+    std::atomic<int>& slot = cached[prefetch ? 1 : 0][shape.threads / 32];
+    resident = slot.load(std::memory_order_relaxed);
+    if (resident == 0) {
+      auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
+                             : detail::BackwardKernel<T, kV, kR, kResidual, false>;
+      err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&resident, kernel, shape.threads, 0);
+      slot.store(resident, std::memory_order_relaxed);
+    }
+  });
   SG_CUDA_RETURN_IF_ERROR(err);
   const int per_sm = std::max(1, cfg.bwd_ctas_per_sm > 0 ? cfg.bwd_ctas_per_sm : resident);
   const int64_t want_ctas = int64_t(per_sm) * sms;
   int64_t rows_per_cta = (rows + want_ctas - 1) / want_ctas;
-  rows_per_cta = (rows_per_cta + step - 1) / step * step;
+  rows_per_cta = (rows_per_cta + shape.kr - 1) / shape.kr * shape.kr;
   const int64_t groups = (rows + rows_per_cta - 1) / rows_per_cta;
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
   SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(groups * dim * int64_t(sizeof(float))));
   float* partial = static_cast<float*>(scratch);
-  if (ring) {
-    with_ring_kernel([&](auto kernel) {
-      detail::KernelLaunch launch(unsigned(groups), unsigned(shape.threads), stream, cfg.bwd_pdl);
-      launch.config.dynamicSmemBytes = size_t(ring_bytes);
-      err = cudaLaunchKernelEx(&launch.config, kernel, dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
-                               rows_per_cta);
-    });
-  } else {
-    detail::WithShape<T>(shape, [&](auto kv, auto kr) {
-      constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
-      auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
-                             : detail::BackwardKernel<T, kV, kR, kResidual, false>;
-      detail::KernelLaunch launch(unsigned(groups), unsigned(shape.threads), stream, cfg.bwd_pdl);
-      err = cudaLaunchKernelEx(&launch.config, kernel, dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
-                               rows_per_cta);
-    });
-  }
-  const char* failed = ring ? "BackwardRingKernel" : "BackwardKernel";
+  detail::WithShape<T>(shape, [&](auto kv, auto kr) {
+    constexpr int kV = decltype(kv)::value, kR = decltype(kr)::value;
+    auto kernel = prefetch ? detail::BackwardKernel<T, kV, kR, kResidual, true>
+                           : detail::BackwardKernel<T, kV, kR, kResidual, false>;
+    detail::KernelLaunch launch(unsigned(groups), unsigned(shape.threads), stream, cfg.bwd_pdl);
+    err = cudaLaunchKernelEx(&launch.config, kernel, dy, dh_in, x, w, rstd, dx, partial, rows, int(dim / 8),
+                             rows_per_cta);
+  });
+  const char* failed = "BackwardKernel";
   if (err == cudaSuccess) {
     // As a programmatic dependent (overlap_sum), the sum waits for the main kernel itself.
     detail::KernelLaunch launch(unsigned((dim + 31) / 32), detail::kSumThreads, stream, cfg.overlap_sum);

@@ -23,29 +23,23 @@ namespace sg::kernels::rmsnorm_launch {
 // Args: backward, rows, dim, max_threads, rows_per_step, ctas_per_sm (forward: 0 = one CTA per step
 // of rows, n = n persistent CTAs per SM; backward: 0 = all resident, else CTAs per SM), overlap_sum
 // (backward), prefetch, pdl (programmatic dependent launch of the forward / the backward's main
-// kernel), stages (backward: 0 = BackwardKernel, n = the cp.async ring of n row slots,
-// LaunchConfig::bwd_stages). The configurations earlier H200 sweeps left in contention, at the
-// Llama-1B shape and the 7B width (kept short enough to run in about a minute), and the ring's.
+// kernel). The configurations earlier H200 sweeps left in contention, at the Llama-1B shape and the
+// 7B width (kept short enough to run in about a minute).
 inline void SweepArgs(benchmark::internal::Benchmark* bm) {
-  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm", "overlap", "prefetch", "pdl", "stages"});
+  bm->ArgNames({"bwd", "rows", "dim", "threads", "rows_step", "ctas_sm", "overlap", "prefetch", "pdl"});
   for (auto [rows, dim] : {std::pair<int64_t, int64_t>{16384, 2048}, {8192, 4096}}) {
     for (int threads : {128, 256}) {
-      for (int pdl : {0, 1}) bm->Args({0, rows, dim, threads, 1, 0, 0, 0, pdl, 0});
+      for (int pdl : {0, 1}) bm->Args({0, rows, dim, threads, 1, 0, 0, 0, pdl});
     }
     for (int step : {1, 2}) {
       for (int ctas : {0, 2, 4, 8}) {
-        for (int pdl : {0, 1}) bm->Args({1, rows, dim, 128, step, ctas, 1, 0, pdl, 0});
+        for (int pdl : {0, 1}) bm->Args({1, rows, dim, 128, step, ctas, 1, 0, pdl});
       }
-      bm->Args({1, rows, dim, 128, step, 0, 0, 0, 0, 0});  // the partial-row sum launched plainly
-      bm->Args({1, rows, dim, 128, step, 0, 1, 1, 1, 0});  // with prefetch
-      bm->Args({1, rows, dim, 64, step, 0, 1, 0, 1, 0});   // 64-thread CTAs: 4 packs a thread at dim 2048
-      bm->Args({1, rows, dim, 64, step, 0, 1, 1, 1, 0});   // the same with prefetch
+      bm->Args({1, rows, dim, 128, step, 0, 0, 0, 0});  // the partial-row sum launched plainly
+      bm->Args({1, rows, dim, 128, step, 0, 1, 1, 1});  // with prefetch
+      bm->Args({1, rows, dim, 64, step, 0, 1, 0, 1});   // 64-thread CTAs: 4 packs a thread at dim 2048
+      bm->Args({1, rows, dim, 64, step, 0, 1, 1, 1});   // the same with prefetch
     }
-    // The cp.async ring backward (one row a step), 2 to 4 slots; with and without PDL at 128 threads.
-    for (int threads : {128, 256}) {
-      for (int stages : {2, 3, 4}) bm->Args({1, rows, dim, threads, 1, 0, 1, 0, 1, stages});
-    }
-    for (int stages : {2, 3, 4}) bm->Args({1, rows, dim, 128, 1, 0, 1, 0, 0, stages});
   }
 }
 
@@ -63,7 +57,6 @@ inline LaunchConfig SweepConfig(const benchmark::State& state) {
   cfg.overlap_sum = state.range(6) != 0;
   (backward ? cfg.bwd_prefetch : cfg.fwd_prefetch) = state.range(7) != 0;
   (backward ? cfg.bwd_pdl : cfg.fwd_pdl) = state.range(8) != 0;
-  cfg.bwd_stages = backward ? int(state.range(9)) : 0;
   return cfg;
 }
 

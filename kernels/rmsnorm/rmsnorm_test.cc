@@ -203,20 +203,6 @@ TEST(RmsNormCudaTest, EveryLaunchConfigMatchesReference) {
     c.fwd_pdl = c.bwd_pdl = c.overlap_sum = pdl;
     configs.push_back(c);
   }
-  // The cp.async ring backward (bwd_stages): 2 to 4 slots at 32 to 256 threads (1, 2 and 4 packs a
-  // thread), one CTA per SM (long runs of rows) to several waves, with and without PDL. The widest
-  // rows (f32 8192 at 512 threads, bf16 16384) at 4 slots do not fit a CTA: BackwardKernel runs.
-  for (auto [threads, stages, ctas, pdl] : std::vector<std::tuple<int, int, int, bool>>{
-           {128, 2, 0, true}, {128, 3, 0, true}, {128, 4, 0, false}, {32, 2, 8, true}, {256, 4, 1, true},
-           {64, 3, 3, false}}) {
-    rmsnorm_internal::LaunchConfig c;
-    c.max_threads = threads;
-    c.rows_per_step = 2;  // ignored by the ring
-    c.bwd_stages = stages;
-    c.bwd_ctas_per_sm = ctas;
-    c.bwd_pdl = pdl;
-    configs.push_back(c);
-  }
   for (auto cfg : configs) {
     cfg.fwd_max_threads = cfg.max_threads;  // the forward takes the same shapes
     cfg.fwd_rows_per_step = cfg.rows_per_step;
