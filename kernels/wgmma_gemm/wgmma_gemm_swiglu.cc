@@ -28,8 +28,7 @@ absl::Status CheckInterleave(const char* op, const TensorView& w1, const TensorV
                op, ": w13 must be ", DTypeName(w1.dtype()), "[", 2 * f, ",", k, "]@", w1.device().ToString(),
                " to match w1 ", w1.ToString(), ", found ", w13.ToString());
   SG_CHECK_ARG(w1.is_contiguous() && w3.is_contiguous() && w13.is_contiguous(), op,
-               ": w1, w3 and w13 must be contiguous, found ", w1.ToString(), ", ", w3.ToString(), ", ",
-               w13.ToString());
+               ": w1, w3 and w13 must be contiguous, found ", w1.ToString(), ", ", w3.ToString(), ", ", w13.ToString());
   return absl::OkStatus();
 }
 
@@ -49,19 +48,19 @@ absl::Status CopyRuns(char* dst, int64_t dst_pitch, const char* src, int64_t src
 }
 
 // Moves W1's and W3's blocks between their own tensors and w13 (interleave: to w13; else from it).
-absl::Status Interleave(const char* op, const TensorView& w1, const TensorView& w3, const TensorView& w13,
-                        bool to_w13, const Stream& stream) {
+absl::Status Interleave(const char* op, const TensorView& w1, const TensorView& w3, const TensorView& w13, bool to_w13,
+                        const Stream& stream) {
   SG_RETURN_IF_ERROR(CheckInterleave(op, w1, w3, w13));
   const int64_t block_bytes = kSwiGluBlock * w1.dim(1) * SizeOf(w1.dtype()), blocks = w1.dim(0) / kSwiGluBlock;
   char* const w13_bytes = static_cast<char*>(w13.raw());
   for (const auto& [part, offset] : {std::pair{&w1, int64_t(0)}, std::pair{&w3, block_bytes}}) {
     char* const own = static_cast<char*>(part->raw());
     if (to_w13) {
-      SG_RETURN_IF_ERROR(CopyRuns(w13_bytes + offset, 2 * block_bytes, own, block_bytes, block_bytes, blocks,
-                                  w1.device(), stream));
+      SG_RETURN_IF_ERROR(
+          CopyRuns(w13_bytes + offset, 2 * block_bytes, own, block_bytes, block_bytes, blocks, w1.device(), stream));
     } else {
-      SG_RETURN_IF_ERROR(CopyRuns(own, block_bytes, w13_bytes + offset, 2 * block_bytes, block_bytes, blocks,
-                                  w1.device(), stream));
+      SG_RETURN_IF_ERROR(
+          CopyRuns(own, block_bytes, w13_bytes + offset, 2 * block_bytes, block_bytes, blocks, w1.device(), stream));
     }
   }
   return absl::OkStatus();
@@ -69,8 +68,7 @@ absl::Status Interleave(const char* op, const TensorView& w1, const TensorView& 
 
 }  // namespace
 
-absl::Status InterleaveGateUp(const TensorView& w1, const TensorView& w3, const TensorView& w13,
-                              const Stream& stream) {
+absl::Status InterleaveGateUp(const TensorView& w1, const TensorView& w3, const TensorView& w13, const Stream& stream) {
   return Interleave("InterleaveGateUp", w1, w3, w13, /*to_w13=*/true, stream);
 }
 
@@ -123,9 +121,9 @@ absl::Status WgmmaGemmSwiGlu(const TensorView& x, const TensorView& w13, const s
   const bool aligned = Aligned16(x.raw()) && Aligned16(w13.raw()) && Aligned16(h.raw()) &&
                        (!gate_up.has_value() || Aligned16(gate_up->raw()));
   if (!contiguous || !aligned) {
-    return absl::UnimplementedError(absl::StrCat(kOp, ": needs contiguous, 16-byte aligned x, w13, h and gate_up, found ",
-                                                 x.ToString(), ", ", w13.ToString(), ", ", h.ToString(),
-                                                 gate_up.has_value() ? ", " + gate_up->ToString() : ""));
+    return absl::UnimplementedError(
+        absl::StrCat(kOp, ": needs contiguous, 16-byte aligned x, w13, h and gate_up, found ", x.ToString(), ", ",
+                     w13.ToString(), ", ", h.ToString(), gate_up.has_value() ? ", " + gate_up->ToString() : ""));
   }
   static_assert(impl::kTileN == 2 * kSwiGluBlock, "a tile must hold one block of gate and one of up");
 #ifdef SG_WITH_CUDA

@@ -35,8 +35,7 @@ constexpr int64_t kSwiGluBlock = 128;
 // above). Any dtype; all three contiguous, of one dtype and device; F a multiple of kSwiGluBlock.
 // CPU tensors are copied on the host, CUDA tensors by two 2-D copies on `stream`. InvalidArgument
 // on other shapes or mixed dtypes / devices. Not in place (w13 must not overlap w1 or w3).
-absl::Status InterleaveGateUp(const TensorView& w1, const TensorView& w3, const TensorView& w13,
-                              const Stream& stream);
+absl::Status InterleaveGateUp(const TensorView& w1, const TensorView& w3, const TensorView& w13, const Stream& stream);
 
 // The inverse: w1 and w3 from the interleaved w13, e.g. dW1 and dW3 from an f32 dW13. The same
 // preconditions as InterleaveGateUp.

@@ -5,7 +5,9 @@
 //   mode 2: our WgmmaGemm on the interleaved W13 + SwiGluPackedForward on the [M F / 128, 256] view
 //           (the unfused form on our GEMM: mode 2 - mode 3 is what the epilogue saves);
 //   mode 3: WgmmaGemmSwiGlu, h only (the forward when the backward recomputes gate | up);
-//   mode 4: WgmmaGemmSwiGlu writing h and the interleaved gate_up (the training forward).
+//   mode 4: WgmmaGemmSwiGlu writing h and the interleaved gate_up (the training forward);
+//   modes 5, 6: the GEMM alone, gate_up = x W13^T, by cuBLASLt and by WgmmaGemm (what the SwiGLU
+//           epilogue costs on top of the GEMM: mode 3 or 4 against mode 6).
 // Batch timing (10 back-to-back calls, CUDA events; kernels/core/benchmark_timing.h). Counters:
 // median_us per call; TFLOP/s of the GEMM work 2 M (2F) K; saved_MB, the DRAM bytes the form does not
 // move against modes 0-2 (gate_up's write and read back: 2 x 2 M F x 2 bytes for mode 3, the read
@@ -13,7 +15,6 @@
 // time, so they rank the modes like the time does.
 // Run on the GPU machine: bazel-bin/kernels/wgmma_gemm/wgmma_gemm_swiglu_benchmark
 #include <benchmark/benchmark.h>
-
 #include <stdlib.h>
 
 #include <string>
@@ -66,8 +67,12 @@ void BM_MlpUpSwiGlu(benchmark::State& state) {
         return SwiGluPackedForward(gate_up_blocks, h_blocks, stream);
       case 3:
         return WgmmaGemmSwiGlu(x, w13, std::nullopt, h, std::nullopt, stream);
-      default:
+      case 4:
         return WgmmaGemmSwiGlu(x, w13, std::nullopt, h, gate_up.view(), stream);
+      case 5:
+        return MatmulForward(x, w13, std::nullopt, gate_up, stream);
+      default:
+        return WgmmaGemm(x, w13, std::nullopt, gate_up, stream, WgmmaGemmVariant::kTmaStore);
     }
   };
   testing::TimeCalls(state, stream, kCalls, bytes, call);
@@ -79,12 +84,12 @@ void BM_MlpUpSwiGlu(benchmark::State& state) {
   }
   const double gate_up_mb = double(m * 2 * f * SizeOf(t)) / 1e6;
   state.counters["saved_MB"] = mode == 3 ? 2 * gate_up_mb : mode == 4 ? gate_up_mb : 0.0;
-  const char* names[] = {"cublas x2 + swiglu", "cublas [W1;W3] + packed swiglu", "wgmma W13 + packed swiglu",
-                         "fused h", "fused h + gate_up"};
+  const char* names[] = {"cublas x2 + swiglu", "cublas [W1;W3] + packed swiglu", "wgmma W13 + packed swiglu", "fused h",
+                         "fused h + gate_up",  "cublas W13 gemm alone",          "wgmma W13 gemm alone"};
   state.SetLabel(std::string(names[mode]) + " bf16@" + dev.ToString());
 }
 BENCHMARK(BM_MlpUpSwiGlu)
-    ->ArgsProduct({{16384}, {8192, 5632}, {2048}, {0, 1, 2, 3, 4}})
+    ->ArgsProduct({{16384}, {8192, 5632}, {2048}, {0, 1, 2, 3, 4, 5, 6}})
     ->ArgNames({"M", "F", "K", "mode"})
     ->UseManualTime();
 

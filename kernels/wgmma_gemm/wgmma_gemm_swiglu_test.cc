@@ -42,7 +42,9 @@ double Silu(double g) { return g / (1.0 + std::exp(-g)); }
 constexpr double kTiny = 1e-30;
 
 // The interleaved row of W13 holding row r of W1 (up = false) or of W3.
-int64_t W13Row(int64_t r, bool up) { return 2 * kSwiGluBlock * (r / kSwiGluBlock) + (up ? kSwiGluBlock : 0) + r % kSwiGluBlock; }
+int64_t W13Row(int64_t r, bool up) {
+  return 2 * kSwiGluBlock * (r / kSwiGluBlock) + (up ? kSwiGluBlock : 0) + r % kSwiGluBlock;
+}
 
 TEST(WgmmaGemmSwiGluTest, BadArgumentsAreNamed) {
   const Device cpu = Device::Cpu();
@@ -201,12 +203,12 @@ Outputs RunFused(const Vec& x, const Vec& w13, const Vec* scale, int64_t m, int6
 }
 
 struct Probe {
-  const char* name;  // which part of the kernel a mismatch points at
-  int64_t m, n, k;   // n: W13's rows (2F)
+  const char* name;                                // which part of the kernel a mismatch points at
+  int64_t m, n, k;                                 // n: W13's rows (2F)
   std::function<double(int64_t, int64_t)> x, w13;  // x(i, k), w13(j, k): small integers
-  std::function<double(int64_t)> scale;           // row scale, or null for none
-  std::function<double(int64_t, int64_t)> d;      // the exact gate_up(i, j) = scale(i) (x w13^T)(i, j)
-  const char* meaning;                            // what a wrong gate_up value names
+  std::function<double(int64_t)> scale;            // row scale, or null for none
+  std::function<double(int64_t, int64_t)> d;       // the exact gate_up(i, j) = scale(i) (x w13^T)(i, j)
+  const char* meaning;                             // what a wrong gate_up value names
 };
 
 double Delta(int64_t a, int64_t b) { return a == b ? 1.0 : 0.0; }
@@ -366,11 +368,11 @@ void CheckAgainstReference(const Case& c) {
 TEST(WgmmaGemmSwiGluCudaTest, MatchesDoubleReference) {
   SG_SKIP_WITHOUT_CUDA();
   const std::vector<Case> cases = {
-      {{128, 64}, 128, false, true},     // one tile, one k-block
-      {{128, 64}, 128, true, false},     // the same, h only, scaled
-      {{256, 2048}, 256, true, true},    // 2 x 2 tiles, 32 k-blocks (8 passes over the ring)
+      {{128, 64}, 128, false, true},   // one tile, one k-block
+      {{128, 64}, 128, true, false},   // the same, h only, scaled
+      {{256, 2048}, 256, true, true},  // 2 x 2 tiles, 32 k-blocks (8 passes over the ring)
       {{256, 2048}, 256, false, false},
-      {{128, 8192}, 128, true, true},    // one tile, 128 k-blocks
+      {{128, 8192}, 128, true, true},  // one tile, 128 k-blocks
       {{128, 8192}, 128, false, false},
       {{2, 192, 192}, 384, true, true},  // leading dims (M = 384), 3 k-blocks, 3 tiles along N
       {{2048, 64}, 2048, true, false},   // 256 tiles: several per persistent block
