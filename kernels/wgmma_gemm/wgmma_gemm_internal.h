@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace sg::kernels::wgmma_gemm_internal {
 
@@ -37,6 +38,9 @@ absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const
 // contiguous and 16-byte aligned.
 absl::Status WgmmaGemmSwiGluCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b,
                                  const float* row_scale, void* d, void* h, void* stream);
+
+// The current device's SM count, or Unimplemented naming `op` on a GPU other than sm_90.
+absl::StatusOr<int> Sm90MultiProcessors(const char* op);
 
 // cudaMemcpy2DAsync (any direction): `rows` runs of `width` bytes, `src_pitch` / `dst_pitch` bytes
 // apart, ordered on `stream`. For the W13 interleave.

@@ -66,7 +66,40 @@ absl::Status Interleave(const char* op, const TensorView& w1, const TensorView& 
   return absl::OkStatus();
 }
 
+// The conditions on shapes, dtype and device under which the kernel runs (Unimplemented otherwise).
+absl::Status ShapeSupported(int64_t m, int64_t k, int64_t f, DType dtype, const Device& device) {
+  if (!device.is_cuda()) {
+    return absl::UnimplementedError(absl::StrCat(kOp, ": CUDA only, found tensors on ", device.ToString()));
+  }
+  if (dtype != DType::kBF16) {
+    return absl::UnimplementedError(absl::StrCat(kOp, ": bf16 only, found ", DTypeName(dtype)));
+  }
+  if (m <= 0 || k <= 0 || f <= 0 || m % impl::kTileM != 0 || k % impl::kTileK != 0 || f % kSwiGluBlock != 0 ||
+      m >= (int64_t(1) << 31) || 2 * f >= (int64_t(1) << 31) || k >= (int64_t(1) << 31)) {
+    return absl::UnimplementedError(absl::StrCat(kOp, ": needs M % ", impl::kTileM, " == 0, K % ", impl::kTileK,
+                                                 " == 0 and F % ", kSwiGluBlock,
+                                                 " == 0 (M, 2F, K below 2^31), found M=", m, " F=", f, " K=", k));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status WgmmaGemmSwiGluSupports(int64_t m, int64_t k, int64_t f, DType dtype, const Device& device,
+                                     bool query_gpu) {
+  SG_RETURN_IF_ERROR(ShapeSupported(m, k, f, dtype, device));
+  if (!query_gpu) return absl::OkStatus();
+#ifdef SG_WITH_CUDA
+  absl::StatusOr<int> sms = impl::Sm90MultiProcessors(kOp);
+  if (absl::IsUnimplemented(sms.status())) return sms.status();
+  if (!sms.ok()) {  // no usable device: the kernel cannot run either
+    return absl::UnimplementedError(absl::StrCat(kOp, ": no CUDA device to run on: ", sms.status().message()));
+  }
+  return absl::OkStatus();
+#else
+  return absl::UnimplementedError(absl::StrCat(kOp, ": a build without CUDA"));
+#endif
+}
 
 absl::Status InterleaveGateUp(const TensorView& w1, const TensorView& w3, const TensorView& w13, const Stream& stream) {
   return Interleave("InterleaveGateUp", w1, w3, w13, /*to_w13=*/true, stream);
@@ -105,17 +138,7 @@ absl::Status WgmmaGemmSwiGlu(const TensorView& x, const TensorView& w13, const s
                  row_scale->ToString());
   }
 
-  if (!x.device().is_cuda()) {
-    return absl::UnimplementedError(absl::StrCat(kOp, ": CUDA only, found tensors on ", x.device().ToString()));
-  }
-  if (x.dtype() != DType::kBF16) {
-    return absl::UnimplementedError(absl::StrCat(kOp, ": bf16 only, found ", DTypeName(x.dtype())));
-  }
-  if (m % impl::kTileM != 0 || k % impl::kTileK != 0 || m >= (int64_t(1) << 31) || 2 * f >= (int64_t(1) << 31) ||
-      k >= (int64_t(1) << 31)) {
-    return absl::UnimplementedError(absl::StrCat(kOp, ": needs M % ", impl::kTileM, " == 0 and K % ", impl::kTileK,
-                                                 " == 0 (M, 2F, K below 2^31), found M=", m, " F=", f, " K=", k));
-  }
+  SG_RETURN_IF_ERROR(ShapeSupported(m, k, f, x.dtype(), x.device()));
   const bool contiguous = x.is_contiguous() && w13.is_contiguous() && h.is_contiguous() &&
                           (!gate_up.has_value() || gate_up->is_contiguous());
   const bool aligned = Aligned16(x.raw()) && Aligned16(w13.raw()) && Aligned16(h.raw()) &&

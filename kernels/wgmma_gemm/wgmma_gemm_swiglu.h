@@ -59,6 +59,15 @@ absl::Status DeinterleaveGateUp(const TensorView& w13, const TensorView& w1, con
 absl::Status WgmmaGemmSwiGlu(const TensorView& x, const TensorView& w13, const std::optional<TensorView>& row_scale,
                              const TensorView& h, const std::optional<TensorView>& gate_up, const Stream& stream);
 
+// Whether WgmmaGemmSwiGlu runs for x [m, k] and w13 [2f, k] of `dtype` on `device` (contiguous,
+// 16-byte aligned tensors): OK, or the Unimplemented status naming why not (the same conditions as
+// WgmmaGemmSwiGlu's). For callers that choose a buffer layout before any tensor exists (the
+// compiler's lowering). query_gpu: also ask the current CUDA device for sm_90 (false when planning
+// for a GPU this process may not have: shapes, dtype and device kind only).
+//   if (WgmmaGemmSwiGluSupports(m, k, f, DType::kBF16, Device::Cuda(0)).ok()) { /* fused layout */ }
+absl::Status WgmmaGemmSwiGluSupports(int64_t m, int64_t k, int64_t f, DType dtype, const Device& device,
+                                     bool query_gpu = true);
+
 }  // namespace sg::kernels
 
 #endif  // SGTRAIN_KERNELS_WGMMA_GEMM_WGMMA_GEMM_SWIGLU_H_

@@ -103,6 +103,35 @@ TEST(WgmmaGemmSwiGluTest, OutsideTheKernelIsUnimplemented) {
   }
 }
 
+// The lowering's question before any tensor exists agrees with the launch's answer: shapes, dtype
+// and device kind without a GPU query; with one, the current GPU (sm_90 here, or Unimplemented).
+TEST(WgmmaGemmSwiGluTest, SupportsNamesWhatIsOutside) {
+  const DType bf = DType::kBF16;
+  const Device gpu = Device::Cuda(0);
+  EXPECT_TRUE(WgmmaGemmSwiGluSupports(16384, 2048, 8192, bf, gpu, /*query_gpu=*/false).ok());
+  EXPECT_EQ(WgmmaGemmSwiGluSupports(128, 64, 128, bf, Device::Cpu(), false).code(), absl::StatusCode::kUnimplemented);
+  struct Bad {
+    int64_t m, k, f;
+    DType t;
+  };
+  for (const Bad& c :
+       {Bad{100, 64, 128, bf}, Bad{128, 32, 128, bf}, Bad{128, 64, 96, bf}, Bad{128, 64, 128, DType::kF32}}) {
+    const absl::Status s = WgmmaGemmSwiGluSupports(c.m, c.k, c.f, c.t, gpu, false);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << c.m << "x" << c.k << "x" << c.f << ": " << s;
+    EXPECT_NE(s.message().find("WgmmaGemmSwiGlu"), absl::string_view::npos) << s;
+  }
+  const absl::Status queried = WgmmaGemmSwiGluSupports(128, 64, 128, bf, gpu);
+  if (!CudaAvailable()) {
+    EXPECT_EQ(queried.code(), absl::StatusCode::kUnimplemented) << queried;
+    return;
+  }
+  // On a GPU the answer is the launch's: OK runs, Unimplemented is what the launch says too.
+  Stream st = Stream::Create(gpu).value();
+  const absl::Status launched = WgmmaGemmSwiGlu(Empty({128, 64}, bf, gpu), Empty({256, 64}, bf, gpu), std::nullopt,
+                                                Empty({128, 128}, bf, gpu), std::nullopt, st);
+  EXPECT_EQ(queried.code(), launched.code()) << queried << " vs " << launched;
+}
+
 // Interleave puts W1's and W3's rows where W13Row says, and Deinterleave gives them back.
 void CheckInterleaveRoundTrip(const Device& dev, DType dtype) {
   SCOPED_TRACE(dev.ToString() + " " + std::string(DTypeName(dtype)));
