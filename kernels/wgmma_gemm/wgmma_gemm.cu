@@ -20,6 +20,8 @@
 // Variants (WgmmaGemmVariant; the kernel template's kTmaStore and kCluster): the epilogue above, or
 // the tile staged through shared memory and written by TMA stores that overlap the next tile's
 // k-loop; and single blocks, or 2-block clusters whose B loads are multicast (see WgmmaGemmKernel).
+// The SwiGLU epilogues (WgmmaGemmSwiGlu, on the TMA-store form) write h = silu(gate) * up from a tile
+// of 128 gate and 128 up columns of the interleaved W13, with or without the tile itself.
 // Tile order: the persistent index t = blockIdx.x + i gridDim.x walks groups of kGroupM tile rows,
 // tile rows fastest inside a group, so the ~132 tiles in flight share ~8 A row-panels and ~17 B
 // panels: both stay in L2 even when B (up to 64 MiB at N = 16384) does not fit.
@@ -90,6 +92,16 @@ __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
   const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
   return *reinterpret_cast<const uint32_t*>(&v);
 }
+
+// Two adjacent columns of h = silu(g) * u from the scaled f32 accumulators of gate and up: g and u
+// rounded to bf16 first (the values the unfused GEMM writes and the backward reads back), then
+// kernels/swiglu's flat-kernel arithmetic, g / (1 + e^-g) * u by __expf and __fdividef, so h equals
+// WgmmaGemm followed by SwiGluPackedForward bit for bit.
+__device__ __forceinline__ uint32_t SwiGluBf16x2(float g0, float g1, float u0, float u1) {
+  const float2 g = __bfloat1622float2(__floats2bfloat162_rn(g0, g1));
+  const float2 u = __bfloat1622float2(__floats2bfloat162_rn(u0, u1));
+  return PackBf16x2(__fdividef(g.x, 1.f + __expf(-g.x)) * u.x, __fdividef(g.y, 1.f + __expf(-g.y)) * u.y);
+}
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // kTmaStore: the epilogue writes the scaled bf16 tile into swizzled shared-memory boxes and a TMA
@@ -101,13 +113,23 @@ __device__ __forceinline__ uint32_t PackBf16x2(float lo, float hi) {
 // L2 -> SM once per pair. A stage is then written by both producers, so its `empty` barrier counts
 // the consumer warps of both blocks (each warp arrives on its own and on the peer's), and a block
 // may exit only after the peer's last remote arrival (the closing cluster barrier).
-template <bool kTmaStore, int kCluster>
+// kEpi (Epilogue; kTmaStore single blocks only): the SwiGLU epilogues write h's 64 x 128 half-tile per
+// consumer warpgroup, from gate columns [0, 128) and up columns [128, 256) of its accumulator (thread
+// registers i and i + 64 hold the same row and column of the two halves), as two more 64 x 64 boxes
+// through the same pair of staging buffers (4 + 2 boxes a tile with d, 2 without: even, so box c of
+// every tile uses buffer c % 2). tmap_h is last among the parameters so the kScale kernels' others
+// keep their offsets.
+template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, bf16* __restrict__ d,
-                    const float* __restrict__ row_scale, int m, int n, int k) {
+                    const float* __restrict__ row_scale, int m, int n, int k,
+                    const __grid_constant__ CUtensorMap tmap_h) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(kCluster == 1 || (kCluster == 2 && kGroupM % 2 == 0), "pairs must be M-adjacent tiles");
+  static_assert(kEpi == Epilogue::kScale || (kTmaStore && kCluster == 1),
+                "the SwiGLU epilogues exist on the single-block TMA-store kernel only");
+  static_assert(kBlockN == 2 * 128, "SwiGLU tiles hold 128 gate and 128 up columns (kSwiGluBlock)");
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t ring = SmemAddr(smem_raw) + (1024 - SmemAddr(smem_raw) % 1024) % 1024;
   const uint32_t epi = ring + kStages * kStageBytes;
@@ -176,6 +198,13 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int u = first_unit; u < units; u += unit_step) {
       int m0, n0;
       TileOrigin(u * kCluster + rank, tiles_m, tiles_n, m0, n0);
+      if constexpr (kEpi != Epilogue::kScale) {
+        // The first wgmma ignores the accumulator, but its asm operands read it: zeros here let each
+        // register die at its last use in the previous tile's epilogue (the SwiGLU epilogues need the
+        // room for their temporaries; with the old tile live throughout, ptxas spills).
+#pragma unroll
+        for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+      }
       for (int kb = 0; kb < k_blocks; ++kb, ++it) {
         const int s = it % kStages;
         const uint32_t a_tile = ring + s * kStageBytes + cg * 64 * 128, b_tile = ring + s * kStageBytes + kABytes;
@@ -205,23 +234,55 @@ __global__ void __launch_bounds__(kThreads, 1)
         // a row r sits at chunk jj ^ (r % 8); r % 8 = lane / 4 for both rows, so a warp store hits 8
         // distinct chunks x 4 words: all 32 banks.
         const uint32_t boxes = epi + cg * 2 * kEpiBoxBytes, swz = uint32_t(lane / 4);
-#pragma unroll
-        for (int c = 0; c < kBlockN / kEpiCols; ++c) {
+        // Box c of the tile (buffer c % 2): value(jj, half) gives the bf16x2 of row row_in_wg + 8 half in
+        // the box's 16-byte chunk jj; the box is stored at column `col` of `map`.
+        auto store_box = [&](int c, const CUtensorMap* map, int col, auto value) {
           const uint32_t box = boxes + (c % 2) * kEpiBoxBytes;
           if (leader) BulkWaitGroupRead<1>();  // the store that last read this box (two boxes back) is done
           NamedBarrierSync(1 + cg, 128);
 #pragma unroll
           for (int jj = 0; jj < 8; ++jj) {
-            const int j = 8 * c + jj;
             const uint32_t off = ((uint32_t(jj) ^ swz) * 16) + 4 * (lane % 4);
-            StShared32(box + row_in_wg * 128 + off, PackBf16x2(acc[4 * j] * s0, acc[4 * j + 1] * s0));
-            StShared32(box + (row_in_wg + 8) * 128 + off, PackBf16x2(acc[4 * j + 2] * s1, acc[4 * j + 3] * s1));
+            StShared32(box + row_in_wg * 128 + off, value(jj, 0));
+            StShared32(box + (row_in_wg + 8) * 128 + off, value(jj, 1));
           }
           FenceProxyAsyncShared();
           NamedBarrierSync(1 + cg, 128);
           if (leader) {
-            TmaStore2d(&tmap_d, box, n0 + c * kEpiCols, m0 + 64 * cg);
+            TmaStore2d(map, box, col, m0 + 64 * cg);
             BulkCommitGroup();
+          }
+        };
+        // Two adjacent columns of d (registers i, i + 1 of row row_in_wg + 8 half).
+        auto d_pair = [&](int i, int half) {
+          const float sc = half ? s1 : s0;
+          return PackBf16x2(acc[i] * sc, acc[i + 1] * sc);
+        };
+        // Two adjacent columns of h from gate registers i, i + 1 and up registers i + 64, i + 65.
+        auto h_pair = [&](int i, int half) {
+          const float sc = half ? s1 : s0;
+          return SwiGluBf16x2(acc[i] * sc, acc[i + 1] * sc, acc[64 + i] * sc, acc[64 + i + 1] * sc);
+        };
+        if constexpr (kEpi == Epilogue::kScale) {
+#pragma unroll
+          for (int c = 0; c < kBlockN / kEpiCols; ++c) {
+            store_box(c, &tmap_d, n0 + c * kEpiCols,
+                      [&](int jj, int half) { return d_pair(4 * (8 * c + jj) + 2 * half, half); });
+          }
+        } else {
+          // h's box c (columns 64 c.. of the half-tile) from d's boxes c (gate) and c + 2 (up): with
+          // kSwiGluGateUp those two go first, so each register dies within its three boxes.
+#pragma unroll
+          for (int c = 0; c < kBlockN / 2 / kEpiCols; ++c) {
+            constexpr int kBoxes = kEpi == Epilogue::kSwiGluGateUp ? 3 : 1;  // per c: 6 or 2 a tile, even
+            if constexpr (kEpi == Epilogue::kSwiGluGateUp) {
+              for (const int dc : {c, c + 2}) {
+                store_box(kBoxes * c + (dc - c) / 2, &tmap_d, n0 + dc * kEpiCols,
+                          [&](int jj, int half) { return d_pair(4 * (8 * dc + jj) + 2 * half, half); });
+              }
+            }
+            store_box(kBoxes * c + kBoxes - 1, &tmap_h, n0 / 2 + c * kEpiCols,
+                      [&](int jj, int half) { return h_pair(4 * (8 * c + jj) + 2 * half, half); });
           }
         }
       } else {
@@ -278,10 +339,11 @@ absl::Status EncodeKMajor(CUtensorMap* map, const void* base, int64_t rows, int6
   return absl::OkStatus();
 }
 
-template <bool kTmaStore, int kCluster>
-absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d, void* d,
-                    const float* row_scale, int64_t m, int64_t n, int64_t k, int sms, cudaStream_t stream) {
-  auto* const kernel = WgmmaGemmKernel<kTmaStore, kCluster>;
+template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
+absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
+                    const CUtensorMap& map_h, void* d, const float* row_scale, int64_t m, int64_t n, int64_t k,
+                    int sms, cudaStream_t stream) {
+  auto* const kernel = WgmmaGemmKernel<kTmaStore, kCluster, kEpi>;
   constexpr int kSmem = SmemBytes(kTmaStore);
   SG_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t units = (m / kBlockM) * (n / kBlockN) / kCluster;
@@ -307,18 +369,24 @@ absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CU
   }
   config.gridDim = dim3(unsigned(kCluster * std::min(units, resident)));
   SG_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_d, static_cast<bf16*>(d), row_scale,
-                                             int(m), int(n), int(k)));
+                                             int(m), int(n), int(k), map_h));
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b, const float* row_scale,
-                           void* d, void* stream, KernelVariant variant) {
-  SG_RETURN_IF_ERROR(RequireSm90("WgmmaGemm"));
+// The current device's SM count, or Unimplemented naming `op` on a GPU other than sm_90.
+absl::StatusOr<int> Sm90MultiProcessors(const char* op) {
+  SG_RETURN_IF_ERROR(RequireSm90(op));
   int device = 0, sms = 0;
   SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&device));
   SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return sms;
+}
+
+absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b, const float* row_scale,
+                           void* d, void* stream, KernelVariant variant) {
+  SG_ASSIGN_OR_RETURN(const int sms, Sm90MultiProcessors("WgmmaGemm"));
   // Pairs need an even number of tile rows (M-adjacent tiles share B); else the single-block form.
   if (variant == KernelVariant::kClusterMulticast && (m / kBlockM) % 2 != 0) variant = KernelVariant::kTmaStore;
   const bool pairs = variant == KernelVariant::kClusterMulticast;
@@ -329,13 +397,35 @@ absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   switch (variant) {
     case KernelVariant::kRegisterStores:
-      return Launch<false, 1>(map_a, map_b, map_d, d, row_scale, m, n, k, sms, s);
+      return Launch<false, 1>(map_a, map_b, map_d, map_d, d, row_scale, m, n, k, sms, s);
     case KernelVariant::kTmaStore:
-      return Launch<true, 1>(map_a, map_b, map_d, d, row_scale, m, n, k, sms, s);
+      return Launch<true, 1>(map_a, map_b, map_d, map_d, d, row_scale, m, n, k, sms, s);
     case KernelVariant::kClusterMulticast:
-      return Launch<true, 2>(map_a, map_b, map_d, d, row_scale, m, n, k, sms, s);
+      return Launch<true, 2>(map_a, map_b, map_d, map_d, d, row_scale, m, n, k, sms, s);
   }
   return absl::InvalidArgumentError("WgmmaGemm: unknown kernel variant");
+}
+
+absl::Status WgmmaGemmSwiGluCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b,
+                                 const float* row_scale, void* d, void* h, void* stream) {
+  SG_ASSIGN_OR_RETURN(const int sms, Sm90MultiProcessors("WgmmaGemmSwiGlu"));
+  CUtensorMap map_a, map_b, map_d, map_h;
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_a, a, m, k, kBlockM));
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_b, b, n, k, kBlockN));
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_h, h, m, n / 2, 64));  // the epilogue's 64 x 64 boxes
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (d == nullptr) {
+    return Launch<true, 1, Epilogue::kSwiGlu>(map_a, map_b, map_h, map_h, h, row_scale, m, n, k, sms, s);
+  }
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_d, d, m, n, 64));
+  return Launch<true, 1, Epilogue::kSwiGluGateUp>(map_a, map_b, map_d, map_h, d, row_scale, m, n, k, sms, s);
+}
+
+absl::Status CopyRuns2dCuda(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width,
+                            int64_t rows, void* stream) {
+  SG_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(dst, size_t(dst_pitch), src, size_t(src_pitch), size_t(width),
+                                            size_t(rows), cudaMemcpyDefault, static_cast<cudaStream_t>(stream)));
+  return absl::OkStatus();
 }
 
 }  // namespace sg::kernels::wgmma_gemm_internal

@@ -9,7 +9,8 @@
 //
 // The kernel (wgmma_gemm.cu): TMA loads into a 4-stage shared-memory ring, one producer warp, two
 // consumer warpgroups issuing wgmma m64n256k16 on a 128 x 256 tile, persistent over the tiles; its
-// epilogue and block arrangement come in the variants of WgmmaGemmVariant.
+// epilogue and block arrangement come in the variants of WgmmaGemmVariant. The same kernel with a
+// SwiGLU epilogue (the MLP's h = silu(x W1^T) * (x W3^T)) is in wgmma_gemm_swiglu.h.
 #ifndef SGTRAIN_KERNELS_WGMMA_GEMM_WGMMA_GEMM_H_
 #define SGTRAIN_KERNELS_WGMMA_GEMM_WGMMA_GEMM_H_
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace sg::kernels::wgmma_gemm_internal {
 
@@ -18,11 +19,33 @@ constexpr int64_t kTileK = 64;
 // The kernel's epilogue and block arrangement (see wgmma_gemm.cu and WgmmaGemmVariant).
 enum class KernelVariant : int { kRegisterStores, kTmaStore, kClusterMulticast };
 
+// What the TMA-store epilogue writes from the scaled f32 tile t (wgmma_gemm_swiglu.h):
+//   kScale:        d = bf16(t), the plain GEMM;
+//   kSwiGlu:       h = silu(g) * u only, where the tile's columns [0, 128) are gate g = bf16(t) and
+//                  [128, 256) the matching up u = bf16(t) (the interleaved W13);
+//   kSwiGluGateUp: h and the interleaved d = bf16(t) (the backward's saved gate | up blocks).
+enum class Epilogue : int { kScale, kSwiGlu, kSwiGluGateUp };
+
 // d[i, j] = row_scale[i] * sum_k a[i, k] b[j, k] (row_scale null: 1), rounded once to bf16.
 // a: bf16 [m, k], b: bf16 [n, k], d: bf16 [m, n], all contiguous and 16-byte aligned; m, n, k
 // multiples of kTileM, kTileN, kTileK below 2^31. Unimplemented on GPUs other than sm_90.
 absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b, const float* row_scale,
                            void* d, void* stream, KernelVariant variant);
+
+// The SwiGLU epilogues on the kTmaStore kernel: d ([m, n], may be null for kSwiGlu) as WgmmaGemmCuda
+// writes it, and h [m, n / 2] bf16, h[i, 128 b + c] = silu(d[i, 256 b + c]) * d[i, 256 b + 128 + c]
+// (with the f32 arithmetic of kernels/swiglu's forward). Same preconditions as WgmmaGemmCuda; h
+// contiguous and 16-byte aligned.
+absl::Status WgmmaGemmSwiGluCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b,
+                                 const float* row_scale, void* d, void* h, void* stream);
+
+// The current device's SM count, or Unimplemented naming `op` on a GPU other than sm_90.
+absl::StatusOr<int> Sm90MultiProcessors(const char* op);
+
+// cudaMemcpy2DAsync (any direction): `rows` runs of `width` bytes, `src_pitch` / `dst_pitch` bytes
+// apart, ordered on `stream`. For the W13 interleave.
+absl::Status CopyRuns2dCuda(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width,
+                            int64_t rows, void* stream);
 
 }  // namespace sg::kernels::wgmma_gemm_internal
 
