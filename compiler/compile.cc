@@ -1,7 +1,6 @@
 #include "compiler/compile.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <optional>
 
 #include "absl/status/status.h"
@@ -137,16 +136,6 @@ absl::Status CheckLossScaleOptions(const CompileOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<LowerOptions::MlpFusion> MlpFusionFromEnv(LowerOptions::MlpFusion option) {
-  const char* env = std::getenv("SG_FUSE_MLP");
-  if (env == nullptr || *env == '\0') return option;
-  const std::string v = env;
-  if (v == "0") return LowerOptions::MlpFusion::kOff;
-  if (v == "1") return LowerOptions::MlpFusion::kKernel;
-  if (v == "composed") return LowerOptions::MlpFusion::kComposed;
-  return absl::InvalidArgumentError(absl::StrCat("SG_FUSE_MLP must be 0, 1 or composed (or unset), found '", v, "'"));
-}
-
 namespace {
 std::map<Strategy, StrategyCompiler>& Registry() {
   static auto* r = new std::map<Strategy, StrategyCompiler>();
@@ -185,7 +174,6 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   }
   LowerOptions lo;
   lo.loss_scaler = LossScaler(o);
-  SG_ASSIGN_OR_RETURN(lo.mlp_fusion, MlpFusionFromEnv(o.fuse_mlp));
   SG_ASSIGN_OR_RETURN(step->program_, Lower(std::move(train), o.binding, o.device, lo));
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
@@ -229,7 +217,6 @@ absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOpt
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
   LowerOptions lo;
   lo.loss_scaler = LossScaler(o);
-  SG_ASSIGN_OR_RETURN(lo.mlp_fusion, MlpFusionFromEnv(o.fuse_mlp));
   return PlanStepMemory(std::move(train), o.binding, o.device, lo);
 }
 

@@ -124,15 +124,7 @@ struct CompileOptions {
   // unaccumulated step). FSDP reduce-scatters
   // each micro-batch's gradients into the accumulated shards.
   int micro_batches = 1;
-  // Single device (Strategy::kNone, micro_batches 1): the MLP up-projection and SwiGLU as one
-  // Hopper GEMM over an interleaved W13, with the packed backward (LowerOptions::MlpFusion,
-  // compiler/lowering.h). Off by default; SG_FUSE_MLP in the environment overrides it: 0 (off), 1
-  // (kKernel: where WgmmaGemmSwiGlu applies, else the unfused lowering) or "composed".
-  LowerOptions::MlpFusion fuse_mlp = LowerOptions::MlpFusion::kOff;
 };
-
-// CompileOptions::fuse_mlp after SG_FUSE_MLP; InvalidArgument for another value of the variable.
-absl::StatusOr<LowerOptions::MlpFusion> MlpFusionFromEnv(LowerOptions::MlpFusion option);
 
 struct StepMetrics {
   float loss = 0;       // unscaled, also under kF16Mixed

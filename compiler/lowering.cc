@@ -9,14 +9,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
 #include "compiler/lowering_fusion.h"
-#include "compiler/lowering_mlp.h"
 #include "compiler/op_lowering.h"
 #include "compiler/training_graph.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
-#include "kernels/wgmma_gemm/wgmma_gemm_swiglu.h"
 
 namespace sg::compiler {
 
@@ -86,7 +84,6 @@ class Lowerer {
     if (o_.loss_scaler) device_seeds.insert(kLossScaleName);
     fusions_ = FindLoweringFusions(g_, device_seeds);
     HostScalarSeeds();
-    MlpGroups();
     Roots();
     SG_RETURN_IF_ERROR(Updates());
     InPlace();
@@ -160,9 +157,6 @@ class Lowerer {
     for (int i = 0; i < int(nodes.size()); ++i) {
       for (int v : nodes[i].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], i);
     }
-    for (const MlpFused& m : mlp_) {  // the fused forward reads x at the swiglu node
-      last_use_[root_[m.g.x]] = std::max(last_use_[root_[m.g.x]], m.g.swiglu);
-    }
     for (const graph::GraphOutput& o : g_.outputs()) {
       auto until = o_.output_live_until.find(o.name);
       const int last = until == o_.output_live_until.end() ? int(nodes.size()) : until->second;
@@ -214,7 +208,6 @@ class Lowerer {
   // producer is the input buffer's last reader and the buffer is an arena value.
   void InPlace() {
     for (const auto& [out, in] : fusions_.in_place) {
-      if (no_buffer_.count(in) || no_buffer_.count(out)) continue;
       const int r = root_[in], producer = g_.value(out).producer;
       if (root_[out] != out || Persistent(r) || last_use_[r] != producer || Bytes(out) != Bytes(r)) continue;
       root_[out] = r;
@@ -240,14 +233,12 @@ class Lowerer {
       const int d = root_[nodes[bwd].outputs[0]];
       first[d] = std::min(first[d], fwd);
     }
-    for (int v : no_buffer_) first[v] = INT32_MAX;  // inside a fused MLP launch: never in memory
     slot_.assign(nv, -1);
     for (int v = 0; v < nv; ++v) {
       if (first[v] == INT32_MAX || root_[v] != v || Persistent(v)) continue;
       slot_[v] = planner_.Add(Bytes(v), first[v], std::max(first[v], last_use_[v]));
     }
     side_ = PlanSideBuffers(g_, shape_, fusions_, &planner_);
-    MlpSlots();
   }
 
   // State: sources then weight copies, each aligned, in graph order.
@@ -283,7 +274,6 @@ class Lowerer {
     for (int v = 0; v < g_.num_value_ids(); ++v) {
       if (!g_.has_value(v)) continue;
       const int r = root_[v];
-      if (state_offset[r] < 0 && slot_[r] < 0) continue;  // no buffer (inside a fused MLP launch)
       char* base = state_offset[r] >= 0 ? state + state_offset[r] : arena + p_->plan.offsets[slot_[r]];
       p_->values[v] = TensorView(base, g_.type(v).dtype, shape_[v], p_->device);
     }
@@ -395,11 +385,7 @@ class Lowerer {
     for (int i = 0; i < int(nodes.size()); ++i) {
       const Node& n = nodes[i];
       if (IsSource(n.op) || n.op == OpKind::kReshape) continue;
-      if (fusions_.fused_away.count(i) || copy_casts_.count(i) || mlp_skip_.count(i)) continue;
-      if (auto m = mlp_at_.find(i); m != mlp_at_.end()) {
-        MlpSteps(i, mlp_[m->second]);
-        continue;
-      }
+      if (fusions_.fused_away.count(i) || copy_casts_.count(i)) continue;
       if (n.op == OpKind::kAdamW && adamw_launch_) {
         if (i == adamw_first_) {
           Step st;
@@ -494,135 +480,6 @@ class Lowerer {
     return absl::OkStatus();
   }
 
-  // ---- The fused MLP up-projection (LowerOptions::mlp_fusion) ----
-  struct MlpFused {
-    MlpGroup g;
-    int64_t m = 0, k = 0, f = 0;
-    int w13 = -1;             // index into w13_
-    bool interleaves = false;  // the first launch reading its W13 writes it
-    int gate_up = -1, dgate_up = -1, dw13 = -1;  // planner slots (-1: none)
-  };
-  struct W13 {
-    int w1, w3;
-    DType dtype;
-    int64_t f, k;
-    int first = INT32_MAX, last = -1, slot = -1;
-  };
-
-  // The groups this lowering fuses (all or none of a W13's groups: they share its shapes), their
-  // nodes and the values that get no buffer.
-  void MlpGroups() {
-    if (o_.mlp_fusion == LowerOptions::MlpFusion::kOff) return;
-    const bool composed = o_.mlp_fusion == LowerOptions::MlpFusion::kComposed;
-    for (const MlpGroup& grp : FindMlpGroups(g_, fusions_)) {
-      const Shape &xs = shape_[grp.x], &ws = shape_[grp.w1];
-      MlpFused m;
-      m.g = grp;
-      m.k = xs.empty() ? 0 : xs.back();
-      m.f = ws[0];
-      m.m = m.k == 0 ? 0 : NumElements(xs) / m.k;
-      if (ws[1] != m.k || m.f % kernels::kSwiGluBlock != 0) continue;
-      if (grp.swiglu_backward >= 0 && fusions_.folded_cast.count(grp.dw1) != fusions_.folded_cast.count(grp.dw3)) {
-        continue;  // dW1 and dW3 written in different dtypes: one dW13 cannot hold both
-      }
-      if (!composed && !kernels::WgmmaGemmSwiGluSupports(m.m, m.k, m.f, g_.type(grp.x).dtype, p_->device,
-                                                         /*query_gpu=*/allocate_)
-                             .ok()) {
-        continue;
-      }
-      auto w = std::find_if(w13_.begin(), w13_.end(), [&](const W13& x) { return x.w1 == grp.w1 && x.w3 == grp.w3; });
-      if (w == w13_.end()) {
-        w13_.push_back({grp.w1, grp.w3, g_.type(grp.w1).dtype, m.f, m.k});
-        w = w13_.end() - 1;
-        m.interleaves = true;
-      }
-      m.w13 = int(w - w13_.begin());
-      w->first = std::min(w->first, grp.swiglu);
-      w->last = std::max({w->last, grp.swiglu, grp.dx});
-      const int idx = int(mlp_.size());
-      mlp_at_[grp.swiglu] = idx;
-      mlp_skip_.insert({grp.gate_mm, grp.up_mm});
-      no_buffer_.insert({grp.gate, grp.up});
-      for (int s : grp.packed_swiglu) mlp_at_[s] = idx;
-      if (grp.swiglu_backward >= 0) {
-        const Node& sb = g_.nodes()[grp.swiglu_backward];
-        mlp_at_[grp.swiglu_backward] = mlp_at_[grp.dx] = mlp_at_[grp.dw] = idx;
-        mlp_skip_.insert({grp.dx_partial, grp.dw_other});
-        no_buffer_.insert({sb.outputs[0], sb.outputs[1], g_.nodes()[grp.dx_partial].outputs[0]});
-      }
-      mlp_.push_back(std::move(m));
-    }
-  }
-
-  // W13 per weight pair; per group gate_up (kept, or the composed forward's scratch), dgate_up
-  // (over gate_up when the backward is its last reader) and the dW13 scratch.
-  void MlpSlots() {
-    for (W13& w : w13_) w.slot = planner_.Add(2 * w.f * w.k * SizeOf(w.dtype), w.first, w.last);
-    const bool composed = o_.mlp_fusion == LowerOptions::MlpFusion::kComposed;
-    for (MlpFused& m : mlp_) {
-      const MlpGroup& g = m.g;
-      const DType t = g_.type(g.x).dtype;
-      const int64_t gate_up_bytes = m.m * 2 * m.f * SizeOf(t);
-      int last = g.swiglu;
-      for (int s : g.packed_swiglu) last = std::max(last, s);
-      const bool shared = g.swiglu_backward >= 0 && g.swiglu_backward > last;
-      if (g.swiglu_backward >= 0) last = std::max(last, g.swiglu_backward);
-      const int backward_last = std::max(g.dx, g.dw);
-      if (g.keeps_gate_up() || composed) {
-        m.gate_up = planner_.Add(gate_up_bytes, g.swiglu, shared ? backward_last : last);
-      }
-      if (g.swiglu_backward < 0) continue;
-      m.dgate_up = shared ? m.gate_up : planner_.Add(gate_up_bytes, g.swiglu_backward, backward_last);
-      const DType dw = fusions_.folded_cast.count(g.dw1) ? DType::kF32 : g_.type(g.dw1).dtype;
-      m.dw13 = planner_.Add(2 * m.f * m.k * SizeOf(dw), g.dw, g.dw);
-    }
-  }
-
-  TensorView SlotView(int slot, DType t, Shape shape) const {
-    return TensorView(side_views_[slot], t, std::move(shape), p_->device);
-  }
-
-  // The steps of fused group `m` at node i: its forward (after the W13 interleave), a recomputed
-  // swiglu, its swiglu backward, dx, or dW.
-  void MlpSteps(int i, const MlpFused& m) {
-    const MlpGroup& g = m.g;
-    const Node& n = g_.nodes()[i];
-    const DType t = g_.type(g.x).dtype;
-    const W13& w = w13_[m.w13];
-    const TensorView w13 = SlotView(w.slot, w.dtype, {2 * w.f, w.k});
-    const std::optional<TensorView> gate_up =
-        m.gate_up >= 0 ? std::optional<TensorView>(SlotView(m.gate_up, t, {m.m, 2 * m.f})) : std::nullopt;
-    auto add = [&](std::string what, MlpLaunch launch) {
-      Step st;
-      st.name = n.scope.empty() ? what : absl::StrCat(what, " @", n.scope);
-      st.node = i;
-      st.phase = n.phase;
-      st.impl = "kernel";
-      st.launch = std::move(launch);
-      p_->schedule.steps.push_back(std::move(st));
-    };
-    const bool composed = o_.mlp_fusion == LowerOptions::MlpFusion::kComposed;
-    if (i == g.swiglu) {
-      if (m.interleaves) add("mlp w13 interleave", MlpInterleaveLaunch(p_->values[w.w1], p_->values[w.w3], w13));
-      const std::optional<TensorView> keep = g.keeps_gate_up() || composed ? gate_up : std::nullopt;
-      add(composed ? "mlp gemm(w13) + swiglu_packed" : "mlp wgmma_gemm_swiglu",
-          MlpForwardLaunch(p_->values[g.x], w13, p_->values[g.h], keep, composed));
-    } else if (i == g.swiglu_backward) {
-      add("mlp swiglu_packed_backward",
-          MlpSwiGluBackwardLaunch(p_->values[n.inputs[0]], *gate_up, SlotView(m.dgate_up, t, {m.m, 2 * m.f})));
-    } else if (i == g.dx) {
-      add("mlp dx gemm(dgate_up, w13)",
-          MlpDxLaunch(SlotView(m.dgate_up, t, {m.m, 2 * m.f}), w13, p_->values[n.outputs[0]]));
-    } else if (i == g.dw) {
-      const TensorView dw1 = p_->values[g.dw1];
-      add("mlp dw13 gemm + deinterleave",
-          MlpDwLaunch(SlotView(m.dgate_up, t, {m.m, 2 * m.f}), p_->values[g.x_backward],
-                      SlotView(m.dw13, dw1.dtype(), {2 * m.f, m.k}), dw1, p_->values[g.dw3]));
-    } else {  // a recomputed swiglu
-      add("mlp swiglu_packed (recompute)", MlpPackedSwiGluLaunch(*gate_up, p_->values[n.outputs[0]]));
-    }
-  }
-
   Program* p_;
   const Graph& g_;
   const LowerOptions o_;  // a copy: PlanStepMemory passes a temporary
@@ -641,11 +498,6 @@ class Lowerer {
   TensorView good_steps_, skipped_;
   int adamw_first_ = -1;
   std::function<absl::Status(const Stream&)> adamw_launch_;
-  std::vector<MlpFused> mlp_;
-  std::vector<W13> w13_;
-  std::map<int, int> mlp_at_;  // node -> index into mlp_ of the group launching there
-  std::set<int> mlp_skip_;     // nodes of fused groups without a step of their own
-  std::set<int> no_buffer_;    // values inside a fused launch
 };
 
 }  // namespace

@@ -23,9 +23,7 @@
 //  - cross-node fusions (compiler/lowering_fusion.h): cross-entropy loss + dlogits in one launch
 //    (dlogits over the logits), weight gradients written in f32 by their producers (no bf16 copy
 //    and cast), bf16 weight copies kept in the state and rewritten by the AdamW pass, and outputs
-//    overwriting a dead input in place (residual stream, residual gradient, adds);
-//  - optionally (LowerOptions::mlp_fusion) the MLP up-projection and SwiGLU in one GEMM over an
-//    interleaved W13, and its backward on the packed gate | up.
+//    overwriting a dead input in place (residual stream, residual gradient, adds).
 #ifndef SGTRAIN_COMPILER_LOWERING_H_
 #define SGTRAIN_COMPILER_LOWERING_H_
 
@@ -145,23 +143,6 @@ struct LowerOptions {
   bool fuse_device_scalars = true;
   std::optional<kernels::LossScaleConfig> loss_scaler;
   bool plan_only = false;
-  // The MLP up-projection fused over an interleaved W13 (compiler/lowering_fusion.h's MlpGroup):
-  //  - kOff: the unfused lowering (two GEMMs, SwiGluForward; SwiGluBackward, four GEMMs);
-  //  - kKernel: each group whose shapes kernels/wgmma_gemm's WgmmaGemmSwiGlu takes (bf16, sm_90,
-  //    M % 128, K % 64, F % 128; planning assumes the GPU is sm_90) becomes: the bf16 weight copies
-  //    interleaved into a W13 slot once per step (at the group's first launch, live until its
-  //    backward), one WgmmaGemmSwiGlu writing h and, where the unfused lowering keeps gate and up
-  //    (the backward, a selective-recompute swiglu), the interleaved gate_up; a recomputed swiglu
-  //    reads it (SwiGluPackedForward), a recomputed projection (full recompute) reruns the fused
-  //    launch; the backward is SwiGluPackedBackward (dgate_up over gate_up when it is its last
-  //    reader), dx = dgate_up W13 (one GEMM, K = 2F) and dW13 = dgate_up^T x (one GEMM, in the
-  //    weight gradients' dtype) split into dW1 and dW3 (DeinterleaveGateUp). Other groups, and
-  //    every group on the CPU or another GPU, keep the unfused lowering exactly;
-  //  - kComposed: the same layout and backward wherever F % 128 == 0, with the forward composed of
-  //    a GEMM on W13 into gate_up and SwiGluPackedForward (any device and dtype): tests the
-  //    layout, the backward and the memory plan without the Hopper kernel.
-  enum class MlpFusion : uint8_t { kOff, kKernel, kComposed };
-  MlpFusion mlp_fusion = MlpFusion::kOff;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the

@@ -1,7 +1,6 @@
 #include "compiler/lowering_fusion.h"
 
 #include <algorithm>
-#include <functional>
 
 #include "graph/ops.h"
 
@@ -116,124 +115,6 @@ LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>&
     }
   }
   return f;
-}
-
-namespace {
-
-bool IsMatmul(const Node& n, bool trans_a, bool trans_b) {
-  return n.op == OpKind::kMatmul && graph::AttrBool(n, "trans_a") == trans_a &&
-         graph::AttrBool(n, "trans_b") == trans_b;
-}
-
-// Fills the backward half of `m` from the swiglu_backward node `sb`; false when its outputs feed
-// anything but the two dx and two dW matmuls of the pattern.
-bool MatchMlpBackward(const Graph& g, const std::vector<std::vector<int>>& users, const std::vector<bool>& is_output,
-                      const std::function<int(int)>& canon, int sb, MlpGroup* m) {
-  const Node& b = g.nodes()[sb];
-  int dx[2] = {-1, -1}, dw[2] = {-1, -1};
-  for (int k = 0; k < 2; ++k) {
-    const int d = b.outputs[k], w = k == 0 ? m->w1 : m->w3;
-    if (is_output[d] || users[d].size() != 2) return false;
-    for (int u : users[d]) {
-      const Node& n = g.nodes()[u];
-      if (n.inputs[0] != d) return false;
-      const std::string& epi = graph::AttrString(n, "epilogue");
-      if (IsMatmul(n, true, false) && epi == "none" && dw[k] < 0) {
-        dw[k] = u;
-      } else if (IsMatmul(n, false, false) && (epi == "none" || epi == "residual") && canon(n.inputs[1]) == w &&
-                 dx[k] < 0) {
-        dx[k] = u;
-      } else {
-        return false;
-      }
-    }
-    if (dx[k] < 0 || dw[k] < 0) return false;
-  }
-  // One dx matmul adds the other's output (its only reader) as the residual.
-  for (int k = 0; k < 2; ++k) {
-    const Node& sum = g.nodes()[dx[k]];
-    const int partial = g.nodes()[dx[1 - k]].outputs[0];
-    if (graph::AttrString(sum, "epilogue") != "residual" || sum.inputs.size() != 3 || sum.inputs[2] != partial ||
-        graph::AttrString(g.nodes()[dx[1 - k]], "epilogue") != "none" || is_output[partial] ||
-        users[partial].size() != 1) {
-      continue;
-    }
-    m->dx = dx[k];
-    m->dx_partial = dx[1 - k];
-  }
-  if (m->dx < 0) return false;
-  const Node &w1g = g.nodes()[dw[0]], &w3g = g.nodes()[dw[1]];
-  if (w1g.inputs[1] != w3g.inputs[1] || g.type(w1g.inputs[1]) != g.type(m->x) ||
-      g.type(w1g.outputs[0]) != g.type(w3g.outputs[0])) {
-    return false;
-  }
-  m->swiglu_backward = sb;
-  m->x_backward = w1g.inputs[1];
-  m->dw = std::max(dw[0], dw[1]);
-  m->dw_other = std::min(dw[0], dw[1]);
-  m->dw1 = w1g.outputs[0];
-  m->dw3 = w3g.outputs[0];
-  return true;
-}
-
-}  // namespace
-
-std::vector<MlpGroup> FindMlpGroups(const Graph& g, const LoweringFusions& f) {
-  const auto& nodes = g.nodes();
-  const std::vector<std::vector<int>> users = g.Users();
-  std::vector<bool> is_output(g.num_value_ids(), false);
-  for (const graph::GraphOutput& o : g.outputs()) is_output[o.value] = true;
-  const std::function<int(int)> canon = [&](int v) {
-    auto it = f.duplicate_copy.find(v);
-    return it == f.duplicate_copy.end() ? v : it->second;
-  };
-  // matmul(x, w^T) with no epilogue, or -1.
-  auto projection = [&](int v) {
-    const int p = g.value(v).producer;
-    const Node& n = nodes[p];
-    return IsMatmul(n, false, true) && graph::AttrString(n, "epilogue") == "none" && n.inputs.size() == 2 &&
-                   g.type(n.inputs[1]).rank() == 2 && !is_output[v]
-               ? p
-               : -1;
-  };
-  std::vector<MlpGroup> groups;
-  std::set<int> seen;  // gate values: a later swiglu of the same gate, up is a recomputed one
-  for (int s = 0; s < int(nodes.size()); ++s) {
-    const Node& sw = nodes[s];
-    if (sw.op != OpKind::kSwiGLU || !seen.insert(sw.inputs[0]).second) continue;
-    MlpGroup m;
-    m.gate = sw.inputs[0];
-    m.up = sw.inputs[1];
-    m.gate_mm = projection(m.gate);
-    m.up_mm = projection(m.up);
-    if (m.gate == m.up || m.gate_mm < 0 || m.up_mm < 0 || nodes[m.gate_mm].inputs[0] != nodes[m.up_mm].inputs[0]) {
-      continue;
-    }
-    m.swiglu = s;
-    m.x = nodes[m.gate_mm].inputs[0];
-    m.w1 = canon(nodes[m.gate_mm].inputs[1]);
-    m.w3 = canon(nodes[m.up_mm].inputs[1]);
-    m.h = sw.outputs[0];
-    if (m.w1 == m.w3 || g.type(m.w1) != g.type(m.w3) || g.type(m.x).dtype != g.type(m.w1).dtype) continue;
-    bool ok = true;
-    std::set<int> readers;
-    for (int v : {m.gate, m.up}) readers.insert(users[v].begin(), users[v].end());
-    for (int r : readers) {
-      const Node& n = nodes[r];
-      if (r == s) continue;
-      if (n.op == OpKind::kSwiGLU && n.inputs[0] == m.gate && n.inputs[1] == m.up) {
-        m.packed_swiglu.push_back(r);
-      } else if (n.op == OpKind::kSwiGLUBackward && n.inputs[1] == m.gate && n.inputs[2] == m.up &&
-                 m.swiglu_backward < 0) {
-        ok = MatchMlpBackward(g, users, is_output, canon, r, &m);
-      } else {
-        ok = false;
-      }
-      if (!ok) break;
-    }
-    if (ok) groups.push_back(std::move(m));
-  }
-  return groups;
 }
 
 }  // namespace sg::compiler

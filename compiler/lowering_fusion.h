@@ -53,37 +53,6 @@ struct LoweringFusions {
 
 LoweringFusions FindLoweringFusions(const graph::Graph& g, const std::set<std::string>& device_seeds = {});
 
-// The Llama MLP's up-projection, for the fused lowering (LowerOptions::mlp_fusion): a group is
-//   gate = matmul(x, w1^T), up = matmul(x, w3^T), h = swiglu(gate, up)       (forward, or a
-//                                                  recompute clone of all three in the backward)
-// whose gate and up are read by nothing but that swiglu, swiglu clones recomputing h from them
-// (selective recompute), and one swiglu_backward(dh, gate, up) -> (dgate, dup), whose outputs feed
-// exactly dx = matmul(dgate, w1) + matmul(dup, w3) (one of the two carrying the other as its
-// residual epilogue) and the weight gradients matmul(dgate^T, xb), matmul(dup^T, xb). The lowering
-// then writes gate | up as ONE interleaved buffer gate_up (kernels/wgmma_gemm/wgmma_gemm_swiglu.h)
-// from w13 = the interleaved w1, w3, and the backward works on it packed: SwiGluPackedBackward,
-// one dx GEMM over K = 2F, one dW13 GEMM split into dW1 and dW3. Values gate, up, dgate, dup and
-// the partial dx get no buffer. Weights are compared through duplicate_copy (a recompute clone of
-// a weight copy's cast reads the copy).
-struct MlpGroup {
-  int gate_mm = -1, up_mm = -1, swiglu = -1;  // nodes: the fused launch is at `swiglu`
-  int x = -1, w1 = -1, w3 = -1;               // values (w1, w3 resolved through duplicate_copy)
-  int gate = -1, up = -1, h = -1;             // values
-  std::vector<int> packed_swiglu;             // swiglu nodes recomputing h from the kept gate | up
-  // The backward (-1 when the graph has none): the launches are at swiglu_backward, dx and dw.
-  int swiglu_backward = -1;
-  int dx_partial = -1, dx = -1;  // nodes: dx carries dx_partial's output as its residual
-  int dw_other = -1, dw = -1;    // nodes: the weight gradient matmuls, dw the later one
-  int dw1 = -1, dw3 = -1;        // values: the weight gradients of w1 and w3
-  int x_backward = -1;           // value the weight gradients read (x, or its recomputed copy)
-  // Whether gate | up is read after the launch (recomputed swiglu, the backward).
-  bool keeps_gate_up() const { return !packed_swiglu.empty() || swiglu_backward >= 0; }
-};
-
-// Every group of `g` in node order (pure graph analysis; the lowering decides which it fuses:
-// shapes, kernel availability). `f`: FindLoweringFusions' result for `g`.
-std::vector<MlpGroup> FindMlpGroups(const graph::Graph& g, const LoweringFusions& f);
-
 }  // namespace sg::compiler
 
 #endif  // SGTRAIN_COMPILER_LOWERING_FUSION_H_
