@@ -12,7 +12,8 @@
 //   8x16   8 warps x 16 rows, Q from shared memory, 64-key tiles, two blocks per SM
 // wgmma variants (attention_fwd_v4_wgmma.cu): Hopper warpgroup MMA, 2 warpgroups x 64 rows, one
 // block per SM:
-//   wgmma     128-key tiles; QK^T, softmax and PV in turn (2 stages) (the default)
+//   wgmma     128-key tiles; QK^T, softmax and PV in turn (2 stages) (the fallback of ws and wsi
+//             for tensors TMA cannot address)
 //   wgmmap    128-key tiles; QK^T of tile t + 1 and PV of tile t in flight together, the softmax
 //             of tile t + 1 under the PV (3 stages)
 //   wgmmap64  as wgmmap with 64-key tiles (fewer registers in flight)
@@ -21,7 +22,7 @@
 // warp-specialized wgmma variants (attention_fwd_v4_ws.cu): a TMA producer warp feeding K/V rings
 // (mbarriers) and 2 consumer warpgroups x 64 rows with setmaxnreg 24 / 240, 128-key tiles, the
 // softmax of tile t under the PV of tile t - 1 (FA3's structure):
-//   ws        with ping-pong between the consumer warpgroups (named barriers)
+//   ws        with ping-pong between the consumer warpgroups (named barriers) (the default)
 //   wsi       without ping-pong (intra-warpgroup overlap only)
 // Element types: bf16 for every variant; f16 for wgmma, ws and wsi.
 #ifndef SGTRAIN_KERNELS_ATTENTION_ATTENTION_FWD_V4_H_
@@ -78,12 +79,12 @@ inline const char* FwdV4VariantToName(FwdV4Variant variant) {
   return "?";
 }
 
-// SG_ATTN_FWD_VARIANT (unset or empty: wgmma, the fastest at every measured shape on H200 on
-// 2026-11-30: B=8 S=2048 H=32 KV=8 causal 278.8 / 370.9 TFLOP/s at D=64 / 128 against SDPA flash's
-// 261.4 / 305.0 in the same call); anything else is InvalidArgument.
+// SG_ATTN_FWD_VARIANT (unset or empty: ws, the fastest at every measured shape on H200 on
+// 2026-11-30: B=8 S=2048 H=32 KV=8 causal 334.9 / 503.2 TFLOP/s at D=64 / 128 against wgmma's
+// 274.5 / 370.5 and wsi's 288.2 / 457.4 in the same call); anything else is InvalidArgument.
 inline absl::StatusOr<FwdV4Variant> FwdV4VariantFromEnv() {
   const char* s = std::getenv("SG_ATTN_FWD_VARIANT");
-  if (s == nullptr || *s == '\0') return FwdV4Variant::kWgmma;
+  if (s == nullptr || *s == '\0') return FwdV4Variant::kWarpSpecialized;
   std::string known;
   for (const FwdV4VariantName& v : kFwdV4Variants) {
     if (std::string(s) == v.name) return v.variant;

@@ -274,7 +274,7 @@ TEST(AttentionCpuTest, ForwardV4VariantFromEnvironment) {
   const char* saved = std::getenv("SG_ATTN_FWD_VARIANT");
   const std::string keep = saved ? saved : "";
   unsetenv("SG_ATTN_FWD_VARIANT");
-  EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), internal::FwdV4Variant::kWgmma);
+  EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), internal::FwdV4Variant::kWarpSpecialized);
   for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) {
     setenv("SG_ATTN_FWD_VARIANT", v.name, 1);
     EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), v.variant) << v.name;
