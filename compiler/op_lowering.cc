@@ -224,6 +224,12 @@ SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, co
   auto f32 = [&](int v) { return g.type(v).dtype == DType::kF32 || fusions.folded_cast.count(v) > 0; };
   auto matches = [&](const Node& f, const Node& b) {
     if (f.op == OpKind::kRmsNorm) {
+      // An add_rmsnorm_backward reads rstd of its h; a plain norm of that h (selective recompute's
+      // copy of the forward's y) computed it, so the backward need not recompute it again.
+      if (b.op == OpKind::kAddRmsNormBackward) {
+        return b.inputs[2] == f.inputs[0] && b.inputs[3] == f.inputs[1] &&
+               graph::AttrFloat(f, "eps") == graph::AttrFloat(b, "eps");
+      }
       return b.op == OpKind::kRmsNormBackward && b.inputs[1] == f.inputs[0] && b.inputs[2] == f.inputs[1];
     }
     if (f.op == OpKind::kAddRmsNorm) {
