@@ -4,15 +4,14 @@
 // `variant` picks the kernel family (SG_ATTENTION_KERNEL, set here per benchmark): 2 = v2, 3 = v3,
 // 4 = v3a (v3 with v2's dq atomics; backward only, its forward is v3's), 5 = v5 (the Hopper wgmma
 // backward; backward only, its forward is v4's), 1 = v1 (not listed).
-// BM_AttentionCuda/forward_v4 sweeps the v4 forward variants (SG_ATTN_FWD_VARIANT, the label names
-// it; attention_fwd_v4.h lists them; variant = 100 + its index in kFwdV4Variants, e.g. wgmma 104,
-// ws 108, wsi 109: --benchmark_filter='forward_v4/.*variant:10[489]' compares those three).
+// BM_AttentionCuda/forward_v4 runs the v4 forward variants (SG_ATTN_FWD_VARIANT, the label names
+// it; attention_fwd_v4.h lists them; variant = 100 + its index in kFwdV4Variants: wgmma 100, ws 101).
 // BM_AttentionCudaDefault runs the default kernels (both variables unset) on bf16 and on f16 data
 // (the label names it): f16 should match bf16.
 //
 //   bazel run -c opt //kernels/attention:attention_benchmark
-//   attention_benchmark --benchmark_filter='forward'   # v2, v3 and every v4 forward variant
-//   attention_benchmark --benchmark_filter='backward'  # v2, v3, v3a, v5 and the default (v4)
+//   attention_benchmark --benchmark_filter='forward'   # v2, v3 and both v4 forward variants
+//   attention_benchmark --benchmark_filter='backward'  # v2, v3, v3a, v5 and the default (v5)
 #include <cmath>
 #include <cstdlib>
 #include <iterator>

@@ -279,11 +279,11 @@ TEST(AttentionCpuTest, ForwardV4VariantFromEnvironment) {
     setenv("SG_ATTN_FWD_VARIANT", v.name, 1);
     EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), v.variant) << v.name;
   }
-  setenv("SG_ATTN_FWD_VARIANT", "4x33", 1);
+  setenv("SG_ATTN_FWD_VARIANT", "wsi", 1);  // deleted: names it as not found, lists the others
   const auto bad = internal::FwdV4VariantFromEnv();
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("found '4x33'"), std::string::npos) << bad.status();
-  EXPECT_NE(bad.status().message().find("8x16q"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("found 'wsi'"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("wgmma, ws"), std::string::npos) << bad.status();
   if (saved) {
     setenv("SG_ATTN_FWD_VARIANT", keep.c_str(), 1);
   } else {
@@ -649,10 +649,10 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
   }
 }
 
-// The kernel families that run f16: the default (v5: the wgmma forward and backward, both
-// variables unset; whatever SG_ATTENTION_TEST_VARIANTS says), v4 (v3's backward) and v4 with the
-// warp-specialized forwards v4/ws and v4/wsi (each unless SG_ATTENTION_TEST_VARIANTS is set
-// without naming it).
+// The kernel families that run f16: the default (v5: the ws forward and the v5 wgmma backward, the
+// variables unset; whatever SG_ATTENTION_TEST_VARIANTS says), v4 (v3's backward) with its default
+// forward and with each forward variant (each unless SG_ATTENTION_TEST_VARIANTS is set without
+// naming it).
 std::vector<KernelVariant> F16Variants() {
   std::vector<KernelVariant> variants = {{"", ""}};
   const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
@@ -661,8 +661,9 @@ std::vector<KernelVariant> F16Variants() {
     return only == nullptr || *only == '\0' || std::find(names.begin(), names.end(), name) != names.end();
   };
   if (named("v4")) variants.push_back({"v4", ""});
-  if (named("v4/ws")) variants.push_back({"v4", "ws"});
-  if (named("v4/wsi")) variants.push_back({"v4", "wsi"});
+  for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) {
+    if (named(absl::StrCat("v4/", v.name))) variants.push_back({"v4", v.name});
+  }
   return variants;
 }
 
@@ -722,7 +723,7 @@ TEST(AttentionCudaOffsetsTest, OffsetsMatchCpuReference) {
   }
 }
 
-// f16 outside the default kernels is Unimplemented, naming the family or forward variant.
+// f16 on the older families is Unimplemented, naming the family.
 TEST(AttentionCudaF16Test, OtherKernelsSayTheyAreBf16Only) {
   SG_SKIP_WITHOUT_CUDA();
   const Problem p{1, 64, 64, 2, 2, 64, true};
@@ -731,12 +732,11 @@ TEST(AttentionCudaF16Test, OtherKernelsSayTheyAreBf16Only) {
   Tensor q = Output(p.QShape(), DType::kF16, gpu), k = Output(p.KShape(), DType::kF16, gpu);
   Tensor out = Output(p.QShape(), DType::kF16, gpu), lse = Output(p.StatShape(), DType::kF32, gpu);
   Tensor dq = Output(p.QShape(), DType::kF16, gpu), dk = Output(p.KShape(), DType::kF16, gpu);
-  for (const KernelVariant& v : {KernelVariant{"v2", ""}, KernelVariant{"v3", ""},
-                                 KernelVariant{"v4", "wgmmap"}, KernelVariant{"v4", "8x16q"}}) {
+  for (const KernelVariant& v : {KernelVariant{"v1", ""}, KernelVariant{"v2", ""}, KernelVariant{"v3", ""}}) {
     ScopedKernelVariant use(v);
     const absl::Status st = AttentionForward(q, k, k, p.Options(), out, lse, stream);
     EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << VariantName(v) << ": " << st;
-    EXPECT_NE(st.message().find(*v.fwd == '\0' ? v.kernel : v.fwd), std::string::npos) << st;
+    EXPECT_NE(st.message().find(v.kernel), std::string::npos) << st;
   }
   ScopedKernelVariant use({"v1", ""});
   const absl::Status st = AttentionBackward(q, k, k, out, q, lse, p.Options(), dq, dk, dk, stream);
