@@ -17,9 +17,11 @@
 //     [64 cg, 64 cg + 64) of the block (v5's wg). Per iteration, as v5:
 //       S^T = K Q^T; P^T (masked; rows past seq_q too: their lse is the next row's, see below)
 //       dP^T = V dO^T and dV += P^T dO issued together; dS^T = P^T (dP^T - delta) under dV
-//       dS^T stored (buffer it % 2); dK += dS^T Q issued
+//       dS^T stored (buffer it % 2)
 //       named barrier 1 (both halves of dS^T stored)
-//       dQ = dS K (warpgroup cg: rows or columns, as v5); wait; release the stage (empty)
+//       dK += dS^T Q, A = dS^T read back from shared memory (v5: from registers; see
+//       IssueDkShared), and dQ = dS K (warpgroup cg: rows or columns, as v5) issued together;
+//       wait; release the stage (empty)
 //       dQ -> the f32 tile in shared memory; named barrier 2, on which only the reducing warp
 //       (consumer warp 0) waits -- the others arrive and go on to the next tile -- and whose lane
 //       0 adds the tile to the workspace (TMA bulk reduce-add, v3's layout) while the consumers
@@ -38,7 +40,9 @@
 // Shared memory (D64 / D128): K, V 16 / 32 KiB each; Q and dO 2 stages of 16 KiB each; dS^T 2 x
 // 32 / 16 KiB; dQ f32 32 KiB; lse and delta 2 stages; barriers; 1 KiB alignment slack:
 // 195 / 194 KiB (BwdWsConfig::kSmemBytes). One block (384 threads) per SM.
-// Resources: see the report of `nvcc -Xptxas -v` in the comment at BwdWsConfig.
+// Resources (nvcc 13.0, sm_90a, -Xptxas -v): bf16 and f16, D64 and D128: 168 registers at launch
+// (the warpgroups then run at 24 / 240), 0 bytes spilled, no wgmma serialization warning. (With dK's
+// A operand in registers, as v5, D128 spilled 60 bytes under the 240 cap; v5 itself runs at 254.)
 // Not measured yet (written without a GPU): compare with v5 on attention_benchmark backward_v5.
 #include <cuda.h>
 #include <cuda_runtime.h>
@@ -83,6 +87,32 @@ struct BwdWsConfig {
   static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumers <= 65536,
                 "register reallocation must fit the register file (one block per SM)");
 };
+
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+
+// Issues dK += dS^T Q for this warpgroup's 64 keys as one wgmma group, both operands from shared
+// memory: A = its rows of the dS^T tile (ds_rows; K-major, the queries run along a row, as K in
+// IssueQK), B = the Q tile through an MN-major descriptor (as dO in IssuePV). v5 takes A from
+// registers; reading it back from the tile StoreDsT wrote frees those registers before the dQ
+// product (ptxas: D128 spilled 60 bytes under the 240-register cap with dS^T in registers).
+template <typename T, int kD, int kBlockM, int kBlockN>
+__device__ __forceinline__ void IssueDkShared(float (&dk)[kD / 2], uint32_t ds_rows, uint32_t q_tile) {
+  FenceOperands(dk);
+  WgmmaFence();
+#pragma unroll
+  for (int kk = 0; kk < kBlockM / 16; ++kk) {  // k16 step: queries 16 kk..
+    const uint64_t a_desc = Sw128Desc(ds_rows + (kk / 4) * (kBlockN * 128) + (kk % 4) * 32, 16, 1024);
+    const uint64_t b_desc = Sw128Desc(q_tile + kk * 16 * 128, kBlockM * 128, 1024);
+    if constexpr (kD == 128) {
+      WgmmaSS128<T, 0, 1>(dk, a_desc, b_desc, 1);
+    } else {
+      WgmmaSS64<T, 0, 1>(dk, a_desc, b_desc, 1);
+    }
+  }
+  WgmmaCommit();
+}
+
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 template <typename T, int kD>
 __global__ void __launch_bounds__(384, 1)
@@ -226,8 +256,7 @@ __global__ void __launch_bounds__(384, 1)
       }
     }
     StoreDsT<kBlockM, kBlockN>(ds_t, ds, key_row, lane);
-    IssuePV<T, kD, kBlockM>(dk_acc, ds, q_t);  // dK += dS^T Q
-    FenceProxyAsyncShared();                   // the dS^T stores, before the dQ wgmma reads them
+    FenceProxyAsyncShared();  // the dS^T stores, before the dK and dQ wgmmas read them
     // The previous dQ tile's reduction has read s_dq before anyone passes barrier 1, so this
     // iteration's dQ may overwrite it.
     if (reducer && lane == 0) BulkWaitRead<0>();
@@ -236,13 +265,13 @@ __global__ void __launch_bounds__(384, 1)
     float dq[32];
 #pragma unroll
     for (int i = 0; i < 32; ++i) dq[i] = 0.f;
+    IssueDkShared<T, kD, kBlockM, kBlockN>(dk_acc, ds_t + cg * 64 * 128, q_t);  // dK += dS^T Q
     IssueDq<T, kD, kBlockM, kBlockN>(dq, ds_t, sk, cg);
     WgmmaWait<0>();  // dV, dK and dQ done: Q, dO, lse and delta of this stage are no longer read
     FenceOperands(dv_acc);
     FenceOperands(dk_acc);
     FenceOperands(dq);
     FenceOperands(pp);
-    FenceOperands(ds);
     if (lane == 0) MbarArrive(empty(stage));
     StoreDq<kD, kBlockM>(s_dq, dq, cg, warp, lane);
     FenceProxyAsyncShared();  // these writes before the TMA reads them
