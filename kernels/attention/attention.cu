@@ -2,13 +2,14 @@
 // the fallback selected by SG_ATTENTION_KERNEL=v1), plus the kernels both variants share: delta, dq
 // conversion, merge; and the entry points that pick the variant. v2 lives in attention_fwd_v2.cu and
 // attention_bwd_v2.cu, v3's forward in attention_fwd_v2.cu (v2's kernel with two switches) and its
-// backward in attention_bwd_v3.cu; v4 is v3's backward with the forward variants of
-// attention_fwd_v4.cu / attention_fwd_v4_wgmma.cu; v5 (the default) is v4's forward with the wgmma backward of
+// backward in attention_bwd_v3.cu; v4 is v3's backward with the Hopper forward variants of
+// attention_fwd_v4.h ("ws", the default, in attention_fwd_v4_ws.cu; "wgmma" in
+// attention_fwd_v4_wgmma.cu); v5 (the default family) is v4's forward with the wgmma backward of
 // attention_bwd_v5.cu.
 //
-// Data are bf16 for every family. f16 (IEEE half) runs on families v4 and v5 only, with the default
-// forward "wgmma" (the delta and merge kernels take both); any other choice is Unimplemented for
-// f16, naming the family or forward variant.
+// Data are bf16 for every family. f16 (IEEE half) runs on families v4 and v5 only, with either v4
+// forward (the delta and merge kernels take both); the older families are Unimplemented for f16,
+// naming the family.
 //
 // v1 forward: one block per (128-query tile, head, batch), 8 warps of 16 query rows each, looping
 //   over 64-key tiles. Causal grids start with the heaviest (last) query tiles.
@@ -537,15 +538,7 @@ absl::Status AttentionForwardCuda(const AttentionParams& p, const void* q, const
   const bool v4_forward = variant == AttentionKernel::kV4 || variant == AttentionKernel::kV5;
   if (v4_forward && pr.scale_log2 > 0.f && p.seq_q <= int64_t(65535) * 128) {
     SG_ASSIGN_OR_RETURN(FwdV4Variant fwd, FwdV4VariantFromEnv());
-    if (IsWgmma(fwd)) {
-      return LaunchForwardV4Wgmma(fwd, p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
-    }
-    if (p.dtype == DType::kF16) {
-      return absl::UnimplementedError(absl::StrCat(
-          "CUDA attention forward: f16 runs on the v4 forward variants 'wgmma', 'ws' and 'wsi' only; SG_ATTN_FWD_VARIANT='",
-          FwdV4VariantToName(fwd), "' is bf16-only"));
-    }
-    return LaunchForwardV4Mma(fwd, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
+    return LaunchForwardV4Wgmma(fwd, p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, out, lse, s);
   }
   if (p.dtype == DType::kF16) {
     return absl::UnimplementedError(absl::StrCat(
@@ -611,6 +604,12 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
     SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(DqWorkspaceElems(p)) * sizeof(float), s));
     // seq_k = 0 (nk = 0): no key blocks; the conversion alone writes dq = 0.
     if (variant == AttentionKernel::kV5) {
+      SG_ASSIGN_OR_RETURN(BwdV5Variant bwd, BwdV5VariantFromEnv());
+      if (bwd == BwdV5Variant::kWs) {
+        const absl::Status st = LaunchBackwardWs(p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse,
+                                                 delta, dq_accum, dq, dk, dv, s);
+        if (!absl::IsUnimplemented(st)) return st;  // else: tensors TMA cannot address; v5 runs
+      }
       return LaunchBackwardV5(p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse, delta,
                               dq_accum, dq, dk, dv, s);
     }

@@ -11,12 +11,13 @@
 // head h reads key/value head h / (heads / kv_heads)). lse and delta are f32 [batch, heads, seq_q].
 // All tensors contiguous and on one device. CPU: f32, bf16 or f16 (f64 accumulation, the
 // reference). CUDA: bf16 or f16 (IEEE half), head_dim 64 or 128, f32 softmax statistics; any
-// sequence lengths; f16 runs on the kernel families v4 and v5 only, with their default forward
-// variant (other choices are Unimplemented for f16). The environment
-// variable SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4|v5 picks the kernel family at each call (unset: v5,
-// the fastest measured; attention_internal.h says what each is; v4 is v3's backward with the forward
-// variant SG_ATTN_FWD_VARIANT names (unset: the Hopper wgmma forward), attention_fwd_v4.h; v5 is
-// v4's forward with the Hopper wgmma backward, sm_90 only); anything else is InvalidArgument.
+// sequence lengths; f16 runs on the kernel families v4 and v5 only (the older families are
+// Unimplemented for f16). The environment variable SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4|v5 picks the
+// kernel family at each call (unset: v5, the fastest measured; attention_internal.h says what each
+// is; v4 is v3's backward with the Hopper forward variant SG_ATTN_FWD_VARIANT=ws|wgmma names (unset:
+// ws, warp-specialized), attention_fwd_v4.h; v5 is v4's forward with the Hopper wgmma backward,
+// sm_90 only; SG_ATTN_BWD_VARIANT=ws selects its warp-specialized backward, attention_internal.h);
+// anything else is InvalidArgument.
 //
 // Ring attention: with queries at global positions [q_offset, q_offset + seq_q) and one key/value
 // block at [k_offset, k_offset + seq_k):

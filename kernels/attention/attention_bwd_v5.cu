@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(BwdV5Config<kD>::kThreads, 1)
     uint32_t pp[kBlockM / 16][4], ds[kBlockM / 16][4];
     PackP<T, kBlockM>(pp, s);
     IssueQK<T, kD, kBlockN, kBlockM>(dp, v_wg, do_t);  // dP^T = V dO^T
-    IssuePV<T, kD, kBlockM, false>(dv_acc, pp, do_t);  // dV += P^T dO
+    IssuePV<T, kD, kBlockM>(dv_acc, pp, do_t);  // dV += P^T dO
     WgmmaWait<1>();  // dP^T done; dV may still run
     FenceOperands(dp);
 
@@ -181,7 +181,7 @@ __global__ void __launch_bounds__(BwdV5Config<kD>::kThreads, 1)
       }
     }
     StoreDsT<kBlockM, kBlockN>(sds, ds, key_row, lane);
-    IssuePV<T, kD, kBlockM, false>(dk_acc, ds, q_t);   // dK += dS^T Q
+    IssuePV<T, kD, kBlockM>(dk_acc, ds, q_t);   // dK += dS^T Q
     FenceProxyAsyncShared();  // the dS^T stores, before the dQ wgmma (async proxy) reads them
     // The previous dQ tile's bulk reduction has finished reading s_dq before anyone passes the
     // barrier, so this iteration's dQ may overwrite it.

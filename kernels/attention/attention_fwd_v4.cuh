@@ -12,21 +12,16 @@
 
 namespace sg::kernels::internal::attention_device {
 
-// attention_fwd_v4.cu: the mma.sync variants (every variant but kWgmma).
-absl::Status LaunchForwardV4Mma(FwdV4Variant variant, const Problem& pr, int head_dim, int batch,
-                                const void* q, const void* k, const void* v, void* out, float* lse,
-                                cudaStream_t stream);
-// attention_fwd_v4_wgmma.cu: the wgmma variants (IsWgmma). Unimplemented on GPUs other than sm_90.
-// dtype: kBF16 (every wgmma variant) or kF16 (RunsF16 variants; Unimplemented for the others).
-// The warp-specialized variants fall back to kWgmma where LaunchForwardV4Ws is Unimplemented.
+// attention_fwd_v4_wgmma.cu: either variant. Unimplemented on GPUs other than sm_90. dtype: kBF16 or
+// kF16. kWarpSpecialized falls back to kWgmma where LaunchForwardV4Ws is Unimplemented.
 absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, DType dtype, const Problem& pr, int head_dim,
                                   int batch, const void* q, const void* k, const void* v, void* out,
                                   float* lse, cudaStream_t stream);
 
-// attention_fwd_v4_ws.cu: the warp-specialized variants (IsWarpSpecialized), bf16 or f16, on an
-// sm_90 GPU (the caller checks). Unimplemented when q, k or v is not 16-byte aligned (TMA) or the
-// driver has no tensor-map encoder.
-absl::Status LaunchForwardV4Ws(FwdV4Variant variant, DType dtype, const Problem& pr, int head_dim, int batch,
+// attention_fwd_v4_ws.cu: the warp-specialized forward "ws", bf16 or f16, on an sm_90 GPU (the
+// caller checks). Unimplemented when q, k or v is not 16-byte aligned (TMA) or the driver has no
+// tensor-map encoder.
+absl::Status LaunchForwardV4Ws(DType dtype, const Problem& pr, int head_dim, int batch,
                                const void* q, const void* k, const void* v, void* out, float* lse,
                                cudaStream_t stream);
 

@@ -1,6 +1,8 @@
-// CUDA flash attention forward, v4 variant "wgmma" (experiment, SG_ATTENTION_KERNEL=v4
-// SG_ATTN_FWD_VARIANT=wgmma): Hopper warpgroup MMA. mma.sync tops out near two thirds of the H200's
-// tensor throughput; wgmma reaches it, and runs asynchronously to the issuing warps.
+// CUDA flash attention forward, v4 variant "wgmma" (SG_ATTN_FWD_VARIANT=wgmma): Hopper warpgroup
+// MMA with cp.async loads. Not the default: "ws" (attention_fwd_v4_ws.cu, FA3's warp-specialized
+// structure) is, and falls back to this kernel for tensors TMA cannot address. mma.sync tops out near
+// two thirds of the H200's tensor throughput; wgmma reaches it, and runs asynchronously to the
+// issuing warps.
 //
 // One block of 2 warpgroups per (128-query tile, head, batch); warpgroup w owns query rows
 // [64 w, 64 w + 64). Key tiles of 128 in a 2-stage cp.async ring (one barrier per tile), as in v2:
@@ -8,10 +10,11 @@
 //   softmax     on the S accumulators (the mma.sync C layout per warp), scale folded into exp2
 //   O += P V    wgmma m64n{D}k16, P from registers (the mma.sync A layout per warp), V from shared
 //               memory through an MN-major descriptor (V stays [key][d] as loaded)
-// Element types: bf16 for every variant; f16 (IEEE half) for the default variant "wgmma" only, the
-// same kernel with the f16 wgmma (P rounded to f16 for P V; f32 accumulators and statistics).
-// FA3's TMA loads, producer/consumer warp specialization and ping-pong are in the variants "ws" and
-// "wsi" (attention_fwd_v4_ws.cu), which fall back to "wgmma" where they cannot run.
+// Element types: bf16 and f16 (IEEE half), the same kernel with the f16 wgmma (P rounded to f16 for
+// P V; f32 accumulators and statistics).
+// Variants that lost to this one on the H200 and were deleted (benchmarks/README.md has the numbers):
+// "wgmmap" / "wgmmap64" (QK^T of tile t + 1 beside PV of tile t, 3 stages; 128- / 64-key tiles) and
+// "wgmmat" (V transposed in shared memory); the mma.sync variants 4x32, 4x32j, 8x16q, 8x16.
 //
 // Shared-memory layout of every operand tile [rows][D]: D / 64 column blocks of [rows][64] (128-byte
 // rows), 16-byte chunk c of row r at chunk (c ^ (r % 8)) -- the 128-byte swizzle pattern, in
@@ -33,64 +36,29 @@
 namespace sg::kernels::internal::attention_device {
 namespace {
 
-template <int kDim, bool kPipelined, int kKeys, bool kTransposeV>
+template <int kDim>
 struct WgmmaFwdConfig {
-  static constexpr int kD = kDim, kThreads = 256, kBlockM = 128, kBlockN = kKeys;
-  static constexpr int kStages = kPipelined ? 3 : 2;
-  static constexpr bool kVt = kTransposeV;
+  static constexpr int kD = kDim, kThreads = 256, kBlockM = 128, kBlockN = 128, kStages = 2;
   static_assert(kD == 64 || kD == 128, "head_dim 64 or 128 (whole 64-column swizzle blocks)");
-  static_assert(!(kVt && kPipelined), "V^T is implemented for the plain loop only");
   static constexpr int kQBytes = kBlockM * kD * 2, kKvBytes = kBlockN * kD * 2;
-  // + a V^T tile with kVt; + 1 KB to align the tiles to the 1024-byte swizzle atoms.
-  static constexpr int kSmemBytes = kQBytes + (2 * kStages + (kVt ? 1 : 0)) * kKvBytes + 1024;
+  // + 1 KB to align the tiles to the 1024-byte swizzle atoms.
+  static constexpr int kSmemBytes = kQBytes + 2 * kStages * kKvBytes + 1024;
   static_assert(kSmemBytes <= 227 * 1024, "shared memory per block");
 };
 
-// The device helpers exist only in the sm_90a pass (the compute_90 PTX pass has no wgmma). The
-// wrappers, descriptors, tile load and the QK^T / PV issue loops are in attention_wgmma.cuh.
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-
-// V^T of a swizzled [kBlockN][kD] V tile into vt, swizzled [kD][kBlockN] (K-major for P V), by the
-// 8 warps: each ldmatrix.x4.trans takes 8 keys x 32 columns of d and hands every lane two
-// consecutive keys of one d row. Both sides are conflict-free (the swizzle spreads the 8 rows).
-template <int kD, int kBlockN>
-__device__ __forceinline__ void TransposeV(uint32_t vt, uint32_t v_tile, int warp_id, int lane) {
-  constexpr int kKeyGroups = kBlockN / 8, kJobs = kKeyGroups * (kD / 32);
-  static_assert(kJobs % 8 == 0, "jobs split evenly over the 8 warps");
-#pragma unroll
-  for (int job = warp_id; job < kJobs; job += 8) {
-    const int k0 = (job % kKeyGroups) * 8, c0 = (job / kKeyGroups) * 4;  // keys k0.., d chunks c0..
-    const int c = c0 + lane / 8, key = k0 + lane % 8;                       // the row this lane names
-    uint32_t r[4];
-    Ldmatrix4Trans(r, v_tile + (c / 8) * (kBlockN * 128) + key * 128 + (((c % 8) ^ (key % 8)) * 16));
-    const int kc = k0 / 8;  // the 16-byte chunk of keys k0..k0+7 in a V^T row
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-      const int row = (c0 + m) * 8 + lane / 4;  // d
-      const uint32_t dst = vt + (kc / 8) * (kD * 128) + row * 128 + (((kc % 8) ^ (row % 8)) * 16) + 4 * (lane % 4);
-      asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(dst), "r"(r[m]) : "memory");
-    }
-  }
-}
-
-#endif  // __CUDA_ARCH_FEAT_SM90_ALL
-
-// kPipelined = false ("wgmma"): per key tile, QK^T, softmax, PV, each waited for; 2 stages.
-// kPipelined = true ("wgmmap"): the QK^T of tile t + 1 and the PV of tile t are issued together and
-// the softmax of tile t + 1 runs while the tensor cores do that PV (FA3's intra-warpgroup overlap);
-// 3 stages, since tile t's V, tile t + 1's K and the copy of tile t + 2 are live at once.
+// Per key tile: QK^T, softmax, PV, each waited for; 2 stages. (The wrappers, descriptors, tile load
+// and the QK^T / PV issue loops are in attention_wgmma.cuh.)
 // T: the element type of q, k, v, out (bf16 or f16); P is rounded to T for P V.
-template <typename T, int kD, bool kPipelined, int kKeys, bool kVt>
+template <typename T, int kD>
 __global__ void __launch_bounds__(256, 1)
     WgmmaFwdKernel(Problem pr, const T* __restrict__ q, const T* __restrict__ k,
                    const T* __restrict__ v, T* __restrict__ out, float* __restrict__ lse) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  using C = WgmmaFwdConfig<kD, kPipelined, kKeys, kVt>;
+  using C = WgmmaFwdConfig<kD>;
   constexpr int kBlockM = C::kBlockM, kBlockN = C::kBlockN, kStages = C::kStages;
   extern __shared__ __align__(1024) unsigned char smem[];
   const uint32_t sq = (SmemAddr(smem) + 1023) & ~1023u;
   const uint32_t sk = sq + C::kQBytes, sv = sk + kStages * C::kKvBytes;  // stage s at + s * kKvBytes
-  const uint32_t svt = sv + kStages * C::kKvBytes;                       // V^T (kVt)
 
   const int wg = threadIdx.x / 128, warp = (threadIdx.x / 32) % 4, lane = threadIdx.x % 32;
   const int m_block = pr.causal ? int(gridDim.y) - 1 - int(blockIdx.y) : int(blockIdx.y);
@@ -137,65 +105,19 @@ __global__ void __launch_bounds__(256, 1)
     __syncthreads();
   };
 
-  if constexpr (!kPipelined) {
-    for (int t = 0; t < n_tiles; ++t) {
-      all_landed();  // tile t
-      load_kv(t + 1);
-      if constexpr (kVt) TransposeV<kD, kBlockN>(svt, v_tile(t), threadIdx.x / 32, lane);
-#pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
-      IssueQK<T, kD, kBlockM, kBlockN>(s, q_tile, k_tile(t));
-      WgmmaWait<0>();
-      FenceOperands(s);
-      MaskTile<kBlockN>(s, pr, m0, t * kBlockN, first_row, lane);
-      SoftmaxTile<kBlockN>(s, row_max, row_sum, alpha, pr.scale_log2);
-      RescaleO<kD>(o, alpha);
-      PackP<T, kBlockN>(p, s);
-      if constexpr (kVt) {  // V^T written (generic proxy) by every warp, read by wgmma
-        FenceProxyAsyncShared();
-        __syncthreads();
-      }
-      IssuePV<T, kD, kBlockN, kVt>(o, p, kVt ? svt : v_tile(t));
-      WgmmaWait<0>();
-      FenceOperands(o);
-      FenceOperands(p);
-    }
-  } else if (n_tiles > 0) {
-    // Tile 0's scores; then per tile t: P(t) packed, O rescaled, QK^T(t + 1) and PV(t) issued,
-    // softmax(t + 1) under PV(t).
-    CpAsyncWait<1>();  // Q and tile 0 landed; tile 1 may be in flight
-    FenceProxyAsyncShared();
-    __syncthreads();
+  for (int t = 0; t < n_tiles; ++t) {
+    all_landed();  // tile t
+    load_kv(t + 1);
 #pragma unroll
     for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
-    IssueQK<T, kD, kBlockM, kBlockN>(s, q_tile, k_tile(0));
+    IssueQK<T, kD, kBlockM, kBlockN>(s, q_tile, k_tile(t));
     WgmmaWait<0>();
     FenceOperands(s);
-    MaskTile<kBlockN>(s, pr, m0, 0, first_row, lane);
+    MaskTile<kBlockN>(s, pr, m0, t * kBlockN, first_row, lane);
     SoftmaxTile<kBlockN>(s, row_max, row_sum, alpha, pr.scale_log2);
-    for (int t = 0; t + 1 < n_tiles; ++t) {
-      // Tile t + 1 landed; everyone finished iteration t - 1, so tile t - 1's stage is free for
-      // tile t + 2 (tile t's V and tile t + 1's K are in the other two).
-      all_landed();
-      load_kv(t + 2);
-      PackP<T, kBlockN>(p, s);
-      RescaleO<kD>(o, alpha);
-#pragma unroll
-      for (int i = 0; i < kBlockN / 2; ++i) s[i] = 0.f;
-      IssueQK<T, kD, kBlockM, kBlockN>(s, q_tile, k_tile(t + 1));
-      IssuePV<T, kD, kBlockN, false>(o, p, v_tile(t));
-      WgmmaWait<1>();  // groups complete in order: QK^T(t + 1) is done, PV(t) may still run
-      FenceOperands(s);
-      MaskTile<kBlockN>(s, pr, m0, (t + 1) * kBlockN, first_row, lane);
-      SoftmaxTile<kBlockN>(s, row_max, row_sum, alpha, pr.scale_log2);
-      WgmmaWait<0>();
-      FenceOperands(o);
-      FenceOperands(p);
-    }
-    // The last tile's PV.
-    PackP<T, kBlockN>(p, s);
     RescaleO<kD>(o, alpha);
-    IssuePV<T, kD, kBlockN, false>(o, p, v_tile(n_tiles - 1));
+    PackP<T, kBlockN>(p, s);
+    IssuePV<T, kD, kBlockN>(o, p, v_tile(t));
     WgmmaWait<0>();
     FenceOperands(o);
     FenceOperands(p);
@@ -224,11 +146,11 @@ __global__ void __launch_bounds__(256, 1)
 #endif
 }
 
-template <typename T, int kD, bool kPipelined, int kKeys, bool kVt = false>
+template <typename T, int kD>
 absl::Status LaunchWgmma(const Problem& pr, int batch, const void* q, const void* k, const void* v,
                          void* out, float* lse, cudaStream_t stream) {
-  using C = WgmmaFwdConfig<kD, kPipelined, kKeys, kVt>;
-  auto* kernel = WgmmaFwdKernel<T, kD, kPipelined, kKeys, kVt>;
+  using C = WgmmaFwdConfig<kD>;
+  auto* kernel = WgmmaFwdKernel<T, kD>;
   const int m_blocks = (pr.seq_q + C::kBlockM - 1) / C::kBlockM;
   SG_CHECK_ARG(m_blocks <= 65535, "attention v4 wgmma forward: at most 65535 query tiles of ",
                C::kBlockM, " rows, found seq_q ", pr.seq_q);
@@ -240,23 +162,11 @@ absl::Status LaunchWgmma(const Problem& pr, int batch, const void* q, const void
   return absl::OkStatus();
 }
 
-// bf16: every wgmma variant.
-template <int kD>
-absl::Status LaunchWgmmaVariant(FwdV4Variant variant, const Problem& pr, int batch, const void* q,
-                                const void* k, const void* v, void* out, float* lse,
-                                cudaStream_t stream) {
-  switch (variant) {
-    case FwdV4Variant::kWgmma:
-      return LaunchWgmma<bf16, kD, false, 128>(pr, batch, q, k, v, out, lse, stream);
-    case FwdV4Variant::kWgmmaPipelined:
-      return LaunchWgmma<bf16, kD, true, 128>(pr, batch, q, k, v, out, lse, stream);
-    case FwdV4Variant::kWgmmaPipelined64:
-      return LaunchWgmma<bf16, kD, true, 64>(pr, batch, q, k, v, out, lse, stream);
-    case FwdV4Variant::kWgmmaTransposedV:
-      return LaunchWgmma<bf16, kD, false, 128, true>(pr, batch, q, k, v, out, lse, stream);
-    default:
-      return absl::InvalidArgumentError("attention v4 forward: not a wgmma variant");
-  }
+template <typename T>
+absl::Status LaunchWgmmaDim(const Problem& pr, int head_dim, int batch, const void* q, const void* k,
+                            const void* v, void* out, float* lse, cudaStream_t stream) {
+  if (head_dim == 64) return LaunchWgmma<T, 64>(pr, batch, q, k, v, out, lse, stream);
+  return LaunchWgmma<T, 128>(pr, batch, q, k, v, out, lse, stream);
 }
 
 }  // namespace
@@ -265,22 +175,13 @@ absl::Status LaunchForwardV4Wgmma(FwdV4Variant variant, DType dtype, const Probl
                                   int batch, const void* q, const void* k, const void* v, void* out,
                                   float* lse, cudaStream_t stream) {
   SG_RETURN_IF_ERROR(RequireSm90("attention v4 wgmma forward"));
-  if (dtype == DType::kF16 && !RunsF16(variant)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "attention v4 forward: f16 runs on the variants 'wgmma', 'ws' and 'wsi' only, found SG_ATTN_FWD_VARIANT='",
-        FwdV4VariantToName(variant), "' (bf16-only)"));
-  }
-  if (IsWarpSpecialized(variant)) {
-    const absl::Status st = LaunchForwardV4Ws(variant, dtype, pr, head_dim, batch, q, k, v, out, lse, stream);
+  if (variant == FwdV4Variant::kWarpSpecialized) {
+    const absl::Status st = LaunchForwardV4Ws(dtype, pr, head_dim, batch, q, k, v, out, lse, stream);
     if (!absl::IsUnimplemented(st)) return st;
-    variant = FwdV4Variant::kWgmma;  // unaligned tensors or no tensor-map encoder: the cp.async kernel
+    // Unaligned tensors or no tensor-map encoder: the cp.async kernel.
   }
-  if (dtype == DType::kF16) {
-    if (head_dim == 64) return LaunchWgmma<f16, 64, false, 128>(pr, batch, q, k, v, out, lse, stream);
-    return LaunchWgmma<f16, 128, false, 128>(pr, batch, q, k, v, out, lse, stream);
-  }
-  if (head_dim == 64) return LaunchWgmmaVariant<64>(variant, pr, batch, q, k, v, out, lse, stream);
-  return LaunchWgmmaVariant<128>(variant, pr, batch, q, k, v, out, lse, stream);
+  if (dtype == DType::kF16) return LaunchWgmmaDim<f16>(pr, head_dim, batch, q, k, v, out, lse, stream);
+  return LaunchWgmmaDim<bf16>(pr, head_dim, batch, q, k, v, out, lse, stream);
 }
 
 }  // namespace sg::kernels::internal::attention_device

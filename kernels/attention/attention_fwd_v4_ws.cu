@@ -1,6 +1,6 @@
-// CUDA flash attention forward, v4 variants "ws" and "wsi" (experiment, SG_ATTENTION_KERNEL=v4
-// SG_ATTN_FWD_VARIANT=ws|wsi): the FlashAttention-3 structure on Hopper -- warp specialization, a
-// TMA producer and two wgmma consumer warpgroups, the softmax overlapped with the tensor cores.
+// CUDA flash attention forward, v4 variant "ws" (the default forward of families v4 and v5;
+// SG_ATTN_FWD_VARIANT=ws): the FlashAttention-3 structure on Hopper -- warp specialization, a TMA
+// producer and two wgmma consumer warpgroups, the softmax overlapped with the tensor cores.
 //
 // One block of 3 warpgroups per (128-query tile, head, batch), one block per SM:
 //   warpgroup 0, the producer (setmaxnreg 24): one thread has the TMA unit load Q once and then,
@@ -14,9 +14,10 @@
 //       wait for S(t) (PV still running); release K(t); mask and softmax S(t) under the PV
 //       wait for the PV; release V(t-1); rescale O by alpha(t); pack P(t)
 //     so the exp2s of tile t run while the tensor cores do P(t-1) V(t-1).
-//   "ws" adds inter-warpgroup ping-pong: the consumers issue their GEMMs in turns (named barriers 1
-//     and 2: warpgroup cg syncs on 1 + cg before issuing and arrives on 2 - cg after), so one
-//     warpgroup's softmax runs while the other's GEMMs hold the tensor cores. "wsi" leaves it out.
+//   Inter-warpgroup ping-pong: the consumers issue their GEMMs in turns (named barriers 1 and 2:
+//     warpgroup cg syncs on 1 + cg before issuing and arrives on 2 - cg after), so one warpgroup's
+//     softmax runs while the other's GEMMs hold the tensor cores. (Without it, the deleted "wsi",
+//     288.2 / 457.4 TFLOP/s causal at D64 / D128 against 334.9 / 503.2 on the H200.)
 // Ring parity: tile t uses stage t % kStages in round t / kStages; consumers wait `full` for parity
 // round & 1, the producer waits `empty` for (round & 1) ^ 1 (a fresh barrier reads parity 1 as done).
 // Every mbarrier wait traps after ~20 s (attention_tma.cuh) instead of hanging.
@@ -26,12 +27,11 @@
 // Numerics as "wgmma": log2-domain online softmax on raw scores (scale > 0), f32 O, lse in natural
 // log as [b, h, row]; T = bf16 or f16 (P rounded to T for P V).
 //
-// Resources (nvcc 13.0, sm_90a, -Xptxas -v): every instantiation (bf16 / f16, D64 / D128, ws /
-// wsi) 168 registers at launch (the warpgroups then run at 24 / 240), 0 bytes spilled, no C7512
+// Resources (nvcc 13.0, sm_90a, -Xptxas -v): every instantiation (bf16 / f16, D64 / D128) 168
+// registers at launch (the warpgroups then run at 24 / 240), 0 bytes spilled, no C7512
 // (wgmma serialization) warning -- the mbarrier timeout's trap sits out of line (attention_tma.cuh
 // says why: inline, it made D128 spill 240 bytes). Shared memory: D64 4 stages, 16 + 4 * 32 KiB +
 // 1 KiB = 145 KiB; D128 2 stages, 32 + 2 * 64 + 1 = 161 KiB. One block (384 threads) per SM.
-// Not measured yet (written without a GPU): compare with "wgmma" on attention_benchmark forward_v4.
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -69,7 +69,7 @@ struct WsFwdConfig {
                 "register reallocation must fit the registers the block was launched with");
 };
 
-template <typename T, int kD, bool kPingPong>
+template <typename T, int kD>
 __global__ void __launch_bounds__(384, 1)
     WsFwdKernel(const __grid_constant__ CUtensorMap tmap_q, const __grid_constant__ CUtensorMap tmap_k,
                 const __grid_constant__ CUtensorMap tmap_v, Problem pr, T* __restrict__ out,
@@ -145,12 +145,8 @@ __global__ void __launch_bounds__(384, 1)
   // Ping-pong turns: warpgroup cg issues its GEMMs between my_turn (named barrier 1 + cg: the other
   // warpgroup's hand-off is in) and their_turn (hands off on 2 - cg). Warpgroup 1 hands warpgroup 0
   // the first turn and skips its last hand-off, so each barrier's arrivals match its syncs.
-  auto my_turn = [&] {
-    if constexpr (kPingPong) NamedBarrierSync(1 + cg, 256);
-  };
-  auto their_turn = [&] {
-    if constexpr (kPingPong) NamedBarrierArrive(2 - cg, 256);
-  };
+  auto my_turn = [&] { NamedBarrierSync(1 + cg, 256); };
+  auto their_turn = [&] { NamedBarrierArrive(2 - cg, 256); };
 
   float o[kD / 2];  // m64n{kD} accumulator: n8 chunk j holds (row g, 8j + 2t..), (row g + 8, ..)
 #pragma unroll
@@ -164,7 +160,7 @@ __global__ void __launch_bounds__(384, 1)
   const uint32_t q_tile = sq + cg * 64 * 128;                  // this warpgroup's 64 rows of Q
 
   if (n_tiles > 0) {
-    if (kPingPong && cg == 1) NamedBarrierArrive(1, 256);  // warpgroup 0 goes first
+    if (cg == 1) NamedBarrierArrive(1, 256);  // warpgroup 0 goes first
     MbarWait(full_q, 0);
     MbarWait(full_k(0), 0);
     my_turn();
@@ -182,7 +178,7 @@ __global__ void __launch_bounds__(384, 1)
       my_turn();
       IssueQK<T, kD, kBlockM, kBlockN>(s, q_tile, sk + sk_t * C::kKvBytes);
       MbarWait(full_v(sv_prev), ((t - 1) / kStages) & 1);
-      IssuePV<T, kD, kBlockN, false>(o, p, sv + sv_prev * C::kKvBytes);
+      IssuePV<T, kD, kBlockN>(o, p, sv + sv_prev * C::kKvBytes);
       their_turn();
       WgmmaWait<1>();  // groups complete in order: S(t) is done, PV(t - 1) may still run
       FenceOperands(s);
@@ -200,7 +196,7 @@ __global__ void __launch_bounds__(384, 1)
     const int last = n_tiles - 1, sv_last = last % kStages;
     MbarWait(full_v(sv_last), (last / kStages) & 1);
     my_turn();
-    IssuePV<T, kD, kBlockN, false>(o, p, sv + sv_last * C::kKvBytes);
+    IssuePV<T, kD, kBlockN>(o, p, sv + sv_last * C::kKvBytes);
     if (cg == 0) their_turn();
     WgmmaWait<0>();
     FenceOperands(o);
@@ -230,7 +226,7 @@ __global__ void __launch_bounds__(384, 1)
 #endif
 }
 
-template <typename T, int kD, bool kPingPong>
+template <typename T, int kD>
 absl::Status LaunchWs(const Problem& pr, int batch, const void* q, const void* k, const void* v, void* out,
                       float* lse, cudaStream_t stream) {
   using C = WsFwdConfig<kD>;
@@ -239,7 +235,7 @@ absl::Status LaunchWs(const Problem& pr, int batch, const void* q, const void* k
   SG_RETURN_IF_ERROR(EncodeHeadTileMap(&map_q, dtype, q, batch, pr.seq_q, pr.heads, kD, C::kBlockM));
   SG_RETURN_IF_ERROR(EncodeHeadTileMap(&map_k, dtype, k, batch, pr.seq_k, pr.kv_heads, kD, C::kBlockN));
   SG_RETURN_IF_ERROR(EncodeHeadTileMap(&map_v, dtype, v, batch, pr.seq_k, pr.kv_heads, kD, C::kBlockN));
-  auto* kernel = WsFwdKernel<T, kD, kPingPong>;
+  auto* kernel = WsFwdKernel<T, kD>;
   const int m_blocks = (pr.seq_q + C::kBlockM - 1) / C::kBlockM;
   SG_CHECK_ARG(m_blocks <= 65535, "attention v4 ws forward: at most 65535 query tiles of ", C::kBlockM,
                " rows, found seq_q ", pr.seq_q);
@@ -251,14 +247,10 @@ absl::Status LaunchWs(const Problem& pr, int batch, const void* q, const void* k
 }
 
 template <typename T>
-absl::Status LaunchWsDim(bool ping_pong, const Problem& pr, int head_dim, int batch, const void* q,
-                         const void* k, const void* v, void* out, float* lse, cudaStream_t stream) {
-  if (head_dim == 64) {
-    return ping_pong ? LaunchWs<T, 64, true>(pr, batch, q, k, v, out, lse, stream)
-                     : LaunchWs<T, 64, false>(pr, batch, q, k, v, out, lse, stream);
-  }
-  return ping_pong ? LaunchWs<T, 128, true>(pr, batch, q, k, v, out, lse, stream)
-                   : LaunchWs<T, 128, false>(pr, batch, q, k, v, out, lse, stream);
+absl::Status LaunchWsDim(const Problem& pr, int head_dim, int batch, const void* q, const void* k,
+                         const void* v, void* out, float* lse, cudaStream_t stream) {
+  if (head_dim == 64) return LaunchWs<T, 64>(pr, batch, q, k, v, out, lse, stream);
+  return LaunchWs<T, 128>(pr, batch, q, k, v, out, lse, stream);
 }
 
 // cuTensorMapEncodeTiled from the driver, looked up once (the runtime links no libcuda).
@@ -305,19 +297,38 @@ absl::Status EncodeHeadTileMap(CUtensorMap* map, DType dtype, const void* base, 
   return absl::OkStatus();
 }
 
-absl::Status LaunchForwardV4Ws(FwdV4Variant variant, DType dtype, const Problem& pr, int head_dim, int batch,
-                               const void* q, const void* k, const void* v, void* out, float* lse,
-                               cudaStream_t stream) {
+absl::Status EncodeF32VectorMap(CUtensorMap* map, const float* base, int64_t n, int box_elems) {
+  const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiled();
+  if (encode == nullptr) {
+    return absl::UnimplementedError(
+        "attention TMA vector map: the driver has no cuTensorMapEncodeTiled (needs CUDA driver >= 12.0)");
+  }
+  SG_CHECK_ARG(Aligned16(base), "attention TMA vector map: needs a 16-byte-aligned vector, found address ",
+               reinterpret_cast<uintptr_t>(base) % 16, " mod 16");
+  SG_CHECK_ARG(n > 0 && n <= (int64_t(1) << 32), "attention TMA vector map: 1 to 2^32 elements, found ", n);
+  SG_CHECK_ARG(box_elems % 4 == 0 && box_elems > 0 && box_elems <= 256,
+               "attention TMA vector map: a box of 4..256 elements (multiple of 4), found ", box_elems);
+  const cuuint64_t dims[1] = {cuuint64_t(n)};
+  const cuuint64_t strides[1] = {cuuint64_t(n * 4)};  // rank 1: not read
+  const cuuint32_t box[1] = {cuuint32_t(box_elems)};
+  const cuuint32_t element_strides[1] = {1};
+  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, const_cast<float*>(base), dims, strides, box,
+                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  if (r != CUDA_SUCCESS) {
+    return LibraryError(absl::StatusCode::kInternal, "CUDA driver", r, "tensor map rejected",
+                        "cuTensorMapEncodeTiled", __FILE__, __LINE__);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LaunchForwardV4Ws(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,
+                               const void* k, const void* v, void* out, float* lse, cudaStream_t stream) {
   if (!Aligned16(q) || !Aligned16(k) || !Aligned16(v)) {
     return absl::UnimplementedError("attention ws forward: TMA needs 16-byte-aligned q, k and v");
   }
-  if (variant != FwdV4Variant::kWarpSpecialized && variant != FwdV4Variant::kWarpSpecializedIntra) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attention ws forward: not a ws variant, found '", FwdV4VariantToName(variant), "'"));
-  }
-  const bool ping_pong = variant == FwdV4Variant::kWarpSpecialized;
-  if (dtype == DType::kF16) return LaunchWsDim<f16>(ping_pong, pr, head_dim, batch, q, k, v, out, lse, stream);
-  return LaunchWsDim<bf16>(ping_pong, pr, head_dim, batch, q, k, v, out, lse, stream);
+  if (dtype == DType::kF16) return LaunchWsDim<f16>(pr, head_dim, batch, q, k, v, out, lse, stream);
+  return LaunchWsDim<bf16>(pr, head_dim, batch, q, k, v, out, lse, stream);
 }
 
 }  // namespace sg::kernels::internal::attention_device

@@ -279,15 +279,35 @@ TEST(AttentionCpuTest, ForwardV4VariantFromEnvironment) {
     setenv("SG_ATTN_FWD_VARIANT", v.name, 1);
     EXPECT_EQ(internal::FwdV4VariantFromEnv().value(), v.variant) << v.name;
   }
-  setenv("SG_ATTN_FWD_VARIANT", "4x33", 1);
+  setenv("SG_ATTN_FWD_VARIANT", "wsi", 1);  // deleted: names it as not found, lists the others
   const auto bad = internal::FwdV4VariantFromEnv();
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("found '4x33'"), std::string::npos) << bad.status();
-  EXPECT_NE(bad.status().message().find("8x16q"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("found 'wsi'"), std::string::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("wgmma, ws"), std::string::npos) << bad.status();
   if (saved) {
     setenv("SG_ATTN_FWD_VARIANT", keep.c_str(), 1);
   } else {
     unsetenv("SG_ATTN_FWD_VARIANT");
+  }
+}
+
+TEST(AttentionCpuTest, BackwardV5VariantFromEnvironment) {
+  const char* saved = std::getenv("SG_ATTN_BWD_VARIANT");
+  const std::string keep = saved ? saved : "";
+  unsetenv("SG_ATTN_BWD_VARIANT");
+  EXPECT_EQ(internal::BwdV5VariantFromEnv().value(), internal::BwdV5Variant::kV5);
+  for (const internal::BwdV5VariantName& v : internal::kBwdV5Variants) {
+    setenv("SG_ATTN_BWD_VARIANT", v.name, 1);
+    EXPECT_EQ(internal::BwdV5VariantFromEnv().value(), v.variant) << v.name;
+  }
+  setenv("SG_ATTN_BWD_VARIANT", "wsi", 1);
+  const auto bad = internal::BwdV5VariantFromEnv();
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("found 'wsi'"), std::string::npos) << bad.status();
+  if (saved) {
+    setenv("SG_ATTN_BWD_VARIANT", keep.c_str(), 1);
+  } else {
+    unsetenv("SG_ATTN_BWD_VARIANT");
   }
 }
 
@@ -587,30 +607,37 @@ class ScopedEnv {
 
 // One CUDA kernel variant: the family (SG_ATTENTION_KERNEL) and, for v4, the forward variant
 // (SG_ATTN_FWD_VARIANT), set for the scope of the object.
+// A kernel family (SG_ATTENTION_KERNEL) with its forward (SG_ATTN_FWD_VARIANT) and, for v5, its
+// backward (SG_ATTN_BWD_VARIANT); "" leaves a variable unset.
 struct KernelVariant {
   const char* kernel;
   const char* fwd;
+  const char* bwd = "";
 };
 class ScopedKernelVariant {
  public:
   explicit ScopedKernelVariant(const KernelVariant& v)
-      : kernel_("SG_ATTENTION_KERNEL", v.kernel), fwd_("SG_ATTN_FWD_VARIANT", v.fwd) {}
+      : kernel_("SG_ATTENTION_KERNEL", v.kernel), fwd_("SG_ATTN_FWD_VARIANT", v.fwd),
+        bwd_("SG_ATTN_BWD_VARIANT", v.bwd) {}
 
  private:
-  ScopedEnv kernel_, fwd_;
+  ScopedEnv kernel_, fwd_, bwd_;
 };
 
+// "v3", "v4/wgmma", "v5/bwd-ws".
 std::string VariantName(const KernelVariant& v) {
-  return *v.fwd == '\0' ? v.kernel : absl::StrCat(v.kernel, "/", v.fwd);
+  return absl::StrCat(v.kernel, *v.fwd == '\0' ? "" : "/", v.fwd, *v.bwd == '\0' ? "" : "/bwd-", v.bwd);
 }
 
-// Every variant, or those SG_ATTENTION_TEST_VARIANTS names (comma-separated, e.g. "v3,v4/wgmma"),
+// Every variant, or those SG_ATTENTION_TEST_VARIANTS names (comma-separated, e.g.
+// "v3,v4/wgmma,v5/bwd-ws"),
 // so that a variant that faults (and takes the CUDA context with it) can be run in a process of
 // its own.
 std::vector<KernelVariant> AllKernelVariants() {
   std::vector<KernelVariant> all = {{"v1", ""}, {"v2", ""}, {"v3", ""}, {"v3a", ""}};
   for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) all.push_back({"v4", v.name});
   all.push_back({"v5", ""});
+  all.push_back({"v5", "", "ws"});  // the warp-specialized backward
   const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
   if (only == nullptr || *only == '\0') return all;
   const std::vector<std::string> names = absl::StrSplit(only, ',');
@@ -625,14 +652,16 @@ std::vector<KernelVariant> AllKernelVariants() {
 
 TEST(AttentionCpuTest, TestVariantFilterPicksNamedVariants) {
   {
-    ScopedEnv only("SG_ATTENTION_TEST_VARIANTS", "v3,v4/wgmma");
+    ScopedEnv only("SG_ATTENTION_TEST_VARIANTS", "v3,v4/wgmma,v5/bwd-ws");
     const std::vector<KernelVariant> chosen = AllKernelVariants();
-    ASSERT_EQ(chosen.size(), 2u);
+    ASSERT_EQ(chosen.size(), 3u);
     EXPECT_EQ(VariantName(chosen[0]), "v3");
     EXPECT_EQ(VariantName(chosen[1]), "v4/wgmma");
+    EXPECT_EQ(VariantName(chosen[2]), "v5/bwd-ws");
+    EXPECT_EQ(std::string(chosen[2].bwd), "ws");
   }
   ScopedEnv all("SG_ATTENTION_TEST_VARIANTS", "");
-  EXPECT_EQ(AllKernelVariants().size(), 5 + std::size(internal::kFwdV4Variants));
+  EXPECT_EQ(AllKernelVariants().size(), 6 + std::size(internal::kFwdV4Variants));
 }
 
 TEST_P(AttentionCudaTest, MatchesCpuReference) {
@@ -649,10 +678,10 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
   }
 }
 
-// The kernel families that run f16: the default (v5: the wgmma forward and backward, both
-// variables unset; whatever SG_ATTENTION_TEST_VARIANTS says), v4 (v3's backward) and v4 with the
-// warp-specialized forwards v4/ws and v4/wsi (each unless SG_ATTENTION_TEST_VARIANTS is set
-// without naming it).
+// The kernel families that run f16: the default (v5: the ws forward and the v5 wgmma backward, the
+// variables unset; whatever SG_ATTENTION_TEST_VARIANTS says), v4 (v3's backward) with its default
+// forward and with each forward variant, and v5 with the ws backward (each unless
+// SG_ATTENTION_TEST_VARIANTS is set without naming it).
 std::vector<KernelVariant> F16Variants() {
   std::vector<KernelVariant> variants = {{"", ""}};
   const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
@@ -661,8 +690,10 @@ std::vector<KernelVariant> F16Variants() {
     return only == nullptr || *only == '\0' || std::find(names.begin(), names.end(), name) != names.end();
   };
   if (named("v4")) variants.push_back({"v4", ""});
-  if (named("v4/ws")) variants.push_back({"v4", "ws"});
-  if (named("v4/wsi")) variants.push_back({"v4", "wsi"});
+  for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) {
+    if (named(absl::StrCat("v4/", v.name))) variants.push_back({"v4", v.name});
+  }
+  if (named("v5/bwd-ws")) variants.push_back({"v5", "", "ws"});
   return variants;
 }
 
@@ -722,7 +753,7 @@ TEST(AttentionCudaOffsetsTest, OffsetsMatchCpuReference) {
   }
 }
 
-// f16 outside the default kernels is Unimplemented, naming the family or forward variant.
+// f16 on the older families is Unimplemented, naming the family.
 TEST(AttentionCudaF16Test, OtherKernelsSayTheyAreBf16Only) {
   SG_SKIP_WITHOUT_CUDA();
   const Problem p{1, 64, 64, 2, 2, 64, true};
@@ -731,12 +762,11 @@ TEST(AttentionCudaF16Test, OtherKernelsSayTheyAreBf16Only) {
   Tensor q = Output(p.QShape(), DType::kF16, gpu), k = Output(p.KShape(), DType::kF16, gpu);
   Tensor out = Output(p.QShape(), DType::kF16, gpu), lse = Output(p.StatShape(), DType::kF32, gpu);
   Tensor dq = Output(p.QShape(), DType::kF16, gpu), dk = Output(p.KShape(), DType::kF16, gpu);
-  for (const KernelVariant& v : {KernelVariant{"v2", ""}, KernelVariant{"v3", ""},
-                                 KernelVariant{"v4", "wgmmap"}, KernelVariant{"v4", "8x16q"}}) {
+  for (const KernelVariant& v : {KernelVariant{"v1", ""}, KernelVariant{"v2", ""}, KernelVariant{"v3", ""}}) {
     ScopedKernelVariant use(v);
     const absl::Status st = AttentionForward(q, k, k, p.Options(), out, lse, stream);
     EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << VariantName(v) << ": " << st;
-    EXPECT_NE(st.message().find(*v.fwd == '\0' ? v.kernel : v.fwd), std::string::npos) << st;
+    EXPECT_NE(st.message().find(v.kernel), std::string::npos) << st;
   }
   ScopedKernelVariant use({"v1", ""});
   const absl::Status st = AttentionBackward(q, k, k, out, q, lse, p.Options(), dq, dk, dk, stream);

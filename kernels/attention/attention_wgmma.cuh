@@ -213,23 +213,21 @@ __device__ __forceinline__ void IssueQK(float (&s)[kBlockN / 2], uint32_t q_tile
   WgmmaCommit();
 }
 
-// Issues O += P V (P: T A fragments, k16 step kk = keys 16 kk..) as one wgmma group. kVt: the
-// tile is V^T ([kD][kBlockN], K-major, from TransposeV), else V as loaded ([kBlockN][kD], MN-major).
-// (The backward: dV += P^T dO and dK += dS^T Q, with kBlockN = the query tile's rows.)
-template <typename T, int kD, int kBlockN, bool kVt>
+// Issues O += P V (P: T A fragments, k16 step kk = keys 16 kk..) as one wgmma group; V as loaded,
+// [kBlockN][kD] read through an MN-major descriptor. (The backward: dV += P^T dO and dK += dS^T Q,
+// with kBlockN = the query tile's rows.)
+template <typename T, int kD, int kBlockN>
 __device__ __forceinline__ void IssuePV(float (&o)[kD / 2], const uint32_t (&p)[kBlockN / 16][4],
                                         uint32_t v_tile) {
   FenceOperands(o);
   WgmmaFence();
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    const uint64_t b_desc =
-        kVt ? Sw128Desc(v_tile + (kk / 4) * (kD * 128) + (kk % 4) * 32, 16, 1024)
-            : Sw128Desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
+    const uint64_t b_desc = Sw128Desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
     if constexpr (kD == 128) {
-      WgmmaRS128<T, kVt ? 0 : 1>(o, p[kk], b_desc);
+      WgmmaRS128<T, 1>(o, p[kk], b_desc);
     } else {
-      WgmmaRS64<T, kVt ? 0 : 1>(o, p[kk], b_desc);
+      WgmmaRS64<T, 1>(o, p[kk], b_desc);
     }
   }
   WgmmaCommit();

@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(256, 1)
   float acc[kD / 2];
 #pragma unroll
   for (int i = 0; i < kD / 2; ++i) acc[i] = 0.f;
-  IssuePV<bf16, kD, kBlockM, false>(acc, pp, sq);
+  IssuePV<bf16, kD, kBlockM>(acc, pp, sq);
   WgmmaWait<0>();
   FenceOperands(acc);
   FenceOperands(pp);
