@@ -118,10 +118,11 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan3";
+// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan3",
+// "overlap";
 // unset or unknown: by vocabulary size, see the header); read at every call so benchmarks and tests
 // can switch.
-enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan3 };
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan3, kOverlap };
 constexpr int64_t kScan3MinVocab = 65536;  // at larger vocabularies scan3 beats atomic (header)
 BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
@@ -129,6 +130,7 @@ BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
   if (v != nullptr && std::strcmp(v, "atomic") == 0) return BackwardVariant::kAtomic;
   if (v != nullptr && std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
   if (v != nullptr && std::strcmp(v, "scan3") == 0) return BackwardVariant::kScan3;
+  if (v != nullptr && std::strcmp(v, "overlap") == 0) return BackwardVariant::kOverlap;
   return vocab > kScan3MinVocab ? BackwardVariant::kScan3 : BackwardVariant::kAtomic;
 }
 
@@ -249,6 +251,8 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
     case BackwardVariant::kScan3:
       return BackwardScan3Cuda(p, dout, tokens, dtable, device, s);
+    case BackwardVariant::kOverlap:
+      return BackwardOverlapCuda(p, dout, tokens, dtable, device, s);
     case BackwardVariant::kRows:
       break;
   }
