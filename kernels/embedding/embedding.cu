@@ -9,6 +9,8 @@
 //   "atomic" (the default up to a vocabulary of 65536), "atomic_nopdl": counts, a scan and an
 //     atomic scatter of the token positions, each run sorted in place before its row sum
 //     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";
+//   "overlap": atomic's counts, then one kernel whose row CTAs zero their unused rows while other
+//     CTAs of it scan and scatter, then sort and sum the rest (embedding_atomic.cu);
 //   "scan3" (the default above 65536): one kernel, each CTA reading all ids and listing those of
 //     its 64 vocabulary rows, the dout rows pulled into a shared-memory ring by bulk copies, rows
 //     without tokens by bulk stores of a zeroed buffer (embedding_scan3.cu);

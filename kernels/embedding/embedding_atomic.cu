@@ -16,6 +16,13 @@
 //      window of kWindow tokens, read out in order), then sums them as the "rows" kernel does
 //      (SumRuns), so dtable is bitwise that of the sorted path. Without the 16-byte layout a
 //      SortRunsKernel sorts and the general RowSumKernel sums.
+// "overlap" (SG_EMBEDDING_BWD=overlap) keeps steps 1 and 2 and folds the rest into one launch,
+// OverlapKernel, whose CTAs take roles by an atomic ticket: scan tiles, then scatter CTAs (waiting
+// on a count of finished tiles), then row CTAs of 32 rows that first zero their rows without tokens
+// (the counts suffice: no wait), and only then wait for the scatter CTAs and sort and sum the rest.
+// Why: at 16384 tokens over 32000 rows ~60% of dtable is zeros, so most of the write traffic
+// streams while the scan and the scatter run, instead of after them; waits only on smaller tickets
+// (running CTAs), each bounded (trap after ~2^35 clocks). Untested on a GPU as of 2026-11-30.
 // Out-of-range ids are neither counted nor scattered: their gradients drop, as in the sorted path.
 // Capturable in a CUDA graph: no host synchronization, scratch from the caching allocator, static
 // shared memory only (under 48 KB, no opt-in attribute).
@@ -332,8 +339,9 @@ constexpr long long kSpinClocks = 1ll << 35;  // ~20 s: a protocol bug traps ins
 // done.
 constexpr int kCtlTicket = 0, kCtlScanned = 1, kCtlScattered = 2, kCtlWords = 4;
 // dout rows in flight per thread along a run (raw 16- or 32-byte packs in registers): as many as
-// fit OverlapKernel's 128 registers without spilling (ptxas -v, nvcc 13.0: 16 bf16 rows spill 20
-// bytes, 12 spill 4; f32: 8 rows spill 132 bytes, 4 none).
+// fit OverlapKernel's 128 registers with at most a few spilled words (ptxas -v, nvcc 13.0, with the
+// positions loaded a batch ahead: 12 bf16 rows spill 40 bytes, 10 still 32; f32: 4 rows none, 8
+// spilled 132 bytes even without the positions ahead).
 template <typename T>
 constexpr int kRunLoads = sizeof(T) == 4 ? 4 : 12;
 
@@ -374,7 +382,7 @@ __device__ __forceinline__ void LoadRunsCoherent(const int* offsets, int64_t v0,
 // The sorted runs of kSumRows rows from v0 (every thread of the CTA, dim = 8 * packs): only rows
 // with tokens are written (the others were zeroed in pass 1). As SumRuns, the first dout row of
 // every run is loaded for all rows together; a longer run then keeps kRunLoads<T> rows in flight,
-// its next positions loaded with the current rows. The same f32 additions in the same order.
+// the next batch's positions loaded while they are. The same f32 additions in the same order.
 template <typename T>
 __device__ __forceinline__ void SumHitRuns(const T* __restrict__ dout, const int* order,
                                            const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
@@ -397,13 +405,18 @@ __device__ __forceinline__ void SumHitRuns(const T* __restrict__ dout, const int
       cuda_vec::Unpack(head[r], acc);
 #pragma unroll
       for (int k = 0; k < 8; ++k) acc[k] = 0.f + acc[k];  // the CPU reference's first addition
+      int32_t at[K];  // the batch's positions, loaded one batch ahead of its dout rows
+#pragma unroll
+      for (int u = 0; u < K; ++u) at[u] = begin[r] + 1 + u < end[r] ? order[begin[r] + 1 + u] : 0;
 #pragma unroll 1
       for (int32_t j = begin[r] + 1; j < end[r]; j += K) {
         cuda_vec::Raw8<T> y[K];
 #pragma unroll
         for (int u = 0; u < K; ++u) {
-          if (j + u < end[r]) y[u] = cuda_vec::LoadRawOnce(dout + int64_t(order[j + u]) * dim + c * 8);
+          if (j + u < end[r]) y[u] = cuda_vec::LoadRawOnce(dout + int64_t(at[u]) * dim + c * 8);
         }
+#pragma unroll
+        for (int u = 0; u < K; ++u) at[u] = j + K + u < end[r] ? order[j + K + u] : 0;
 #pragma unroll
         for (int u = 0; u < K; ++u) {
           if (j + u < end[r]) {
