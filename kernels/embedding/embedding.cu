@@ -9,18 +9,21 @@
 //   "atomic" (the default up to a vocabulary of 65536), "atomic_nopdl": counts, a scan and an
 //     atomic scatter of the token positions, each run sorted in place before its row sum
 //     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";
-//   "scan2" (the default above 65536): one kernel, each CTA reading all ids and summing its 64
-//     vocabulary rows with many dout loads in flight (embedding_scan2.cu);
-//   "scan3", "scan3_zst", "scan3_bst", "scan3_r128" (on trial, not yet measured): scan2's listing
-//     with the dout rows pulled into a shared-memory ring by bulk copies (embedding_scan3.cu):
-//     rows without tokens by bulk stores of a zeroed buffer, by streaming stores ("_zst"), rows
-//     with tokens bulk-stored too ("_bst"), 128 rows a CTA ("_r128");
+//   "overlap": atomic's counts, then one kernel whose row CTAs zero their unused rows while other
+//     CTAs of it scan and scatter, then sort and sum the rest (embedding_atomic.cu);
+//   "scan3" (the default above 65536): one kernel, each CTA reading all ids and listing those of
+//     its 64 vocabulary rows, the dout rows pulled into a shared-memory ring by bulk copies, rows
+//     without tokens by bulk stores of a zeroed buffer (embedding_scan3.cu);
 //   "rows": the sorted index preparation below, then a row sum.
-// Why the default depends on the vocabulary: on the H200 (2026-11-30 11:02, same call, decimal
-// TB/s at vocab 32000 / 128256) atomic 3.00 / 2.40, scan2 with 64 rows a CTA 2.75 / 2.92, with 128
-// rows 2.74 / 2.80, with 32 rows 2.61 / 2.84 (the 128- and 32-row forms removed); 5% of the tokens
-// on one id: atomic 1.20 / 2.07, scan2 (64) 1.49 / 2.70. Earlier the same day (batch timing,
-// 16384 tokens, dim 2048, bf16 dout -> f32 dtable): atomic 2.91 / 2.39, rows 2.24 / 2.11;
+// Why the default depends on the vocabulary: on the H200 (2026-11-30, same call, Batch, decimal
+// TB/s at vocab 32000 / 128256) atomic 2.97 / 2.39 (2.81 at 32000 without PDL), scan3 2.81 / 3.38;
+// 5% of the tokens on one id: atomic 1.16 / -, scan3 ~1.0 / 3.32. Removed as beaten: "scan2" (one
+// kernel, per-thread dout loads: 2.76 / 2.91, hot 1.48 / 2.70) and scan3's store variants (zero
+// rows by streaming stores 2.87 / -, rows with tokens bulk-stored 2.72 / 3.39, 128 rows a CTA
+// 2.94 / 3.47 but hot 3.06 at 128256). Earlier (11:02 the same day) atomic 3.00 / 2.40, scan2
+// with 128 or 32 rows a CTA 2.74 / 2.80, 2.61 / 2.84; 5% of the tokens on one id: atomic 1.20 /
+// 2.07. Earlier the same day (batch timing, 16384 tokens, dim 2048, bf16 dout -> f32 dtable):
+// atomic 2.91 / 2.39, rows 2.24 / 2.11;
 // with 5% of the tokens on one id, atomic 1.22 / 2.08, rows 0.87 / 1.61. A one-kernel "scan"
 // backward (each CTA read all ids and summed its range of 32, 64 or 128 vocabulary rows; no index
 // preparation) measured 2.37 / 2.36 (64 rows), 2.54 / 2.43 (32), 2.92 / 2.17 (128), hot 1.19 /
@@ -117,23 +120,20 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan2",
-// "scan3", "scan3_zst", "scan3_bst", "scan3_r128";
+// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan3",
+// "overlap";
 // unset or unknown: by vocabulary size, see the header); read at every call so benchmarks and tests
 // can switch.
-enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan2, kScan3, kScan3Zst, kScan3Bst, kScan3R128 };
-constexpr int64_t kScan2MinVocab = 65536;  // at larger vocabularies scan2 beats atomic (header)
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan3, kOverlap };
+constexpr int64_t kScan3MinVocab = 65536;  // at larger vocabularies scan3 beats atomic (header)
 BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
   if (v != nullptr && std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
   if (v != nullptr && std::strcmp(v, "atomic") == 0) return BackwardVariant::kAtomic;
   if (v != nullptr && std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
-  if (v != nullptr && std::strcmp(v, "scan2") == 0) return BackwardVariant::kScan2;
   if (v != nullptr && std::strcmp(v, "scan3") == 0) return BackwardVariant::kScan3;
-  if (v != nullptr && std::strcmp(v, "scan3_zst") == 0) return BackwardVariant::kScan3Zst;
-  if (v != nullptr && std::strcmp(v, "scan3_bst") == 0) return BackwardVariant::kScan3Bst;
-  if (v != nullptr && std::strcmp(v, "scan3_r128") == 0) return BackwardVariant::kScan3R128;
-  return vocab > kScan2MinVocab ? BackwardVariant::kScan2 : BackwardVariant::kAtomic;
+  if (v != nullptr && std::strcmp(v, "overlap") == 0) return BackwardVariant::kOverlap;
+  return vocab > kScan3MinVocab ? BackwardVariant::kScan3 : BackwardVariant::kAtomic;
 }
 
 int EndBit(int64_t vocab) {  // bits for keys in [0, vocab]
@@ -251,16 +251,10 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
     case BackwardVariant::kAtomicNoPdl:
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
-    case BackwardVariant::kScan2:
-      return BackwardScan2Cuda(p, dout, tokens, dtable, s);
     case BackwardVariant::kScan3:
-      return BackwardScan3Cuda(p, dout, tokens, dtable, s, Scan3Store::kBulkZeros, 64);
-    case BackwardVariant::kScan3Zst:
-      return BackwardScan3Cuda(p, dout, tokens, dtable, s, Scan3Store::kStreamZeros, 64);
-    case BackwardVariant::kScan3Bst:
-      return BackwardScan3Cuda(p, dout, tokens, dtable, s, Scan3Store::kBulkAll, 64);
-    case BackwardVariant::kScan3R128:
-      return BackwardScan3Cuda(p, dout, tokens, dtable, s, Scan3Store::kBulkZeros, 128);
+      return BackwardScan3Cuda(p, dout, tokens, dtable, device, s);
+    case BackwardVariant::kOverlap:
+      return BackwardOverlapCuda(p, dout, tokens, dtable, device, s);
     case BackwardVariant::kRows:
       break;
   }

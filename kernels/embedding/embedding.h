@@ -27,8 +27,8 @@ absl::Status EmbeddingForward(const TensorView& tokens, const TensorView& table,
 // and bitwise equal between CPU and CUDA; rows of unused ids are zero. On CUDA no float atomics:
 // each row's token positions are gathered in ascending order first (counted and scattered, then
 // each run sorted, by default up to a vocabulary of 65536; above it, by one kernel whose CTAs each
-// scan all ids for their 64 rows; or by a stable radix sort, SG_EMBEDDING_BWD=rows), then one
-// thread per column adds them in that order. (SG_EMBEDDING_BWD selects the CUDA kernel per call, for
+// scan all ids for their 64 rows; or by a stable radix sort, SG_EMBEDDING_BWD=rows), then each
+// column's terms are added in that order. (SG_EMBEDDING_BWD selects the CUDA kernel per call, for
 // benchmarks: see embedding.cu.)
 absl::Status EmbeddingBackward(const TensorView& dout, const TensorView& tokens, const TensorView& dtable,
                                const Stream& stream);

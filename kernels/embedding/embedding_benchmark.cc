@@ -6,10 +6,12 @@
 // timing (10 back-to-back calls, as in a CUDA-graph step):
 //   --benchmark_filter='Backward.*Batch'  rows (sorted) against atomic and atomic_nopdl; the "Hot"
 //     entries put 5% of the tokens on one id; dim 8 shapes leave little but the index preparation
-//     and the launches (the row sums write vocab x 32 bytes). Scan2*: the one-kernel
-//     backward (64 vocabulary rows a CTA; the default above a vocabulary of 65536). Scan3*: scan2's
-//     listing with bulk-copy data movement (embedding_scan3.cu), four store variants.
-//   --benchmark_filter='Backward.*(Scan|ZeroFill).*Batch/16384/(32000|128256)/2048' compares them.
+//     and the launches (the row sums write vocab x 32 bytes). Scan3*: the one-kernel backward
+//     with bulk-copy data movement (embedding_scan3.cu; the default above a vocabulary of 65536).
+//     Overlap*: atomic's counts, then one kernel that zeros the unused rows while the scan and
+//     scatter finish (embedding_atomic.cu).
+//   --benchmark_filter='Backward.*(Atomic|Scan|Overlap|ZeroFill).*Batch/16384/(32000|128256)/2048'
+//     compares them.
 #include <benchmark/benchmark.h>
 
 #include <cstdlib>
@@ -28,10 +30,11 @@ struct Setup {
   Stream stream = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
 };
 
-// kernel: SG_EMBEDDING_BWD for a backward benchmark ("" = the default); calls: calls per timed iteration (1: events around one call, host launch latency
-// included; kBatch: back-to-back calls, as in a CUDA-graph step). zero_fill: time ZeroTensor(dtable)
-// instead, the write-only ceiling of the backward's largest stream (the f32 dtable). hot: every
-// 20th token is id 7 (5% on one id, the rest uniform).
+// kernel: SG_EMBEDDING_BWD for a backward benchmark ("" = the default); calls: calls per timed
+// iteration (1: events around one call, host launch latency included; kBatch: back-to-back calls,
+// as in a CUDA-graph step). zero_fill: time ZeroTensor(dtable) instead, the write-only ceiling of
+// the backward's largest stream (the f32 dtable). hot: every 20th token is id 7 (5% on one id, the
+// rest uniform).
 constexpr int kBatch = 10;
 void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel = "", int calls = 1,
          bool zero_fill = false, bool hot = false) {
@@ -83,34 +86,16 @@ void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
 void BM_EmbeddingBackwardBF16AtomicHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic", kBatch, false, true);
 }
-// The one-kernel scan2 backward (embedding_scan2.cu, 64 vocabulary rows a CTA).
-void BM_EmbeddingBackwardBF16Scan2Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan2", kBatch); }
-void BM_EmbeddingBackwardBF16Scan2HotBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan2", kBatch, false, true);
-}
-// The bulk-copy scan3 backward (embedding_scan3.cu): zero rows by bulk stores, by streaming stores
-// (Zst), rows with tokens bulk-stored too (Bst), 128 rows a CTA (R128).
+// The bulk-copy scan3 backward (embedding_scan3.cu; the default above a vocabulary of 65536).
 void BM_EmbeddingBackwardBF16Scan3Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan3", kBatch); }
-void BM_EmbeddingBackwardBF16Scan3ZstBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan3_zst", kBatch);
-}
-void BM_EmbeddingBackwardBF16Scan3BstBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan3_bst", kBatch);
-}
-void BM_EmbeddingBackwardBF16Scan3R128Batch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan3_r128", kBatch);
-}
 void BM_EmbeddingBackwardBF16Scan3HotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "scan3", kBatch, false, true);
 }
-void BM_EmbeddingBackwardBF16Scan3ZstHotBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan3_zst", kBatch, false, true);
-}
-void BM_EmbeddingBackwardBF16Scan3BstHotBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan3_bst", kBatch, false, true);
-}
-void BM_EmbeddingBackwardBF16Scan3R128HotBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan3_r128", kBatch, false, true);
+// The overlap backward (embedding_atomic.cu): atomic's counts, then one kernel zeroing the unused
+// rows while its other CTAs scan, scatter, sort and sum.
+void BM_EmbeddingBackwardBF16OverlapBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "overlap", kBatch); }
+void BM_EmbeddingBackwardBF16OverlapHotBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "overlap", kBatch, false, true);
 }
 void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
 
@@ -128,16 +113,10 @@ BENCHMARK(BM_EmbeddingBackwardBF16AtomicBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicNoPdlBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan2Batch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan2HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan3ZstBatch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan3BstBatch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan3R128Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan3ZstHotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan3BstHotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan3R128HotBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16OverlapBatch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16OverlapHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
 
 }  // namespace

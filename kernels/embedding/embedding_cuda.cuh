@@ -1,8 +1,7 @@
 // Device code shared by the CUDA files of the embedding (nvcc only): the row sums of the backward
 // over runs of token positions already in ascending order, a launcher with optional programmatic
 // dependent launch, and the entry of the "atomic" backward (embedding_atomic.cu), which embedding.cu
-// dispatches to, and of the one-kernel "scan2" and "scan3" backwards (embedding_scan2.cu,
-// embedding_scan3.cu).
+// dispatches to, and of the one-kernel "scan3" backward (embedding_scan3.cu).
 //
 // A run: the token positions order[offsets[v]] .. order[offsets[v + 1] - 1] whose id is v,
 // ascending, so dtable[v, :] = 0 + dout[order[begin], :] + dout[order[begin + 1], :] + ... in f32:
@@ -129,21 +128,17 @@ __global__ void __launch_bounds__(kThreads)
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                 cudaStream_t s, bool pdl);
 
-// The one-kernel backward of embedding_scan2.cu with 64 vocabulary rows per CTA.
-absl::Status BackwardScan2Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable,
+// The "overlap" backward (embedding_atomic.cu): the atomic path's counts, then one kernel whose
+// CTAs scan, scatter, zero the rows without tokens (without waiting for the scan) and sort and sum
+// the others. Falls back to the atomic path where the rows lack the 16-byte layout.
+absl::Status BackwardOverlapCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
+                                 cudaStream_t s);
+
+// The one-kernel backward of embedding_scan3.cu: an id listing per 64 vocabulary rows, dout rows
+// pulled into a shared-memory ring by bulk copies. Falls back to the atomic path where the rows
+// lack the 16-byte layout.
+absl::Status BackwardScan3Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                cudaStream_t s);
-
-// How the bulk-copy backward (embedding_scan3.cu) writes dtable: kBulkZeros: rows with tokens from
-// registers, rows without by bulk stores from a zeroed shared buffer; kStreamZeros: rows without
-// tokens by 16-byte streaming stores instead; kBulkAll: rows with tokens staged in shared memory
-// and bulk-stored too.
-enum class Scan3Store { kBulkZeros, kStreamZeros, kBulkAll };
-
-// The one-kernel backward of embedding_scan3.cu: scan2's id listing, dout rows pulled into a
-// shared-memory ring by bulk copies. `rows_per_cta` is 64 or 128. Falls back to scan2 where the
-// rows lack the 16-byte layout.
-absl::Status BackwardScan3Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable,
-                               cudaStream_t s, Scan3Store store, int rows_per_cta);
 
 }  // namespace sg::kernels::embedding_internal
 

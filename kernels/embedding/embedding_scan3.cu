@@ -1,9 +1,9 @@
-// The embedding backward as one kernel with bulk copies (SG_EMBEDDING_BWD=scan3, scan3_zst,
-// scan3_bst, scan3_r128): scan2's id listing (embedding_scan_list.cuh), then the row sums fed by
-// the Hopper bulk-copy engine instead of per-thread loads. CTA c owns dtable rows [c * R, c * R + R);
+// The embedding backward as one kernel with bulk copies (SG_EMBEDDING_BWD=scan3, the default above
+// a vocabulary of 65536): an id listing (embedding_scan_list.cuh), then the row sums fed by the
+// Hopper bulk-copy engine instead of per-thread loads. CTA c owns dtable rows [c * 64, c * 64 + 64);
 // warp 0 lists with the others, then lane 0 of it becomes the producer, warps 1..8 the consumers:
 //   1. every thread reads all ids and lists the (token, row) pairs of the CTA's rows, in token
-//      order; warp 0 orders them by row (stable), as in scan2;
+//      order; warp 0 orders them by row (stable);
 //   2. the producer walks the rows in order, and each row's segments (kSegCols columns) and tokens
 //      in order, pulling each dout segment into the next slot of a shared-memory ring with one
 //      cp.async.bulk (16-byte multiples, complete_tx on the slot's "full" mbarrier); up to `slots`
@@ -13,18 +13,21 @@
 //      each segment, waits for the slot, adds the pack in f32 in token order from 0 (0 + dout[t0]
 //      + dout[t1] + ...: the CPU reference's additions in its order, hence bitwise its result), and
 //      each consumer warp releases the slot through its "empty" mbarrier (count: 8 warps);
-//   4. finished rows are written from registers (16-byte stores), or staged in shared memory and
-//      bulk-stored (kBulkAll); rows without tokens by bulk stores from a zeroed shared buffer, or by
-//      16-byte streaming stores (kStreamZeros).
-// Why: scan2's sums keep only what registers hold in flight (~2.75-2.92 TB/s); a gathered dout row
-// waits ~1-2 us under the write stream, stalling its warp's stores. Here the ring decouples the
-// reads from the writes. A hot id needs no special path: its run streams through the ring.
+//   4. finished rows are written from registers (16-byte stores); rows without tokens by bulk
+//      stores from a zeroed shared buffer.
+// Why: the one-kernel "scan2" it replaced (per-thread dout loads, 512 threads a CTA) kept only what
+// registers hold in flight; a gathered dout row waits ~1-2 us under the write stream, stalling its
+// warp's stores. Here the ring decouples the reads from the writes. A hot id needs no special path:
+// its run streams through the ring. On the H200 (2026-11-30, Batch, decimal TB/s at vocab 128256 /
+// 32000) scan3 3.38 / 2.81, hot 3.32 / ~1.0, against scan2 2.91 / 2.76, hot 2.70 / 1.48. Deleted
+// with scan2 as no clear win: zero rows by streaming stores (- / 2.87), rows with tokens bulk-stored
+// too (3.39 / 2.72, hot 3.34), 128 rows a CTA (3.47 / 2.94, but hot 3.06).
 // Passes: when one CTA's ids overflow the list, it is summed early, rows written as partial sums
-// (register stores), which the next pass loads back and continues (scan2's logic); the ring's
+// (register stores), which the next pass loads back and continues; the ring's
 // sequence numbers run on across passes. Out-of-range ids match no CTA: their gradients drop.
 // Every mbarrier wait traps after ~2^35 SM clocks (~20 s) rather than hang.
 // One launch, a programmatic dependent of the previous kernel, no scratch: capturable in a CUDA
-// graph. Rows without the 16-byte layout (dim % 8, unaligned pointers) go to scan2.
+// graph. Rows without the 16-byte layout (dim % 8, unaligned pointers) go to the atomic path.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -46,14 +49,13 @@ constexpr int kConsumers = kConsumerWarps * 32;
 constexpr int kScan3Threads = 32 + kConsumers;  // warp 0: producer (after the listing)
 constexpr int kSegCols = kConsumers * 8;        // a segment: one pack of 8 columns per consumer
 constexpr int kListCap3 = 2560;                 // >= two steps of 288 threads' ids
+constexpr int kRows3 = 64;                      // vocabulary rows per CTA
 constexpr int kRingBytes = 64 * 1024;
-constexpr int kStagingBytes = 2 * kSegCols * int(sizeof(float));  // kBulkAll: two f32 segments
 constexpr int kMaxSlots = 32;
 constexpr int kPrefetchRounds = 4;  // L2 prefetch distance along a long run, in rounds of the ring
 constexpr int kTokensAtOnce = 4;  // slots a consumer waits for before adding them in order
 constexpr long long kWaitClocks = 1ll << 35;
-static_assert(kRingBytes - kStagingBytes >= kTokensAtOnce * kSegCols * 4,
-              "the ring must hold kTokensAtOnce f32 segments besides the staging buffers");
+static_assert(kRingBytes >= kTokensAtOnce * kSegCols * 4, "the ring must hold kTokensAtOnce f32 segments");
 
 template <int R>
 struct Scan3Shared {
@@ -61,7 +63,7 @@ struct Scan3Shared {
   uint64_t full[kMaxSlots];   // slot s holds its segment (one producer arrival + the bytes)
   uint64_t empty[kMaxSlots];  // slot s read by every consumer warp
   alignas(128) float zeros[kSegCols];
-  alignas(128) unsigned char ring[kRingBytes];  // slots; kBulkAll: staging at the end
+  alignas(128) unsigned char ring[kRingBytes];  // slots
 };
 
 // --- mbarriers and bulk copies (PTX ISA 8.0, sm_90) ---------------------------------------------------
@@ -123,8 +125,6 @@ __device__ __forceinline__ void BulkWaitRead() {
 }
 // This thread's shared-memory writes ordered before later bulk (async proxy) reads of them.
 __device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
-// The consumer warps only (barrier 0 is __syncthreads).
-__device__ __forceinline__ void ConsumerBarrier() { asm volatile("bar.sync 1, %0;" ::"n"(kConsumers) : "memory"); }
 
 // --- the ring ------------------------------------------------------------------------------------------
 
@@ -175,13 +175,11 @@ __device__ __forceinline__ void Produce(const T* __restrict__ dout, int rows, in
 // Consumer thread c (0 .. kConsumers - 1): pack c of every segment of every row, in the
 // producer's order from sequence `seq`; writes each row (a partial sum unless `last`), and in the
 // last pass zeros to rows that never had a token.
-template <typename T, int R, Scan3Store kStore>
+template <typename T, int R>
 __device__ __forceinline__ void Consume(float* __restrict__ dtable, int64_t row0, int rows, int dim, bool last,
                                         uint32_t seq, const Ring& ring, Scan3Shared<R>& sh) {
   const int c = int(threadIdx.x) - 32, lane = int(threadIdx.x) & 31;
   const int packs = dim / 8, segs = (packs + kConsumers - 1) / kConsumers;
-  float* staging = reinterpret_cast<float*>(sh.ring + kRingBytes - kStagingBytes);
-  int buf = 0;  // kBulkAll: the staging buffer next written
 #pragma unroll 1
   for (int row = 0; row < rows; ++row) {
     const int begin = sh.list.begin[row], end = sh.list.begin[row + 1];
@@ -189,13 +187,7 @@ __device__ __forceinline__ void Consume(float* __restrict__ dtable, int64_t row0
     float* out = dtable + (row0 + row) * int64_t(dim);
     if (begin == end) {
       if (!last || partial) continue;  // nothing new; a partial row already holds its sum
-      if constexpr (kStore == Scan3Store::kStreamZeros) {
-#pragma unroll 1
-        for (int col = c * 8; col < dim; col += kSegCols) {
-          __stcs(reinterpret_cast<float4*>(out + col), make_float4(0.f, 0.f, 0.f, 0.f));
-          __stcs(reinterpret_cast<float4*>(out + col) + 1, make_float4(0.f, 0.f, 0.f, 0.f));
-        }
-      } else if (c == 0) {
+      if (c == 0) {
 #pragma unroll 1
         for (int seg = 0; seg < segs; ++seg) {
           BulkStore(out + int64_t(seg) * kSegCols, sh.zeros, uint32_t(SegPacks(packs, seg)) * 32);
@@ -242,40 +234,24 @@ __device__ __forceinline__ void Consume(float* __restrict__ dtable, int64_t row0
         }
         seq += uint32_t(took);
       }
-      // A partial row was written by these threads' stores: it stays on them (no bulk store after
-      // generic stores to the same bytes).
-      if (kStore == Scan3Store::kBulkAll && last && !partial) {
-        float* stage = staging + buf * kSegCols;
-        if (c == 0) BulkWaitRead<1>();  // the store from this buffer, two segments ago, has read it
-        ConsumerBarrier();
-        if (active) cuda_vec::Pack8<float>::Store(stage + c * 8, acc);
-        FenceProxyAsyncShared();
-        ConsumerBarrier();
-        if (c == 0) {
-          BulkStore(out + int64_t(seg) * kSegCols, stage, uint32_t(seg_packs) * 32);
-          BulkCommit();
-        }
-        buf ^= 1;
-      } else if (active) {
-        cuda_vec::Pack8<float>::Store(dst, acc);
-      }
+      if (active) cuda_vec::Pack8<float>::Store(dst, acc);
     }
   }
 }
 
 // One pass over the listed tokens: order them, stream them through the ring into their rows;
 // unless `last`, marks the rows written and empties the list. Every thread calls it.
-template <typename T, int R, Scan3Store kStore>
+template <typename T, int R>
 __device__ __forceinline__ void Scan3Pass(const T* __restrict__ dout, float* __restrict__ dtable, int64_t row0,
                                           int rows, int dim, int listed, bool last, uint32_t seq, const Ring& ring,
                                           Scan3Shared<R>& sh) {
   __syncthreads();  // the list and the counts complete; the last pass's slots all released
-  if (threadIdx.x < 32) scan_list::OrderByRow(listed, INT_MAX, sh.list);
+  if (threadIdx.x < 32) scan_list::OrderByRow(listed, sh.list);
   __syncthreads();
   if (threadIdx.x == 0) {
     Produce<T, R>(dout, rows, dim, seq, ring, sh);
   } else if (threadIdx.x >= 32) {
-    Consume<T, R, kStore>(dtable, row0, rows, dim, last, seq, ring, sh);
+    Consume<T, R>(dtable, row0, rows, dim, last, seq, ring, sh);
   }
   if (last) return;
   __syncthreads();  // begin[], sorted[], touched[] read, and the partial sums written
@@ -287,15 +263,15 @@ __device__ __forceinline__ void Scan3Pass(const T* __restrict__ dout, float* __r
 }
 
 // Scan3Pass for a list that overflowed: out of line, the rare path (a hot range).
-template <typename T, int R, Scan3Store kStore>
+template <typename T, int R>
 __device__ __noinline__ void Scan3PassEarly(const T* __restrict__ dout, float* __restrict__ dtable, int64_t row0,
                                             int rows, int dim, int listed, uint32_t seq, const Ring& ring,
                                             Scan3Shared<R>& sh) {
-  Scan3Pass<T, R, kStore>(dout, dtable, row0, rows, dim, listed, false, seq, ring, sh);
+  Scan3Pass<T, R>(dout, dtable, row0, rows, dim, listed, false, seq, ring, sh);
 }
 
 // dim % 8 == 0; dout, dtable 16-byte aligned; `slot_bytes` >= one dout segment, `slots` >= 4.
-template <typename T, typename I, int R, Scan3Store kStore>
+template <typename T, typename I, int R>
 __global__ void __launch_bounds__(kScan3Threads, 2)
     Scan3BackwardKernel(const T* __restrict__ dout, const I* __restrict__ tokens, float* __restrict__ dtable,
                         int64_t n, int64_t vocab, int dim, bool ids_vec, uint32_t slot_bytes, uint32_t slots) {
@@ -334,7 +310,7 @@ __global__ void __launch_bounds__(kScan3Threads, 2)
     listed = scan_list::AppendStep<I>(cur, base, row0, rows, listed, parity, sh.list);
     parity ^= 1;
     if (listed > kListCap3 - kStep) {  // the next step might not fit: sum what is listed now
-      Scan3PassEarly<T, R, kStore>(dout, dtable, row0, rows, dim, listed, seq, ring, sh);
+      Scan3PassEarly<T, R>(dout, dtable, row0, rows, dim, listed, seq, ring, sh);
       seq += uint32_t(listed) * uint32_t(segs);
       listed = 0;
     }
@@ -344,13 +320,14 @@ __global__ void __launch_bounds__(kScan3Threads, 2)
       nxt[e] = far[e];
     }
   }
-  Scan3Pass<T, R, kStore>(dout, dtable, row0, rows, dim, listed, true, seq, ring, sh);
+  Scan3Pass<T, R>(dout, dtable, row0, rows, dim, listed, true, seq, ring, sh);
   if (threadIdx.x == 32) BulkWaitRead<0>();  // the issuing thread's stores have read shared memory
 }
 
-template <typename T, typename I, int R, Scan3Store kStore>
+template <typename T, typename I>
 absl::Status LaunchScan3(const Problem& p, const T* dout, const I* tokens, float* dtable, cudaStream_t s) {
-  auto kernel = Scan3BackwardKernel<T, I, R, kStore>;
+  constexpr int R = kRows3;
+  auto kernel = Scan3BackwardKernel<T, I, R>;
   constexpr int kSmem = int(sizeof(Scan3Shared<R>));
   static_assert(2 * (kSmem + 1024) <= 228 * 1024, "two CTAs an SM must fit the H100/H200's shared memory");
   // Once per device (a bit each), so that a call under CUDA-graph capture sets nothing.
@@ -366,8 +343,7 @@ absl::Status LaunchScan3(const Problem& p, const T* dout, const I* tokens, float
   }
   const int64_t seg_packs = p.dim / 8 < kConsumers ? p.dim / 8 : kConsumers;
   const uint32_t slot_bytes = uint32_t(seg_packs * 8 * int64_t(sizeof(T)));
-  const uint32_t ring_bytes = kRingBytes - (kStore == Scan3Store::kBulkAll ? kStagingBytes : 0);
-  const uint32_t slots = ring_bytes / slot_bytes < kMaxSlots ? ring_bytes / slot_bytes : kMaxSlots;
+  const uint32_t slots = kRingBytes / slot_bytes < kMaxSlots ? kRingBytes / slot_bytes : kMaxSlots;
   const dim3 grid(unsigned((p.vocab + R - 1) / R));
   SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdlSmem(kernel, grid, kScan3Threads, size_t(kSmem), s, true, dout, tokens,
                                              dtable, p.tokens, p.vocab, int(p.dim), cuda_vec::Aligned16(tokens),
@@ -375,38 +351,24 @@ absl::Status LaunchScan3(const Problem& p, const T* dout, const I* tokens, float
   return absl::OkStatus();
 }
 
-template <typename T, int R, Scan3Store kStore>
+template <typename T>
 absl::Status Scan3(const Problem& p, const void* dout, const void* tokens, float* dtable, cudaStream_t s) {
   const T* d = static_cast<const T*>(dout);
-  return p.tokens_i64 ? LaunchScan3<T, int64_t, R, kStore>(p, d, static_cast<const int64_t*>(tokens), dtable, s)
-                      : LaunchScan3<T, int32_t, R, kStore>(p, d, static_cast<const int32_t*>(tokens), dtable, s);
-}
-
-template <int R, Scan3Store kStore>
-absl::Status Scan3For(const Problem& p, const void* dout, const void* tokens, float* dtable, cudaStream_t s) {
-  if (p.dtype == DType::kBF16) return Scan3<__nv_bfloat16, R, kStore>(p, dout, tokens, dtable, s);
-  if (p.dtype == DType::kF16) return Scan3<__half, R, kStore>(p, dout, tokens, dtable, s);
-  return Scan3<float, R, kStore>(p, dout, tokens, dtable, s);
+  return p.tokens_i64 ? LaunchScan3<T, int64_t>(p, d, static_cast<const int64_t*>(tokens), dtable, s)
+                      : LaunchScan3<T, int32_t>(p, d, static_cast<const int32_t*>(tokens), dtable, s);
 }
 
 }  // namespace
 
-absl::Status BackwardScan3Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable,
-                               cudaStream_t s, Scan3Store store, int rows_per_cta) {
+absl::Status BackwardScan3Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
+                               cudaStream_t s) {
   const int64_t segs = (p.dim / 8 + kConsumers - 1) / kConsumers;
   const bool bulk = p.dim % 8 == 0 && p.dim <= INT_MAX / 2 && cuda_vec::Aligned16(dout) &&
                     cuda_vec::Aligned16(dtable) && p.tokens * segs < (int64_t(1) << 31);
-  if (!bulk) return BackwardScan2Cuda(p, dout, tokens, dtable, s);
-  if (rows_per_cta == 128) return Scan3For<128, Scan3Store::kBulkZeros>(p, dout, tokens, dtable, s);
-  switch (store) {
-    case Scan3Store::kStreamZeros:
-      return Scan3For<64, Scan3Store::kStreamZeros>(p, dout, tokens, dtable, s);
-    case Scan3Store::kBulkAll:
-      return Scan3For<64, Scan3Store::kBulkAll>(p, dout, tokens, dtable, s);
-    case Scan3Store::kBulkZeros:
-      break;
-  }
-  return Scan3For<64, Scan3Store::kBulkZeros>(p, dout, tokens, dtable, s);
+  if (!bulk) return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
+  if (p.dtype == DType::kBF16) return Scan3<__nv_bfloat16>(p, dout, tokens, dtable, s);
+  if (p.dtype == DType::kF16) return Scan3<__half>(p, dout, tokens, dtable, s);
+  return Scan3<float>(p, dout, tokens, dtable, s);
 }
 
 }  // namespace sg::kernels::embedding_internal

@@ -1,7 +1,7 @@
-// The id listing shared by the one-kernel backwards (embedding_scan2.cu, embedding_scan3.cu), nvcc
-// only. A CTA of kThreads threads owns R vocabulary rows [row0, row0 + R); it reads every token id
-// and lists the (token, row) pairs whose id falls into its rows, in token order, then orders the
-// list by row, stably (each row's tokens stay ascending: the order the sums must add them in).
+// The id listing of the one-kernel backward (embedding_scan3.cu), nvcc only. A CTA of kThreads
+// threads owns R vocabulary rows [row0, row0 + R); it reads every token id and lists the (token,
+// row) pairs whose id falls into its rows, in token order, then orders the list by row, stably
+// (each row's tokens stay ascending: the order the sums must add them in).
 //
 //   ScanList<kThreads, kCap, R> list;  // in shared memory, count[] zeroed
 //   listed = AppendStep<I>(ids, base, row0, rows, listed, parity, list);  // per step, one barrier
@@ -9,7 +9,7 @@
 //   // row r's tokens: list.sorted[list.begin[r] .. list.begin[r + 1])
 //
 // The list holds kCap pairs; a caller whose next step might not fit sums the list early (see the
-// kernels' pass logic). Everything here is a template: each .cu file instantiates its own copy.
+// kernel's pass logic). Everything here is a template.
 #ifndef SGTRAIN_KERNELS_EMBEDDING_EMBEDDING_SCAN_LIST_CUH_
 #define SGTRAIN_KERNELS_EMBEDDING_EMBEDDING_SCAN_LIST_CUH_
 
@@ -40,8 +40,6 @@ struct ScanList {
   int begin[R + 1];       // row r's tokens: sorted[begin[r] .. begin[r + 1])
   int cursor[R];
   int touched[R];         // non-zero: dtable's row holds a partial sum from an early pass
-  int long_rows[R];       // rows with runs longer than the caller's long-run length, any order
-  int num_long;
   int totals[2][kWarps];  // matches per warp of a step; double-buffered
 };
 
@@ -114,21 +112,17 @@ __device__ __forceinline__ int AppendStep(const I (&ids)[kIdsPerVec<I>], int64_t
   return run;
 }
 
-// Warp 0: begin[] from the counts, the rows whose run is longer than `long_run`, then the listed
-// tokens into sorted[] by row, keeping token order within a row. The counts and the list must be
-// visible (a barrier before).
+// Warp 0: begin[] from the counts, then the listed tokens into sorted[] by row, keeping token order
+// within a row. The counts and the list must be visible (a barrier before).
 template <int kThreads, int kCap, int R>
-__device__ __forceinline__ void OrderByRow(int listed, int long_run, ScanList<kThreads, kCap, R>& sh) {
+__device__ __forceinline__ void OrderByRow(int listed, ScanList<kThreads, kCap, R>& sh) {
   constexpr int kPer = R / 32;  // rows per lane in the scan
   const int lane = int(threadIdx.x) & 31;
-  if (lane == 0) sh.num_long = 0;
-  __syncwarp();
   int c[kPer], sum = 0;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) {
     c[k] = sh.count[lane * kPer + k];
     sum += c[k];
-    if (c[k] > long_run) sh.long_rows[atomicAdd(&sh.num_long, 1)] = lane * kPer + k;
   }
   int incl = sum;
 #pragma unroll

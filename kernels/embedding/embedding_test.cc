@@ -161,11 +161,9 @@ class ScopedEnv {
 };
 
 // The CUDA backward kernels selected per call by SG_EMBEDDING_BWD (embedding.cu), "" = the default.
-const char* const kBackwards[] = {"",      "rows",      "atomic",    "atomic_nopdl", "scan2",
-                                  "scan3", "scan3_zst", "scan3_bst", "scan3_r128"};
+const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan3", "overlap"};
 // Those compared bitwise against "rows" (and so against the CPU reference) on constructed ids.
-const char* const kComparedBackwards[] = {"atomic",    "atomic_nopdl", "scan2",     "scan3",
-                                          "scan3_zst", "scan3_bst",    "scan3_r128"};
+const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan3", "overlap"};
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -334,13 +332,25 @@ TEST(EmbeddingCudaBackwardTest, HotId) {
   CheckBackwardsBitwise(ids, 128256, 16, DType::kF32, DType::kI64);  // 32 tiles of the count scan
 }
 
-// The scan2 kernel's passes (embedding_scan2.cu): id 0 on most tokens overflows the first CTA's
-// list (4096 pairs) again and again, so its rows are summed in several passes, each continuing the
-// partial sums written by the last: a run longer than kLongRun in every pass (id 0, 1; the whole
-// CTA), runs of a few tokens per pass (ids 6.., one warp each), id 3 only in the first pass and
-// id 4 only in the last (partial rows with no tokens in a pass are left as they are); rows wider
-// than one warp's packs (2056 bf16 = 257 packs), and rows without the 16-byte layout.
-TEST(EmbeddingCudaBackwardTest, Scan2PassesOverAHotRange) {
+// The overlap backward (embedding_atomic.cu): runs at the edges of its batches of dout rows in
+// flight (12 a batch for 2-byte dout after each run's first row, 4 for f32), row CTAs of 32 rows
+// with no token at all (most of vocab 1000 and 9000) and a partial last one (1000, 9000, 70 are
+// no multiple of 32), several scan tiles (9000 > 4096 counts), and more scatter CTAs than tiles.
+TEST(EmbeddingCudaBackwardTest, OverlapRunBatches) {
+  SG_SKIP_WITHOUT_CUDA();
+  const std::vector<int> lengths = {1, 2, 3, 12, 13, 14, 24, 25, 26, 37, 4, 5, 8, 9, 0, 300};
+  CheckBackwardsBitwise(RunIds(lengths, 1000, 200), 1000, 2048, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(RunIds(lengths, 9000, 3000), 9000, 24, DType::kF32, DType::kI64);
+  CheckBackwardsBitwise(RunIds(lengths, 70, 0), 70, 16, DType::kF16, DType::kI32);
+}
+
+// The scan3 kernel's passes (embedding_scan3.cu): id 0 on most tokens overflows the first CTA's
+// list (2560 pairs) again and again, so its rows are summed in several passes, each continuing the
+// partial sums written by the last: long runs in every pass (ids 0, 1), runs of a few tokens per
+// pass (ids 6..), id 3 only in the first pass and id 4 only in the last (partial rows with no
+// tokens in a pass are left as they are); rows of more than one ring segment (2056 bf16 = 257
+// packs), and rows without the 16-byte layout (the atomic path).
+TEST(EmbeddingCudaBackwardTest, ScanPassesOverAHotRange) {
   SG_SKIP_WITHOUT_CUDA();
   std::vector<double> ids(20000);
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -364,7 +374,7 @@ TEST(EmbeddingCudaBackwardTest, Scan2PassesOverAHotRange) {
 // 4096 = two full, f32 2056 = a full one and one pack), f32 dout (8 KB ring slots, fewer of them),
 // a hot id over several passes with two segments a row (the ring's sequence running on across
 // passes), a run far longer than the ring with a one-pack last segment. (Rows without the 16-byte
-// layout, e.g. dim 5 above, go to scan2.)
+// layout, e.g. dim 5 above, go to the atomic path.)
 TEST(EmbeddingCudaBackwardTest, Scan3Segments) {
   SG_SKIP_WITHOUT_CUDA();
   std::vector<double> ids(6000);
@@ -428,12 +438,12 @@ TEST(EmbeddingCudaBackwardTest, NoTokens) {
 }
 
 #ifdef SG_WITH_CUDA
-// The forward and a backward (atomic: its scratch held by the allocator for the graph's life;
-// scan2, scan3: one kernel, no scratch), chained by programmatic dependent launch, captured in a CUDA
+// The forward and a backward (atomic, overlap: scratch held by the allocator for the graph's life;
+// scan3: one kernel, no scratch), chained by programmatic dependent launch, captured in a CUDA
 // graph and replayed twice over poisoned outputs: the same bits as the eager calls.
 class EmbeddingCudaGraphTest : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaGraphTest,
-                         ::testing::Values("atomic", "scan2", "scan3", "scan3_zst", "scan3_bst", "scan3_r128"),
+                         ::testing::Values("atomic", "scan3", "overlap"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 TEST_P(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
