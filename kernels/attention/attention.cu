@@ -604,12 +604,6 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
     SG_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(dq_accum, 0, size_t(DqWorkspaceElems(p)) * sizeof(float), s));
     // seq_k = 0 (nk = 0): no key blocks; the conversion alone writes dq = 0.
     if (variant == AttentionKernel::kV5) {
-      SG_ASSIGN_OR_RETURN(BwdV5Variant bwd, BwdV5VariantFromEnv());
-      if (bwd == BwdV5Variant::kWs) {
-        const absl::Status st = LaunchBackwardWs(p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse,
-                                                 delta, dq_accum, dq, dk, dv, s);
-        if (!absl::IsUnimplemented(st)) return st;  // else: tensors TMA cannot address; v5 runs
-      }
       return LaunchBackwardV5(p.dtype, pr, int(p.head_dim), int(p.batch), q, k, v, dout, lse, delta,
                               dq_accum, dq, dk, dv, s);
     }

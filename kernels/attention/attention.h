@@ -16,8 +16,7 @@
 // kernel family at each call (unset: v5, the fastest measured; attention_internal.h says what each
 // is; v4 is v3's backward with the Hopper forward variant SG_ATTN_FWD_VARIANT=ws|wgmma names (unset:
 // ws, warp-specialized), attention_fwd_v4.h; v5 is v4's forward with the Hopper wgmma backward,
-// sm_90 only; SG_ATTN_BWD_VARIANT=ws selects its warp-specialized backward, attention_internal.h);
-// anything else is InvalidArgument.
+// sm_90 only); anything else is InvalidArgument.
 //
 // Ring attention: with queries at global positions [q_offset, q_offset + seq_q) and one key/value
 // block at [k_offset, k_offset + seq_k):

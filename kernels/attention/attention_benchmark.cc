@@ -6,9 +6,6 @@
 // backward; backward only, its forward is v4's), 1 = v1 (not listed).
 // BM_AttentionCuda/forward_v4 runs the v4 forward variants (SG_ATTN_FWD_VARIANT, the label names
 // it; attention_fwd_v4.h lists them; variant = 100 + its index in kFwdV4Variants: wgmma 100, ws 101).
-// BM_AttentionCuda/backward_v5 runs family v5's backward variants (SG_ATTN_BWD_VARIANT, the label
-// names it; variant = 200 + its index in kBwdV5Variants: v5 200, ws 201):
-// --benchmark_filter='backward_v5/' compares them at every shape.
 // BM_AttentionCudaDefault runs the default kernels (both variables unset) on bf16 and on f16 data
 // (the label names it): f16 should match bf16.
 //
@@ -21,11 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "benchmark/benchmark.h"
 #include "kernels/attention/attention.h"
 #include "kernels/attention/attention_fwd_v4.h"
-#include "kernels/attention/attention_internal.h"
 #include "kernels/core/device.h"
 #include "kernels/core/status.h"
 #include "kernels/core/tensor.h"
@@ -103,18 +98,10 @@ void TimeAttention(benchmark::State& state, bool backward, DType dtype) {
   }
 }
 
-// variant: 1-5 as in the file comment; 100 + i is family v4 with forward variant kFwdV4Variants[i];
-// 200 + i family v5 with backward variant kBwdV5Variants[i].
+// variant: 1-4 as in the file comment; 100 + i is family v4 with forward variant kFwdV4Variants[i].
 void BM_AttentionCuda(benchmark::State& state, bool backward) {
   const int64_t variant = state.range(2);
-  unsetenv("SG_ATTN_BWD_VARIANT");
-  if (variant >= 200) {
-    const char* bwd = internal::kBwdV5Variants[variant - 200].name;
-    setenv("SG_ATTENTION_KERNEL", "v5", 1);
-    unsetenv("SG_ATTN_FWD_VARIANT");
-    setenv("SG_ATTN_BWD_VARIANT", bwd, 1);
-    state.SetLabel(absl::StrCat("bwd ", bwd));
-  } else if (variant >= 100) {
+  if (variant >= 100) {
     const char* fwd = internal::kFwdV4Variants[variant - 100].name;
     setenv("SG_ATTENTION_KERNEL", "v4", 1);
     setenv("SG_ATTN_FWD_VARIANT", fwd, 1);
@@ -144,22 +131,15 @@ void ForwardV4Shapes(benchmark::internal::Benchmark* b) {
   Shapes(b, variants);
 }
 void BackwardShapes(benchmark::internal::Benchmark* b) { Shapes(b, {2, 3, 4, 5}); }
-void BackwardV5Shapes(benchmark::internal::Benchmark* b) {
-  std::vector<int64_t> variants;
-  for (size_t i = 0; i < std::size(internal::kBwdV5Variants); ++i) variants.push_back(200 + int64_t(i));
-  Shapes(b, variants);
-}
 
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)->Apply(ForwardShapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward_v4, false)->Apply(ForwardV4Shapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, backward, true)->Apply(BackwardShapes);
-BENCHMARK_CAPTURE(BM_AttentionCuda, backward_v5, true)->Apply(BackwardV5Shapes);
 
 // The default kernels; dtype = range(2): 0 bf16, 1 f16.
 void BM_AttentionCudaDefault(benchmark::State& state, bool backward) {
   unsetenv("SG_ATTENTION_KERNEL");
   unsetenv("SG_ATTN_FWD_VARIANT");
-  unsetenv("SG_ATTN_BWD_VARIANT");
   const DType dtype = state.range(2) == 1 ? DType::kF16 : DType::kBF16;
   state.SetLabel(std::string(DTypeName(dtype)));
   TimeAttention(state, backward, dtype);

@@ -300,14 +300,6 @@ absl::Status LaunchBackwardV5(DType dtype, const Problem& pr, int head_dim, int 
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
                               cudaStream_t stream);
-// Variant ws of v5's backward (attention_bwd_ws.cu, SG_ATTN_BWD_VARIANT=ws): the same products and
-// workspace with a TMA producer warp and setmaxnreg consumers (sm_90a), then v3's dq conversion.
-// Unimplemented -- before launching anything, so the caller falls back to LaunchBackwardV5 -- when a
-// tensor is not 16-byte aligned (TMA) or batch * heads * seq_q does not fit a TMA coordinate.
-absl::Status LaunchBackwardWs(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,
-                              const void* k, const void* v, const void* dout, const float* lse,
-                              const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
-                              cudaStream_t stream);
 
 }  // namespace attention_device
 }  // namespace sg::kernels::internal

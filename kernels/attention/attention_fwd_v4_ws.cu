@@ -297,31 +297,6 @@ absl::Status EncodeHeadTileMap(CUtensorMap* map, DType dtype, const void* base, 
   return absl::OkStatus();
 }
 
-absl::Status EncodeF32VectorMap(CUtensorMap* map, const float* base, int64_t n, int box_elems) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiled();
-  if (encode == nullptr) {
-    return absl::UnimplementedError(
-        "attention TMA vector map: the driver has no cuTensorMapEncodeTiled (needs CUDA driver >= 12.0)");
-  }
-  SG_CHECK_ARG(Aligned16(base), "attention TMA vector map: needs a 16-byte-aligned vector, found address ",
-               reinterpret_cast<uintptr_t>(base) % 16, " mod 16");
-  SG_CHECK_ARG(n > 0 && n <= (int64_t(1) << 32), "attention TMA vector map: 1 to 2^32 elements, found ", n);
-  SG_CHECK_ARG(box_elems % 4 == 0 && box_elems > 0 && box_elems <= 256,
-               "attention TMA vector map: a box of 4..256 elements (multiple of 4), found ", box_elems);
-  const cuuint64_t dims[1] = {cuuint64_t(n)};
-  const cuuint64_t strides[1] = {cuuint64_t(n * 4)};  // rank 1: not read
-  const cuuint32_t box[1] = {cuuint32_t(box_elems)};
-  const cuuint32_t element_strides[1] = {1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, const_cast<float*>(base), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                            CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return LibraryError(absl::StatusCode::kInternal, "CUDA driver", r, "tensor map rejected",
-                        "cuTensorMapEncodeTiled", __FILE__, __LINE__);
-  }
-  return absl::OkStatus();
-}
-
 absl::Status LaunchForwardV4Ws(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,
                                const void* k, const void* v, void* out, float* lse, cudaStream_t stream) {
   if (!Aligned16(q) || !Aligned16(k) || !Aligned16(v)) {

@@ -69,27 +69,6 @@ inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
       "SG_ATTENTION_KERNEL: expected v1, v2, v3, v3a, v4 or v5 (or unset), found '", s, "'"));
 }
 
-// The backward kernel of family v5, chosen at each call by SG_ATTN_BWD_VARIANT (unset or empty: v5;
-// anything else is InvalidArgument): "v5" (attention_bwd_v5.cu: two wgmma warpgroups, cp.async
-// loads by all threads) or "ws" (attention_bwd_ws.cu: FA3's warp specialization -- a TMA producer
-// warp, mbarrier rings, consumers at setmaxnreg 240 -- around the same products; falls back to v5
-// for tensors TMA cannot address). ws stays opt-in until it is measured on the H200.
-enum class BwdV5Variant { kV5, kWs };
-struct BwdV5VariantName {
-  BwdV5Variant variant;
-  const char* name;
-};
-constexpr BwdV5VariantName kBwdV5Variants[] = {{BwdV5Variant::kV5, "v5"}, {BwdV5Variant::kWs, "ws"}};
-inline absl::StatusOr<BwdV5Variant> BwdV5VariantFromEnv() {
-  const char* s = std::getenv("SG_ATTN_BWD_VARIANT");
-  if (s == nullptr || *s == '\0') return BwdV5Variant::kV5;
-  for (const BwdV5VariantName& v : kBwdV5Variants) {
-    if (std::string(s) == v.name) return v.variant;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("SG_ATTN_BWD_VARIANT: expected v5 or ws (or unset), found '", s, "'"));
-}
-
 // Floats of the f32 dq workspace AttentionBlockBackwardCuda needs, for every variant: v1/v2 use
 // dq's shape [batch, seq_q, heads, head_dim], v3 and v5 [batch, heads, DqAccumRows(seq_q), head_dim].
 inline int64_t DqWorkspaceElems(const AttentionParams& p) {

@@ -291,26 +291,6 @@ TEST(AttentionCpuTest, ForwardV4VariantFromEnvironment) {
   }
 }
 
-TEST(AttentionCpuTest, BackwardV5VariantFromEnvironment) {
-  const char* saved = std::getenv("SG_ATTN_BWD_VARIANT");
-  const std::string keep = saved ? saved : "";
-  unsetenv("SG_ATTN_BWD_VARIANT");
-  EXPECT_EQ(internal::BwdV5VariantFromEnv().value(), internal::BwdV5Variant::kV5);
-  for (const internal::BwdV5VariantName& v : internal::kBwdV5Variants) {
-    setenv("SG_ATTN_BWD_VARIANT", v.name, 1);
-    EXPECT_EQ(internal::BwdV5VariantFromEnv().value(), v.variant) << v.name;
-  }
-  setenv("SG_ATTN_BWD_VARIANT", "wsi", 1);
-  const auto bad = internal::BwdV5VariantFromEnv();
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("found 'wsi'"), std::string::npos) << bad.status();
-  if (saved) {
-    setenv("SG_ATTN_BWD_VARIANT", keep.c_str(), 1);
-  } else {
-    unsetenv("SG_ATTN_BWD_VARIANT");
-  }
-}
-
 TEST(AttentionCpuTest, Bf16MatchesF32) {
   const Problem p{2, 33, 47, 4, 2, 32, true};
   const Inputs in = RandomInputs(p);
@@ -607,37 +587,30 @@ class ScopedEnv {
 
 // One CUDA kernel variant: the family (SG_ATTENTION_KERNEL) and, for v4, the forward variant
 // (SG_ATTN_FWD_VARIANT), set for the scope of the object.
-// A kernel family (SG_ATTENTION_KERNEL) with its forward (SG_ATTN_FWD_VARIANT) and, for v5, its
-// backward (SG_ATTN_BWD_VARIANT); "" leaves a variable unset.
 struct KernelVariant {
   const char* kernel;
   const char* fwd;
-  const char* bwd = "";
 };
 class ScopedKernelVariant {
  public:
   explicit ScopedKernelVariant(const KernelVariant& v)
-      : kernel_("SG_ATTENTION_KERNEL", v.kernel), fwd_("SG_ATTN_FWD_VARIANT", v.fwd),
-        bwd_("SG_ATTN_BWD_VARIANT", v.bwd) {}
+      : kernel_("SG_ATTENTION_KERNEL", v.kernel), fwd_("SG_ATTN_FWD_VARIANT", v.fwd) {}
 
  private:
-  ScopedEnv kernel_, fwd_, bwd_;
+  ScopedEnv kernel_, fwd_;
 };
 
-// "v3", "v4/wgmma", "v5/bwd-ws".
 std::string VariantName(const KernelVariant& v) {
-  return absl::StrCat(v.kernel, *v.fwd == '\0' ? "" : "/", v.fwd, *v.bwd == '\0' ? "" : "/bwd-", v.bwd);
+  return *v.fwd == '\0' ? v.kernel : absl::StrCat(v.kernel, "/", v.fwd);
 }
 
-// Every variant, or those SG_ATTENTION_TEST_VARIANTS names (comma-separated, e.g.
-// "v3,v4/wgmma,v5/bwd-ws"),
+// Every variant, or those SG_ATTENTION_TEST_VARIANTS names (comma-separated, e.g. "v3,v4/wgmma"),
 // so that a variant that faults (and takes the CUDA context with it) can be run in a process of
 // its own.
 std::vector<KernelVariant> AllKernelVariants() {
   std::vector<KernelVariant> all = {{"v1", ""}, {"v2", ""}, {"v3", ""}, {"v3a", ""}};
   for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) all.push_back({"v4", v.name});
   all.push_back({"v5", ""});
-  all.push_back({"v5", "", "ws"});  // the warp-specialized backward
   const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
   if (only == nullptr || *only == '\0') return all;
   const std::vector<std::string> names = absl::StrSplit(only, ',');
@@ -652,16 +625,14 @@ std::vector<KernelVariant> AllKernelVariants() {
 
 TEST(AttentionCpuTest, TestVariantFilterPicksNamedVariants) {
   {
-    ScopedEnv only("SG_ATTENTION_TEST_VARIANTS", "v3,v4/wgmma,v5/bwd-ws");
+    ScopedEnv only("SG_ATTENTION_TEST_VARIANTS", "v3,v4/wgmma");
     const std::vector<KernelVariant> chosen = AllKernelVariants();
-    ASSERT_EQ(chosen.size(), 3u);
+    ASSERT_EQ(chosen.size(), 2u);
     EXPECT_EQ(VariantName(chosen[0]), "v3");
     EXPECT_EQ(VariantName(chosen[1]), "v4/wgmma");
-    EXPECT_EQ(VariantName(chosen[2]), "v5/bwd-ws");
-    EXPECT_EQ(std::string(chosen[2].bwd), "ws");
   }
   ScopedEnv all("SG_ATTENTION_TEST_VARIANTS", "");
-  EXPECT_EQ(AllKernelVariants().size(), 6 + std::size(internal::kFwdV4Variants));
+  EXPECT_EQ(AllKernelVariants().size(), 5 + std::size(internal::kFwdV4Variants));
 }
 
 TEST_P(AttentionCudaTest, MatchesCpuReference) {
@@ -680,8 +651,8 @@ TEST_P(AttentionCudaTest, MatchesCpuReference) {
 
 // The kernel families that run f16: the default (v5: the ws forward and the v5 wgmma backward, the
 // variables unset; whatever SG_ATTENTION_TEST_VARIANTS says), v4 (v3's backward) with its default
-// forward and with each forward variant, and v5 with the ws backward (each unless
-// SG_ATTENTION_TEST_VARIANTS is set without naming it).
+// forward and with each forward variant (each unless SG_ATTENTION_TEST_VARIANTS is set without
+// naming it).
 std::vector<KernelVariant> F16Variants() {
   std::vector<KernelVariant> variants = {{"", ""}};
   const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
@@ -693,7 +664,6 @@ std::vector<KernelVariant> F16Variants() {
   for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) {
     if (named(absl::StrCat("v4/", v.name))) variants.push_back({"v4", v.name});
   }
-  if (named("v5/bwd-ws")) variants.push_back({"v5", "", "ws"});
   return variants;
 }
 

@@ -31,11 +31,6 @@ namespace sg::kernels::internal::attention_device {
 absl::Status EncodeHeadTileMap(CUtensorMap* map, DType dtype, const void* base, int64_t batch,
                                int64_t seq, int64_t heads, int64_t head_dim, int box_rows);
 
-// The tensor map of a contiguous f32 vector of n elements (the backward's lse and delta, flattened
-// [batch, heads, seq_q]), read in boxes of box_elems (a multiple of 4, at most 256); elements past n
-// are zero-filled. Errors as EncodeHeadTileMap.
-absl::Status EncodeF32VectorMap(CUtensorMap* map, const float* base, int64_t n, int box_elems);
-
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
 // --- mbarriers -----------------------------------------------------------------------------------
@@ -91,15 +86,6 @@ __device__ __forceinline__ void TmaLoad4d(uint32_t dst, const CUtensorMap* map, 
       "cp.async.bulk.tensor.4d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4, %5}], "
       "[%6];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(bar)
-      : "memory");
-}
-// The box at element c0 of a 1-D `map` (EncodeF32VectorMap) into shared memory at `dst` (128-byte
-// aligned), completing its bytes on `bar`.
-__device__ __forceinline__ void TmaLoad1d(uint32_t dst, const CUtensorMap* map, int c0, uint32_t bar) {
-  asm volatile(
-      "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1, {%2}], [%3];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(bar)
       : "memory");
 }
 __device__ __forceinline__ void PrefetchTensorMap(const CUtensorMap* map) {

@@ -9,8 +9,6 @@
 //   "atomic" (the default up to a vocabulary of 65536), "atomic_nopdl": counts, a scan and an
 //     atomic scatter of the token positions, each run sorted in place before its row sum
 //     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";
-//   "overlap": atomic's counts, then one kernel whose row CTAs zero their unused rows while other
-//     CTAs of it scan and scatter, then sort and sum the rest (embedding_atomic.cu);
 //   "scan3" (the default above 65536): one kernel, each CTA reading all ids and listing those of
 //     its 64 vocabulary rows, the dout rows pulled into a shared-memory ring by bulk copies, rows
 //     without tokens by bulk stores of a zeroed buffer (embedding_scan3.cu);
@@ -120,11 +118,10 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan3",
-// "overlap";
+// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan3";
 // unset or unknown: by vocabulary size, see the header); read at every call so benchmarks and tests
 // can switch.
-enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan3, kOverlap };
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan3 };
 constexpr int64_t kScan3MinVocab = 65536;  // at larger vocabularies scan3 beats atomic (header)
 BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
@@ -132,7 +129,6 @@ BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
   if (v != nullptr && std::strcmp(v, "atomic") == 0) return BackwardVariant::kAtomic;
   if (v != nullptr && std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
   if (v != nullptr && std::strcmp(v, "scan3") == 0) return BackwardVariant::kScan3;
-  if (v != nullptr && std::strcmp(v, "overlap") == 0) return BackwardVariant::kOverlap;
   return vocab > kScan3MinVocab ? BackwardVariant::kScan3 : BackwardVariant::kAtomic;
 }
 
@@ -253,8 +249,6 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
     case BackwardVariant::kScan3:
       return BackwardScan3Cuda(p, dout, tokens, dtable, device, s);
-    case BackwardVariant::kOverlap:
-      return BackwardOverlapCuda(p, dout, tokens, dtable, device, s);
     case BackwardVariant::kRows:
       break;
   }

@@ -16,13 +16,6 @@
 //      window of kWindow tokens, read out in order), then sums them as the "rows" kernel does
 //      (SumRuns), so dtable is bitwise that of the sorted path. Without the 16-byte layout a
 //      SortRunsKernel sorts and the general RowSumKernel sums.
-// "overlap" (SG_EMBEDDING_BWD=overlap) keeps steps 1 and 2 and folds the rest into one launch,
-// OverlapKernel, whose CTAs take roles by an atomic ticket: scan tiles, then scatter CTAs (waiting
-// on a count of finished tiles), then row CTAs of 32 rows that first zero their rows without tokens
-// (the counts suffice: no wait), and only then wait for the scatter CTAs and sort and sum the rest.
-// Why: at 16384 tokens over 32000 rows ~60% of dtable is zeros, so most of the write traffic
-// streams while the scan and the scatter run, instead of after them; waits only on smaller tickets
-// (running CTAs), each bounded (trap after ~2^35 clocks). Untested on a GPU as of 2026-11-30.
 // Out-of-range ids are neither counted nor scattered: their gradients drop, as in the sorted path.
 // Capturable in a CUDA graph: no host synchronization, scratch from the caching allocator, static
 // shared memory only (under 48 KB, no opt-in attribute).
@@ -143,11 +136,15 @@ __device__ int LookBack(unsigned long long* states, int64_t tile, int aggregate)
   return prefix;
 }
 
-// offsets[tile * kScanTile .. + kScanTile) = that tile of the exclusive scan of counts (both padded
-// to whole tiles). Every thread of the CTA calls it; tiles must be taken in the order CTAs start
-// (a ticket), so the look-back only waits on running CTAs. Ends with a barrier.
-__device__ __forceinline__ void ScanTile(const int* __restrict__ counts, unsigned long long* states, int64_t tile,
-                                         int* __restrict__ offsets, int* warp_sums, int* prefix_shared) {
+// offsets[0 .. tiles * kScanTile) = exclusive scan of counts (both padded to whole tiles).
+__global__ void __launch_bounds__(kThreads)
+    ScanKernel(const int* __restrict__ counts, unsigned long long* states, int* ticket, int* __restrict__ offsets) {
+  WaitForPrimary();
+  __shared__ int tile_shared, prefix_shared;
+  __shared__ int warp_sums[kThreads / 32];
+  if (threadIdx.x == 0) tile_shared = atomicAdd(ticket, 1);
+  __syncthreads();
+  const int64_t tile = tile_shared;
   const int64_t base = tile * kScanTile + int64_t(threadIdx.x) * kScanPer;
   int c[kScanPer];
 #pragma unroll
@@ -166,27 +163,15 @@ __device__ __forceinline__ void ScanTile(const int* __restrict__ counts, unsigne
   const int before = BlockExclusiveSum(sum, warp_sums, &aggregate);
   if (threadIdx.x < 32) {
     const int prefix = LookBack(states, tile, aggregate);
-    if (threadIdx.x == 0) *prefix_shared = prefix;
+    if (threadIdx.x == 0) prefix_shared = prefix;
   }
   __syncthreads();
-  const int add = *prefix_shared + before;
+  const int add = prefix_shared + before;
 #pragma unroll
   for (int q = 0; q < kScanPer / 4; ++q) {
     reinterpret_cast<int4*>(offsets + base)[q] =
         make_int4(add + c[4 * q], add + c[4 * q + 1], add + c[4 * q + 2], add + c[4 * q + 3]);
   }
-  __syncthreads();
-}
-
-// offsets[0 .. tiles * kScanTile) = exclusive scan of counts (both padded to whole tiles).
-__global__ void __launch_bounds__(kThreads)
-    ScanKernel(const int* __restrict__ counts, unsigned long long* states, int* ticket, int* __restrict__ offsets) {
-  WaitForPrimary();
-  __shared__ int tile_shared, prefix_shared;
-  __shared__ int warp_sums[kThreads / 32];
-  if (threadIdx.x == 0) tile_shared = atomicAdd(ticket, 1);
-  __syncthreads();
-  ScanTile(counts, states, tile_shared, offsets, warp_sums, &prefix_shared);
 }
 
 struct SortShared {
@@ -330,181 +315,6 @@ __global__ void __launch_bounds__(kThreads)
   SortRuns(order, tmp, begin, end, n, sh);
 }
 
-// --- "overlap": the same counts, the rest in one kernel whose zero rows need no scan ---------------
-
-constexpr int kOverlapRows = 32;  // vocabulary rows per row CTA: one warp's ballot of their counts
-static_assert(kOverlapRows == 32 && kOverlapRows % kSumRows == 0, "a row CTA's rows: one ballot, whole groups");
-constexpr long long kSpinClocks = 1ll << 35;  // ~20 s: a protocol bug traps instead of hanging
-// Control words after the zeroed counts and cursors: the role ticket, tiles scanned, scatter CTAs
-// done.
-constexpr int kCtlTicket = 0, kCtlScanned = 1, kCtlScattered = 2, kCtlWords = 4;
-// dout rows in flight per thread along a run (raw 16- or 32-byte packs in registers): as many as
-// fit OverlapKernel's 128 registers with at most a few spilled words (ptxas -v, nvcc 13.0, with the
-// positions loaded a batch ahead: 12 bf16 rows spill 40 bytes, 10 still 32; f32: 4 rows none, 8
-// spilled 132 bytes even without the positions ahead).
-template <typename T>
-constexpr int kRunLoads = sizeof(T) == 4 ? 4 : 12;
-
-// The CTA's writes so far, then one count on `done` (the cooperative-groups grid-barrier pattern).
-__device__ __forceinline__ void PublishDone(int* done) {
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(done, 1);
-  }
-}
-
-// Until *done >= target, then the writes published before those counts are visible to the CTA.
-// Only waits on CTAs with a smaller role ticket, which are running or done: no deadlock.
-__device__ __forceinline__ void AwaitDone(const int* done, int target) {
-  if (threadIdx.x == 0) {
-    const long long start = clock64();
-    while (*reinterpret_cast<const volatile int*>(done) < target) {
-      if (clock64() - start > kSpinClocks) __trap();
-      __nanosleep(64);
-    }
-    __threadfence();
-  }
-  __syncthreads();
-}
-
-// Row CTA, pass 2: the group's runs (bounds through L2: written by this kernel's scan CTAs).
-__device__ __forceinline__ void LoadRunsCoherent(const int* offsets, int64_t v0, int64_t vocab,
-                                                 int32_t (&begin)[kSumRows], int32_t (&end)[kSumRows]) {
-#pragma unroll
-  for (int r = 0; r < kSumRows; ++r) {
-    const bool ok = v0 + r < vocab;
-    begin[r] = ok ? __ldcg(offsets + v0 + r) : 0;
-    end[r] = ok ? __ldcg(offsets + v0 + r + 1) : 0;
-  }
-}
-
-// The sorted runs of kSumRows rows from v0 (every thread of the CTA, dim = 8 * packs): only rows
-// with tokens are written (the others were zeroed in pass 1). As SumRuns, the first dout row of
-// every run is loaded for all rows together; a longer run then keeps kRunLoads<T> rows in flight,
-// the next batch's positions loaded while they are. The same f32 additions in the same order.
-template <typename T>
-__device__ __forceinline__ void SumHitRuns(const T* __restrict__ dout, const int* order,
-                                           const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
-                                           float* __restrict__ dtable, int64_t v0, int packs) {
-  constexpr int K = kRunLoads<T>;
-  const int64_t dim = int64_t(packs) * 8;
-  int32_t first[kSumRows];
-#pragma unroll
-  for (int r = 0; r < kSumRows; ++r) first[r] = begin[r] < end[r] ? order[begin[r]] : -1;
-  for (int c = int(threadIdx.x); c < packs; c += kThreads) {
-    cuda_vec::Raw8<T> head[kSumRows];
-#pragma unroll
-    for (int r = 0; r < kSumRows; ++r) {
-      if (first[r] >= 0) head[r] = cuda_vec::LoadRawOnce(dout + int64_t(first[r]) * dim + c * 8);
-    }
-#pragma unroll
-    for (int r = 0; r < kSumRows; ++r) {
-      if (first[r] < 0) continue;
-      float acc[8];
-      cuda_vec::Unpack(head[r], acc);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc[k] = 0.f + acc[k];  // the CPU reference's first addition
-      int32_t at[K];  // the batch's positions, loaded one batch ahead of its dout rows
-#pragma unroll
-      for (int u = 0; u < K; ++u) at[u] = begin[r] + 1 + u < end[r] ? order[begin[r] + 1 + u] : 0;
-#pragma unroll 1
-      for (int32_t j = begin[r] + 1; j < end[r]; j += K) {
-        cuda_vec::Raw8<T> y[K];
-#pragma unroll
-        for (int u = 0; u < K; ++u) {
-          if (j + u < end[r]) y[u] = cuda_vec::LoadRawOnce(dout + int64_t(at[u]) * dim + c * 8);
-        }
-#pragma unroll
-        for (int u = 0; u < K; ++u) at[u] = j + K + u < end[r] ? order[j + K + u] : 0;
-#pragma unroll
-        for (int u = 0; u < K; ++u) {
-          if (j + u < end[r]) {
-            float v[8];
-            cuda_vec::Unpack(y[u], v);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) acc[k] += v[k];
-          }
-        }
-      }
-      cuda_vec::Pack8<float>::Store(dtable + (v0 + r) * dim + c * 8, acc);
-    }
-  }
-}
-
-// Zeros to row `row` of dim = 8 * packs columns: 16-byte streaming stores (written once, not read
-// back by this kernel).
-__device__ __forceinline__ void ZeroRow(float* __restrict__ dtable, int64_t row, int packs) {
-  float4* out = reinterpret_cast<float4*>(dtable + row * int64_t(packs) * 8);
-  for (int c = int(threadIdx.x); c < packs; c += kThreads) {
-    __stcs(out + 2 * c, make_float4(0.f, 0.f, 0.f, 0.f));
-    __stcs(out + 2 * c + 1, make_float4(0.f, 0.f, 0.f, 0.f));
-  }
-}
-
-// Everything after the counts, one launch; each CTA takes a role by ticket, in this order:
-//   tickets [0, tiles): scan tile `ticket` of the counts into offsets, then counts itself done;
-//   [tiles, tiles + scatter_ctas): waits for every tile, then scatters kThreads token positions
-//     into their runs (slot from an atomic increment of the run's cursor: counts stay intact);
-//   the rest: row CTA g = ticket - tiles - scatter_ctas owns rows [32 g, 32 g + 32): pass 1
-//     zeros its rows whose count is 0 at once (no wait: the counts are complete when the kernel
-//     starts); pass 2, only if it has rows with tokens, waits for every scatter CTA, then per
-//     group of kSumRows rows sorts the runs in place (SortRuns) and sums them (SumHitRuns).
-// Most of dtable is zeros (16384 tokens over 32000 rows: ~60% of the rows unused), so pass 1
-// streams most of the write traffic while the scan and the scatter finish.
-// `order` and `offsets` are written by this kernel's CTAs: read through L2 or plain loads, never
-// the non-coherent path. Two CTAs an SM (128 registers): the row sums' batched loads need them.
-template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads, 2)
-    OverlapKernel(const T* __restrict__ dout, const I* __restrict__ tokens, const int* __restrict__ counts,
-                  int* cursors, unsigned long long* states, int* ctl, int* offsets, int* order, int* tmp,
-                  float* __restrict__ dtable, int64_t n, int64_t vocab, int packs, int tiles, int scatter_ctas) {
-  WaitForPrimary();
-  __shared__ SortShared sh;
-  __shared__ int role_shared, prefix_shared;
-  if (threadIdx.x == 0) role_shared = atomicAdd(&ctl[kCtlTicket], 1);
-  __syncthreads();
-  int role = role_shared;
-  if (role < tiles) {
-    ScanTile(counts, states, role, offsets, sh.warp_sums, &prefix_shared);
-    PublishDone(&ctl[kCtlScanned]);
-    return;
-  }
-  role -= tiles;
-  if (role < scatter_ctas) {
-    AwaitDone(&ctl[kCtlScanned], tiles);
-    const int64_t i = int64_t(role) * kThreads + threadIdx.x;
-    const int key = KeyAt(tokens, i, n, vocab);
-    const unsigned same = __match_any_sync(0xffffffffu, key);
-    const int lane = int(threadIdx.x) & 31, leader = __ffs(same) - 1;
-    int slot = 0;  // the leader's cursor before its increment: slots slot .. slot + popc - 1
-    if (key >= 0 && lane == leader) slot = atomicAdd(&cursors[key], __popc(same));
-    slot = __shfl_sync(0xffffffffu, slot, leader);
-    if (key >= 0) order[__ldcg(offsets + key) + slot + __popc(same & ((1u << lane) - 1))] = int(i);
-    PublishDone(&ctl[kCtlScattered]);
-    return;
-  }
-  role -= scatter_ctas;
-  const int64_t row0 = int64_t(role) * kOverlapRows;
-  const int lane = int(threadIdx.x) & 31;
-  const bool in = row0 + lane < vocab;
-  // Every warp takes the same ballot: bit r set when row row0 + r exists (valid) / has tokens (hit).
-  const unsigned valid = __ballot_sync(0xffffffffu, in);
-  const unsigned hit = __ballot_sync(0xffffffffu, in && counts[row0 + lane] != 0);
-  for (unsigned z = valid & ~hit; z != 0; z &= z - 1) ZeroRow(dtable, row0 + __ffs(z) - 1, packs);
-  if (hit == 0) return;
-  AwaitDone(&ctl[kCtlScattered], scatter_ctas);
-#pragma unroll 1
-  for (int g = 0; g < kOverlapRows; g += kSumRows) {
-    if (((hit >> g) & ((1u << kSumRows) - 1)) == 0) continue;
-    const int64_t v0 = row0 + g;
-    int32_t begin[kSumRows], end[kSumRows];
-    LoadRunsCoherent(offsets, v0, vocab, begin, end);
-    SortRuns(order, tmp, begin, end, n, sh);
-    SumHitRuns<T>(dout, order, begin, end, dtable, v0, packs);
-  }
-}
-
 unsigned Blocks(int64_t work) { return unsigned((work + kThreads - 1) / kThreads); }
 
 // Scratch, in ints: counts [padded] | tile states [2 * tiles] | ticket, zeroed together |
@@ -565,53 +375,6 @@ absl::Status BackwardAtomicAlloc(const Problem& p, const void* dout, const void*
   return st;
 }
 
-// Scratch, in ints: counts [padded] | cursors [padded] | tile states [2 * tiles] | control words,
-// zeroed together | offsets [padded] | order [n] | tmp [n]. Three launches, each a programmatic
-// dependent of the one before: ZeroKernel, CountKernel, OverlapKernel.
-template <typename T, typename I>
-absl::Status BackwardOverlap(const Problem& p, const T* dout, const I* tokens, float* dtable, int* scratch,
-                             int64_t tiles, cudaStream_t s) {
-  const int64_t n = p.tokens, padded = tiles * kScanTile;
-  const int64_t zero_ints = (2 * padded + 2 * tiles + kCtlWords + 3) / 4 * 4;
-  int* counts = scratch;
-  int* cursors = counts + padded;
-  auto* states = reinterpret_cast<unsigned long long*>(cursors + padded);  // 8-byte aligned: whole tiles
-  int* ctl = cursors + padded + 2 * tiles;
-  int* offsets = scratch + zero_ints;
-  int* order = offsets + padded;
-  int* tmp = order + n;
-  SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ZeroKernel, dim3(cuda_vec::GridFor(Blocks(zero_ints / 4))), kThreads, s, true,
-                                         reinterpret_cast<int4*>(scratch), zero_ints / 4));
-  if (n > 0) {
-    SG_CUDA_RETURN_IF_ERROR(
-        LaunchMaybePdl(CountKernel<I>, dim3(Blocks(n)), kThreads, s, true, tokens, counts, n, p.vocab));
-  }
-  const int64_t scatter_ctas = Blocks(n);
-  const int64_t ctas = tiles + scatter_ctas + (p.vocab + kOverlapRows - 1) / kOverlapRows;
-  SG_CHECK_ARG(ctas < (int64_t(1) << 31), "EmbeddingBackward (overlap): at most 2^31 - 1 CTAs, found ", ctas);
-  SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(OverlapKernel<T, I>, dim3(unsigned(ctas)), kThreads, s, true, dout, tokens,
-                                         counts, cursors, states, ctl, offsets, order, tmp, dtable, n, p.vocab,
-                                         int(p.dim / 8), int(tiles), int(scatter_ctas)));
-  return absl::OkStatus();
-}
-
-template <typename T>
-absl::Status BackwardOverlapAlloc(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
-                                  cudaStream_t s) {
-  const int64_t tiles = (p.vocab + 1 + kScanTile - 1) / kScanTile;
-  const int64_t padded = tiles * kScanTile;
-  const int64_t ints = (2 * padded + 2 * tiles + kCtlWords + 3) / 4 * 4 + padded + 2 * p.tokens;
-  SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
-  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(ints * int64_t(sizeof(int))));
-  const T* d = static_cast<const T*>(dout);
-  int* sc = static_cast<int*>(scratch);
-  absl::Status st = p.tokens_i64
-                        ? BackwardOverlap<T>(p, d, static_cast<const int64_t*>(tokens), dtable, sc, tiles, s)
-                        : BackwardOverlap<T>(p, d, static_cast<const int32_t*>(tokens), dtable, sc, tiles, s);
-  alloc->Free(scratch);  // reused only by later work on the same stream
-  return st;
-}
-
 }  // namespace
 
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
@@ -619,15 +382,6 @@ absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* 
   if (p.dtype == DType::kBF16) return BackwardAtomicAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s, pdl);
   if (p.dtype == DType::kF16) return BackwardAtomicAlloc<__half>(p, dout, tokens, dtable, device, s, pdl);
   return BackwardAtomicAlloc<float>(p, dout, tokens, dtable, device, s, pdl);
-}
-
-absl::Status BackwardOverlapCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
-                                 cudaStream_t s) {
-  const bool vec = p.dim % 8 == 0 && p.dim / 8 <= INT_MAX && cuda_vec::Aligned16(dout) && cuda_vec::Aligned16(dtable);
-  if (!vec) return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
-  if (p.dtype == DType::kBF16) return BackwardOverlapAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s);
-  if (p.dtype == DType::kF16) return BackwardOverlapAlloc<__half>(p, dout, tokens, dtable, device, s);
-  return BackwardOverlapAlloc<float>(p, dout, tokens, dtable, device, s);
 }
 
 }  // namespace sg::kernels::embedding_internal

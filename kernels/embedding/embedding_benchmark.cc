@@ -8,9 +8,7 @@
 //     entries put 5% of the tokens on one id; dim 8 shapes leave little but the index preparation
 //     and the launches (the row sums write vocab x 32 bytes). Scan3*: the one-kernel backward
 //     with bulk-copy data movement (embedding_scan3.cu; the default above a vocabulary of 65536).
-//     Overlap*: atomic's counts, then one kernel that zeros the unused rows while the scan and
-//     scatter finish (embedding_atomic.cu).
-//   --benchmark_filter='Backward.*(Atomic|Scan|Overlap|ZeroFill).*Batch/16384/(32000|128256)/2048'
+//   --benchmark_filter='Backward.*(Atomic|Scan|ZeroFill).*Batch/16384/(32000|128256)/2048'
 //     compares them.
 #include <benchmark/benchmark.h>
 
@@ -91,12 +89,6 @@ void BM_EmbeddingBackwardBF16Scan3Batch(benchmark::State& st) { Run(st, DType::k
 void BM_EmbeddingBackwardBF16Scan3HotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "scan3", kBatch, false, true);
 }
-// The overlap backward (embedding_atomic.cu): atomic's counts, then one kernel zeroing the unused
-// rows while its other CTAs scan, scatter, sort and sum.
-void BM_EmbeddingBackwardBF16OverlapBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "overlap", kBatch); }
-void BM_EmbeddingBackwardBF16OverlapHotBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "overlap", kBatch, false, true);
-}
 void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
 
 // Llama-1B: 16384 tokens, vocab 32000 (and 128256), dim 2048; a small CPU-sized case. The index
@@ -115,8 +107,6 @@ BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16OverlapBatch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16OverlapHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
 
 }  // namespace

@@ -128,12 +128,6 @@ __global__ void __launch_bounds__(kThreads)
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                 cudaStream_t s, bool pdl);
 
-// The "overlap" backward (embedding_atomic.cu): the atomic path's counts, then one kernel whose
-// CTAs scan, scatter, zero the rows without tokens (without waiting for the scan) and sort and sum
-// the others. Falls back to the atomic path where the rows lack the 16-byte layout.
-absl::Status BackwardOverlapCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
-                                 cudaStream_t s);
-
 // The one-kernel backward of embedding_scan3.cu: an id listing per 64 vocabulary rows, dout rows
 // pulled into a shared-memory ring by bulk copies. Falls back to the atomic path where the rows
 // lack the 16-byte layout.

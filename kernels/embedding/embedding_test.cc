@@ -161,9 +161,9 @@ class ScopedEnv {
 };
 
 // The CUDA backward kernels selected per call by SG_EMBEDDING_BWD (embedding.cu), "" = the default.
-const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan3", "overlap"};
+const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan3"};
 // Those compared bitwise against "rows" (and so against the CPU reference) on constructed ids.
-const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan3", "overlap"};
+const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan3"};
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -332,18 +332,6 @@ TEST(EmbeddingCudaBackwardTest, HotId) {
   CheckBackwardsBitwise(ids, 128256, 16, DType::kF32, DType::kI64);  // 32 tiles of the count scan
 }
 
-// The overlap backward (embedding_atomic.cu): runs at the edges of its batches of dout rows in
-// flight (12 a batch for 2-byte dout after each run's first row, 4 for f32), row CTAs of 32 rows
-// with no token at all (most of vocab 1000 and 9000) and a partial last one (1000, 9000, 70 are
-// no multiple of 32), several scan tiles (9000 > 4096 counts), and more scatter CTAs than tiles.
-TEST(EmbeddingCudaBackwardTest, OverlapRunBatches) {
-  SG_SKIP_WITHOUT_CUDA();
-  const std::vector<int> lengths = {1, 2, 3, 12, 13, 14, 24, 25, 26, 37, 4, 5, 8, 9, 0, 300};
-  CheckBackwardsBitwise(RunIds(lengths, 1000, 200), 1000, 2048, DType::kBF16, DType::kI32);
-  CheckBackwardsBitwise(RunIds(lengths, 9000, 3000), 9000, 24, DType::kF32, DType::kI64);
-  CheckBackwardsBitwise(RunIds(lengths, 70, 0), 70, 16, DType::kF16, DType::kI32);
-}
-
 // The scan3 kernel's passes (embedding_scan3.cu): id 0 on most tokens overflows the first CTA's
 // list (2560 pairs) again and again, so its rows are summed in several passes, each continuing the
 // partial sums written by the last: long runs in every pass (ids 0, 1), runs of a few tokens per
@@ -438,12 +426,12 @@ TEST(EmbeddingCudaBackwardTest, NoTokens) {
 }
 
 #ifdef SG_WITH_CUDA
-// The forward and a backward (atomic, overlap: scratch held by the allocator for the graph's life;
+// The forward and a backward (atomic: its scratch held by the allocator for the graph's life;
 // scan3: one kernel, no scratch), chained by programmatic dependent launch, captured in a CUDA
 // graph and replayed twice over poisoned outputs: the same bits as the eager calls.
 class EmbeddingCudaGraphTest : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaGraphTest,
-                         ::testing::Values("atomic", "scan3", "overlap"),
+                         ::testing::Values("atomic", "scan3"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 TEST_P(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
