@@ -1,6 +1,7 @@
 // Internal to kernels/attention (nvcc only): the device building blocks the CUDA attention kernels
-// share -- PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 or f16), padded shared-memory
-// tiles, fragment loaders, quad reductions and the resolved problem description.
+// share -- PTX wrappers (cp.async, ldmatrix, mma.sync m16n8k16 bf16 or f16; the Hopper ones are
+// kernels/core/sm90.h's), padded shared-memory tiles, fragment loaders, quad reductions and the
+// resolved problem description.
 //
 // Element type: the helpers that touch 16-bit data take it as a template parameter T, bf16 (the
 // default, what every kernel family supports) or f16 (IEEE half; the default family v4 only). Both
@@ -25,10 +26,15 @@
 
 #include "absl/status/statusor.h"
 #include "kernels/attention/attention_internal.h"
+#include "kernels/core/sm90.h"
 #include "kernels/core/status.h"
 
 namespace sg::kernels::internal {
 namespace attention_device {
+
+// The Hopper primitives (SmemAddr, mbarriers, TMA, bulk reductions, setmaxnreg, wgmma fences and
+// descriptors) come from kernels/core/sm90.h.
+using namespace ::sg::sm90;  // NOLINT: every attention kernel file uses them
 
 using bf16 = __nv_bfloat16;
 using f16 = __half;
@@ -41,10 +47,6 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
 // --- PTX wrappers ----------------------------------------------------------------------------------
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
 
 // 16-byte async copy; `valid` false writes zeros (src is not read but must be a valid address).
 __device__ __forceinline__ void CpAsync16(uint32_t dst, const void* src, bool valid) {
@@ -130,32 +132,6 @@ __device__ __forceinline__ float Unpack2Hi(uint32_t packed) {
   } else {
     return Bf16HiToFloat(packed);
   }
-}
-
-// --- Bulk (TMA) reductions, sm_90 ------------------------------------------------------------------
-// global[dst, dst + bytes) += shared[src, src + bytes) as f32, element-wise atomic (relaxed, gpu
-// scope), performed by the TMA unit. dst and src 16-byte aligned, bytes a multiple of 16. The
-// shared memory must be written (generic proxy) and then fenced with FenceProxyAsyncShared by
-// every writer, then a barrier, before one thread issues this; it may be overwritten only after
-// BulkWaitRead in the issuing thread (and a barrier for the others).
-__device__ __forceinline__ void BulkReduceAddF32(float* dst, uint32_t src, int bytes) {
-  asm volatile("cp.reduce.async.bulk.global.shared::cta.bulk_group.add.f32 [%0], [%1], %2;\n" ::"l"(dst),
-               "r"(src), "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
-// The issuing thread's bulk groups but the newest kPending have finished reading shared memory.
-template <int kPending>
-__device__ __forceinline__ void BulkWaitRead() {
-  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(kPending) : "memory");
-}
-// ... and are complete (their writes performed).
-template <int kPending>
-__device__ __forceinline__ void BulkWait() {
-  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(kPending) : "memory");
-}
-__device__ __forceinline__ void FenceProxyAsyncShared() {
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
 }
 
 // Index (in floats) of element (row, col) of a v3 dq workspace tile ([rows][kD] f32, one tile per

@@ -20,7 +20,7 @@
 //     288.2 / 457.4 TFLOP/s causal at D64 / D128 against 334.9 / 503.2 on the H200.)
 // Ring parity: tile t uses stage t % kStages in round t / kStages; consumers wait `full` for parity
 // round & 1, the producer waits `empty` for (round & 1) ^ 1 (a fresh barrier reads parity 1 as done).
-// Every mbarrier wait traps after ~20 s (attention_tma.cuh) instead of hanging.
+// Every mbarrier wait traps after ~20 s (sm90::MbarWait, kernels/core/sm90.h) instead of hanging.
 // Shared memory: Q [128][D], kStages K and V tiles [128][D] (128-byte swizzled column blocks of 64,
 // attention_wgmma.cuh), the barriers; TMA zero-fills positions past the sequence (masked as keys;
 // P = 0 there against zero V rows; query rows past seq_q are computed and not written).
@@ -29,11 +29,10 @@
 //
 // Resources (nvcc 13.0, sm_90a, -Xptxas -v): every instantiation (bf16 / f16, D64 / D128) 168
 // registers at launch (the warpgroups then run at 24 / 240), 0 bytes spilled, no C7512
-// (wgmma serialization) warning -- the mbarrier timeout's trap sits out of line (attention_tma.cuh
+// (wgmma serialization) warning -- the mbarrier timeout's trap sits out of line (sm90::TrapOnTimeout
 // says why: inline, it made D128 spill 240 bytes). Shared memory: D64 4 stages, 16 + 4 * 32 KiB +
 // 1 KiB = 145 KiB; D128 2 stages, 32 + 2 * 64 + 1 = 161 KiB. One block (384 threads) per SM.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -253,31 +252,12 @@ absl::Status LaunchWsDim(const Problem& pr, int head_dim, int batch, const void*
   return LaunchWs<T, 128>(pr, batch, q, k, v, out, lse, stream);
 }
 
-// cuTensorMapEncodeTiled from the driver, looked up once (the runtime links no libcuda).
-PFN_cuTensorMapEncodeTiled_v12000 EncodeTiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t err =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
-    return err == cudaSuccess && found == cudaDriverEntryPointSuccess
-               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
-               : nullptr;
-  }();
-  return fn;
-}
-
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace
 
 absl::Status EncodeHeadTileMap(CUtensorMap* map, DType dtype, const void* base, int64_t batch, int64_t seq,
                                int64_t heads, int64_t head_dim, int box_rows) {
-  const PFN_cuTensorMapEncodeTiled_v12000 encode = EncodeTiled();
-  if (encode == nullptr) {
-    return absl::UnimplementedError(
-        "attention ws forward: the driver has no cuTensorMapEncodeTiled (needs CUDA driver >= 12.0)");
-  }
   SG_CHECK_ARG(Aligned16(base), "attention ws forward: TMA needs 16-byte-aligned tensors, found address ",
                reinterpret_cast<uintptr_t>(base) % 16, " mod 16");
   constexpr int64_t kElem = 2;  // bf16 or f16
@@ -285,16 +265,9 @@ absl::Status EncodeHeadTileMap(CUtensorMap* map, DType dtype, const void* base, 
   const cuuint64_t strides[3] = {cuuint64_t(head_dim * kElem), cuuint64_t(heads * head_dim * kElem),
                                  cuuint64_t(seq * heads * head_dim * kElem)};  // bytes, of dims 1..3
   const cuuint32_t box[4] = {64, 1, cuuint32_t(box_rows), 1};
-  const cuuint32_t element_strides[4] = {1, 1, 1, 1};
-  const CUresult r = encode(
-      map, dtype == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4,
-      const_cast<void*>(base), dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return LibraryError(absl::StatusCode::kInternal, "CUDA driver", r, "tensor map rejected",
-                        "cuTensorMapEncodeTiled", __FILE__, __LINE__);
-  }
-  return absl::OkStatus();
+  return EncodeTensorMapSw128(
+      map, dtype == DType::kF16 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT16 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 4, base, dims,
+      strides, box, "attention ws forward");
 }
 
 absl::Status LaunchForwardV4Ws(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,

@@ -30,38 +30,7 @@ namespace sg::kernels::internal::attention_device {
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
 
-// --- wgmma PTX wrappers (sm_90a) ---------------------------------------------------------------------
-
-__device__ __forceinline__ void WgmmaFence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
-__device__ __forceinline__ void WgmmaCommit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
-// The warpgroup's wgmma groups but the newest kPending are complete.
-template <int kPending>
-__device__ __forceinline__ void WgmmaWait() {
-  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
-}
-// Keeps the compiler from moving accesses of the accumulators across the fences and waits above.
-template <int kN>
-__device__ __forceinline__ void FenceOperands(float (&d)[kN]) {
-#pragma unroll
-  for (int i = 0; i < kN; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-// The same for the A fragments of an RS wgmma: they are read asynchronously until the wait, so they
-// must stay allocated (not reused for temporaries) until then.
-template <int kK>
-__device__ __forceinline__ void FenceOperands(uint32_t (&a)[kK][4]) {
-#pragma unroll
-  for (int kk = 0; kk < kK; ++kk) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) asm volatile("" : "+r"(a[kk][i])::"memory");
-  }
-}
-
-// A shared-memory matrix descriptor with 128-byte swizzling.
-__device__ __forceinline__ uint64_t Sw128Desc(uint32_t addr, uint32_t lbo_bytes, uint32_t sbo_bytes) {
-  return uint64_t((addr & 0x3FFFF) >> 4) | uint64_t((lbo_bytes & 0x3FFFF) >> 4) << 16 |
-         uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32 | uint64_t(1) << 62;
-}
+// --- wgmma instruction wrappers (sm_90a; fences, waits and descriptors: kernels/core/sm90.h) ------
 
 // d = A B (accumulate == 0) or d += A B for one k16 step, m64n{64,128}k16; A and B from shared
 // memory, K-major descriptors, or MN-major with kTransA / kTransB = 1 (16-bit types only). T: the operand type, bf16 or f16 (each asm is spelled once, as a

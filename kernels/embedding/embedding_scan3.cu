@@ -25,7 +25,7 @@
 // Passes: when one CTA's ids overflow the list, it is summed early, rows written as partial sums
 // (register stores), which the next pass loads back and continues; the ring's
 // sequence numbers run on across passes. Out-of-range ids match no CTA: their gradients drop.
-// Every mbarrier wait traps after ~2^35 SM clocks (~20 s) rather than hang.
+// Every mbarrier wait traps after ~2^35 SM clocks (~20 s) rather than hang (sm90::MbarWait).
 // One launch, a programmatic dependent of the previous kernel, no scratch: capturable in a CUDA
 // graph. Rows without the 16-byte layout (dim % 8, unaligned pointers) go to the atomic path.
 #include <cuda_bf16.h>
@@ -36,6 +36,7 @@
 #include <climits>
 #include <cstdint>
 
+#include "kernels/core/sm90.h"
 #include "kernels/core/status.h"
 #include "kernels/elementwise/cuda_vec.h"
 #include "kernels/embedding/embedding_cuda.cuh"
@@ -43,6 +44,8 @@
 
 namespace sg::kernels::embedding_internal {
 namespace {
+
+using namespace sm90;  // NOLINT: the mbarriers and bulk copies this kernel is built from
 
 constexpr int kConsumerWarps = 8;
 constexpr int kConsumers = kConsumerWarps * 32;
@@ -54,7 +57,6 @@ constexpr int kRingBytes = 64 * 1024;
 constexpr int kMaxSlots = 32;
 constexpr int kPrefetchRounds = 4;  // L2 prefetch distance along a long run, in rounds of the ring
 constexpr int kTokensAtOnce = 4;  // slots a consumer waits for before adding them in order
-constexpr long long kWaitClocks = 1ll << 35;
 static_assert(kRingBytes >= kTokensAtOnce * kSegCols * 4, "the ring must hold kTokensAtOnce f32 segments");
 
 template <int R>
@@ -65,66 +67,6 @@ struct Scan3Shared {
   alignas(128) float zeros[kSegCols];
   alignas(128) unsigned char ring[kRingBytes];  // slots
 };
-
-// --- mbarriers and bulk copies (PTX ISA 8.0, sm_90) ---------------------------------------------------
-
-__device__ __forceinline__ uint32_t SmemAddr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void MbarInit(uint64_t* bar, uint32_t count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(SmemAddr(bar)), "r"(count) : "memory");
-}
-__device__ __forceinline__ void MbarArrive(uint64_t* bar) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.shared::cta.b64 st, [%0];\n}" ::"r"(SmemAddr(bar)) : "memory");
-}
-__device__ __forceinline__ void MbarArriveExpectTx(uint64_t* bar, uint32_t bytes) {
-  asm volatile("{\n.reg .b64 st;\nmbarrier.arrive.expect_tx.shared::cta.b64 st, [%0], %1;\n}" ::"r"(SmemAddr(bar)),
-               "r"(bytes)
-               : "memory");
-}
-__device__ __forceinline__ bool MbarTryWait(uint64_t* bar, uint32_t parity) {
-  uint32_t done;
-  asm volatile(
-      "{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}"
-      : "=r"(done)
-      : "r"(SmemAddr(bar)), "r"(parity)
-      : "memory");
-  return done != 0;
-}
-// Until the phase of parity `parity` has completed; traps after kWaitClocks (a protocol bug must
-// not hang the GPU: the launch's stream reports the error instead).
-__device__ __forceinline__ void MbarWait(uint64_t* bar, uint32_t parity) {
-  if (MbarTryWait(bar, parity)) return;
-  const long long start = clock64();
-  while (!MbarTryWait(bar, parity)) {
-    if (clock64() - start > kWaitClocks) __trap();
-  }
-}
-// `bytes` (a multiple of 16) from global `src` to shared `dst` (both 16-byte aligned), counted on
-// `bar`'s transaction bytes.
-__device__ __forceinline__ void BulkLoad(void* dst, const void* src, uint32_t bytes, uint64_t* bar) {
-  asm volatile(
-      "cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(SmemAddr(dst)),
-      "l"(src), "r"(bytes), "r"(SmemAddr(bar))
-      : "memory");
-}
-// `bytes` (a multiple of 16) from shared `src` to global `dst`, in this thread's current bulk group.
-__device__ __forceinline__ void BulkStore(void* dst, const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;" ::"l"(dst), "r"(SmemAddr(src)),
-               "r"(bytes)
-               : "memory");
-}
-// A hint: `bytes` (a multiple of 16) from global `src` into L2.
-__device__ __forceinline__ void BulkPrefetchL2(const void* src, uint32_t bytes) {
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(src), "r"(bytes) : "memory");
-}
-__device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
-// Until at most kPending of this thread's bulk groups still read their shared memory.
-template <int kPending>
-__device__ __forceinline__ void BulkWaitRead() {
-  asm volatile("cp.async.bulk.wait_group.read %0;" ::"n"(kPending) : "memory");
-}
-// This thread's shared-memory writes ordered before later bulk (async proxy) reads of them.
-__device__ __forceinline__ void FenceProxyAsyncShared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
 
 // --- the ring ------------------------------------------------------------------------------------------
 
@@ -164,9 +106,9 @@ __device__ __forceinline__ void Produce(const T* __restrict__ dout, int rows, in
       for (int j = begin; j < end; ++j, ++seq) {
         if (j + ahead < end) BulkPrefetchL2(src(j + ahead), bytes);
         const uint32_t slot = ring.Slot(seq), round = ring.Round(seq);
-        if (round > 0) MbarWait(&sh.empty[slot], (round - 1) & 1);  // the last round's segment read
-        MbarArriveExpectTx(&sh.full[slot], bytes);
-        BulkLoad(ring.Data(seq), src(j), bytes, &sh.full[slot]);
+        if (round > 0) MbarWait(SmemAddr(&sh.empty[slot]), (round - 1) & 1);  // the last round's segment read
+        MbarArriveExpectTx(SmemAddr(&sh.full[slot]), bytes);
+        BulkLoad(SmemAddr(ring.Data(seq)), src(j), bytes, SmemAddr(&sh.full[slot]));
       }
     }
   }
@@ -190,7 +132,7 @@ __device__ __forceinline__ void Consume(float* __restrict__ dtable, int64_t row0
       if (c == 0) {
 #pragma unroll 1
         for (int seg = 0; seg < segs; ++seg) {
-          BulkStore(out + int64_t(seg) * kSegCols, sh.zeros, uint32_t(SegPacks(packs, seg)) * 32);
+          BulkStore(out + int64_t(seg) * kSegCols, SmemAddr(sh.zeros), uint32_t(SegPacks(packs, seg)) * 32);
         }
         BulkCommit();
       }
@@ -214,7 +156,7 @@ __device__ __forceinline__ void Consume(float* __restrict__ dtable, int64_t row0
 #pragma unroll
         for (int u = 0; u < kTokensAtOnce; ++u) {
           if (j + u < end) {
-            MbarWait(&sh.full[ring.Slot(seq + u)], ring.Round(seq + u) & 1);
+            MbarWait(SmemAddr(&sh.full[ring.Slot(seq + u)]), ring.Round(seq + u) & 1);
             if (active) y[u] = reinterpret_cast<const cuda_vec::Raw8<T>*>(ring.Data(seq + u))[c];
           }
         }
@@ -230,7 +172,7 @@ __device__ __forceinline__ void Consume(float* __restrict__ dtable, int64_t row0
         __syncwarp();  // the warp's reads of these slots are done
         const int took = end - j < kTokensAtOnce ? end - j : kTokensAtOnce;
         if (lane == 0) {
-          for (int u = 0; u < took; ++u) MbarArrive(&sh.empty[ring.Slot(seq + u)]);
+          for (int u = 0; u < took; ++u) MbarArrive(SmemAddr(&sh.empty[ring.Slot(seq + u)]));
         }
         seq += uint32_t(took);
       }
@@ -289,10 +231,10 @@ __global__ void __launch_bounds__(kScan3Threads, 2)
   FenceProxyAsyncShared();  // the zeros, before bulk stores read them
   if (threadIdx.x == 0) {
     for (uint32_t s = 0; s < slots; ++s) {
-      MbarInit(&sh.full[s], 1);
-      MbarInit(&sh.empty[s], kConsumerWarps);
+      MbarInit(SmemAddr(&sh.full[s]), 1);
+      MbarInit(SmemAddr(&sh.empty[s]), kConsumerWarps);
     }
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    FenceMbarInit();
   }
   __syncthreads();
   constexpr int E = scan_list::kIdsPerVec<I>;

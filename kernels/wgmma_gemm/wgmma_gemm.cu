@@ -26,7 +26,6 @@
 // tile rows fastest inside a group, so the ~132 tiles in flight share ~8 A row-panels and ~17 B
 // panels: both stay in L2 even when B (up to 64 MiB at N = 16384) does not fit.
 #include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -42,6 +41,7 @@
 namespace sg::kernels::wgmma_gemm_internal {
 namespace {
 
+using namespace sm90;  // NOLINT: the Hopper primitives this kernel is built from
 using bf16 = __nv_bfloat16;
 
 constexpr int kBlockM = int(kTileM), kBlockN = int(kTileN), kBlockK = int(kTileK);
@@ -209,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         const int s = it % kStages;
         const uint32_t a_tile = ring + s * kStageBytes + cg * 64 * 128, b_tile = ring + s * kStageBytes + kABytes;
         MbarWait(bars + 8 * s, (it / kStages) & 1);
-        FenceAccumulators(acc);
+        FenceOperands(acc);
         WgmmaFence();
 #pragma unroll
         for (int kk = 0; kk < kBlockK / 16; ++kk) {  // k16 step: +32 bytes inside the 128-byte rows
@@ -218,11 +218,11 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
         WgmmaCommit();
         WgmmaWait<1>();  // the previous k-block's group is done reading its stage
-        FenceAccumulators(acc);
+        FenceOperands(acc);
         if (kb > 0) release((it - 1) % kStages);
       }
       WgmmaWait<0>();
-      FenceAccumulators(acc);
+      FenceOperands(acc);
       release((it - 1) % kStages);
 
       const int row_in_wg = 16 * warp + lane / 4;  // and row_in_wg + 8
@@ -238,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         // the box's 16-byte chunk jj; the box is stored at column `col` of `map`.
         auto store_box = [&](int c, const CUtensorMap* map, int col, auto value) {
           const uint32_t box = boxes + (c % 2) * kEpiBoxBytes;
-          if (leader) BulkWaitGroupRead<1>();  // the store that last read this box (two boxes back) is done
+          if (leader) BulkWaitRead<1>();  // the store that last read this box (two boxes back) is done
           NamedBarrierSync(1 + cg, 128);
 #pragma unroll
           for (int jj = 0; jj < 8; ++jj) {
@@ -250,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 1)
           NamedBarrierSync(1 + cg, 128);
           if (leader) {
             TmaStore2d(map, box, col, m0 + 64 * cg);
-            BulkCommitGroup();
+            BulkCommit();
           }
         };
         // Two adjacent columns of d (registers i, i + 1 of row row_in_wg + 8 half).
@@ -297,7 +297,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         }
       }
     }
-    if (kTmaStore && leader) BulkWaitAll();  // the boxes stay valid (and d written) until the block ends
+    if (kTmaStore && leader) BulkWait<0>();  // the boxes stay valid (and d written) until the block ends
   }
   if constexpr (kCluster > 1) ClusterSync();  // no block exits while its peer may still arrive on it
 #else
@@ -305,38 +305,12 @@ __global__ void __launch_bounds__(kThreads, 1)
 #endif
 }
 
-// cuTensorMapEncodeTiled from the driver, looked up once (the runtime links no libcuda).
-absl::StatusOr<PFN_cuTensorMapEncodeTiled_v12000> EncodeTiled() {
-  static const PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
-    void* p = nullptr;
-    cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
-    const cudaError_t err =
-        cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &p, 12000, cudaEnableDefault, &found);
-    return err == cudaSuccess && found == cudaDriverEntryPointSuccess
-               ? reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(p)
-               : nullptr;
-  }();
-  if (fn == nullptr) {
-    return absl::InternalError("WgmmaGemm: the driver has no cuTensorMapEncodeTiled (needs CUDA driver >= 12.0)");
-  }
-  return fn;
-}
-
 // The map of a contiguous bf16 [rows][k] matrix read in boxes of [box_rows][kBlockK], 128-byte swizzled.
 absl::Status EncodeKMajor(CUtensorMap* map, const void* base, int64_t rows, int64_t k, int box_rows) {
-  SG_ASSIGN_OR_RETURN(PFN_cuTensorMapEncodeTiled_v12000 encode, EncodeTiled());
   const cuuint64_t dims[2] = {cuuint64_t(k), cuuint64_t(rows)};  // innermost first
   const cuuint64_t strides[1] = {cuuint64_t(k) * sizeof(bf16)};  // bytes, of dims 1.. (a row)
   const cuuint32_t box[2] = {cuuint32_t(kBlockK), cuuint32_t(box_rows)};
-  const cuuint32_t element_strides[2] = {1, 1};
-  const CUresult r = encode(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, const_cast<void*>(base), dims, strides, box,
-                            element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
-                            CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-  if (r != CUDA_SUCCESS) {
-    return LibraryError(absl::StatusCode::kInternal, "CUDA driver", r, "tensor map rejected", "cuTensorMapEncodeTiled",
-                        __FILE__, __LINE__);
-  }
-  return absl::OkStatus();
+  return EncodeTensorMapSw128(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, "WgmmaGemm");
 }
 
 template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
