@@ -12,11 +12,13 @@
 // All tensors contiguous and on one device. CPU: f32, bf16 or f16 (f64 accumulation, the
 // reference). CUDA: bf16 or f16 (IEEE half), head_dim 64 or 128, f32 softmax statistics; any
 // sequence lengths; f16 runs on the kernel families v4 and v5 only (the older families are
-// Unimplemented for f16). The environment variable SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4|v5 picks the
-// kernel family at each call (unset: v5, the fastest measured; attention_internal.h says what each
-// is; v4 is v3's backward with the Hopper forward variant SG_ATTN_FWD_VARIANT=ws|wgmma names (unset:
-// ws, warp-specialized), attention_fwd_v4.h; v5 is v4's forward with the Hopper wgmma backward,
-// sm_90 only); anything else is InvalidArgument.
+// Unimplemented for f16). The environment variable SG_ATTENTION_KERNEL=v2|v3|v4|v5 picks the kernel
+// family at each call (unset: v5, the fastest measured: the Hopper forward SG_ATTN_FWD_VARIANT=ws|
+// wgmma names (unset: ws, warp-specialized; attention_fwd_v4.h) with the Hopper wgmma backward,
+// sm_90 only; v4 is that forward with v3's backward; v3 the mma.sync family for GPUs without sm_90a
+// features; v2 the kernels every family falls back to where its own cannot run: scale <= 0, more
+// than 65535 tiles of 128 queries or keys; attention_internal.h says more); anything else is
+// InvalidArgument.
 //
 // Ring attention: with queries at global positions [q_offset, q_offset + seq_q) and one key/value
 // block at [k_offset, k_offset + seq_k):

@@ -2,8 +2,7 @@
 // TFLOP/s counts the useful flops: forward 4*B*S^2*H*D (halved when causal), backward 2.5x that.
 // Compare with kernels/attention/sdpa_peer.py (PyTorch SDPA, flash backend) on the same machine.
 // `variant` picks the kernel family (SG_ATTENTION_KERNEL, set here per benchmark): 2 = v2, 3 = v3,
-// 4 = v3a (v3 with v2's dq atomics; backward only, its forward is v3's), 5 = v5 (the Hopper wgmma
-// backward; backward only, its forward is v4's), 1 = v1 (not listed).
+// 5 = v5 (the Hopper wgmma backward; backward only, its forward is v4's).
 // BM_AttentionCuda/forward_v4 runs the v4 forward variants (SG_ATTN_FWD_VARIANT, the label names
 // it; attention_fwd_v4.h lists them; variant = 100 + its index in kFwdV4Variants: wgmma 100, ws 101).
 // BM_AttentionCudaDefault runs the default kernels (both variables unset) on bf16 and on f16 data
@@ -11,7 +10,7 @@
 //
 //   bazel run -c opt //kernels/attention:attention_benchmark
 //   attention_benchmark --benchmark_filter='forward'   # v2, v3 and both v4 forward variants
-//   attention_benchmark --benchmark_filter='backward'  # v2, v3, v3a, v5 and the default (v5)
+//   attention_benchmark --benchmark_filter='backward'  # v2, v3, v5 and the default (v5)
 #include <cmath>
 #include <cstdlib>
 #include <iterator>
@@ -98,7 +97,7 @@ void TimeAttention(benchmark::State& state, bool backward, DType dtype) {
   }
 }
 
-// variant: 1-4 as in the file comment; 100 + i is family v4 with forward variant kFwdV4Variants[i].
+// variant: 2, 3, 5 as in the file comment; 100 + i is family v4 with forward variant kFwdV4Variants[i].
 void BM_AttentionCuda(benchmark::State& state, bool backward) {
   const int64_t variant = state.range(2);
   if (variant >= 100) {
@@ -107,10 +106,10 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
     setenv("SG_ATTN_FWD_VARIANT", fwd, 1);
     state.SetLabel(fwd);
   } else {
-    const char* names[] = {"", "v1", "v2", "v3", "v3a", "v5"};
-    setenv("SG_ATTENTION_KERNEL", names[variant], 1);
+    const char* name = variant == 2 ? "v2" : variant == 3 ? "v3" : "v5";
+    setenv("SG_ATTENTION_KERNEL", name, 1);
     unsetenv("SG_ATTN_FWD_VARIANT");
-    state.SetLabel(names[variant]);
+    state.SetLabel(name);
   }
   TimeAttention(state, backward, DType::kBF16);
 }
@@ -130,7 +129,7 @@ void ForwardV4Shapes(benchmark::internal::Benchmark* b) {
   for (size_t i = 0; i < std::size(internal::kFwdV4Variants); ++i) variants.push_back(100 + int64_t(i));
   Shapes(b, variants);
 }
-void BackwardShapes(benchmark::internal::Benchmark* b) { Shapes(b, {2, 3, 4, 5}); }
+void BackwardShapes(benchmark::internal::Benchmark* b) { Shapes(b, {2, 3, 5}); }
 
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)->Apply(ForwardShapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward_v4, false)->Apply(ForwardV4Shapes);

@@ -1,5 +1,5 @@
 // CUDA flash attention backward, variant v2 (the default): FlashAttention-2's decomposition on
-// mma.sync m16n8k16 bf16. v1 kept P^T and dS^T in the registers of the warp that computed them,
+// mma.sync m16n8k16 bf16. The deleted v1 kept P^T and dS^T in the registers of the warp that computed them,
 // which fixed every warp to 16 keys and every shared-memory fragment to feed two MMAs (0.58
 // ldmatrix.x4 per MMA: shared-memory bound). Here P and dS go through shared memory, so each of
 // the three products gets the warp tiling that suits it, with 32-row warp tiles (0.45 per MMA):

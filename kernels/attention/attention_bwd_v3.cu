@@ -8,9 +8,7 @@
 //    tile (f32) to shared memory and one thread hands the whole tile (32 KB) to the TMA unit with a
 //    single cp.reduce.async.bulk .add.f32 into a tile-contiguous workspace [batch, heads, m_pad, D]
 //    (row r's 8-float chunks XOR-swizzled by r % 8, so the fragment stores are conflict-free); the
-//    warps go straight on. ConvertDqV3Kernel turns the workspace into bf16 (or f16) dq. (Variant
-//    v3a keeps everything else and adds the tile with v2's per-thread atomics: a diagnostic for
-//    this change.)
+//    warps go straight on. ConvertDqV3Kernel turns the workspace into bf16 (or f16) dq.
 // 2. D64 uses 128 x 128 tiles (FlashAttention-2's choice for head_dim 64; v2 used 64 x 128 for
 //    both). Per 128-key block and 128 queries: 8 warps x {phase 1: 64 q x 32 k, phase 2: 32 k x 32
 //    d, phase 3: 32 q x 32 d} read 1152 ldmatrix.x4 for 2560 MMAs (0.45 per MMA; v2 at D64: 1408
@@ -25,7 +23,7 @@
 //    on 132 SMs) puts v2's makespan 15% over the ideal, this order 3%. One batch in flight at a
 //    time keeps the L2 working set (Q, dO, dq workspace of 32 heads) the size v2's order had.
 //
-// Element types: bf16, and f16 (IEEE half) for the TMA-reduced dq (v3 / v4's backward; not v3a):
+// Element types: bf16, and f16 (IEEE half; v4's backward):
 // the same kernels with the f16 MMA and f16 roundings of P, dS, dk, dv and dq.
 //
 // Occupancy: one block of 8 warps per SM (launch bound 256 threads, 1 block; shared memory
@@ -69,10 +67,8 @@ struct BwdV3Config {
   static_assert(kSmemBytes <= 227 * 1024, "exceeds the sm_90 shared memory per block");
 };
 
-// kBulkDq false (variant v3a, a diagnostic): the dQ tile goes to the same workspace positions by
-// per-thread red.global.add.v2.f32, as v2 does, instead of through shared memory and the TMA unit.
 // T: the element type of q, k, v, dout, dk, dv (bf16 or f16).
-template <typename T, int kD, bool kBulkDq>
+template <typename T, int kD>
 __global__ void __launch_bounds__(BwdV3Config<kD, T>::kThreads, 1)
     AttentionBackwardV3Kernel(Problem pr, int m_pad, const T* __restrict__ q,
                               const T* __restrict__ k, const T* __restrict__ v,
@@ -154,7 +150,7 @@ __global__ void __launch_bounds__(BwdV3Config<kD, T>::kThreads, 1)
     // This iteration's tiles are visible; every thread is done with the previous iteration (its
     // Q/dO stage, P/dS, and its dQ tile writes, fenced for the bulk reduction issued next).
     __syncthreads();
-    if (kBulkDq && threadIdx.x == 0 && it > 0) reduce_dq(it - 1);
+    if (threadIdx.x == 0 && it > 0) reduce_dq(it - 1);
     if (it + 1 < iters) load_q(it + 1, stage ^ 1);
     CpAsyncCommit();
 
@@ -247,7 +243,7 @@ __global__ void __launch_bounds__(BwdV3Config<kD, T>::kThreads, 1)
     }
     // The previous dQ tile's bulk reduction has finished reading s_dq before anyone passes the
     // barrier below, so phase 3 may overwrite it.
-    if (kBulkDq && threadIdx.x == 0) BulkWaitRead<0>();
+    if (threadIdx.x == 0) BulkWaitRead<0>();
     __syncthreads();  // P and dS complete
 
     // Phase 2: dV += P^T dO, dK += dS^T Q for 32 keys x kDvCols (contraction over the queries).
@@ -295,7 +291,7 @@ __global__ void __launch_bounds__(BwdV3Config<kD, T>::kThreads, 1)
           }
         }
       }
-      float* const dst = kBulkDq ? s_dq : dq_accum + ((int64_t(b) * pr.heads + head_of(it)) * m_pad + m0) * kD;
+      float* const dst = s_dq;
 #pragma unroll
       for (int mt = 0; mt < 2; ++mt) {
 #pragma unroll
@@ -305,19 +301,15 @@ __global__ void __launch_bounds__(BwdV3Config<kD, T>::kThreads, 1)
           for (int nt = 0; nt < kDqTiles; ++nt) {
             const int col = p3_d + nt * 8 + 2 * (lane % 4);
             const float2 val = make_float2(dq[mt][nt][2 * r], dq[mt][nt][2 * r + 1]);
-            if constexpr (kBulkDq) {
-              *reinterpret_cast<float2*>(dst + DqSwizzle<kD>(row, col)) = val;
-            } else {
-              atomicAdd(reinterpret_cast<float2*>(dst + DqSwizzle<kD>(row, col)), val);
-            }
+            *reinterpret_cast<float2*>(dst + DqSwizzle<kD>(row, col)) = val;
           }
         }
       }
-      if constexpr (kBulkDq) FenceProxyAsyncShared();  // these writes before the TMA reads them
+      FenceProxyAsyncShared();  // these writes before the TMA reads them
     }
   }
   CpAsyncWait<0>();  // no query tiles: the K/V copies may still be in flight
-  if (kBulkDq && iters > 0) {
+  if (iters > 0) {
     __syncthreads();  // the last dQ tile is complete
     if (threadIdx.x == 0) {
       reduce_dq(iters - 1);
@@ -368,19 +360,19 @@ __global__ void ConvertDqV3Kernel(int64_t n8, int seq, int heads, int m_pad, flo
   reinterpret_cast<uint4*>(dq)[i] = out;
 }
 
-template <typename T, int kD, bool kBulkDq>
+template <typename T, int kD>
 absl::Status Launch(const Problem& pr, int batch, const void* q, const void* k, const void* v,
                     const void* dout, const float* lse, const float* delta, float* dq_accum,
                     void* dq, void* dk, void* dv, cudaStream_t stream) {
   using C = BwdV3Config<kD, T>;
   const int m_pad = int(DqAccumRows(pr.seq_q));
   if (pr.seq_k > 0) {
-    SG_RETURN_IF_ERROR(AllowSmem(AttentionBackwardV3Kernel<T, kD, kBulkDq>, C::kSmemBytes));
+    SG_RETURN_IF_ERROR(AllowSmem(AttentionBackwardV3Kernel<T, kD>, C::kSmemBytes));
     const int n_blocks = (pr.seq_k + C::kBlockN - 1) / C::kBlockN;
     SG_CHECK_ARG(n_blocks <= 65535, "CUDA attention backward v3: seq_k ", pr.seq_k,
                  " needs more than 65535 key blocks (the grid's y limit); use v2");
     const dim3 grid(pr.kv_heads, n_blocks, batch);
-    AttentionBackwardV3Kernel<T, kD, kBulkDq><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
+    AttentionBackwardV3Kernel<T, kD><<<grid, C::kThreads, C::kSmemBytes, stream>>>(
         pr, m_pad, static_cast<const T*>(q), static_cast<const T*>(k), static_cast<const T*>(v),
         static_cast<const T*>(dout), lse, delta, dq_accum, static_cast<T*>(dk), static_cast<T*>(dv));
     SG_CUDA_RETURN_IF_LAUNCH_ERROR(AttentionBackwardV3Kernel);
@@ -415,22 +407,13 @@ absl::Status LaunchConvertDqV3(DType dtype, const Problem& pr, int head_dim, int
 absl::Status LaunchBackwardV3(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
-                              bool bulk_dq, cudaStream_t stream) {
+                              cudaStream_t stream) {
   if (dtype == DType::kF16) {
-    if (!bulk_dq) {
-      return absl::UnimplementedError(
-          "CUDA attention backward: f16 runs on the TMA-reduced dq (families v3 and v4); v3a is bf16-only");
-    }
-    return head_dim == 64
-               ? Launch<f16, 64, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
-               : Launch<f16, 128, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
+    return head_dim == 64 ? Launch<f16, 64>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
+                          : Launch<f16, 128>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
   }
-  if (head_dim == 64) {
-    return bulk_dq ? Launch<bf16, 64, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
-                   : Launch<bf16, 64, false>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
-  }
-  return bulk_dq ? Launch<bf16, 128, true>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
-                 : Launch<bf16, 128, false>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
+  return head_dim == 64 ? Launch<bf16, 64>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream)
+                        : Launch<bf16, 128>(pr, batch, q, k, v, dout, lse, delta, dq_accum, dq, dk, dv, stream);
 }
 
 }  // namespace sg::kernels::internal::attention_device

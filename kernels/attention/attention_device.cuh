@@ -260,12 +260,12 @@ absl::Status LaunchForwardV3(const Problem& pr, int head_dim, int batch, const v
                              const void* v, void* out, float* lse, cudaStream_t stream);
 // Variant v3 (attention_bwd_v3.cu): the backward kernel and the dq conversion. dq_accum holds
 // DqWorkspaceElems floats (zeroed by the caller) in v3's tile layout; dq is written here.
-// bulk_dq: dQ tiles added by the TMA unit (v3); false adds them with per-thread atomics (v3a).
-// dtype: kBF16, or kF16 with bulk_dq (the default family v4's backward); else Unimplemented.
+// dQ tiles are added by the TMA unit (BulkReduceAddF32). dtype: kBF16, or kF16 (family v4's
+// backward).
 absl::Status LaunchBackwardV3(DType dtype, const Problem& pr, int head_dim, int batch, const void* q,
                               const void* k, const void* v, const void* dout, const float* lse,
                               const float* delta, float* dq_accum, void* dq, void* dk, void* dv,
-                              bool bulk_dq, cudaStream_t stream);
+                              cudaStream_t stream);
 // dq[b, i, h, :] = scale * the v3 workspace (DqSwizzle tiles, DqAccumRows(seq_q) rows per head),
 // rounded to dtype (kBF16 or kF16); shared by the v3 and v5 backward.
 absl::Status LaunchConvertDqV3(DType dtype, const Problem& pr, int head_dim, int batch,

@@ -1,4 +1,4 @@
-// CUDA flash attention forward, variant v2 (the default): mma.sync m16n8k16 bf16 like v1, but each
+// CUDA flash attention forward, variant v2: mma.sync m16n8k16 bf16 like the deleted v1, but each
 // warp owns 32 query rows (two m16 tiles), so every K or V fragment read from shared memory feeds
 // two MMAs. v1 (8 warps x 16 rows) read 0.56 ldmatrix.x4 per MMA, which at 128 B/clk of shared
 // memory per SM was its limit; this layout reads 0.31 (0.25 at head_dim 64, where the Q fragments

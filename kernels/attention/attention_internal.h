@@ -44,32 +44,31 @@ template <typename T>
 void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_dim, const T* out_a,
                        const float* lse_a, const T* out_b, const float* lse_b, T* out, float* lse);
 
-// The CUDA kernel family. kV3 (default since the H200 run of 2026-11-30, where it beat v2 in every
-// case and SDPA's backward): v2's forward kernel with a heaviest-first grid order (and the scale
-// folded into the exponent at head_dim 64); a backward with dq reduced tile-wise by the TMA unit
-// and 128 x 128 tiles at head_dim 64 (attention_bwd_v3.cu). kV2: 4 warps x 32 query rows
-// (forward), FA2-style backward with P and dS through shared memory and dq by per-thread atomics.
-// kV1: the first correct kernels (8 warps x 16 rows). kV3a: a diagnostic, v3 with dq added by
-// per-thread atomics as in v2, to measure the TMA reduction alone. kV4: an experiment, v3's
-// backward with the forward variant SG_ATTN_FWD_VARIANT picks (attention_fwd_v4.h). kV5 (the
-// default since the H200 run of 2026-11-30 10:50, 1.42-1.54x v3's backward): v4's forward and the
-// Hopper wgmma backward (attention_bwd_v5.cu; sm_90 only). Chosen at each call by
-// SG_ATTENTION_KERNEL=v1|v2|v3|v3a|v4|v5 (unset: v5).
-enum class AttentionKernel { kV1, kV2, kV3, kV3a, kV4, kV5 };
+// The CUDA kernel family. kV5 (the default since the H200 run of 2026-11-30 10:50, 1.42-1.54x v3's
+// backward): v4's forward and the Hopper wgmma backward (attention_bwd_v5.cu; sm_90 only). kV4:
+// v3's backward with the forward variant SG_ATTN_FWD_VARIANT picks (attention_fwd_v4.h). kV3 (the
+// mma.sync family, bf16; what runs on a GPU without sm_90a features): v2's forward kernel with a
+// heaviest-first grid order (and the scale folded into the exponent at head_dim 64); a backward
+// with dq reduced tile-wise by the TMA unit and 128 x 128 tiles at head_dim 64 (attention_bwd_v3.cu).
+// kV2: 4 warps x 32 query rows (forward), FA2-style backward with P and dS through shared memory
+// and dq by per-thread atomics; kept because its kernels are every family's fallback (forward:
+// scale <= 0 or more than 65535 query tiles; backward: more than 65535 key blocks), and selecting
+// it is how the tests reach them. v1 (the first kernels) and v3a (v3 with v2's dq atomics, a
+// diagnostic) were deleted on 2026-11-30. Chosen at each call by SG_ATTENTION_KERNEL=v2|v3|v4|v5
+// (unset: v5).
+enum class AttentionKernel { kV2, kV3, kV4, kV5 };
 inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
   const char* s = std::getenv("SG_ATTENTION_KERNEL");
   // The default: v5 (the wgmma forward and the wgmma backward).
   if (s == nullptr || *s == '\0' || std::string(s) == "v5") return AttentionKernel::kV5;
   if (std::string(s) == "v4") return AttentionKernel::kV4;
   if (std::string(s) == "v3") return AttentionKernel::kV3;
-  if (std::string(s) == "v1") return AttentionKernel::kV1;
   if (std::string(s) == "v2") return AttentionKernel::kV2;
-  if (std::string(s) == "v3a") return AttentionKernel::kV3a;
   return absl::InvalidArgumentError(absl::StrCat(
-      "SG_ATTENTION_KERNEL: expected v1, v2, v3, v3a, v4 or v5 (or unset), found '", s, "'"));
+      "SG_ATTENTION_KERNEL: expected v2, v3, v4 or v5 (or unset), found '", s, "'"));
 }
 
-// Floats of the f32 dq workspace AttentionBlockBackwardCuda needs, for every variant: v1/v2 use
+// Floats of the f32 dq workspace AttentionBlockBackwardCuda needs, for every variant: v2 uses
 // dq's shape [batch, seq_q, heads, head_dim], v3 and v5 [batch, heads, DqAccumRows(seq_q), head_dim].
 inline int64_t DqWorkspaceElems(const AttentionParams& p) {
   return p.batch * p.heads * DqAccumRows(p.seq_q) * p.head_dim;

@@ -247,22 +247,20 @@ TEST(AttentionCpuTest, KernelVariantFromEnvironment) {
   const std::string keep = saved ? saved : "";
   unsetenv("SG_ATTENTION_KERNEL");
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV5);
-  setenv("SG_ATTENTION_KERNEL", "v1", 1);
-  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV1);
   setenv("SG_ATTENTION_KERNEL", "v2", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV2);
   setenv("SG_ATTENTION_KERNEL", "v3", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3);
-  setenv("SG_ATTENTION_KERNEL", "v3a", 1);
-  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV3a);
   setenv("SG_ATTENTION_KERNEL", "v4", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV4);
   setenv("SG_ATTENTION_KERNEL", "v5", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV5);
-  setenv("SG_ATTENTION_KERNEL", "fast", 1);
-  const auto bad = internal::AttentionKernelFromEnv();
-  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("found 'fast'"), std::string::npos) << bad.status();
+  for (const char* gone : {"fast", "v1", "v3a"}) {  // v1 and v3a: deleted families
+    setenv("SG_ATTENTION_KERNEL", gone, 1);
+    const auto bad = internal::AttentionKernelFromEnv();
+    EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument) << gone;
+    EXPECT_NE(bad.status().message().find(absl::StrCat("found '", gone, "'")), std::string::npos) << bad.status();
+  }
   if (saved) {
     setenv("SG_ATTENTION_KERNEL", keep.c_str(), 1);
   } else {
@@ -525,7 +523,7 @@ TEST(AttentionTilingTest, TileRangesCoverEveryVisiblePairAndMasksTheRest) {
 }
 
 // The v3 backward reduces whole query tiles into a workspace padded to DqAccumRows rows per head:
-// every tile of either head dim must fit, and the workspace must also hold v1/v2's dq layout.
+// every tile of either head dim must fit, and the workspace must also hold v2's dq layout.
 TEST(AttentionTilingTest, DqWorkspaceHoldsWholeTiles) {
   for (int64_t seq_q = 1; seq_q <= 1100; ++seq_q) {
     for (int dim : {64, 128}) {
@@ -608,7 +606,7 @@ std::string VariantName(const KernelVariant& v) {
 // so that a variant that faults (and takes the CUDA context with it) can be run in a process of
 // its own.
 std::vector<KernelVariant> AllKernelVariants() {
-  std::vector<KernelVariant> all = {{"v1", ""}, {"v2", ""}, {"v3", ""}, {"v3a", ""}};
+  std::vector<KernelVariant> all = {{"v2", ""}, {"v3", ""}};
   for (const internal::FwdV4VariantName& v : internal::kFwdV4Variants) all.push_back({"v4", v.name});
   all.push_back({"v5", ""});
   const char* only = std::getenv("SG_ATTENTION_TEST_VARIANTS");
@@ -632,7 +630,7 @@ TEST(AttentionCpuTest, TestVariantFilterPicksNamedVariants) {
     EXPECT_EQ(VariantName(chosen[1]), "v4/wgmma");
   }
   ScopedEnv all("SG_ATTENTION_TEST_VARIANTS", "");
-  EXPECT_EQ(AllKernelVariants().size(), 5 + std::size(internal::kFwdV4Variants));
+  EXPECT_EQ(AllKernelVariants().size(), 3 + std::size(internal::kFwdV4Variants));
 }
 
 TEST_P(AttentionCudaTest, MatchesCpuReference) {
@@ -732,16 +730,16 @@ TEST(AttentionCudaF16Test, OtherKernelsSayTheyAreBf16Only) {
   Tensor q = Output(p.QShape(), DType::kF16, gpu), k = Output(p.KShape(), DType::kF16, gpu);
   Tensor out = Output(p.QShape(), DType::kF16, gpu), lse = Output(p.StatShape(), DType::kF32, gpu);
   Tensor dq = Output(p.QShape(), DType::kF16, gpu), dk = Output(p.KShape(), DType::kF16, gpu);
-  for (const KernelVariant& v : {KernelVariant{"v1", ""}, KernelVariant{"v2", ""}, KernelVariant{"v3", ""}}) {
+  for (const KernelVariant& v : {KernelVariant{"v2", ""}, KernelVariant{"v3", ""}}) {
     ScopedKernelVariant use(v);
     const absl::Status st = AttentionForward(q, k, k, p.Options(), out, lse, stream);
     EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << VariantName(v) << ": " << st;
     EXPECT_NE(st.message().find(v.kernel), std::string::npos) << st;
   }
-  ScopedKernelVariant use({"v1", ""});
+  ScopedKernelVariant use({"v2", ""});
   const absl::Status st = AttentionBackward(q, k, k, out, q, lse, p.Options(), dq, dk, dk, stream);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
-  EXPECT_NE(st.message().find("v1"), std::string::npos) << st;
+  EXPECT_NE(st.message().find("v2"), std::string::npos) << st;
 }
 
 TEST(AttentionCudaMergeTest, MergeIsExactAndHandlesEmptyRows) {
