@@ -104,6 +104,7 @@ struct ShardedStepMemory {
   // precision), f32 full unit gradients
   // until packed into the bucket (or, for a Direct unit, until its reduce-scatter is waited for).
   int64_t gathered_peak_bytes = 0, unit_grads_peak_bytes = 0;
+  ArenaPeak arena_peak;  // what is live in the arena at its busiest node
   int64_t Total() const {
     return arena_bytes + state_bytes + shard_bytes + bucket_bytes + other_bytes + comm_scratch_bytes;
   }

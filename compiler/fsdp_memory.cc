@@ -95,6 +95,7 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
   block_ = TensorView(nullptr, DType::kF32, {block}, program_->device);
   memory_ = ShardedStepMemory();
   memory_.arena_bytes = program_->plan.arena_bytes;
+  memory_.arena_peak = FindArenaPeak(*program_);
   memory_.state_bytes = program_->state_bytes;
   memory_.shard_bytes = shard_bytes;
   memory_.bucket_bytes = AlignUp(std::max<int64_t>(packed, 1) * 4) + AlignUp(std::max<int64_t>(block, 1) * 4);

@@ -73,7 +73,8 @@ TEST(FsdpMemoryTest, Plan7bTwoRanks) {
   ASSERT_TRUE(m.ok()) << m.status();
   const int64_t floor = c.Parameters() * 16 / 2;
   std::cout << "7b, 2 ranks, full recompute, batch " << c.batch << " x seq " << c.seq << " (planned on the CPU):\n"
-            << Table(*m) << Row("floor: 16 B/param / 2 ranks", floor) << Row("  total - floor", m->Total() - floor);
+            << Table(*m) << Row("floor: 16 B/param / 2 ranks", floor) << Row("  total - floor", m->Total() - floor)
+            << "arena " << m->arena_peak.ToString(40);
   // The shards are the floor (uneven chunks pad nothing at 2 ranks but alignment).
   EXPECT_GE(m->shard_bytes, floor);
   EXPECT_LT(m->shard_bytes - floor, int64_t(1) << 20);
