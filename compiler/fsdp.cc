@@ -132,8 +132,33 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   std::vector<Unit*> fwd = order_by(&Unit::fwd_first), bwd = order_by(&Unit::bwd_first),
                      grads = order_by(&Unit::grad_done);
   for (size_t k = 0; k < fwd.size(); ++k) fwd[k]->fwd_at = k == 0 ? 0 : fwd[k - 1]->fwd_first;
+  // A backward gather is issued once the unit before it has released half of its gathered bytes
+  // (its parameters' last backward uses), not when that unit starts: a transformer layer's
+  // backward begins with its widest part (the FFN's, under full recompute with the layer's
+  // recomputed forward alive), and a prefetch issued at its start held two layers' weights through
+  // it. What is left of the layer (the attention's backward and matmuls) still hides the gather.
+  auto half_released = [&](const Unit& u) {
+    std::vector<std::pair<int, int64_t>> last;  // (last backward use, bytes gathered)
+    int64_t total = 0;
+    for (int i : u.params) {
+      const Param& p = *params_[i];
+      if (p.bwd_last < 0) continue;
+      const int v = g.FindSource(p.name + kBackwardSuffix);
+      const int64_t bytes = graph::Evaluate(graph::NumElements(g.type(v).shape), o.binding).value_or(0);
+      last.push_back({p.bwd_last, bytes});
+      total += bytes;
+    }
+    std::sort(last.begin(), last.end());
+    int64_t freed = 0;
+    for (const auto& [node, bytes] : last) {
+      freed += bytes;
+      if (2 * freed >= total) return node + 1;  // issued after that use: the two never overlap
+    }
+    return u.bwd_first;
+  };
   for (size_t k = 0; k < bwd.size(); ++k) {
-    bwd[k]->bwd_at = k == 0 ? std::min(first_backward, bwd[0]->bwd_first) : bwd[k - 1]->bwd_first;
+    bwd[k]->bwd_at = k == 0 ? std::min(first_backward, bwd[0]->bwd_first)
+                            : std::min(bwd[k]->bwd_first, std::max(bwd[k - 1]->bwd_first, half_released(*bwd[k - 1])));
   }
   for (size_t k = 0; k < grads.size(); ++k) grads[k]->rs_at = grads[k]->grad_done + 1;
   for (size_t k = 0; k < grads.size(); ++k) {
