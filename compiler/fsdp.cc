@@ -265,12 +265,13 @@ absl::Status ShardedDataParallelStep::Allocate() {
   block_ = TensorView(buckets_.data() + AlignUp(std::max<int64_t>(packed, 1) * 4), DType::kF32, {block}, d);
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
-    const int64_t n = p.mine.length * p.row, step = AlignUp(n * 4);
+    const int64_t n = p.mine.length * p.row;
     char* base = shards_.data() + shard_offsets_[i];
+    const int64_t region = units_[size_t(p.unit)]->block * 4;  // SizeBuffers: the unit's 4 regions
     p.shard = TensorView(base, DType::kF32, {n}, d);
-    p.grad = TensorView(base + step, DType::kF32, {n}, d);
-    p.m = TensorView(base + 2 * step, DType::kF32, {n}, d);
-    p.v = TensorView(base + 3 * step, DType::kF32, {n}, d);
+    p.grad = TensorView(base + region, DType::kF32, {n}, d);
+    p.m = TensorView(base + 2 * region, DType::kF32, {n}, d);
+    p.v = TensorView(base + 3 * region, DType::kF32, {n}, d);
   }
   const int64_t W = world_size_, K = micro_batches_;
   SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, ScalarBytes()));
@@ -426,8 +427,13 @@ absl::Status ShardedDataParallelStep::GatherCast(const Unit& u, bool backward, c
 absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumulate, const Stream& s) {
   const int P = shard_size_;
   const bool direct = Direct(u);
-  // The sum of this rank's block: straight into the gradient shard when nothing is added to it.
-  const TensorView sum = direct && !accumulate ? params_[u.params[0]]->grad : Flat(block_, 0, u.block);
+  // The sum of this rank's block: straight into the gradient shards when nothing is added to them.
+  const bool into_shards = !accumulate && (direct || ScatterIntoShards(u));
+  const Param& first = *params_[u.params[0]];
+  const TensorView sum = !into_shards ? Flat(block_, 0, u.block)
+                         : direct     ? first.grad
+                                      : TensorView(static_cast<char*>(first.grad.raw()) - first.pack_offset * 4,
+                                                   DType::kF32, {u.block}, first.grad.device());
   TensorView input;
   if (direct) {
     input = Flat(params_[u.params[0]]->grad_full, 0, u.block * P);
@@ -454,7 +460,7 @@ absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumula
   if (layout_.replicate != nullptr) {
     SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(sum, comm::ReduceOp::kSum, s));
   }
-  if (direct && !accumulate) return absl::OkStatus();
+  if (into_shards) return absl::OkStatus();
   for (int i : u.params) {
     const Param& p = *params_[i];
     if (p.mine.length == 0) continue;

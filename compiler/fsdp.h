@@ -165,6 +165,10 @@ class ShardedDataParallelStep : public CompiledStep {
   // A unit of one parameter whose rows split evenly: gathered straight into its full buffer and
   // reduce-scattered straight from its full gradient (no packing through the buckets).
   bool Direct(const Unit& u) const;
+  // A unit that is not Direct whose reduce-scatter writes this rank's sum straight into its
+  // gradient shards (laid out as the bucket block): every chunk of this rank full length, and
+  // 16-bit gathers (an f32 gather stages through the block).
+  bool ScatterIntoShards(const Unit& u) const;
   absl::Status Schedule();
   absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
   absl::Status Gather(const Unit& u, bool backward, const Stream& s);
