@@ -430,13 +430,15 @@ absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumula
   // The sum of this rank's block: straight into the gradient shards when nothing is added to them.
   const bool into_shards = !accumulate && (direct || ScatterIntoShards(u));
   const Param& first = *params_[u.params[0]];
-  const TensorView sum = !into_shards ? Flat(block_, 0, u.block)
+  // One rank's block: a Direct unit's is its one chunk, unpadded (the gradient is gathered as is).
+  const int64_t block = direct ? first.chunk * first.row : u.block;
+  const TensorView sum = !into_shards ? Flat(block_, 0, block)
                          : direct     ? first.grad
                                       : TensorView(static_cast<char*>(first.grad.raw()) - first.pack_offset * 4,
                                                    DType::kF32, {u.block}, first.grad.device());
   TensorView input;
   if (direct) {
-    input = Flat(params_[u.params[0]]->grad_full, 0, u.block * P);
+    input = Flat(first.grad_full, 0, block * P);
   } else {
     input = Flat(packed_, 0, u.block * P);
     SG_RETURN_IF_ERROR(ZeroTensor(input, s));
@@ -455,7 +457,7 @@ absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumula
   if (layout_.shard != nullptr) {
     SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(input, sum, comm::ReduceOp::kSum, s));
   } else {
-    SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, u.block), sum, s));
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, block), sum, s));
   }
   if (layout_.replicate != nullptr) {
     SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(sum, comm::ReduceOp::kSum, s));
