@@ -132,8 +132,33 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   std::vector<Unit*> fwd = order_by(&Unit::fwd_first), bwd = order_by(&Unit::bwd_first),
                      grads = order_by(&Unit::grad_done);
   for (size_t k = 0; k < fwd.size(); ++k) fwd[k]->fwd_at = k == 0 ? 0 : fwd[k - 1]->fwd_first;
+  // A backward gather is issued once the unit before it has released half of its gathered bytes
+  // (its parameters' last backward uses), not when that unit starts: a transformer layer's
+  // backward begins with its widest part (the FFN's, under full recompute with the layer's
+  // recomputed forward alive), and a prefetch issued at its start held two layers' weights through
+  // it. What is left of the layer (the attention's backward and matmuls) still hides the gather.
+  auto half_released = [&](const Unit& u) {
+    std::vector<std::pair<int, int64_t>> last;  // (last backward use, bytes gathered)
+    int64_t total = 0;
+    for (int i : u.params) {
+      const Param& p = *params_[i];
+      if (p.bwd_last < 0) continue;
+      const int v = g.FindSource(p.name + kBackwardSuffix);
+      const int64_t bytes = graph::Evaluate(graph::NumElements(g.type(v).shape), o.binding).value_or(0);
+      last.push_back({p.bwd_last, bytes});
+      total += bytes;
+    }
+    std::sort(last.begin(), last.end());
+    int64_t freed = 0;
+    for (const auto& [node, bytes] : last) {
+      freed += bytes;
+      if (2 * freed >= total) return node + 1;  // issued after that use: the two never overlap
+    }
+    return u.bwd_first;
+  };
   for (size_t k = 0; k < bwd.size(); ++k) {
-    bwd[k]->bwd_at = k == 0 ? std::min(first_backward, bwd[0]->bwd_first) : bwd[k - 1]->bwd_first;
+    bwd[k]->bwd_at = k == 0 ? std::min(first_backward, bwd[0]->bwd_first)
+                            : std::min(bwd[k]->bwd_first, std::max(bwd[k - 1]->bwd_first, half_released(*bwd[k - 1])));
   }
   for (size_t k = 0; k < grads.size(); ++k) grads[k]->rs_at = grads[k]->grad_done + 1;
   for (size_t k = 0; k < grads.size(); ++k) {
@@ -240,12 +265,13 @@ absl::Status ShardedDataParallelStep::Allocate() {
   block_ = TensorView(buckets_.data() + AlignUp(std::max<int64_t>(packed, 1) * 4), DType::kF32, {block}, d);
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
-    const int64_t n = p.mine.length * p.row, step = AlignUp(n * 4);
+    const int64_t n = p.mine.length * p.row;
     char* base = shards_.data() + shard_offsets_[i];
+    const int64_t region = units_[size_t(p.unit)]->block * 4;  // SizeBuffers: the unit's 4 regions
     p.shard = TensorView(base, DType::kF32, {n}, d);
-    p.grad = TensorView(base + step, DType::kF32, {n}, d);
-    p.m = TensorView(base + 2 * step, DType::kF32, {n}, d);
-    p.v = TensorView(base + 3 * step, DType::kF32, {n}, d);
+    p.grad = TensorView(base + region, DType::kF32, {n}, d);
+    p.m = TensorView(base + 2 * region, DType::kF32, {n}, d);
+    p.v = TensorView(base + 3 * region, DType::kF32, {n}, d);
   }
   const int64_t W = world_size_, K = micro_batches_;
   SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, ScalarBytes()));
@@ -401,11 +427,18 @@ absl::Status ShardedDataParallelStep::GatherCast(const Unit& u, bool backward, c
 absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumulate, const Stream& s) {
   const int P = shard_size_;
   const bool direct = Direct(u);
-  // The sum of this rank's block: straight into the gradient shard when nothing is added to it.
-  const TensorView sum = direct && !accumulate ? params_[u.params[0]]->grad : Flat(block_, 0, u.block);
+  // The sum of this rank's block: straight into the gradient shards when nothing is added to them.
+  const bool into_shards = !accumulate && (direct || ScatterIntoShards(u));
+  const Param& first = *params_[u.params[0]];
+  // One rank's block: a Direct unit's is its one chunk, unpadded (the gradient is gathered as is).
+  const int64_t block = direct ? first.chunk * first.row : u.block;
+  const TensorView sum = !into_shards ? Flat(block_, 0, block)
+                         : direct     ? first.grad
+                                      : TensorView(static_cast<char*>(first.grad.raw()) - first.pack_offset * 4,
+                                                   DType::kF32, {u.block}, first.grad.device());
   TensorView input;
   if (direct) {
-    input = Flat(params_[u.params[0]]->grad_full, 0, u.block * P);
+    input = Flat(first.grad_full, 0, block * P);
   } else {
     input = Flat(packed_, 0, u.block * P);
     SG_RETURN_IF_ERROR(ZeroTensor(input, s));
@@ -424,12 +457,12 @@ absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumula
   if (layout_.shard != nullptr) {
     SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(input, sum, comm::ReduceOp::kSum, s));
   } else {
-    SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, u.block), sum, s));
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, block), sum, s));
   }
   if (layout_.replicate != nullptr) {
     SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(sum, comm::ReduceOp::kSum, s));
   }
-  if (direct && !accumulate) return absl::OkStatus();
+  if (into_shards) return absl::OkStatus();
   for (int i : u.params) {
     const Param& p = *params_[i];
     if (p.mine.length == 0) continue;

@@ -104,6 +104,7 @@ struct ShardedStepMemory {
   // precision), f32 full unit gradients
   // until packed into the bucket (or, for a Direct unit, until its reduce-scatter is waited for).
   int64_t gathered_peak_bytes = 0, unit_grads_peak_bytes = 0;
+  ArenaPeak arena_peak;  // what is live in the arena at its busiest node
   int64_t Total() const {
     return arena_bytes + state_bytes + shard_bytes + bucket_bytes + other_bytes + comm_scratch_bytes;
   }
@@ -164,6 +165,10 @@ class ShardedDataParallelStep : public CompiledStep {
   // A unit of one parameter whose rows split evenly: gathered straight into its full buffer and
   // reduce-scattered straight from its full gradient (no packing through the buckets).
   bool Direct(const Unit& u) const;
+  // A unit that is not Direct whose reduce-scatter writes this rank's sum straight into its
+  // gradient shards (laid out as the bucket block): every chunk of this rank full length, and
+  // 16-bit gathers (an f32 gather stages through the block).
+  bool ScatterIntoShards(const Unit& u) const;
   absl::Status Schedule();
   absl::Status PrepareBatch(const std::map<std::string, TensorView>& batch);
   absl::Status Gather(const Unit& u, bool backward, const Stream& s);

@@ -78,23 +78,33 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
       return absl::UnimplementedError(absl::StrCat("sharded data parallel: gradient of '", p->name, "' is ",
                                                    DTypeName(p->grad_full.dtype()), ", expected f32"));
     }
+    // Each parameter's rows start 256-byte aligned inside the unit's block (kernels vectorize).
     p->pack_offset = u.block;
-    u.block += p->chunk * p->row;
-    shard_offsets_.push_back(shard_bytes);
-    shard_bytes += 4 * AlignUp(p->mine.length * p->row * 4);
+    u.block += AlignUp(p->chunk * p->row, kArenaAlignment / 4);
   }
-  // A Direct unit needs no packed staging, and no block staging unless micro-batches after the
-  // first add their reduce-scattered gradients to the shards.
+  // The shards, unit by unit: four regions of the unit's block layout (this rank's parameter
+  // rows, gradient, m, v), so the gradient region is what the unit's reduce-scatter produces.
+  std::vector<int64_t> unit_base(units_.size(), 0);
+  for (size_t k = 0; k < units_.size(); ++k) {
+    unit_base[k] = shard_bytes;
+    shard_bytes += 4 * units_[k]->block * 4;
+  }
+  for (auto& p : params_) shard_offsets_.push_back(unit_base[size_t(p->unit)] + p->pack_offset * 4);
+  // A Direct unit needs no packed staging. Block staging: for micro-batches after the first (they
+  // add their reduce-scattered gradients to the shards), for an f32 gather's input, and for a
+  // unit with a short (uneven) chunk on this rank; otherwise the reduce-scatter writes straight
+  // into the gradient region.
   int64_t packed = 0, block = 0, largest = 0;
   for (auto& u : units_) {
     if (!Direct(*u)) packed = std::max(packed, u->block * P);
-    if (!Direct(*u) || micro_batches_ > 1) block = std::max(block, u->block);
+    if (micro_batches_ > 1 || (!Direct(*u) && !ScatterIntoShards(*u))) block = std::max(block, u->block);
     largest = std::max(largest, u->block * P);
   }
   packed_ = TensorView(nullptr, DType::kF32, {packed}, program_->device);
   block_ = TensorView(nullptr, DType::kF32, {block}, program_->device);
   memory_ = ShardedStepMemory();
   memory_.arena_bytes = program_->plan.arena_bytes;
+  memory_.arena_peak = FindArenaPeak(*program_);
   memory_.state_bytes = program_->state_bytes;
   memory_.shard_bytes = shard_bytes;
   memory_.bucket_bytes = AlignUp(std::max<int64_t>(packed, 1) * 4) + AlignUp(std::max<int64_t>(block, 1) * 4);
@@ -133,6 +143,16 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
     }
   }
   return absl::OkStatus();
+}
+
+bool ShardedDataParallelStep::ScatterIntoShards(const Unit& u) const {
+  if ((u.fwd_at != INT_MAX && u.fwd_dtype == DType::kF32) || (u.bwd_at != INT_MAX && u.bwd_dtype == DType::kF32)) {
+    return false;  // its gathers stage this rank's rows in the block
+  }
+  for (int i : u.params) {
+    if (params_[size_t(i)]->mine.length != params_[size_t(i)]->chunk) return false;
+  }
+  return true;
 }
 
 int64_t ShardedDataParallelStep::ScalarBytes() const {

@@ -239,6 +239,10 @@ class Lowerer {
       slot_[v] = planner_.Add(Bytes(v), first[v], std::max(first[v], last_use_[v]));
     }
     side_ = PlanSideBuffers(g_, shape_, fusions_, &planner_);
+    p_->slot_values.assign(size_t(planner_.size()), -1);
+    for (int v = 0; v < nv; ++v) {
+      if (slot_[v] >= 0) p_->slot_values[size_t(slot_[v])] = v;
+    }
   }
 
   // State: sources then weight copies, each aligned, in graph order.

@@ -86,6 +86,8 @@ struct Program {
   std::vector<std::string> input_names;       // the kInput sources (fed by each Run)
   Schedule schedule;
   MemoryPlan plan;
+  // Per arena buffer (plan's Add order): the value id it holds, or -1 for a kernel's side buffer.
+  std::vector<int> slot_values;
   int64_t state_bytes = 0;
   DeviceMemory state;
   DeviceMemory arena;
@@ -157,6 +159,26 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(graph::Graph graph, const graph::
 // same errors as Lower (Unimplemented listing ops without a kernel on `device`).
 absl::StatusOr<PlannedMemory> PlanStepMemory(graph::Graph graph, const graph::Binding& binding, Device device,
                                              const LowerOptions& options = {});
+
+// The arena at its busiest node, for memory accounting: what is live there, grouped by what holds
+// it (producer op, scope with the layer index as "*", type), largest group first.
+//
+//   ArenaPeak peak = FindArenaPeak(*program);
+//   std::cout << peak.ToString(12);  // "live 5.61 GiB at node 4321 (...): 32 x matmul @layers.*..."
+struct ArenaPeak {
+  struct Group {
+    std::string what;  // "matmul @layers.*.feed_forward.w2 -> bf16[2,4096,4096]", "side buffers"
+    int count = 0;
+    int64_t bytes = 0;
+  };
+  int node = -1;           // the graph node index where the live bytes peak
+  std::string node_name;   // its op and scope
+  int64_t live_bytes = 0;  // the sum of the buffers live there (arena_bytes adds fragmentation)
+  std::vector<Group> groups;
+  // The first `max_groups` groups, one a line, then the rest summed.
+  std::string ToString(int max_groups = 16) const;
+};
+ArenaPeak FindArenaPeak(const Program& program);
 
 // The device view of a program's source or output called `name`; NotFound names `owner` (e.g.
 // "compiled step") and `name`.

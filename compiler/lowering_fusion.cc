@@ -112,6 +112,12 @@ LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>&
       f.in_place.push_back({n.outputs[0], n.inputs[1]});
     } else if (n.op == OpKind::kAdd && n.inputs[0] != n.inputs[1] && g.type(n.inputs[0]) == g.type(n.outputs[0])) {
       f.in_place.push_back({n.outputs[0], n.inputs[0]});
+    } else if (n.op == OpKind::kSwiGLUBackward && n.inputs[1] != n.inputs[2] && n.inputs[0] != n.inputs[1] &&
+               n.inputs[0] != n.inputs[2]) {
+      // dgate over gate, dup over up (kernels/swiglu allows it): the backward's widest pair of values
+      // (ffn_dim per token) is not held twice.
+      f.in_place.push_back({n.outputs[0], n.inputs[1]});
+      f.in_place.push_back({n.outputs[1], n.inputs[2]});
     }
   }
   return f;

@@ -18,7 +18,8 @@
 //    same parameter (recompute clones casts into the backward) reads that copy: no step, no buffer.
 //  - In place: outputs that may overwrite an input whose last reader they are (kernel contracts
 //    allow it): add_rmsnorm's residual h over x, add_rmsnorm_backward's dx over the incoming
-//    residual gradient, an elementwise add over its first operand. The lowering checks the
+//    residual gradient, an elementwise add over its first operand, swiglu_backward's dgate and dup
+//    over gate and up. The lowering checks the
 //    last-reader condition; this only lists the candidates.
 #ifndef SGTRAIN_COMPILER_LOWERING_FUSION_H_
 #define SGTRAIN_COMPILER_LOWERING_FUSION_H_

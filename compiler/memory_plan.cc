@@ -19,6 +19,11 @@ MemoryPlan MemoryPlanner::Plan() const {
   const int n = int(buffers_.size());
   MemoryPlan plan;
   plan.offsets.assign(n, 0);
+  for (const Buffer& b : buffers_) {
+    plan.bytes.push_back(b.bytes);
+    plan.first.push_back(b.first);
+    plan.last.push_back(b.last);
+  }
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
   // Big buffers first: they are the hardest to fit; ties broken by start so the result is stable.

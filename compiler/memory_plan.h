@@ -26,6 +26,9 @@ struct MemoryPlan {
   std::vector<int64_t> offsets;  // per buffer, in Add order
   int64_t arena_bytes = 0;       // the arena size the offsets need
   int64_t sum_bytes = 0;         // what the buffers would take without reuse
+  // Per buffer, in Add order: its aligned size and lifetime (for accounting: ArenaPeak).
+  std::vector<int64_t> bytes;
+  std::vector<int> first, last;
 };
 
 class MemoryPlanner {

@@ -3,6 +3,7 @@
 #include "graph/passes/passes.h"
 
 #include <cmath>
+#include <set>
 
 #include "gmock/gmock.h"
 #include "graph/autodiff.h"
@@ -176,6 +177,40 @@ TEST(RecomputeTest, LowersPlannedPeakWithIdenticalGradients) {
     }
     last_peak = plan.arena_bytes;
   }
+}
+
+// Full recompute keeps the residual stream once per layer: the forward values of the model's
+// [batch, seq, dim] type that a backward node reads are the embedding, the sum entering each layer
+// after the first (the residual add fused into its attention norm) and the final norm's sum. The
+// add's two inputs (attention sum, FFN output) are rebuilt; keeping them was 2 per layer.
+TEST(RecomputeTest, FullKeepsOneResidualTensorPerLayer) {
+  LlamaConfig c = LlamaConfig::Tiny();
+  c.n_layers = 4;
+  Graph fwd = FuseForKernels(BuildLlamaForward(c).value()).value();
+  Graph base = AppendBackward(fwd, {}).value().graph;
+  auto kept_residuals = [](const Graph& g) {
+    int embedding = -1;
+    for (const Node& n : g.nodes()) {
+      if (n.op == OpKind::kEmbedding && n.phase == Phase::kForward) embedding = n.outputs[0];
+    }
+    std::set<int> kept;
+    for (const Node& n : g.nodes()) {
+      if (n.phase != Phase::kBackward) continue;
+      for (int in : n.inputs) {
+        if (g.nodes()[g.value(in).producer].phase == Phase::kForward && g.type(in) == g.type(embedding)) {
+          kept.insert(in);
+        }
+      }
+    }
+    return int(kept.size());
+  };
+  int clones = 0;
+  Graph full = ApplyRecompute(base, RecomputePolicy::kFull, &clones).value();
+  EXPECT_EQ(kept_residuals(full), c.n_layers + 1);
+  EXPECT_GT(kept_residuals(base), 2 * c.n_layers);  // no recompute: the norm outputs too
+  auto& rng = testing::Rng();
+  Feeds feeds = RandomFeeds(fwd, kBinding, c.vocab, rng);
+  ExpectSameOutputs(Interpret(base, feeds).value(), Interpret(full, feeds).value(), 0);
 }
 
 TEST(MemoryPlanTest, LiveBuffersNeverOverlapAndReuseHappens) {

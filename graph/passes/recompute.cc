@@ -36,7 +36,10 @@ bool Expensive(OpKind op) {
 
 // Whether forward node i may be recomputed under `policy`. Both policies keep every value that
 // crosses a transformer-layer boundary (read by a forward node of another layer, or a graph
-// output): recomputing the residual stream would rebuild it from the embedding on. Selective
+// output): recomputing the residual stream would rebuild it from the embedding on. Full recompute
+// draws the boundary at the residual add fused into the next layer's norm (ResidualEntry), so the
+// two values that add reads (the attention sum and the FFN output) are recomputed and only their
+// sum is kept: one [batch, seq, dim] tensor per layer instead of two. Selective
 // recompute takes a cheap node only when the backward keeps all its inputs anyway (sources, or
 // values a backward node reads): then recomputing frees its output and keeps nothing new
 // (rmsnorm of a kept sum, swiglu of the kept w1/w3 outputs), where recomputing rope from the
@@ -44,6 +47,19 @@ bool Expensive(OpKind op) {
 int LayerIndex(const std::string& layer) {
   int i = -1;
   return layer.size() > 7 && absl::SimpleAtoi(layer.substr(7), &i) ? i : -1;
+}
+
+// Under full recompute, an add_rmsnorm in layer L reading a value of another layer (not the
+// embedding: outside the layers) is the residual add of the layer before, fused into L's first norm: its sum is the residual stream entering L,
+// the one value per layer full recompute keeps (its norm output is rebuilt from it, as below).
+bool ResidualEntry(const Graph& g, const Node& n, const std::string& layer) {
+  if (n.op != OpKind::kAddRmsNorm || layer.empty()) return false;
+  for (int k = 0; k < 2; ++k) {
+    const Node& p = g.nodes()[g.value(n.inputs[k]).producer];
+    const std::string from = LayerOf(p.scope);
+    if (p.phase == Phase::kForward && !from.empty() && from != layer) return true;
+  }
+  return false;
 }
 
 std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy, int swiglu_layers) {
@@ -64,21 +80,27 @@ std::vector<bool> Recomputable(const Graph& g, RecomputePolicy policy, int swigl
     }
     return true;
   };
-  for (size_t i = 0; i < nodes.size(); ++i) {
+  // Users come after their producers: deciding from the last node back, a node's users outside
+  // its layer are decided before it.
+  for (size_t i = nodes.size(); i-- > 0;) {
     const Node& n = nodes[i];
     if (n.phase != Phase::kForward || Schema(n.op).is_source) continue;
     const std::string layer = LayerOf(n.scope);
-    if (policy == RecomputePolicy::kFull && layer.empty()) continue;
+    if (policy == RecomputePolicy::kFull && (layer.empty() || ResidualEntry(g, n, layer))) continue;
     if (policy == RecomputePolicy::kSelective && (Expensive(n.op) || !inputs_kept(n))) continue;
     if (policy == RecomputePolicy::kSelective && n.op == OpKind::kSwiGLU && swiglu_layers >= 0 &&
         !(LayerIndex(layer) >= 0 && LayerIndex(layer) < swiglu_layers)) {
       continue;
     }
-    bool inside = true;  // no forward use outside this layer: not a layer-boundary value
+    // Not a layer-boundary value: no forward use outside this layer, or (full recompute) only uses
+    // by nodes that are not recomputed, so the backward reads the value only where it is rebuilt
+    // (a kept add_rmsnorm's backward reads its own sum, not its inputs).
+    bool inside = true;
     for (int o : n.outputs) {
       inside &= !is_output[o];
       for (int u : users[o]) {
-        if (nodes[u].phase == Phase::kForward) inside &= LayerOf(nodes[u].scope) == layer;
+        if (nodes[u].phase != Phase::kForward || LayerOf(nodes[u].scope) == layer) continue;
+        inside &= policy == RecomputePolicy::kFull && !r[size_t(u)];
       }
     }
     r[i] = inside;
