@@ -106,7 +106,7 @@ __device__ __forceinline__ void Produce(const T* __restrict__ dout, int rows, in
       for (int j = begin; j < end; ++j, ++seq) {
         if (j + ahead < end) BulkPrefetchL2(src(j + ahead), bytes);
         const uint32_t slot = ring.Slot(seq), round = ring.Round(seq);
-        if (round > 0) MbarWait(SmemAddr(&sh.empty[slot]), (round - 1) & 1);  // the last round's segment read
+        if (round > 0) MbarWait<true>(SmemAddr(&sh.empty[slot]), (round - 1) & 1);  // the last round's segment read
         MbarArriveExpectTx(SmemAddr(&sh.full[slot]), bytes);
         BulkLoad(SmemAddr(ring.Data(seq)), src(j), bytes, SmemAddr(&sh.full[slot]));
       }
@@ -156,7 +156,7 @@ __device__ __forceinline__ void Consume(float* __restrict__ dtable, int64_t row0
 #pragma unroll
         for (int u = 0; u < kTokensAtOnce; ++u) {
           if (j + u < end) {
-            MbarWait(SmemAddr(&sh.full[ring.Slot(seq + u)]), ring.Round(seq + u) & 1);
+            MbarWait<true>(SmemAddr(&sh.full[ring.Slot(seq + u)]), ring.Round(seq + u) & 1);
             if (active) y[u] = reinterpret_cast<const cuda_vec::Raw8<T>*>(ring.Data(seq + u))[c];
           }
         }

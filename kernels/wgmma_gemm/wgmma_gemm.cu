@@ -165,7 +165,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int kb = 0; kb < k_blocks; ++kb, ++it) {
           const int s = it % kStages;
           const uint32_t stage = ring + s * kStageBytes, full = bars + 8 * s, empty = bars + 8 * (kStages + s);
-          MbarWait(empty, ((it / kStages) & 1) ^ 1);
+          MbarWait<true>(empty, ((it / kStages) & 1) ^ 1);
           MbarArriveExpectTx(full, kStageBytes);  // A, and B from both halves' multicasts
           TmaLoad2d(stage, &tmap_a, kb * kBlockK, m0, full);
           if constexpr (kCluster == 1) {
@@ -208,7 +208,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int kb = 0; kb < k_blocks; ++kb, ++it) {
         const int s = it % kStages;
         const uint32_t a_tile = ring + s * kStageBytes + cg * 64 * 128, b_tile = ring + s * kStageBytes + kABytes;
-        MbarWait(bars + 8 * s, (it / kStages) & 1);
+        MbarWait<true>(bars + 8 * s, (it / kStages) & 1);
         FenceOperands(acc);
         WgmmaFence();
 #pragma unroll
