@@ -54,8 +54,13 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
     // kLr's larger steps also carry bf16 flips further: on the H200 seed 4197957661795577967 put
     // the third step's gradient norm 0.40% and tok_embeddings 1.34% off after 3 steps, eager and
     // graph-replayed alike (bitwise the same), above Bf16StepTolerances' 0.2% / 1%.
+    // Seed 9945489772930281095 (2026-11-30 13:28) put tok_embeddings 2.46% off after 3 steps while
+    // every first-step gradient agreed to 1.1e-7, bitwise the same on the binaries before and after
+    // that day's FSDP layout changes: rows whose gradients are at rounding level get lr-sized
+    // first AdamW steps, so the embedding carries these flips furthest. A wrong partial sum shows in
+    // the first step's gradients (Bf16StepTolerances' bound), long before the parameters.
     cmp.tol.scalar = 5e-3;
-    cmp.tol.param = 2e-2;
+    cmp.tol.param = 4e-2;
   }
   // The loss and gradient norm of later steps carry a rare, larger difference: AdamW's first,
   // normalized step turns a gradient at rounding level into a full lr-sized update, and the ranks
