@@ -162,8 +162,9 @@ class ShardedDataParallelStep : public CompiledStep {
   absl::Status SizeBuffers();
   int64_t ScalarBytes() const;
   absl::Status Allocate();
-  // A unit of one parameter whose rows split evenly: gathered straight into its full buffer and
-  // reduce-scattered straight from its full gradient (no packing through the buckets).
+  // A unit whose parameters' rows all split evenly: each parameter gathered straight into its full
+  // buffer and reduce-scattered straight from its full gradient into its gradient shard, one
+  // collective per parameter (no packing through the buckets).
   bool Direct(const Unit& u) const;
   // A unit that is not Direct whose reduce-scatter writes this rank's sum straight into its
   // gradient shards (laid out as the bucket block): every chunk of this rank full length, and
@@ -177,6 +178,8 @@ class ShardedDataParallelStep : public CompiledStep {
   // Sums a unit's gradients over the groups into this rank's shards: overwriting them, or adding to
   // them when `accumulate` (micro-batches after the first).
   absl::Status ReduceScatter(const Unit& u, bool accumulate, const Stream& s);
+  // The same for one parameter of a Direct unit.
+  absl::Status ReduceScatterParam(const Param& p, bool accumulate, const Stream& s);
   // The schedule of micro-batch `index`: the lowered steps with the collectives inserted.
   std::vector<Step> MicroBatchSteps(int index, const std::vector<Step>& lowered);
   // Full-batch input buffers for micro_batches_ > 1 (staged into by Run, sliced per micro-batch).
