@@ -27,5 +27,7 @@ t distributed_gpu 90 compiler/distributed_test --gtest_filter='DistributedTest.F
 t dist_cuda_graph 90 compiler/dist_cuda_graph_test
 t micro_batch_gpu 60 compiler/micro_batch_test --gtest_filter='*Gpu*'
 t cp_step_gpu 60 compiler/context_parallel/cp_step_test --gtest_filter='*Gpu*'
+t tensor_parallel_gpu 60 compiler/tensor_parallel_test --gtest_filter='*Gpu*'
+t pp_step_gpu 60 compiler/pipeline/pp_step_test --gtest_filter='*Gpu*'
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
 echo "== done $(date -u +%FT%TZ)"
