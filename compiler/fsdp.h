@@ -17,21 +17,17 @@
 //   forward   all-gather(unit k+1) is issued on the comm stream when unit k's compute starts
 //             (prefetch), into transient buffers live from there to the unit's last forward use;
 //   backward  the same into separate "@bwd" buffers, one unit ahead in backward order;
-//   gradients a unit whose parameters all split evenly (every unit of the Llama models at 2 ranks)
-//             reduce-scatters each parameter's gradient as soon as it exists, in place from the
-//             full gradient into its shard, compute waiting for it two matmuls later (the full
-//             gradient's buffer is reused from there); another unit, once its last gradient
-//             exists: one bucketed reduce-scatter (sum) of the whole unit over the shard group;
-//             then an all-reduce (sum) over the replicate group;
+//   gradients once a unit's last gradient exists: one bucketed reduce-scatter (sum) of the whole
+//             unit over the shard group, then an all-reduce (sum) over the replicate group;
 //             compute waits for it only before the next unit's reduce-scatter is issued; a packed
 //             unit's full gradient buffers are reused earlier, once compute has waited for the
 //             copies into the bucket (after the first matmul that follows the issue);
 //   optimizer global grad norm (local sums of squares, the P local norms all-gathered over the
 //             shard group) for clipping, then one multi-tensor AdamW over the local shards.
 // Collectives run on the executor's comm stream ordered against compute by events (on the CPU
-// both are the host thread, in schedule order). A unit whose parameters' rows all split evenly
-// is all-gathered parameter by parameter straight into the full buffers and reduce-scattered
-// straight from each full gradient into the shard; other units go through two
+// both are the host thread, in schedule order). A unit of one parameter whose rows split evenly
+// (embeddings, output, final norm) is all-gathered straight into its full buffer and
+// reduce-scattered straight from its full gradient into the shard; other units go through two
 // staging buffers: the unit packed rank-major and one rank's block (a bf16 gather uses the first
 // half of the packed one only, its own block cast in place). Uneven chunks are zero-padded
 // to ceil(n/P) rows inside each bucket. Memory per rank: ShardedStepMemory (PlanMemory plans it). The loss is each rank's mean over its non-ignored tokens; Run counts them,
@@ -166,9 +162,8 @@ class ShardedDataParallelStep : public CompiledStep {
   absl::Status SizeBuffers();
   int64_t ScalarBytes() const;
   absl::Status Allocate();
-  // A unit whose parameters' rows all split evenly: each parameter gathered straight into its full
-  // buffer and reduce-scattered straight from its full gradient into its gradient shard, one
-  // collective per parameter (no packing through the buckets).
+  // A unit of one parameter whose rows split evenly: gathered straight into its full buffer and
+  // reduce-scattered straight from its full gradient (no packing through the buckets).
   bool Direct(const Unit& u) const;
   // A unit that is not Direct whose reduce-scatter writes this rank's sum straight into its
   // gradient shards (laid out as the bucket block): every chunk of this rank full length, and
@@ -182,8 +177,6 @@ class ShardedDataParallelStep : public CompiledStep {
   // Sums a unit's gradients over the groups into this rank's shards: overwriting them, or adding to
   // them when `accumulate` (micro-batches after the first).
   absl::Status ReduceScatter(const Unit& u, bool accumulate, const Stream& s);
-  // The same for one parameter of a Direct unit.
-  absl::Status ReduceScatterParam(const Param& p, bool accumulate, const Stream& s);
   // The schedule of micro-batch `index`: the lowered steps with the collectives inserted.
   std::vector<Step> MicroBatchSteps(int index, const std::vector<Step>& lowered);
   // Full-batch input buffers for micro_batches_ > 1 (staged into by Run, sliced per micro-batch).

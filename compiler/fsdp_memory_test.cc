@@ -83,16 +83,14 @@ TEST(FsdpMemoryTest, Plan7bTwoRanks) {
   // 5.88 GiB gathered in bf16. Then 3.89 GiB: one kept residual tensor per layer instead of two
   // (-1.63), swiglu_backward in place (-0.17), the backward prefetch issued once half the layer's
   // weights are released (-0.20). Buckets: 1.13 GiB while the reduce-scatter went through a block
-  // staging buffer; 0.75 GiB while a layer's gradients went through the f32 rank-major bucket of
-  // one layer. Now each weight's gradient is reduce-scattered on its own, in place, as soon as it
-  // exists: no bucket, and the FFN's f32 gradients no longer wait through the attention backward.
+  // staging buffer; now into the gradient shards, the f32 rank-major bucket of one layer is left.
   constexpr double kGiB = 1073741824.0;
   EXPECT_LE(m->gathered_peak_bytes, GatheredBf16Bound(c)) << m->ToString();
-  EXPECT_LT(m->arena_bytes, int64_t(3.83 * kGiB)) << m->ToString() << "\n" << m->arena_peak.ToString();
-  EXPECT_LT(m->bucket_bytes, int64_t(1) << 20) << m->ToString();
-  // On the GPU the comm scratch is 0 at 2 ranks (the device ring needs none): 54.03 GiB planned,
-  // 3.82 GiB above the floor (7.01 GiB at 57.39 GiB measured, then 4.64 at 55.02 measured).
-  EXPECT_LT(m->Total() - m->comm_scratch_bytes - floor, int64_t(3.83 * kGiB)) << m->ToString();
+  EXPECT_LT(m->arena_bytes, int64_t(3.95 * kGiB)) << m->ToString() << "\n" << m->arena_peak.ToString();
+  EXPECT_LT(m->bucket_bytes, int64_t(0.76 * kGiB)) << m->ToString();
+  // On the GPU the comm scratch is 0 at 2 ranks (the device ring needs none): 54.84 GiB planned,
+  // 4.64 GiB above the floor (7.01 GiB before these changes; measured 57.39 GiB total).
+  EXPECT_LT(m->Total() - m->comm_scratch_bytes - floor, int64_t(4.7 * kGiB)) << m->ToString();
 }
 
 TEST(FsdpMemoryTest, TwoRanksPeakMatchesPlan) {
