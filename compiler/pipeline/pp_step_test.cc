@@ -88,6 +88,14 @@ void CompareWithSingleProcess(int64_t batch, int micro, std::vector<int64_t> mes
   testing::StepCompare cmp;
   if (cuda) {
     cmp.tol = testing::Bf16StepTolerances();
+    // Four micro-batches of one sequence run the GEMMs at another M than the one-pass reference, so
+    // cuBLASLt may pick other algorithms and bf16 roundings flip; AdamW's first, normalized step
+    // carries the flips into the second step's loss and gradient norm. H200, 2026-11-30, seed
+    // 5025775103667804482: step 1's gradient norm 0.22% off (Bf16StepTolerances allows 0.2%), as
+    // distributed_test's FSDP case sees 0.4% on some seeds (that file's tolerance). Not replayed on
+    // the previous day's binary (no device time left that session). A lost or doubled micro-batch
+    // moves the norm by tens of percent.
+    cmp.tol.scalar = 5e-3;
   } else {
     // Micro-batches and replicas add the gradients in another order than one pass, and AdamW's
     // first steps (m / sqrt(v) ~ sign(g)) magnify those f32 differences in near-zero gradient
