@@ -97,14 +97,6 @@ bool RuntimeOwned(const std::string& input) {
   return input == kStepName || input == kLrName || input == kLossScaleName;
 }
 
-absl::Status CheckHostMatch(const std::string& what, const TensorView& dev, const TensorView& host) {
-  if (dev.dtype() != host.dtype() || dev.numel() != host.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", DTypeName(dev.dtype()),
-                                                   ShapeToString(dev.shape()), ", found ", host.ToString()));
-  }
-  return absl::OkStatus();
-}
-
 // The lowering's view of CompileOptions::loss_scale; none unless kF16Mixed.
 std::optional<kernels::LossScaleConfig> LossScaler(const CompileOptions& o) {
   if (o.precision != Precision::kF16Mixed) return std::nullopt;
@@ -315,21 +307,13 @@ absl::StatusOr<TensorView> CompiledStep::View(const std::string& name) const {
 }
 
 absl::Status CompiledStep::Write(const std::string& name, const TensorView& host) {
-  auto s = program_->sources.find(name);
-  if (s == program_->sources.end()) {
-    return absl::NotFoundError(absl::StrCat("compiled step has no source named '", name, "'"));
-  }
-  SG_RETURN_IF_ERROR(CheckHostMatch(absl::StrCat("Write '", name, "'"), s->second, host));
-  SG_ASSIGN_OR_RETURN(TensorView dst, s->second.Reshape(host.shape()));
-  SG_RETURN_IF_ERROR(CopyTensor(host, dst, executor_->compute_stream()));
-  for (const auto& [master, copy] : program_->weight_copies) {
-    if (master.raw() == dst.raw()) SG_RETURN_IF_ERROR(kernels::Cast(master, copy, executor_->compute_stream()));
-  }
+  SG_RETURN_IF_ERROR(WriteSource(*program_, name, "compiled step", host, executor_->compute_stream()));
   if (name == kStepName && program_->adamw_counter.bytes() > 0) {
     // The multi-tensor AdamW counts completed steps in its own i64; restore it with the source.
     SG_RETURN_IF_ERROR(executor_->Synchronize());
     float f = 0;
-    SG_RETURN_IF_ERROR(CopyTensor(dst, TensorView(&f, DType::kF32, {}, Device::Cpu()), executor_->compute_stream()));
+    SG_RETURN_IF_ERROR(CopyTensor(program_->sources.at(kStepName), TensorView(&f, DType::kF32, {}, Device::Cpu()),
+                                  executor_->compute_stream()));
     SG_RETURN_IF_ERROR(executor_->Synchronize());
     int64_t n = int64_t(f);
     TensorView c(program_->adamw_counter.data(), DType::kI64, {}, program_->device);
@@ -339,10 +323,7 @@ absl::Status CompiledStep::Write(const std::string& name, const TensorView& host
 }
 
 absl::Status CompiledStep::Read(const std::string& name, const TensorView& host) const {
-  SG_ASSIGN_OR_RETURN(TensorView v, View(name));
-  SG_RETURN_IF_ERROR(CheckHostMatch(absl::StrCat("Read '", name, "'"), v, host));
-  SG_ASSIGN_OR_RETURN(TensorView src, v.Reshape(host.shape()));
-  SG_RETURN_IF_ERROR(CopyTensor(src, host, executor_->compute_stream()));
+  SG_RETURN_IF_ERROR(ReadSourceOrOutput(*program_, name, "compiled step", host, executor_->compute_stream()));
   return executor_->Synchronize();
 }
 

@@ -7,18 +7,9 @@
 #include "graph/ops.h"
 #include "graph/passes/passes.h"
 #include "kernels/core/status.h"
-#include "kernels/elementwise/elementwise.h"
 
 namespace sg::compiler {
 namespace {
-
-absl::Status CheckMatch(const std::string& what, const TensorView& dev, const TensorView& host) {
-  if (dev.dtype() != host.dtype() || dev.numel() != host.numel()) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": expected ", DTypeName(dev.dtype()),
-                                                   ShapeToString(dev.shape()), ", found ", host.ToString()));
-  }
-  return absl::OkStatus();
-}
 
 absl::StatusOr<graph::Graph> PrepareForward(const graph::Graph& g, const CompileOptions& o) {
   graph::Graph forward = g;
@@ -74,24 +65,12 @@ absl::StatusOr<TensorView> EvalStep::View(const std::string& name) const {
 }
 
 absl::Status EvalStep::Write(const std::string& name, const TensorView& src) {
-  auto s = program_->sources.find(name);
-  if (s == program_->sources.end()) {
-    return absl::NotFoundError(absl::StrCat("eval step has no source named '", name, "'"));
-  }
-  SG_RETURN_IF_ERROR(CheckMatch(absl::StrCat("Write '", name, "'"), s->second, src));
-  SG_ASSIGN_OR_RETURN(TensorView dst, s->second.Reshape(src.shape()));
-  SG_RETURN_IF_ERROR(CopyTensor(src, dst, executor_->compute_stream()));
-  for (const auto& [master, copy] : program_->weight_copies) {
-    if (master.raw() == dst.raw()) SG_RETURN_IF_ERROR(kernels::Cast(master, copy, executor_->compute_stream()));
-  }
+  SG_RETURN_IF_ERROR(WriteSource(*program_, name, "eval step", src, executor_->compute_stream()));
   return executor_->Synchronize();
 }
 
 absl::Status EvalStep::Read(const std::string& name, const TensorView& host) const {
-  SG_ASSIGN_OR_RETURN(TensorView v, View(name));
-  SG_RETURN_IF_ERROR(CheckMatch(absl::StrCat("Read '", name, "'"), v, host));
-  SG_ASSIGN_OR_RETURN(TensorView src, v.Reshape(host.shape()));
-  SG_RETURN_IF_ERROR(CopyTensor(src, host, executor_->compute_stream()));
+  SG_RETURN_IF_ERROR(ReadSourceOrOutput(*program_, name, "eval step", host, executor_->compute_stream()));
   return executor_->Synchronize();
 }
 

@@ -185,6 +185,17 @@ ArenaPeak FindArenaPeak(const Program& program);
 absl::StatusOr<TensorView> FindSourceOrOutput(const Program& program, const std::string& name,
                                               absl::string_view owner);
 
+// Copies `src` (the source's dtype and element count, any shape) into the program's source `name`
+// on `stream`, and refreshes the compute-dtype copy of a master weight written so. NotFound names
+// `owner` and `name`; InvalidArgument names what was expected and what was found. Does not wait.
+absl::Status WriteSource(const Program& program, const std::string& name, absl::string_view owner,
+                         const TensorView& src, const Stream& stream);
+
+// Copies the program's source or output `name` into `dst` (its dtype and element count) on
+// `stream`; the errors of FindSourceOrOutput and WriteSource. Does not wait.
+absl::Status ReadSourceOrOutput(const Program& program, const std::string& name, absl::string_view owner,
+                                const TensorView& dst, const Stream& stream);
+
 }  // namespace sg::compiler
 
 #endif  // SGTRAIN_COMPILER_LOWERING_H_
