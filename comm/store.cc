@@ -488,11 +488,19 @@ absl::Status StoreClient::Set(const std::string& key, const std::string& value, 
 }
 
 absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Time deadline) {
+  return GetKey(key, std::max<int64_t>(1, WaitMs(deadline)), deadline);
+}
+
+absl::StatusOr<std::string> StoreClient::TryGet(const std::string& key, absl::Time deadline) {
+  return GetKey(key, 0, deadline);
+}
+
+absl::StatusOr<std::string> StoreClient::GetKey(const std::string& key, int64_t wait_ms, absl::Time deadline) {
   std::lock_guard<std::mutex> lock(mu_);
   WireWriter w;
   w.U8(uint8_t(StoreOp::kGet));
   w.Str(key);
-  w.I64(std::max<int64_t>(1, WaitMs(deadline)));
+  w.I64(wait_ms);
   std::string what = absl::StrCat("store get '", key, "'");
   SG_ASSIGN_OR_RETURN(std::string reply, Call(w.payload(), deadline, what));
   WireReader r(reply);
@@ -504,25 +512,7 @@ absl::StatusOr<std::string> StoreClient::Get(const std::string& key, absl::Time 
     return absl::DeadlineExceededError(
         absl::StrCat(what, ": key did not appear before the deadline (store ", address_, ")"));
   }
-  return ErrorReply(StoreReply(code), r, what, address_);
-}
-
-absl::StatusOr<std::string> StoreClient::TryGet(const std::string& key, absl::Time deadline) {
-  std::lock_guard<std::mutex> lock(mu_);
-  WireWriter w;
-  w.U8(uint8_t(StoreOp::kGet));
-  w.Str(key);
-  w.I64(0);
-  std::string what = absl::StrCat("store get '", key, "'");
-  SG_ASSIGN_OR_RETURN(std::string reply, Call(w.payload(), deadline, what));
-  WireReader r(reply);
-  uint8_t code = 255;
-  std::string value;
-  r.U8(&code);
-  if (StoreReply(code) == StoreReply::kOk && r.Str(&value)) return value;
-  if (StoreReply(code) == StoreReply::kNotFound) {
-    return absl::NotFoundError(absl::StrCat(what, ": no such key"));
-  }
+  if (StoreReply(code) == StoreReply::kNotFound) return absl::NotFoundError(absl::StrCat(what, ": no such key"));
   return ErrorReply(StoreReply(code), r, what, address_);
 }
 

@@ -97,6 +97,8 @@ class StoreClient {
       : host_(std::move(host)), port_(port), secret_(std::move(secret)),
         address_(host_ + ":" + std::to_string(port_)) {}
   absl::Status EnsureConnected(absl::Time deadline);
+  // Get and TryGet: a get that the server holds up to wait_ms for the key (0: answers at once).
+  absl::StatusOr<std::string> GetKey(const std::string& key, int64_t wait_ms, absl::Time deadline);
   // Sends one request payload, reads the reply payload. Server-side waits get `wait_ms`; the
   // client allows that plus a grace period for the reply to arrive.
   absl::StatusOr<std::string> Call(const std::string& payload, absl::Time deadline,
