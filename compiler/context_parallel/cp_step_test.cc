@@ -70,6 +70,12 @@ void CompareWithSingleProcess(std::vector<int64_t> mesh, int64_t batch, int64_t 
 
   testing::StepCompare cmp;
   if (cuda) cmp.tol = testing::Bf16StepTolerances();
+  // f32 on the CPU: the ring adds the attention blocks in another order than one pass, and AdamW's
+  // first, normalized steps carry those differences into later losses and gradient norms; the
+  // full-recompute run once put a gradient norm 2.47e-5 off (2026-11-30, seed not kept), above the
+  // 2e-5 default. 2e-4, as distributed_test's CPU comparisons, still catches a lost or doubled
+  // block, which moves them by percents.
+  if (!cuda) cmp.tol.scalar = 2e-4;
   cmp.part = dp_rank;
   cmp.parts = dp;
   cmp.rank = rank;
