@@ -124,23 +124,7 @@ __global__ void __launch_bounds__(256, 1)
   }
   CpAsyncWait<0>();  // with no key tiles the Q copy may still be in flight
 
-  // Normalize and write out (lse as v2: natural log, [b, h, row]).
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const float l = QuadSum(row_sum[r]);
-    const float inv = l > 0.f ? 1.f / l : 0.f;
-    const int row = first_row + 8 * r;
-    if (row < pr.seq_q) {
-      if (lane % 4 == 0) {
-        lse[(int64_t(b) * pr.heads + h) * pr.seq_q + row] = l > 0.f ? (row_max[r] + __log2f(l)) * kLn2 : -INFINITY;
-      }
-      T* out_row = out + (int64_t(b) * pr.seq_q + row) * q_row + h * kD + 2 * (lane % 4);
-#pragma unroll
-      for (int j = 0; j < kD / 8; ++j) {
-        *reinterpret_cast<uint32_t*>(out_row + 8 * j) = Pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      }
-    }
-  }
+  StoreForwardRows<T, kD>(o, row_max, row_sum, pr, b, h, first_row, lane, out, lse);
 #else
   __trap();  // wgmma needs sm_90a; the dispatch launches this kernel only there
 #endif

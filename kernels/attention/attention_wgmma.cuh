@@ -259,6 +259,33 @@ __device__ __forceinline__ void RescaleO(float (&o)[kD / 2], const float (&alpha
   for (int i = 0; i < kD / 2; ++i) o[i] *= alpha[(i / 2) % 2];
 }
 
+// The forward's epilogue, shared by the wgmma and ws kernels: each thread's two query rows
+// (first_row, first_row + 8) of O normalized by their softmax sums and stored to out [b, s, h, kD],
+// and the rows' lse (natural log, [b, h, row]; -inf for a row that saw no key) from the lane that
+// holds column 0 of the quad. Rows at or past seq_q store nothing.
+template <typename T, int kD>
+__device__ __forceinline__ void StoreForwardRows(const float (&o)[kD / 2], const float (&row_max)[2],
+                                                 const float (&row_sum)[2], const Problem& pr, int b, int h,
+                                                 int first_row, int lane, T* out, float* lse) {
+  const int64_t q_row = int64_t(pr.heads) * kD;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const float l = QuadSum(row_sum[r]);
+    const float inv = l > 0.f ? 1.f / l : 0.f;
+    const int row = first_row + 8 * r;
+    if (row < pr.seq_q) {
+      if (lane % 4 == 0) {
+        lse[(int64_t(b) * pr.heads + h) * pr.seq_q + row] = l > 0.f ? (row_max[r] + __log2f(l)) * kLn2 : -INFINITY;
+      }
+      T* out_row = out + (int64_t(b) * pr.seq_q + row) * q_row + h * kD + 2 * (lane % 4);
+#pragma unroll
+      for (int j = 0; j < kD / 8; ++j) {
+        *reinterpret_cast<uint32_t*>(out_row + 8 * j) = Pack2<T>(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+      }
+    }
+  }
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 }  // namespace sg::kernels::internal::attention_device
