@@ -216,11 +216,13 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
                                         CompileOptions* o) {
   if (state_shards < 1) return absl::InvalidArgumentError("ChooseRecompute: state_shards must be >= 1");
   int64_t last = 0;
-  auto fits = [&](RecomputePolicy p, int swiglu_layers) -> absl::StatusOr<bool> {
+  const bool fsdp = o->strategy == Strategy::kFsdp && state_shards > 1;
+  auto fits = [&](RecomputePolicy p, int swiglu_layers, bool per_parameter = false) -> absl::StatusOr<bool> {
     CompileOptions t = *o;
     t.recompute = p;
     t.recompute_swiglu_layers = swiglu_layers;
-    if (t.strategy == Strategy::kFsdp && state_shards > 1) {
+    t.fsdp_per_parameter_collectives = per_parameter;
+    if (fsdp) {
       // The FSDP runtime's own buffers (gradient shards, gathered parameters, staging).
       SG_ASSIGN_OR_RETURN(ShardedStepMemory m, PlanFsdpMemory(forward, t, state_shards));
       last = m.Total();
@@ -231,6 +233,7 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
     if (last > budget_bytes) return false;
     o->recompute = p;
     o->recompute_swiglu_layers = swiglu_layers;
+    o->fsdp_per_parameter_collectives = per_parameter;
     return true;
   };
   SG_ASSIGN_OR_RETURN(bool ok, fits(RecomputePolicy::kNone, -1));
@@ -250,7 +253,12 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
   SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1));
   if (ok) return last;
   o->recompute = RecomputePolicy::kFull;
-  return last;  // the least memory there is, over the budget: Compile will report running out
+  o->recompute_swiglu_layers = -1;
+  if (!fsdp) return last;  // the least memory there is, over the budget: Compile will report running out
+  // The bucketed collectives' f32 staging of a whole unit goes before speed: a collective per weight.
+  SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1, /*per_parameter=*/true));
+  o->fsdp_per_parameter_collectives = true;
+  return last;
 }
 
 // The step counter lives in device memory and is advanced by the step itself (first update uses

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "comm/multiprocess_testing.h"
 #include "compiler/compile.h"
@@ -29,9 +30,9 @@ std::string SeedEnv() { return absl::StrCat("SG_DIST_SEED=", sg::testing::Rng()(
 
 // The same on every rank: seeded from the parent's random seed. The CUDA model has the CUDA
 // kernels' shapes and matrices scaled down so bf16 logits stay moderate.
-testing::StepData MakeData(bool cuda = false, bool bf16 = false) {
+testing::StepData MakeData(bool cuda = false, bool bf16 = false, bool even = false) {
   testing::TinyLlamaConfig c;
-  c.ffn = 25;  // w1/w3 have 25 rows: uneven chunks over 2 and 4 ranks
+  c.ffn = even ? 24 : 25;  // w1/w3 have 25 rows: uneven chunks over 2 and 4 ranks
   if (cuda) c = testing::WithCudaKernelShapes(c);
   testing::StepDataOptions o(kSteps, kGlobalBatch, kSeq, c.vocab);
   o.ignored_targets = {1};  // an ignored token: the global mean must count tokens, not rows
@@ -42,7 +43,10 @@ testing::StepData MakeData(bool cuda = false, bool bf16 = false) {
 // The whole comparison, on every rank of a job of `world` processes. On CUDA each rank uses GPU
 // `rank` for both its distributed share and the single-GPU reference, both in bf16 mixed precision
 // (f32 master weights and gradients, bf16 activations: the CUDA attention kernels' case).
-void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool cuda = false, bool bf16 = false) {
+// `per_parameter`: FSDP with CompileOptions::fsdp_per_parameter_collectives, on a model whose
+// every parameter splits evenly over the ranks (so every layer takes that form).
+void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool cuda = false, bool bf16 = false,
+                              bool per_parameter = false) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const Device device = cuda ? Device::Cuda(rank) : Device::Cpu();
   // CUDA: bf16 activations from GEMMs at another M (cuBLASLt may pick another algorithm, so a bf16
@@ -74,7 +78,7 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   // stayed within the f32 tolerances, 16 CI-size runs did not (gradients 8e-4, parameters 5.0e-4
   // after 3 steps, 2026-11-30): bf16-level agreement, as on CUDA.
   const Precision precision = cuda || bf16 ? Precision::kBF16Mixed : Precision::kF32;
-  testing::StepData d = MakeData(cuda, bf16);
+  testing::StepData d = MakeData(cuda, bf16, per_parameter);
   CompileOptions ref_opt;
   ref_opt.precision = precision;
   ref_opt.device = device;
@@ -86,11 +90,15 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   dist_opt.device = device;
   dist_opt.mesh = mesh;
   dist_opt.comm_timeout_s = 30;
+  dist_opt.fsdp_per_parameter_collectives = per_parameter;
   dist_opt.binding = {{"batch", kGlobalBatch / world}, {"seq", kSeq}};
   std::unique_ptr<CompiledStep> dist = testing::CompileAndInit(d, dist_opt, kLr);
   ASSERT_NE(ref, nullptr);
   ASSERT_NE(dist, nullptr);
   if (rank == 0) std::cout << dist->explanation() << "\n";
+  EXPECT_EQ(absl::StrContains(dist->explanation(), "each parameter gathered and reduce-scattered on its own"),
+            per_parameter)
+      << dist->explanation();
 
   cmp.part = rank;
   cmp.parts = world;
@@ -130,6 +138,12 @@ TEST(Workers, DISABLED_HybridShardBf16) {
   CompareWithSingleProcess(Strategy::kHybridShard, {2, 2}, false, /*bf16=*/true);
 }
 TEST(Workers, DISABLED_FsdpCuda) { CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true); }
+TEST(Workers, DISABLED_FsdpPerParameter) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, false, false, /*per_parameter=*/true);
+}
+TEST(Workers, DISABLED_FsdpPerParameterCuda) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true, false, /*per_parameter=*/true);
+}
 
 // Rank 1 leaves after the first step; rank 0's second step must fail (not hang) naming it.
 TEST(Workers, DISABLED_DeadRank) {
@@ -156,6 +170,12 @@ TEST(DistributedTest, FsdpOnTwoRanksEqualsOneProcess) {
   testing::ExpectWorkersPass(2, "Workers.DISABLED_Fsdp", {SeedEnv()}, absl::Seconds(100));
 }
 
+// The memory form the 7b takes (ChooseRecompute when full recompute alone does not fit): each
+// parameter gathered and reduce-scattered on its own, in place.
+TEST(DistributedTest, FsdpPerParameterOnTwoRanksEqualsOneProcess) {
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpPerParameter", {SeedEnv()}, absl::Seconds(100));
+}
+
 TEST(DistributedTest, HybridShardOn2x2MeshEqualsOneProcess) {
   testing::ExpectWorkersPass(4, "Workers.DISABLED_HybridShard", {SeedEnv()}, absl::Seconds(100));
 }
@@ -179,6 +199,12 @@ TEST(DistributedTest, FsdpOnTwoGpusEqualsOneGpu) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpCuda", {SeedEnv()}, absl::Seconds(120));
+}
+
+TEST(DistributedTest, FsdpPerParameterOnTwoGpusEqualsOneGpu) {
+  SG_SKIP_WITHOUT_CUDA();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpPerParameterCuda", {SeedEnv()}, absl::Seconds(120));
 }
 
 TEST(DistributedTest, DeadRankFailsTheOthersWithAClearError) {

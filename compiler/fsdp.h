@@ -26,8 +26,10 @@
 //             shard group) for clipping, then one multi-tensor AdamW over the local shards.
 // Collectives run on the executor's comm stream ordered against compute by events (on the CPU
 // both are the host thread, in schedule order). A unit of one parameter whose rows split evenly
-// (embeddings, output, final norm) is all-gathered straight into its full buffer and
-// reduce-scattered straight from its full gradient into the shard; other units go through two
+// (embeddings, output, final norm), or under CompileOptions::fsdp_per_parameter_collectives any
+// unit whose parameters' rows all split evenly, is all-gathered straight into its full buffers
+// and reduce-scattered straight from its full gradients into the shards, one collective per
+// parameter, each reduce-scatter issued as soon as its gradient exists; other units go through two
 // staging buffers: the unit packed rank-major and one rank's block (a bf16 gather uses the first
 // half of the packed one only, its own block cast in place). Uneven chunks are zero-padded
 // to ceil(n/P) rows inside each bucket. Memory per rank: ShardedStepMemory (PlanMemory plans it). The loss is each rank's mean over its non-ignored tokens; Run counts them,
@@ -162,9 +164,15 @@ class ShardedDataParallelStep : public CompiledStep {
   absl::Status SizeBuffers();
   int64_t ScalarBytes() const;
   absl::Status Allocate();
-  // A unit of one parameter whose rows split evenly: gathered straight into its full buffer and
-  // reduce-scattered straight from its full gradient (no packing through the buckets).
+  // A unit of one parameter whose rows split evenly, or (CompileOptions::
+  // fsdp_per_parameter_collectives) of parameters whose rows all split evenly: each parameter
+  // gathered straight into its full buffer and reduce-scattered straight from its full gradient
+  // into its gradient shard, one collective per parameter (no packing through the buckets).
   bool Direct(const Unit& u) const;
+  // A Direct unit under fsdp_per_parameter_collectives: each parameter's reduce-scatter issued as
+  // soon as its gradient exists and waited for after the second matmul from there. Otherwise a
+  // Direct unit's one parameter is reduce-scattered on the unit schedule (as the bucketed units).
+  bool PerParameter(const Unit& u) const;
   // A unit that is not Direct whose reduce-scatter writes this rank's sum straight into its
   // gradient shards (laid out as the bucket block): every chunk of this rank full length, and
   // 16-bit gathers (an f32 gather stages through the block).
@@ -177,6 +185,8 @@ class ShardedDataParallelStep : public CompiledStep {
   // Sums a unit's gradients over the groups into this rank's shards: overwriting them, or adding to
   // them when `accumulate` (micro-batches after the first).
   absl::Status ReduceScatter(const Unit& u, bool accumulate, const Stream& s);
+  // One parameter of a Direct unit.
+  absl::Status ReduceScatterParam(const Param& p, bool accumulate, const Stream& s);
   // The schedule of micro-batch `index`: the lowered steps with the collectives inserted.
   std::vector<Step> MicroBatchSteps(int index, const std::vector<Step>& lowered);
   // Full-batch input buffers for micro_batches_ > 1 (staged into by Run, sliced per micro-batch).
@@ -201,6 +211,7 @@ class ShardedDataParallelStep : public CompiledStep {
   // for units that are not Direct; block_ one rank's block (all-gather input, reduce-scatter output).
   TensorView packed_, block_;
   bool plan_only_ = false;
+  bool per_parameter_collectives_ = false;  // CompileOptions::fsdp_per_parameter_collectives
   ShardedStepMemory memory_;
   std::vector<int64_t> shard_offsets_;  // per parameter, in shards_
   TensorView lr_, counter_, norm_local_, norms_, norm_, clip_, losses_, dummy_[3];

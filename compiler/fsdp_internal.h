@@ -22,6 +22,11 @@ struct ShardedDataParallelStep::Param {
   double weight_decay = 0;
   TensorView full_fwd, full_bwd, grad_full;  // lowered program buffers (full_bwd may be empty)
   int fwd_last = -1, bwd_last = -1, grad_from = -1;  // node indices: last readers, gradient producer
+  // A Direct unit's parameter is reduce-scattered on its own: issued before node rs_at (once its
+  // gradient exists), waited for by compute before node rs_wait_at, from where the full gradient's
+  // arena buffer is reused.
+  int rs_at = INT_MAX, rs_wait_at = INT_MAX;
+  std::unique_ptr<Event> rs_done;
   TensorView shard, grad, m, v;              // this rank's rows, flat f32
 };
 

@@ -36,9 +36,12 @@ absl::StatusOr<ShardedStepMemory> ShardedDataParallelStep::PlanMemory(const grap
 }
 
 bool ShardedDataParallelStep::Direct(const Unit& u) const {
-  if (u.params.size() != 1) return false;
-  const Param& p = *params_[u.params[0]];
-  return p.rows >= shard_size_ && p.rows % shard_size_ == 0;
+  if (u.params.size() > 1 && !per_parameter_collectives_) return false;
+  for (int i : u.params) {
+    const Param& p = *params_[size_t(i)];
+    if (p.rows < shard_size_ || p.rows % shard_size_ != 0) return false;
+  }
+  return !u.params.empty();
 }
 
 absl::Status ShardedDataParallelStep::SizeBuffers() {
@@ -98,7 +101,10 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
   for (auto& u : units_) {
     if (!Direct(*u)) packed = std::max(packed, u->block * P);
     if (micro_batches_ > 1 || (!Direct(*u) && !ScatterIntoShards(*u))) block = std::max(block, u->block);
-    largest = std::max(largest, u->block * P);
+    if (!Direct(*u)) largest = std::max(largest, u->block * P);
+    for (int i : u->params) {
+      if (Direct(*u)) largest = std::max(largest, params_[size_t(i)]->rows * params_[size_t(i)]->row);
+    }
   }
   packed_ = TensorView(nullptr, DType::kF32, {packed}, program_->device);
   block_ = TensorView(nullptr, DType::kF32, {block}, program_->device);
@@ -125,7 +131,7 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
     const int64_t bwd_bytes = p->rows * p->row * int64_t(SizeOf(u.bwd_dtype));
     if (u.fwd_at != INT_MAX && p->fwd_last >= 0) live(gathered, u.fwd_at, p->fwd_last, fwd_bytes);
     if (u.bwd_at != INT_MAX && p->bwd_last >= 0) live(gathered, u.bwd_at, p->bwd_last, bwd_bytes);
-    live(grads, p->grad_from, std::min(u.packed_at, num_nodes), bytes);
+    live(grads, p->grad_from, std::min(PerParameter(u) ? p->rs_wait_at : u.packed_at, num_nodes), bytes);
   }
   int64_t g_sum = 0, r_sum = 0;
   for (int i = 0; i <= num_nodes; ++i) {
@@ -144,6 +150,8 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
   }
   return absl::OkStatus();
 }
+
+bool ShardedDataParallelStep::PerParameter(const Unit& u) const { return per_parameter_collectives_ && Direct(u); }
 
 bool ShardedDataParallelStep::ScatterIntoShards(const Unit& u) const {
   if ((u.fwd_at != INT_MAX && u.fwd_dtype == DType::kF32) || (u.bwd_at != INT_MAX && u.bwd_dtype == DType::kF32)) {
