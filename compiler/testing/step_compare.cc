@@ -67,7 +67,7 @@ std::vector<double> ReadFull(CompiledStep& step, const std::string& name, int64_
 }
 
 std::unique_ptr<CompiledStep> CompileAndInit(const StepData& d, CompileOptions o, float lr) {
-  o.adamw.max_grad_norm = 0.5;
+  o.adamw.max_grad_norm = kMaxGradNorm;
   auto step = Compile(d.forward, o);
   EXPECT_TRUE(step.ok()) << step.status();
   if (!step.ok()) return nullptr;
@@ -122,7 +122,7 @@ void CompareStepsOrStop(const StepData& d, CompiledStep& ref, CompiledStep& dist
     EXPECT_GT(rm->loss, 1.0);
     if (c.after_step) c.after_step(s);
     if (s == 0) {
-      EXPECT_GT(rm->grad_norm, 0.5) << "clipping should be active";
+      EXPECT_GT(rm->grad_norm, kMaxGradNorm) << "clipping should be active";
       CompareGradients(d, ref, dist, c);
     }
   }
