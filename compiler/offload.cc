@@ -49,7 +49,7 @@ std::vector<ActivationOffload> ChooseOffloads(const graph::Graph& g, const std::
     if (n.phase != graph::Phase::kForward) continue;
     for (int v : n.outputs) {
       if (root[size_t(v)] != v || bad[v] || !offloadable(v) || fwd_last[v] < 0 || bwd_first[v] == INT_MAX) continue;
-      if (bytes(v) < (int64_t(1) << 20) || bwd_first[v] - fwd_last[v] < 2 * lead + 2) continue;
+      if (bwd_first[v] - fwd_last[v] < 2 * lead + 2) continue;
       ActivationOffload o;
       o.root = v;
       o.producer = std::max(i, written[v]);
