@@ -44,24 +44,32 @@ std::vector<ActivationOffload> ChooseOffloads(const graph::Graph& g, const std::
       }
     }
   }
-  for (int i = 0; i < int(nodes.size()) && int(chosen.size()) < count; ++i) {
-    const graph::Node& n = nodes[i];
-    if (n.phase != graph::Phase::kForward) continue;
-    for (int v : n.outputs) {
+  // Candidates in producer order; only the large ones (at least a quarter of the largest) are
+  // worth a copy and its events.
+  std::vector<std::pair<int, int>> candidates;  // (last forward writer, value)
+  int64_t largest = 0;
+  for (int i = 0; i < int(nodes.size()); ++i) {
+    if (nodes[i].phase != graph::Phase::kForward) continue;
+    for (int v : nodes[i].outputs) {
       if (root[size_t(v)] != v || bad[v] || !offloadable(v) || fwd_last[v] < 0 || bwd_first[v] == INT_MAX) continue;
       if (bwd_first[v] - fwd_last[v] < 2 * lead + 2) continue;
-      ActivationOffload o;
-      o.root = v;
-      o.producer = std::max(i, written[v]);
-      o.fwd_last = fwd_last[v];
-      o.bwd_first = bwd_first[v];
-      o.wait_at = std::max(o.fwd_last, std::min(o.producer + lead, o.bwd_first - lead - 2));
-      o.reload_at = o.bwd_first - lead;
-      o.bytes = bytes(v);
-      o.host_offset = chosen.empty() ? 0 : chosen.back().host_offset + AlignUp(chosen.back().bytes);
-      chosen.push_back(o);
-      if (int(chosen.size()) == count) break;
+      candidates.push_back({std::max(i, written[v]), v});
+      largest = std::max(largest, bytes(v));
     }
+  }
+  for (const auto& [producer, v] : candidates) {
+    if (int(chosen.size()) == count) break;
+    if (4 * bytes(v) < largest) continue;
+    ActivationOffload o;
+    o.root = v;
+    o.producer = producer;
+    o.fwd_last = fwd_last[v];
+    o.bwd_first = bwd_first[v];
+    o.wait_at = std::max(o.fwd_last, std::min(o.producer + lead, o.bwd_first - lead - 2));
+    o.reload_at = o.bwd_first - lead;
+    o.bytes = bytes(v);
+    o.host_offset = chosen.empty() ? 0 : chosen.back().host_offset + AlignUp(chosen.back().bytes);
+    chosen.push_back(o);
   }
   return chosen;
 }

@@ -36,7 +36,8 @@ struct ActivationOffload {
 
 // The first `count` (in producer order) arena buffers that forward nodes write and read, and only
 // backward nodes read or write again after at least 2 * lead + 2 nodes (under full recompute: the
-// residual sums kept at the layer boundaries, from the embedding's output on).
+// residual sums kept at the layer boundaries, from the embedding's output on), of at least a quarter
+// of the largest such buffer's bytes.
 // `root[v]` is v's alias root (an in-place output's is the buffer it overwrites); `offloadable(r)`
 // says whether root r may move (an arena value, not a graph output).
 std::vector<ActivationOffload> ChooseOffloads(const graph::Graph& g, const std::vector<int>& root,
