@@ -11,8 +11,9 @@
 //         cluster variants (WgmmaGemmVariant).
 // BM_Gemm: the plain GEMM y = x w^T of the same shapes, impl 0: cuBLASLt (MatmulForward), 1: the
 // wgmma kernel, 2: cuBLASLt with the row scale in its epilogue, 3: the wgmma kernel with the scale,
-// 4 and 5: 3 in the tma_store and cluster variants, so the wgmma kernel's efficiency against cuBLAS
-// is visible apart from the norm.
+// 4 and 5: 3 in the tma_store and cluster variants, 6: the wgmma kernel (tma_store) without a scale,
+// so the wgmma kernel's efficiency against cuBLAS is visible apart from the norm. BM_Gemm also runs
+// impl 0 and 6 at every forward GEMM shape of the Llama-1B step (q, k/v, o, w1/w3, w2, output).
 // BM_LlamaBlockForward: the block's residual add -> RMSNorm -> Linear. mode 0, unfused:
 // AddRmsNormForward writes h, y and rstd, cuBLASLt reads y. modes 1-3, fused: AddRmsNormStatsForward
 // writes h and rstd only, our GEMM reads h with the folded weight and rstd as its row scale (variant
@@ -32,6 +33,7 @@
 #include <chrono>
 #include <functional>
 #include <string>
+#include <utility>
 
 #include "kernels/add_rmsnorm/add_rmsnorm.h"
 #include "kernels/core/status.h"
@@ -180,6 +182,7 @@ void BM_Gemm(benchmark::State& state) {
     if (impl == 3) return WgmmaGemm(x, w, scale.view(), y, stream, WgmmaGemmVariant::kRegisterStores);
     if (impl == 4) return WgmmaGemm(x, w, scale.view(), y, stream, WgmmaGemmVariant::kTmaStore);
     if (impl == 5) return WgmmaGemm(x, w, scale.view(), y, stream, WgmmaGemmVariant::kClusterMulticast);
+    if (impl == 6) return WgmmaGemm(x, w, std::nullopt, y, stream, WgmmaGemmVariant::kTmaStore);
     GemmArgs g;
     g.a = x;
     g.b = w;
@@ -195,7 +198,8 @@ void BM_Gemm(benchmark::State& state) {
                          "cublas row-scale epilogue",
                          "wgmma row-scale epilogue",
                          "wgmma tma_store row-scale epilogue",
-                         "wgmma cluster row-scale epilogue"};
+                         "wgmma cluster row-scale epilogue",
+                         "wgmma tma_store"};
   state.SetLabel(std::string(names[impl]) + " bf16@" + dev.ToString());
 }
 
@@ -209,7 +213,10 @@ void Shapes(benchmark::internal::Benchmark* b, int modes) {
 
 void GemmShapes(benchmark::internal::Benchmark* b) {
   for (int64_t n : {3072, 8192, 16384}) {
-    for (int64_t impl : {0, 1, 2, 3, 4, 5}) b->Args({16384, n, 2048, impl});
+    for (int64_t impl : {0, 1, 2, 3, 4, 5, 6}) b->Args({16384, n, 2048, impl});
+  }
+  for (auto [n, k] : {std::pair<int64_t, int64_t>{2048, 2048}, {512, 2048}, {2048, 8192}, {32000, 2048}}) {
+    for (int64_t impl : {0, 6}) b->Args({16384, n, k, impl});
   }
   b->ArgNames({"M", "N", "K", "impl"});
 }
