@@ -42,10 +42,9 @@ TraceSummary Summarize(const StepTrace& t) {
 
 std::string ToChromeTraceJson(const StepTrace& t) {
   nlohmann::json events = nlohmann::json::array();
-  for (int stream = 0; stream < 3; ++stream) {
-    const char* names[3] = {"compute", "communication", "host copies"};
+  for (int stream = 0; stream < 2; ++stream) {
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", stream},
-                      {"args", {{"name", names[stream]}}}});
+                      {"args", {{"name", stream == 0 ? "compute" : "communication"}}}});
   }
   for (const TraceEvent& e : t.events) {
     events.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.start_us},
