@@ -372,7 +372,7 @@ class Lowerer {
         step("record " + name, 0, [ready](const Stream& s) { return ready->Record(s); });
         step(name, 2, [from, to, ready, done](const Stream& s) -> absl::Status {
           SG_RETURN_IF_ERROR(ready->Block(s));
-          SG_RETURN_IF_ERROR(CopyTensor(from, to, s));
+          SG_RETURN_IF_ERROR(CopyTensorAsync(from, to, s));  // pinned: queued, capturable
           return done->Record(s);
         });
       };
