@@ -63,20 +63,23 @@ ArenaPeak FindArenaPeak(const Program& p) {
   }
   ArenaPeak peak;
   int64_t live = 0;
+  const int num_nodes = int(p.graph.nodes().size());
+  auto name = [&](int i) {
+    const graph::Node& n = p.graph.nodes()[size_t(i)];
+    return absl::StrCat(graph::OpName(n.op), n.scope.empty() ? "" : " @", n.scope,
+                        n.phase == graph::Phase::kBackward ? " (bwd)" : "");
+  };
   for (int i = 0; i <= end; ++i) {
     live += delta[size_t(i)];
+    peak.live_by_node.push_back(live);
+    peak.node_names.push_back(i < num_nodes ? name(i) : "end");
     if (live > peak.live_bytes) {
       peak.live_bytes = live;
       peak.node = i;
     }
   }
   if (peak.node < 0) return peak;
-  const int num_nodes = int(p.graph.nodes().size());
-  if (peak.node < num_nodes) {
-    const graph::Node& n = p.graph.nodes()[size_t(peak.node)];
-    peak.node_name = absl::StrCat(graph::OpName(n.op), n.scope.empty() ? "" : " @", n.scope,
-                                  n.phase == graph::Phase::kBackward ? " (bwd)" : "");
-  }
+  if (peak.node < num_nodes) peak.node_name = name(peak.node);
   std::map<std::string, ArenaPeak::Group> by_what;
   for (size_t i = 0; i < plan.bytes.size(); ++i) {
     if (plan.first[i] > peak.node || plan.last[i] < peak.node) continue;

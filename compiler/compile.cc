@@ -166,6 +166,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   }
   LowerOptions lo;
   lo.loss_scaler = LossScaler(o);
+  lo.offload_activations = o.offload_activations;
   SG_ASSIGN_OR_RETURN(step->program_, Lower(std::move(train), o.binding, o.device, lo));
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
@@ -209,6 +210,7 @@ absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOpt
   SG_ASSIGN_OR_RETURN(graph::Graph train, PrepareTrainingGraph(g, o));
   LowerOptions lo;
   lo.loss_scaler = LossScaler(o);
+  lo.offload_activations = o.offload_activations;
   return PlanStepMemory(std::move(train), o.binding, o.device, lo);
 }
 
@@ -217,11 +219,13 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
   if (state_shards < 1) return absl::InvalidArgumentError("ChooseRecompute: state_shards must be >= 1");
   int64_t last = 0;
   const bool fsdp = o->strategy == Strategy::kFsdp && state_shards > 1;
-  auto fits = [&](RecomputePolicy p, int swiglu_layers, bool per_parameter = false) -> absl::StatusOr<bool> {
+  auto fits = [&](RecomputePolicy p, int swiglu_layers, bool per_parameter = false,
+                  int offload = 0) -> absl::StatusOr<bool> {
     CompileOptions t = *o;
     t.recompute = p;
     t.recompute_swiglu_layers = swiglu_layers;
     t.fsdp_per_parameter_collectives = per_parameter;
+    t.offload_activations = offload;
     if (fsdp) {
       // The FSDP runtime's own buffers (gradient shards, gathered parameters, staging).
       SG_ASSIGN_OR_RETURN(ShardedStepMemory m, PlanFsdpMemory(forward, t, state_shards));
@@ -234,6 +238,7 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
     o->recompute = p;
     o->recompute_swiglu_layers = swiglu_layers;
     o->fsdp_per_parameter_collectives = per_parameter;
+    o->offload_activations = offload;
     return true;
   };
   SG_ASSIGN_OR_RETURN(bool ok, fits(RecomputePolicy::kNone, -1));
@@ -258,6 +263,21 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
   // The bucketed collectives' f32 staging of a whole unit goes before speed: a collective per weight.
   SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1, /*per_parameter=*/true));
   o->fsdp_per_parameter_collectives = true;
+  if (ok) return last;
+  // Then the kept activations of the first layers to host memory, as few as fit (each layer's
+  // residual sum saves its bytes at the peak); all that qualify when none does. The plan falls
+  // monotonically with the count, so a bisection finds the least that fits.
+  SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1, true, layers + 1));
+  const int64_t most = last;
+  o->offload_activations = layers + 1;
+  if (!ok) return most;
+  int lo = 0, hi = layers + 1;  // lo does not fit, hi does
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1, true, mid));
+    (ok ? hi : lo) = mid;
+  }
+  SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1, true, hi));
   return last;
 }
 

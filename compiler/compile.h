@@ -88,6 +88,11 @@ struct CompileOptions {
   // FSDP step on 2 H200s ran 3.1% slower (nine collectives a layer instead of one), so it is a
   // memory option that ChooseRecompute takes only when full recompute alone does not fit.
   bool fsdp_per_parameter_collectives = false;
+  // Kept activations moved to host memory between their forward and backward uses: the first n
+  // (in forward order) that the backward reads after a long gap (LowerOptions::offload_activations,
+  // compiler/offload.h). A memory option: ChooseRecompute takes the fewest that fit once full
+  // recompute (and per-parameter collectives) do not.
+  int offload_activations = 0;
   Device device = Device::Cpu();
   std::string cache_dir;  // "" disables the compile cache
   // Concrete sizes for the graph's symbols; the step is specialized to them (static shapes).
@@ -227,8 +232,9 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph,
 // The least recompute whose plan fits `budget_bytes` (arena + state / state_shards; for
 // options->strategy == kFsdp with state_shards > 1, PlanFsdpMemory's total per rank): none, then
 // selective with SwiGLU recomputed in 0, 1, 2, ... layers, then full, then (FSDP over > 1 ranks)
-// full with per-parameter collectives. Sets options->recompute, options->recompute_swiglu_layers
-// and options->fsdp_per_parameter_collectives; returns the planned bytes. When nothing fits, the
+// full with per-parameter collectives, then that with the fewest kept activations offloaded to host
+// memory (options->offload_activations). Sets options->recompute, options->recompute_swiglu_layers,
+// options->fsdp_per_parameter_collectives and options->offload_activations; returns the planned bytes. When nothing fits, the
 // last (least memory) choice is set and its bytes returned. Plans only (allocates nothing).
 absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t budget_bytes, int state_shards,
                                         CompileOptions* options);

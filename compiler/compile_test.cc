@@ -30,9 +30,11 @@ struct Fixture {
   Feeds params, batch;
 };
 
-Fixture MakeFixture() {
+Fixture MakeFixture(int layers = 2) {
   Fixture f;
-  auto g = testing::TinyLlama({});
+  testing::TinyLlamaConfig c;
+  c.layers = layers;
+  auto g = testing::TinyLlama(c);
   EXPECT_TRUE(g.ok()) << g.status();
   f.forward = *g;
   f.params = testing::RandomParameters(f.forward, sg::testing::Rng());
@@ -202,6 +204,57 @@ TEST(CompileTest, RecomputeGivesTheSameGradients) {
         base[name] = g;
       } else {
         EXPECT_LT(sg::testing::RelativeError(g, base[name]), 1e-6) << name << " policy " << int(p);
+      }
+    }
+  }
+}
+
+// Activation offloading (CompileOptions::offload_activations) moves kept activations to host memory
+// and back: the step computes the same values from the same buffers' contents, so the loss of every
+// step, the gradients and the parameters after 3 steps match the step that keeps them (f32).
+TEST(CompileTest, OffloadedActivationsGiveTheSameSteps) {
+  Fixture f = MakeFixture(/*layers=*/6);
+  auto batch = BatchOn(f.batch, Device::Cpu());
+  std::map<std::string, std::vector<double>> grads, params;
+  std::vector<float> losses;
+  for (int offload : {0, 4}) {
+    CompileOptions o = Options();
+    o.recompute = RecomputePolicy::kFull;
+    o.offload_activations = offload;
+    auto step = CompileWith(f, o);
+    ASSERT_NE(step, nullptr);
+    int copies = 0;
+    for (const Step& s : step->program().schedule.steps) {
+      copies += absl::StartsWith(s.name, "offload ") || absl::StartsWith(s.name, "reload ");
+    }
+    EXPECT_EQ(copies, 2 * offload);
+    auto planned = PlanMemory(f.forward, o);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(step->Run(BatchViews(batch)).ok());
+      auto m = step->ReadMetrics();
+      ASSERT_TRUE(m.ok()) << m.status();
+      if (offload == 0) {
+        losses.push_back(m->loss);
+      } else {
+        EXPECT_NEAR(m->loss, losses[size_t(i)], 1e-6 * std::abs(losses[size_t(i)])) << "step " << i;
+      }
+      for (const std::string& name : step->parameter_names()) {
+        if (i != 0) continue;
+        std::vector<double> g = ReadValue(*step, "grad:" + name);
+        if (offload == 0) {
+          grads[name] = g;
+        } else {
+          EXPECT_LT(sg::testing::RelativeError(g, grads[name]), 1e-6) << name;
+        }
+      }
+    }
+    for (const std::string& name : step->parameter_names()) {
+      std::vector<double> p = ReadValue(*step, name);
+      if (offload == 0) {
+        params[name] = p;
+      } else {
+        EXPECT_LT(sg::testing::RelativeError(p, params[name]), 1e-6) << name;
       }
     }
   }

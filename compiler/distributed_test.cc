@@ -30,8 +30,9 @@ std::string SeedEnv() { return absl::StrCat("SG_DIST_SEED=", sg::testing::Rng()(
 
 // The same on every rank: seeded from the parent's random seed. The CUDA model has the CUDA
 // kernels' shapes and matrices scaled down so bf16 logits stay moderate.
-testing::StepData MakeData(bool cuda = false, bool bf16 = false, bool even = false) {
+testing::StepData MakeData(bool cuda = false, bool bf16 = false, bool even = false, int layers = 2) {
   testing::TinyLlamaConfig c;
+  c.layers = layers;
   c.ffn = even ? 24 : 25;  // w1/w3 have 25 rows: uneven chunks over 2 and 4 ranks
   if (cuda) c = testing::WithCudaKernelShapes(c);
   testing::StepDataOptions o(kSteps, kGlobalBatch, kSeq, c.vocab);
@@ -45,8 +46,11 @@ testing::StepData MakeData(bool cuda = false, bool bf16 = false, bool even = fal
 // (f32 master weights and gradients, bf16 activations: the CUDA attention kernels' case).
 // `per_parameter`: FSDP with CompileOptions::fsdp_per_parameter_collectives, on a model whose
 // every parameter splits evenly over the ranks (so every layer takes that form).
+// `offload` > 0: also full recompute with that many kept activations offloaded to host memory
+// (CompileOptions::offload_activations, the 7b's form), on a model of 6 layers (the offloads need
+// long gaps between the forward's last and the backward's first reader).
 void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool cuda = false, bool bf16 = false,
-                              bool per_parameter = false) {
+                              bool per_parameter = false, int offload = 0) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const Device device = cuda ? Device::Cuda(rank) : Device::Cpu();
   // CUDA: bf16 activations from GEMMs at another M (cuBLASLt may pick another algorithm, so a bf16
@@ -78,7 +82,7 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   // stayed within the f32 tolerances, 16 CI-size runs did not (gradients 8e-4, parameters 5.0e-4
   // after 3 steps, 2026-11-30): bf16-level agreement, as on CUDA.
   const Precision precision = cuda || bf16 ? Precision::kBF16Mixed : Precision::kF32;
-  testing::StepData d = MakeData(cuda, bf16, per_parameter);
+  testing::StepData d = MakeData(cuda, bf16, per_parameter, offload > 0 ? 6 : 2);
   CompileOptions ref_opt;
   ref_opt.precision = precision;
   ref_opt.device = device;
@@ -91,6 +95,10 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   dist_opt.mesh = mesh;
   dist_opt.comm_timeout_s = 30;
   dist_opt.fsdp_per_parameter_collectives = per_parameter;
+  if (offload > 0) {
+    dist_opt.recompute = RecomputePolicy::kFull;
+    dist_opt.offload_activations = offload;
+  }
   dist_opt.binding = {{"batch", kGlobalBatch / world}, {"seq", kSeq}};
   std::unique_ptr<CompiledStep> dist = testing::CompileAndInit(d, dist_opt, kLr);
   ASSERT_NE(ref, nullptr);
@@ -99,6 +107,16 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   EXPECT_EQ(absl::StrContains(dist->explanation(), "each parameter gathered and reduce-scattered on its own"),
             per_parameter)
       << dist->explanation();
+  int offloads = 0, reloads = 0;
+  for (const Step& st : dist->program().schedule.steps) {
+    offloads += absl::StartsWith(st.name, "offload ");
+    reloads += absl::StartsWith(st.name, "reload ");
+    if (absl::StartsWith(st.name, "offload ") || absl::StartsWith(st.name, "reload ")) {
+      EXPECT_EQ(st.stream, 2);
+    }
+  }
+  EXPECT_EQ(offloads, offload) << "one copy to the host per offloaded activation";
+  EXPECT_EQ(reloads, offload);
 
   cmp.part = rank;
   cmp.parts = world;
@@ -141,6 +159,12 @@ TEST(Workers, DISABLED_FsdpCuda) { CompareWithSingleProcess(Strategy::kFsdp, {},
 TEST(Workers, DISABLED_FsdpPerParameter) {
   CompareWithSingleProcess(Strategy::kFsdp, {}, false, false, /*per_parameter=*/true);
 }
+TEST(Workers, DISABLED_FsdpOffload) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, false, false, /*per_parameter=*/true, /*offload=*/3);
+}
+TEST(Workers, DISABLED_FsdpOffloadCuda) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true, false, /*per_parameter=*/true, /*offload=*/3);
+}
 TEST(Workers, DISABLED_FsdpPerParameterCuda) {
   CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true, false, /*per_parameter=*/true);
 }
@@ -176,6 +200,12 @@ TEST(DistributedTest, FsdpPerParameterOnTwoRanksEqualsOneProcess) {
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpPerParameter", {SeedEnv()}, absl::Seconds(100));
 }
 
+// ... and with kept activations offloaded to host memory (full recompute), the 7b's form since
+// 2026-11-30 evening: the copies on their own stream must not change a bit of the step.
+TEST(DistributedTest, FsdpOffloadOnTwoRanksEqualsOneProcess) {
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpOffload", {SeedEnv()}, absl::Seconds(100));
+}
+
 TEST(DistributedTest, HybridShardOn2x2MeshEqualsOneProcess) {
   testing::ExpectWorkersPass(4, "Workers.DISABLED_HybridShard", {SeedEnv()}, absl::Seconds(100));
 }
@@ -205,6 +235,12 @@ TEST(DistributedTest, FsdpPerParameterOnTwoGpusEqualsOneGpu) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpPerParameterCuda", {SeedEnv()}, absl::Seconds(120));
+}
+
+TEST(DistributedTest, FsdpOffloadOnTwoGpusEqualsOneGpu) {
+  SG_SKIP_WITHOUT_CUDA();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpOffloadCuda", {SeedEnv()}, absl::Seconds(120));
 }
 
 TEST(DistributedTest, DeadRankFailsTheOthersWithAClearError) {

@@ -24,12 +24,13 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Program* progra
   const Device d = program->device;
   SG_ASSIGN_OR_RETURN(Stream compute, Stream::Create(d));
   SG_ASSIGN_OR_RETURN(Stream comm, Stream::Create(d));
-  return std::unique_ptr<Executor>(new Executor(program, options, std::move(compute), std::move(comm)));
+  SG_ASSIGN_OR_RETURN(Stream copy, Stream::Create(d));
+  return std::unique_ptr<Executor>(new Executor(program, options, std::move(compute), std::move(comm), std::move(copy)));
 }
 
 absl::Status Executor::RunEager() {
   for (const Step& s : program_->schedule.steps) {
-    absl::Status st = s.launch(s.stream == 0 ? compute_ : comm_);
+    absl::Status st = s.launch(StreamOf(s));
     if (!st.ok()) return absl::Status(st.code(), absl::StrCat("step '", s.name, "': ", st.message()));
   }
   return absl::OkStatus();
@@ -46,6 +47,7 @@ Executor::~Executor() {
   // finish before anything is freed and handed out again.
   (void)compute_.Synchronize();
   (void)comm_.Synchronize();
+  (void)copy_.Synchronize();
   graph_ = CudaGraph();
   if (held_blocks_.empty()) return;
   if (absl::StatusOr<Allocator*> alloc = AllocatorFor(program_->device); alloc.ok()) {
@@ -71,10 +73,11 @@ absl::Status Executor::Run() {
     } else {
       SG_RETURN_IF_ERROR(compute_.Synchronize());
       SG_RETURN_IF_ERROR(comm_.Synchronize());
+      SG_RETURN_IF_ERROR(copy_.Synchronize());
     }
     SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(program_->device));
     alloc->BeginHoldingFrees();
-    absl::StatusOr<CudaGraph> captured = CudaGraph::Capture(compute_, [this] { return RunEager(); }, {&comm_});
+    absl::StatusOr<CudaGraph> captured = CudaGraph::Capture(compute_, [this] { return RunEager(); }, {&comm_, &copy_});
     held_blocks_ = alloc->EndHoldingFrees();
     SG_RETURN_IF_ERROR(captured.status());
     graph_ = std::move(captured).value();
@@ -96,7 +99,7 @@ absl::StatusOr<StepTrace> Executor::RunTraced() {
     const auto t0 = Clock::now();
     for (const Step& s : steps) {
       const auto a = Clock::now();
-      SG_RETURN_IF_ERROR(s.launch(s.stream == 0 ? compute_ : comm_));
+      SG_RETURN_IF_ERROR(s.launch(StreamOf(s)));
       const auto b = Clock::now();
       t.events.push_back({s.name, category(s), s.stream,
                           std::chrono::duration<double, std::micro>(a - t0).count(),
@@ -108,7 +111,7 @@ absl::StatusOr<StepTrace> Executor::RunTraced() {
     SG_ASSIGN_OR_RETURN(Event origin, Event::Create(program_->device, /*timing=*/true));
     SG_RETURN_IF_ERROR(origin.Record(compute_));
     for (const Step& s : steps) {
-      const Stream& stream = s.stream == 0 ? compute_ : comm_;
+      const Stream& stream = StreamOf(s);
       SG_ASSIGN_OR_RETURN(Event a, Event::Create(program_->device, true));
       SG_ASSIGN_OR_RETURN(Event b, Event::Create(program_->device, true));
       SG_RETURN_IF_ERROR(a.Record(stream));
@@ -119,6 +122,7 @@ absl::StatusOr<StepTrace> Executor::RunTraced() {
     }
     SG_RETURN_IF_ERROR(compute_.Synchronize());
     SG_RETURN_IF_ERROR(comm_.Synchronize());
+    SG_RETURN_IF_ERROR(copy_.Synchronize());
     for (size_t i = 0; i < steps.size(); ++i) {
       SG_ASSIGN_OR_RETURN(float start_ms, marks[2 * i].ElapsedMsSince(origin));
       SG_ASSIGN_OR_RETURN(float dur_ms, marks[2 * i + 1].ElapsedMsSince(marks[2 * i]));

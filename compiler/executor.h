@@ -54,6 +54,9 @@ class Executor {
 
   const Stream& compute_stream() const { return compute_; }
   const Stream& comm_stream() const { return comm_; }
+  // Step::stream 2 (activation offloading's host copies); the compute stream when none has one.
+  const Stream& copy_stream() const { return copy_; }
+  const Stream& StreamOf(const Step& s) const { return s.stream == 0 ? compute_ : s.stream == 1 ? comm_ : copy_; }
   bool replaying_graph() const { return graph_.valid(); }
   // Whether Run will capture the schedule after the warm-up (CUDA, cuda_graph on and not turned off
   // by SG_CUDA_GRAPH=0, the program capturable).
@@ -61,8 +64,8 @@ class Executor {
   int64_t runs() const { return runs_; }
 
  private:
-  Executor(const Program* p, ExecutorOptions o, Stream compute, Stream comm)
-      : program_(p), options_(o), compute_(std::move(compute)), comm_(std::move(comm)) {}
+  Executor(const Program* p, ExecutorOptions o, Stream compute, Stream comm, Stream copy)
+      : program_(p), options_(o), compute_(std::move(compute)), comm_(std::move(comm)), copy_(std::move(copy)) {}
   absl::Status RunEager();
   absl::Status AfterWarmup();
 
@@ -70,6 +73,7 @@ class Executor {
   ExecutorOptions options_;
   Stream compute_;
   Stream comm_;
+  Stream copy_;
   CudaGraph graph_;
   // Scratch blocks the captured graph still uses (kernels/core/allocator.h), given back with it.
   std::vector<void*> held_blocks_;

@@ -246,6 +246,7 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     b->second /= micro_batches_;
   }
   lo.plan_only = plan_only_;
+  lo.offload_activations = o.offload_activations;
   SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, binding, o.device, lo));
   if (plan_only_) return SizeBuffers();
   if (layout_.rewrite_program) SG_RETURN_IF_ERROR(layout_.rewrite_program(*program_));

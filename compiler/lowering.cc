@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
 #include "compiler/lowering_fusion.h"
+#include "compiler/offload.h"
 #include "compiler/op_lowering.h"
 #include "compiler/training_graph.h"
 #include "graph/ops.h"
@@ -88,6 +89,7 @@ class Lowerer {
     Roots();
     SG_RETURN_IF_ERROR(Updates());
     InPlace();
+    Offloads();
     Slots();
     SG_RETURN_IF_ERROR(Allocate());
     SG_RETURN_IF_ERROR(BatchAdamW());
@@ -216,6 +218,21 @@ class Lowerer {
     }
   }
 
+  // LowerOptions::offload_activations: which values leave the arena between forward and backward.
+  void Offloads() {
+    if (o_.offload_activations <= 0) return;
+    std::set<int> outputs;
+    for (const graph::GraphOutput& o : g_.outputs()) outputs.insert(root_[o.value]);
+    std::set<int> cross_entropy;
+    for (const auto& [fwd, bwd] : fusions_.cross_entropy) cross_entropy.insert(root_[g_.nodes()[bwd].outputs[0]]);
+    offloads_ = ChooseOffloads(
+        g_, root_, [this](int v) { return Bytes(v); },
+        [&](int v) { return !Persistent(v) && !outputs.count(v) && !cross_entropy.count(v); },
+        o_.offload_activations, kOffloadLead);
+    for (size_t k = 0; k < offloads_.size(); ++k) offload_of_[offloads_[k].root] = int(k);
+    if (!offloads_.empty()) p_->offload_host_bytes = offloads_.back().host_offset + AlignUp(offloads_.back().bytes);
+  }
+
   // Arena slots: one per non-persistent root, live from its first writer (a fused cross-entropy
   // writes dlogits at the forward node) to its last reader; plus side buffers.
   void Slots() {
@@ -237,13 +254,23 @@ class Lowerer {
     slot_.assign(nv, -1);
     for (int v = 0; v < nv; ++v) {
       if (first[v] == INT32_MAX || root_[v] != v || Persistent(v)) continue;
-      slot_[v] = planner_.Add(Bytes(v), first[v], std::max(first[v], last_use_[v]));
+      auto off = offload_of_.find(v);
+      if (off == offload_of_.end()) {
+        slot_[v] = planner_.Add(Bytes(v), first[v], std::max(first[v], last_use_[v]));
+        continue;
+      }
+      // Offloaded: one slot for the forward, until compute has waited for the copy to the host,
+      // and one for the reloaded copy, from its issue to the last reader.
+      const ActivationOffload& o = offloads_[size_t(off->second)];
+      slot_[v] = planner_.Add(Bytes(v), first[v], o.wait_at);
+      reload_slot_[v] = planner_.Add(Bytes(v), o.reload_at, std::max(o.reload_at, last_use_[v]));
     }
     side_ = PlanSideBuffers(g_, shape_, fusions_, &planner_);
     p_->slot_values.assign(size_t(planner_.size()), -1);
     for (int v = 0; v < nv; ++v) {
       if (slot_[v] >= 0) p_->slot_values[size_t(slot_[v])] = v;
     }
+    for (const auto& [v, slot] : reload_slot_) p_->slot_values[size_t(slot)] = v;
   }
 
   // State: sources then weight copies, each aligned, in graph order.
@@ -283,6 +310,7 @@ class Lowerer {
       p_->values[v] = TensorView(base, g_.type(v).dtype, shape_[v], p_->device);
     }
     for (const auto& [v, f32] : fusions_.folded_cast) p_->values[v] = p_->values[f32];
+    SG_RETURN_IF_ERROR(OffloadBuffers(arena));
     for (const auto& [copy, param] : fusions_.weight_copy) {
       p_->weight_copies.push_back({p_->values[param], p_->values[copy]});
     }
@@ -297,6 +325,65 @@ class Lowerer {
     side_views_.clear();
     for (int s = 0; s < planner_.size(); ++s) side_views_.push_back(arena + p_->plan.offsets[s]);
     return absl::OkStatus();
+  }
+
+  // The reloaded views of offloaded values (and their aliases), the host buffer and the events.
+  absl::Status OffloadBuffers(char* arena) {
+    if (offloads_.empty()) return absl::OkStatus();
+    for (int v = 0; v < g_.num_value_ids(); ++v) {
+      if (!g_.has_value(v) || !reload_slot_.count(root_[v])) continue;
+      reloaded_[v] = TensorView(arena + p_->plan.offsets[reload_slot_.at(root_[v])], g_.type(v).dtype, shape_[v],
+                                p_->device);
+    }
+    if (!allocate_) return absl::OkStatus();
+    SG_ASSIGN_OR_RETURN(p_->offload_host, AllocateOffloadHost(p_->device, p_->offload_host_bytes));
+    for (size_t k = 0; k < 4 * offloads_.size(); ++k) {
+      SG_ASSIGN_OR_RETURN(Event e, Event::Create(p_->device));
+      p_->offload_events.push_back(std::make_unique<Event>(std::move(e)));
+    }
+    return absl::OkStatus();
+  }
+
+  // The offload steps issued before node i: copies to and from the host on the copy stream, each
+  // after an event recorded on compute there, and compute's waits for them.
+  void OffloadSteps(int i) {
+    for (size_t k = 0; k < offloads_.size(); ++k) {
+      const ActivationOffload& o = offloads_[k];
+      if (i != o.producer + 1 && i != o.wait_at + 1 && i != o.reload_at && i != o.bwd_first) continue;
+      Event* ev[4] = {nullptr, nullptr, nullptr, nullptr};  // offload ready, done, reload ready, done
+      for (int e = 0; e < 4 && allocate_; ++e) ev[e] = p_->offload_events[4 * k + size_t(e)].get();
+      const TensorView dev = p_->values[o.root], back = reloaded_.at(o.root);
+      const TensorView host(allocate_ ? static_cast<char*>(p_->offload_host.get()) + o.host_offset : nullptr,
+                            dev.dtype(), dev.shape(), Device::Cpu());
+      const Node& producer = g_.nodes()[o.producer];
+      const std::string what = absl::StrCat(graph::OpName(producer.op), " @", producer.scope);
+      auto step = [&](std::string name, int stream, std::function<absl::Status(const Stream&)> launch) {
+        Step st;
+        st.kind = stream == 2 ? Step::Kind::kCopy : Step::Kind::kKernel;
+        st.name = absl::StrCat(name, " ", what);
+        st.node = i;
+        st.phase = g_.nodes()[i].phase;
+        st.stream = stream;
+        st.impl = stream == 2 ? "copy" : "wait";
+        st.launch = std::move(launch);
+        p_->schedule.steps.push_back(std::move(st));
+      };
+      auto copy = [&](std::string name, TensorView from, TensorView to, Event* ready, Event* done) {
+        step("record " + name, 0, [ready](const Stream& s) { return ready->Record(s); });
+        step(name, 2, [from, to, ready, done](const Stream& s) -> absl::Status {
+          SG_RETURN_IF_ERROR(ready->Block(s));
+          SG_RETURN_IF_ERROR(CopyTensorAsync(from, to, s));  // pinned: queued, capturable
+          return done->Record(s);
+        });
+      };
+      auto wait = [&](std::string name, Event* done) {
+        step(name, 0, [done](const Stream& s) { return done->Block(s); });
+      };
+      if (i == o.producer + 1) copy("offload", dev, host, ev[0], ev[1]);
+      if (i == o.wait_at + 1) wait("wait offload", ev[1]);
+      if (i == o.reload_at) copy("reload", host, back, ev[2], ev[3]);
+      if (i == o.bwd_first) wait("wait reload", ev[3]);
+    }
   }
 
   absl::Status LossScalerState() {
@@ -389,6 +476,7 @@ class Lowerer {
     const auto& nodes = g_.nodes();
     for (int i = 0; i < int(nodes.size()); ++i) {
       const Node& n = nodes[i];
+      OffloadSteps(i);
       if (IsSource(n.op) || n.op == OpKind::kReshape) continue;
       if (fusions_.fused_away.count(i) || copy_casts_.count(i)) continue;
       if (n.op == OpKind::kAdamW && adamw_launch_) {
@@ -440,8 +528,8 @@ class Lowerer {
         auto seed = fusions_.cross_entropy_device_scale.find(ce->second);
         if (seed != fusions_.cross_entropy_device_scale.end()) nv.device_seed = p_->values[seed->second];
       }
-      for (int v : n.inputs) nv.in.push_back(p_->values[v]);
-      for (int v : n.outputs) nv.out.push_back(p_->values[v]);
+      for (int v : n.inputs) nv.in.push_back(View(v, i));
+      for (int v : n.outputs) nv.out.push_back(View(v, i));
       for (int s : side_.ForNode(i)) {
         nv.side.push_back(side_views_[s]);
       }
@@ -485,6 +573,13 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // Value v as node i reads or writes it: the reloaded copy of an offloaded value from its reload on.
+  TensorView View(int v, int i) const {
+    auto it = reloaded_.find(v);
+    if (it == reloaded_.end() || i < offloads_[size_t(offload_of_.at(root_[v]))].reload_at) return p_->values[v];
+    return it->second;
+  }
+
   Program* p_;
   const Graph& g_;
   const LowerOptions o_;  // a copy: PlanStepMemory passes a temporary
@@ -493,6 +588,9 @@ class Lowerer {
   std::map<std::string, int> source_of_name_;
   std::vector<std::pair<int, int>> writebacks_;
   MemoryPlanner planner_;
+  std::vector<ActivationOffload> offloads_;
+  std::map<int, int> offload_of_, reload_slot_;  // root -> index in offloads_, its reload slot
+  std::map<int, TensorView> reloaded_;           // value -> its view in the reload slot
   SideBuffers side_;
   std::vector<char*> side_views_;
   std::set<int> batch_grads_;

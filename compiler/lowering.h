@@ -50,7 +50,7 @@ struct Step {
   std::string name;   // "rmsnorm @layers.0.attention_norm"
   int node = -1;      // graph node index; -1 for runtime steps (write-backs)
   graph::Phase phase = graph::Phase::kForward;
-  int stream = 0;     // 0: compute stream, 1: communication stream
+  int stream = 0;     // 0: compute stream, 1: communication stream, 2: copy stream (offloading)
   std::string impl;   // "kernel", "reference" (CPU interpreter fallback), "copy"
   std::function<absl::Status(const Stream&)> launch;
 };
@@ -101,6 +101,11 @@ struct Program {
   // LowerOptions::loss_scaler: the count of good steps and the skipped flag (f32[] each), also in
   // `sources` ("loss_scale.good_steps") and `outputs` ("loss_scale.skipped").
   DeviceMemory loss_scaler_state;
+  // LowerOptions::offload_activations: the host copies of the offloaded activations (pinned on a
+  // CUDA device), their total bytes, and the events ordering the copies against compute.
+  std::shared_ptr<void> offload_host;
+  int64_t offload_host_bytes = 0;
+  std::vector<std::unique_ptr<Event>> offload_events;
   // False when a step reads a host value at launch (LowerOptions::host_scalars): the executor then
   // never captures the schedule into a CUDA graph, whose replays would keep the captured value.
   bool capturable = true;
@@ -145,6 +150,11 @@ struct LowerOptions {
   bool fuse_device_scalars = true;
   std::optional<kernels::LossScaleConfig> loss_scaler;
   bool plan_only = false;
+  // Activation offloading (compiler/offload.h): the first `offload_activations` forward values
+  // (producer order) that the backward reads after a long gap (under full recompute, the
+  // layer-boundary residual sums of the first layers) leave the arena between the forward's last
+  // reader and a reload some nodes before the backward's first reader; copies on the copy stream.
+  int offload_activations = 0;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the
@@ -175,6 +185,9 @@ struct ArenaPeak {
   std::string node_name;   // its op and scope
   int64_t live_bytes = 0;  // the sum of the buffers live there (arena_bytes adds fragmentation)
   std::vector<Group> groups;
+  // Live bytes at every node (index: graph node), and each node's op and scope, for profiles.
+  std::vector<int64_t> live_by_node;
+  std::vector<std::string> node_names;
   // The first `max_groups` groups, one a line, then the rest summed.
   std::string ToString(int max_groups = 16) const;
 };

@@ -47,10 +47,12 @@ absl::StatusOr<Tensor> Tensor::Empty(Shape shape, DType dtype, Device device) {
   return t;
 }
 
-absl::Status CopyTensor(const TensorView& src, const TensorView& dst, const Stream& stream) {
-  SG_CHECK_ARG(src.dtype() == dst.dtype() && src.numel() == dst.numel(), "CopyTensor: ", src.ToString(),
-               " -> ", dst.ToString(), ": dtype and element count must match");
-  SG_CHECK_ARG(src.is_contiguous() && dst.is_contiguous(), "CopyTensor: both sides must be contiguous");
+namespace {
+
+absl::Status QueueCopy(const TensorView& src, const TensorView& dst, const Stream& stream, const char* op) {
+  SG_CHECK_ARG(src.dtype() == dst.dtype() && src.numel() == dst.numel(), op, ": ", src.ToString(), " -> ",
+               dst.ToString(), ": dtype and element count must match");
+  SG_CHECK_ARG(src.is_contiguous() && dst.is_contiguous(), op, ": both sides must be contiguous");
   if (src.nbytes() == 0) return absl::OkStatus();
   if (src.device().is_cpu() && dst.device().is_cpu()) {
     std::memmove(dst.raw(), src.raw(), size_t(src.nbytes()));
@@ -59,6 +61,23 @@ absl::Status CopyTensor(const TensorView& src, const TensorView& dst, const Stre
 #ifdef SG_WITH_CUDA
   SG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dst.raw(), src.raw(), size_t(src.nbytes()), cudaMemcpyDefault,
                                           static_cast<cudaStream_t>(stream.native())));
+  return absl::OkStatus();
+#else
+  (void)stream;
+  return absl::FailedPreconditionError(absl::StrCat(op, " to/from CUDA: built without CUDA"));
+#endif
+}
+
+}  // namespace
+
+absl::Status CopyTensorAsync(const TensorView& src, const TensorView& dst, const Stream& stream) {
+  return QueueCopy(src, dst, stream, "CopyTensorAsync");
+}
+
+absl::Status CopyTensor(const TensorView& src, const TensorView& dst, const Stream& stream) {
+  SG_RETURN_IF_ERROR(QueueCopy(src, dst, stream, "CopyTensor"));
+  if (src.nbytes() == 0 || (src.device().is_cpu() && dst.device().is_cpu())) return absl::OkStatus();
+#ifdef SG_WITH_CUDA
   if (src.device().is_cpu() || dst.device().is_cpu()) {
     // Pageable host memory: make the copy complete before the caller touches the host side.
     SG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(stream.native())));

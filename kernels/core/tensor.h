@@ -83,6 +83,11 @@ class Tensor {
 // Copies `src` to `dst` (same dtype and element count, both contiguous), across devices if needed,
 // ordered on `stream` (host<->device copies are asynchronous only for pinned host memory).
 absl::Status CopyTensor(const TensorView& src, const TensorView& dst, const Stream& stream);
+// CopyTensor without its synchronization: the copy is only queued on `stream`, also when one side is
+// host memory, so it can overlap compute and be captured into a CUDA graph. The host side must be
+// pinned (cudaHostAlloc) for the copy to be asynchronous, and the caller orders every host access
+// after it (an event). CPU to CPU: a plain copy, done on return.
+absl::Status CopyTensorAsync(const TensorView& src, const TensorView& dst, const Stream& stream);
 
 // Fills `dst` with the bytes 0x00 (zeros) on its device, ordered on `stream`.
 absl::Status ZeroTensor(const TensorView& dst, const Stream& stream);
