@@ -30,6 +30,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
 #include "comm/env.h"
 #include "compiler/compile.h"
@@ -41,6 +44,17 @@
 #include "kernels/core/status.h"
 #include "kernels/core/stream.h"
 #include "nlohmann/json.hpp"
+
+ABSL_FLAG(std::string, config, "1b", "model: 124m, 1b, 7b or tiny");
+ABSL_FLAG(std::string, device, "", "cuda or cpu (default: the local rank's CUDA device when there is one, else cpu)");
+ABSL_FLAG(int, steps, 30, "timed steps (>= 1)");
+ABSL_FLAG(int, warmup, 10, "untimed steps before them (>= 0)");
+ABSL_FLAG(std::string, recompute, "auto", "auto, none, selective or full");
+ABSL_FLAG(double, memory_budget_gib, 0, "--recompute=auto's budget (<= 0: 0.8x the peer's peak for --config)");
+ABSL_FLAG(float, lr, 3e-4f, "learning rate");
+ABSL_FLAG(bool, cuda_graph, true, "replay the step as a CUDA graph (false: eager steps)");
+ABSL_FLAG(std::string, trace, "", "write a Chrome trace of one extra eager step to this path");
+ABSL_FLAG(std::string, strategy, "none", "none, fsdp or hsdp");
 
 namespace sg::compiler {
 namespace {
@@ -55,31 +69,6 @@ struct Flags {
   bool cuda_graph = true;
   float lr = 3e-4f;
 };
-
-absl::StatusOr<Flags> ParseFlags(int argc, char** argv) {
-  Flags f;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    const size_t eq = a.find('=');
-    if (a.rfind("--", 0) != 0 || eq == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat("expected --flag=value, found '", a, "'"));
-    }
-    const std::string k = a.substr(2, eq - 2), v = a.substr(eq + 1);
-    if (k == "config") f.config = v;
-    else if (k == "device") f.device = v;
-    else if (k == "recompute") f.recompute = v;
-    else if (k == "trace") f.trace = v;
-    else if (k == "strategy") f.strategy = v;
-    else if (k == "steps") f.steps = std::stoi(v);
-    else if (k == "warmup") f.warmup = std::stoi(v);
-    else if (k == "cuda_graph") f.cuda_graph = v != "0";
-    else if (k == "lr") f.lr = std::stof(v);
-    else if (k == "memory_budget_gib") f.memory_budget_gib = std::stod(v);
-    else return absl::InvalidArgumentError(absl::StrCat("unknown flag --", k));
-  }
-  if (f.steps < 1 || f.warmup < 0) return absl::InvalidArgumentError("--steps must be >= 1 and --warmup >= 0");
-  return f;
-}
 
 absl::StatusOr<RecomputePolicy> ParseRecompute(const std::string& s) {
   if (s == "none") return RecomputePolicy::kNone;
@@ -101,6 +90,35 @@ absl::StatusOr<Strategy> ParseStrategy(const std::string& s) {
   if (s == "fsdp") return Strategy::kFsdp;
   if (s == "hsdp") return Strategy::kHybridShard;
   return absl::InvalidArgumentError(absl::StrCat("--strategy: expected none|fsdp|hsdp, found '", s, "'"));
+}
+
+// The parsed command line; Abseil has checked each value's type, this checks the ranges.
+absl::StatusOr<Flags> ReadFlags() {
+  Flags f;
+  f.config = absl::GetFlag(FLAGS_config);
+  f.device = absl::GetFlag(FLAGS_device);
+  f.recompute = absl::GetFlag(FLAGS_recompute);
+  f.trace = absl::GetFlag(FLAGS_trace);
+  f.strategy = absl::GetFlag(FLAGS_strategy);
+  f.memory_budget_gib = absl::GetFlag(FLAGS_memory_budget_gib);
+  f.steps = absl::GetFlag(FLAGS_steps);
+  f.warmup = absl::GetFlag(FLAGS_warmup);
+  f.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
+  f.lr = absl::GetFlag(FLAGS_lr);
+  if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
+  if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
+  if (f.recompute != "auto" && f.recompute != "none" && f.recompute != "selective" && f.recompute != "full") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--recompute: expected auto|none|selective|full, found '", f.recompute, "'"));
+  }
+  if (f.device != "" && f.device != "cuda" && f.device != "cpu") {
+    return absl::InvalidArgumentError(absl::StrCat("--device: expected cuda|cpu, found '", f.device, "'"));
+  }
+  SG_RETURN_IF_ERROR(ParseStrategy(f.strategy).status());
+  if (absl::Status c = LlamaBenchConfigNamed(f.config).status(); !c.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--config: ", c.message()));
+  }
+  return f;
 }
 
 // The GPU of this process's local rank under a launcher, GPU 0 otherwise.
@@ -161,8 +179,7 @@ absl::StatusOr<std::vector<double>> TimedSteps(CompiledStep& step, const Flags& 
   return secs;
 }
 
-absl::Status Main(int argc, char** argv) {
-  SG_ASSIGN_OR_RETURN(Flags f, ParseFlags(argc, argv));
+absl::Status Main(const Flags& f) {
   SG_ASSIGN_OR_RETURN(Device device, PickDevice(f.device));
   SG_ASSIGN_OR_RETURN(Strategy strategy, ParseStrategy(f.strategy));
   int rank = 0, world = 1;
@@ -260,7 +277,21 @@ absl::Status Main(int argc, char** argv) {
 }  // namespace sg::compiler
 
 int main(int argc, char** argv) {
-  const absl::Status s = sg::compiler::Main(argc, argv);
+  absl::SetProgramUsageMessage(
+      "The compiled Llama training step at the peer's shapes; prints one JSON line.\n"
+      "  llama_step_benchmark --config=tiny --device=cpu --steps=3");
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "llama_step_benchmark: expected only --flag=value arguments, found '" << rest[1] << "'\n";
+    return 2;
+  }
+  // Usage errors (exit 2) are told apart from failures of the run (exit 1).
+  const absl::StatusOr<sg::compiler::Flags> f = sg::compiler::ReadFlags();
+  if (!f.ok()) {
+    std::cerr << "llama_step_benchmark: " << f.status().message() << "\n";
+    return 2;
+  }
+  const absl::Status s = sg::compiler::Main(*f);
   if (!s.ok()) {
     std::cerr << "llama_step_benchmark: " << s << "\n";
     return 1;

@@ -11,6 +11,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -18,11 +19,21 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "comm/process_supervisor.h"
 #include "comm/store.h"
+
+ABSL_FLAG(int, nproc, 0, "ranks to start on this node (>= 1)");
+ABSL_FLAG(int, master_port, 0, "rendezvous store port (0: this launcher serves one on a free port)");
+ABSL_FLAG(std::string, master_addr, "127.0.0.1", "rendezvous store host");
+ABSL_FLAG(int, nnodes, 1, "nodes in the job");
+ABSL_FLAG(int, node_rank, 0, "this node's index in [0, --nnodes)");
+ABSL_FLAG(int, grace_s, 5, "seconds between SIGTERM and SIGKILL when stopping ranks");
+ABSL_FLAG(int, max_restarts, 0, "restarts with one rank fewer after a rank fails (single node)");
+ABSL_FLAG(int, min_nproc, 0, "fewest ranks a restart may run with (0: 1)");
 
 namespace {
 
@@ -39,34 +50,21 @@ int Usage(const std::string& why) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int nproc = 0, port = 0, nnodes = 1, node_rank = 0, grace_s = 5, max_restarts = 0, min_nproc = 0;
-  std::string addr = "127.0.0.1";
-  std::vector<std::string> program;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto int_flag = [&](const char* name, int* out) {
-      std::string prefix = absl::StrCat("--", name, "=");
-      if (!absl::StartsWith(a, prefix)) return false;
-      if (!absl::SimpleAtoi(a.substr(prefix.size()), out)) {
-        std::exit(Usage(absl::StrCat(name, ": expected an integer, found '", a.substr(prefix.size()), "'")));
-      }
-      return true;
-    };
-    if (a == "--") {
-      for (++i; i < argc; ++i) program.push_back(argv[i]);
-      break;
-    }
-    if (int_flag("nproc", &nproc) || int_flag("master_port", &port) || int_flag("nnodes", &nnodes) ||
-        int_flag("node_rank", &node_rank) || int_flag("grace_s", &grace_s) ||
-        int_flag("max_restarts", &max_restarts) || int_flag("min_nproc", &min_nproc)) {
-      continue;
-    }
-    if (absl::StartsWith(a, "--master_addr=")) {
-      addr = a.substr(14);
-      continue;
-    }
-    return Usage(absl::StrCat("unknown argument '", a, "'"));
-  }
+  absl::SetProgramUsageMessage(
+      "Starts N local ranks of a program with the torchrun environment.\n"
+      "  launch --nproc=N [launcher flags] -- program args...");
+  // Everything after the first `--` is the program's argv, verbatim: Abseil never sees it, so a
+  // program flag named like a launcher flag stays the program's.
+  int split = 1;
+  while (split < argc && std::string(argv[split]) != "--") ++split;
+  std::vector<std::string> program(argv + std::min(split + 1, argc), argv + argc);
+  const std::vector<char*> rest = absl::ParseCommandLine(split, argv);
+  if (rest.size() > 1) return Usage(absl::StrCat("unknown argument '", rest[1], "' before --"));
+  int nproc = absl::GetFlag(FLAGS_nproc), port = absl::GetFlag(FLAGS_master_port);
+  const int nnodes = absl::GetFlag(FLAGS_nnodes), node_rank = absl::GetFlag(FLAGS_node_rank);
+  const int grace_s = absl::GetFlag(FLAGS_grace_s), max_restarts = absl::GetFlag(FLAGS_max_restarts);
+  int min_nproc = absl::GetFlag(FLAGS_min_nproc);
+  const std::string addr = absl::GetFlag(FLAGS_master_addr);
   if (nproc < 1) return Usage("--nproc must be >= 1");
   if (program.empty()) return Usage("expected a program after --");
   if (nnodes < 1 || node_rank < 0 || node_rank >= nnodes) {

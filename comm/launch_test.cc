@@ -91,6 +91,25 @@ TEST(LaunchTest, BadArgumentsAreExplained) {
   EXPECT_NE(r.output.find("--nproc must be >= 1"), std::string::npos) << r.output;
   r = Launch("--nproc=2");
   EXPECT_NE(r.output.find("expected a program after --"), std::string::npos) << r.output;
+  r = Launch("--nproc=2 true");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.output.find("unknown argument 'true' before --"), std::string::npos) << r.output;
+}
+
+// Type errors and unknown flags are Abseil's: it names the flag and exits with 1.
+TEST(LaunchTest, BadFlagValuesAndUnknownFlagsAreRejected) {
+  Result r = Launch("--nproc=two -- true");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("Illegal value 'two' specified for flag 'nproc'"), std::string::npos) << r.output;
+  r = Launch("--nprocs=2 -- true");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("Unknown command line flag 'nprocs'"), std::string::npos) << r.output;
+}
+
+TEST(LaunchTest, ArgumentsAfterTheSeparatorAreTheProgramsVerbatim) {
+  Result r = Launch("--nproc=1 -- /bin/echo --nproc=5 --unknown -- 'two words'");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("[rank 0] --nproc=5 --unknown -- two words\n"), std::string::npos) << r.output;
 }
 
 }  // namespace

@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/internal/parse.h"
+#include "absl/flags/parse.h"
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
@@ -111,11 +111,7 @@ int main(int argc, char** argv) {
       return 0;
     }
   }
-  // Debian's Abseil 20220623 deadlocks in ParseCommandLine's usage-flag handling (a self-lock in
-  // HandleUsageFlags, statically linked), so parse without it; --help is handled above.
-  std::vector<char*> rest = absl::flags_internal::ParseCommandLineImpl(
-      int(args.size()), args.data(), absl::flags_internal::ArgvListAction::kRemoveParsedArgs,
-      absl::flags_internal::UsageFlagsAction::kIgnoreUsage, absl::flags_internal::OnUndefinedFlag::kAbortIfUndefined);
+  std::vector<char*> rest = absl::ParseCommandLine(int(args.size()), args.data());
   if (rest.size() > 1) {
     std::fprintf(stderr, "error: unexpected argument '%s' (flags are --name=value; see --help)\n", rest[1]);
     return 2;
@@ -169,10 +165,9 @@ int main(int argc, char** argv) {
   f.prompt = absl::GetFlag(FLAGS_prompt);
 
   absl::StatusOr<sg::trainer::RunSummary> s = sg::trainer::RunTraining(f);
-  if (!s.ok()) std::fprintf(stderr, "\nerror: %s\n", std::string(s.status().message()).c_str());
-  // Skip static destructors: with Debian's statically linked Abseil, a flags-library Mutex spins
-  // forever in its destructor at exit (everything is written and flushed by now).
-  std::fflush(stdout);
-  std::fflush(stderr);
-  std::_Exit(s.ok() ? 0 : 1);
+  if (!s.ok()) {
+    std::fprintf(stderr, "\nerror: %s\n", std::string(s.status().message()).c_str());
+    return 1;
+  }
+  return 0;
 }

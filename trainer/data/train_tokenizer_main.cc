@@ -4,21 +4,30 @@
 //   bazel run //trainer/data:train_tokenizer -- OUT_DIR VOCAB_SIZE [TEXT_PATH...]
 #include <chrono>
 #include <cstdio>
-#include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
 #include "trainer/data/text_corpus.h"
 #include "trainer/data/tokenizer.h"
 
 int main(int argc, char** argv) {
-  if (argc < 3) {
-    std::fprintf(stderr, "usage: %s OUT_DIR VOCAB_SIZE [TEXT_PATH...]\n", argv[0]);
+  absl::SetProgramUsageMessage("Trains a SentencePiece tokenizer.\n  train_tokenizer OUT_DIR VOCAB_SIZE [TEXT_PATH...]");
+  // No flags of its own: parsing still answers --help and rejects a mistyped flag.
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  if (args.size() < 3) {
+    std::fprintf(stderr, "usage: train_tokenizer OUT_DIR VOCAB_SIZE [TEXT_PATH...]\n");
     return 2;
   }
-  const std::string out = argv[1];
-  const int vocab = std::atoi(argv[2]);
-  std::vector<std::string> paths(argv + 3, argv + argc);
+  const std::string out = args[1];
+  int vocab = 0;
+  if (!absl::SimpleAtoi(args[2], &vocab) || vocab < 1) {
+    std::fprintf(stderr, "error: VOCAB_SIZE: expected a positive integer, found '%s'\n", args[2]);
+    return 2;
+  }
+  std::vector<std::string> paths(args.begin() + 3, args.end());
   auto corpus = paths.empty() ? sg::trainer::LoadDefaultCorpus() : sg::trainer::LoadTextFiles(paths);
   if (!corpus.ok()) {
     std::fprintf(stderr, "error: %s\n", std::string(corpus.status().message()).c_str());

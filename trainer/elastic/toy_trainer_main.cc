@@ -24,8 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
 #include "absl/strings/str_cat.h"
 #include "comm/health.h"
 #include "comm/process_group.h"
@@ -35,6 +36,14 @@
 #include "trainer/checkpoint/checkpoint.h"
 #include "trainer/checkpoint/sharded.h"
 #include "trainer/elastic/toy_model.h"
+
+ABSL_FLAG(std::string, ckpt_dir, "", "directory of the sharded step checkpoints (required)");
+ABSL_FLAG(int64_t, steps, 30, "steps to train");
+ABSL_FLAG(int64_t, every, 5, "checkpoint every N steps (>= 1)");
+ABSL_FLAG(int64_t, size, 1000, "parameters (>= 1)");
+ABSL_FLAG(int64_t, samples, 24, "samples per step");
+ABSL_FLAG(int, kill_rank, -1, "this rank SIGKILLs itself in --kill_step (first attempt only; -1: none)");
+ABSL_FLAG(int64_t, kill_step, -1, "the step --kill_rank dies in");
 
 namespace sg::trainer {
 namespace {
@@ -135,40 +144,28 @@ absl::Status Run(const Flags& f) {
 }  // namespace sg::trainer
 
 int main(int argc, char** argv) {
-  sg::trainer::Flags f;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto flag = [&](const char* name) -> const char* {
-      std::string prefix = absl::StrCat("--", name, "=");
-      return absl::StartsWith(a, prefix) ? argv[i] + prefix.size() : nullptr;
-    };
-    bool ok = true;
-    if (const char* v = flag("ckpt_dir")) {
-      f.ckpt_dir = v;
-    } else if (const char* v = flag("steps")) {
-      ok = absl::SimpleAtoi(v, &f.steps);
-    } else if (const char* v = flag("every")) {
-      ok = absl::SimpleAtoi(v, &f.every);
-    } else if (const char* v = flag("size")) {
-      ok = absl::SimpleAtoi(v, &f.size);
-    } else if (const char* v = flag("samples")) {
-      ok = absl::SimpleAtoi(v, &f.samples);
-    } else if (const char* v = flag("kill_rank")) {
-      ok = absl::SimpleAtoi(v, &f.kill_rank);
-    } else if (const char* v = flag("kill_step")) {
-      ok = absl::SimpleAtoi(v, &f.kill_step);
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::cerr << "toy_trainer: bad argument '" << a << "'\n"
-                << "usage: toy_trainer --ckpt_dir=D [--steps=30 --every=5 --size=1000 --samples=24 "
-                   "--kill_rank=R --kill_step=T]\n";
-      return 2;
-    }
+  absl::SetProgramUsageMessage(
+      "A deterministic toy training loop for elastic-recovery tests.\n"
+      "  toy_trainer --ckpt_dir=D [--steps=30 --every=5 --size=1000 --samples=24 --kill_rank=R --kill_step=T]");
+  const std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::cerr << "toy_trainer: expected only --flag=value arguments, found '" << rest[1] << "'\n";
+    return 2;
   }
-  if (f.ckpt_dir.empty() || f.every < 1 || f.size < 1) {
-    std::cerr << "toy_trainer: --ckpt_dir is required, --every and --size must be >= 1\n";
+  sg::trainer::Flags f;
+  f.ckpt_dir = absl::GetFlag(FLAGS_ckpt_dir);
+  f.steps = absl::GetFlag(FLAGS_steps);
+  f.every = absl::GetFlag(FLAGS_every);
+  f.size = absl::GetFlag(FLAGS_size);
+  f.samples = absl::GetFlag(FLAGS_samples);
+  f.kill_rank = absl::GetFlag(FLAGS_kill_rank);
+  f.kill_step = absl::GetFlag(FLAGS_kill_step);
+  if (f.ckpt_dir.empty()) {
+    std::cerr << "toy_trainer: --ckpt_dir is required\n";
+    return 2;
+  }
+  if (f.every < 1 || f.size < 1) {
+    std::cerr << "toy_trainer: --every and --size: expected >= 1, found " << f.every << " and " << f.size << "\n";
     return 2;
   }
   absl::Status s = sg::trainer::Run(f);

@@ -1,0 +1,29 @@
+#!/bin/bash
+# llama_step_benchmark as a process: bad values and unknown flags are usage errors that name the
+# flag (Abseil's type errors exit 1, the benchmark's own range/enum checks exit 2), and the flags the
+# GPU scripts pass still parse (a one-step tiny run on the CPU).
+set -u
+bin="$1"
+fail=0
+expect() {  # expect EXIT_CODE TEXT ARGS...: the run exits with EXIT_CODE and prints TEXT.
+  local code="$1" text="$2" out rc
+  shift 2
+  out="$(timeout 60 "$bin" "$@" 2>&1)"
+  rc=$?
+  if [ "$rc" != "$code" ] || ! grep -qF -- "$text" <<<"$out"; then
+    echo "FAIL: $* exited $rc (expected $code), output should contain: $text"
+    echo "$out"
+    fail=1
+  fi
+}
+expect 1 "Illegal value 'abc' specified for flag 'steps'" --steps=abc
+expect 1 "Unknown command line flag 'step'" --step=3
+expect 2 "--recompute: expected auto|none|selective|full, found 'partial'" --recompute=partial
+expect 2 "--steps: expected >= 1, found 0" --steps=0
+expect 2 "--strategy: expected none|fsdp|hsdp, found 'ddp'" --strategy=ddp
+expect 2 "--config: " --config=13b
+expect 2 "expected only --flag=value arguments, found 'tiny'" tiny
+tiny=(--config=tiny --device=cpu --steps=1)
+expect 0 '"config":"tiny"' "${tiny[@]}" --warmup=1 --recompute=auto --memory_budget_gib=2 --lr=1e-3 --cuda_graph=0
+expect 0 '"recompute":"selective"' "${tiny[@]}" --warmup=0 --recompute=selective --strategy=none
+exit $fail
