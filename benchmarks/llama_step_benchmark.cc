@@ -7,7 +7,8 @@
 //
 // Flags: --config=124m|1b|7b|tiny, --device=cuda|cpu (default cuda when present), --steps=30,
 // --warmup=10, --recompute=auto|none|selective|full, --memory_budget_gib (auto: the least recompute
-// whose planned arena + state fits the budget; default 0.8x the peer's peak: 124m 10, 1b 32.8
+// whose planned arena + state fits the budget; --offload_first: no recompute with the fewest kept
+// activations offloaded to host memory, when that fits, before any recompute; default 0.8x the peer's peak: 124m 10, 1b 32.8
 // (0.8 x torch.compile's 41.02 GiB, measured on the H200 in every call of 2026-11-30), 7b 42), --lr=3e-4, --cuda_graph=1 (0, or SG_CUDA_GRAPH=0 in the environment: eager steps, to
 // compare; distributed steps are captured too, collectives included, and rank 0 prints which mode
 // runs and why on stderr; the JSON's "cuda_graph" says whether the timed steps were replays),
@@ -51,6 +52,9 @@ ABSL_FLAG(int, steps, 30, "timed steps (>= 1)");
 ABSL_FLAG(int, warmup, 10, "untimed steps before them (>= 0)");
 ABSL_FLAG(std::string, recompute, "auto", "auto, none, selective or full");
 ABSL_FLAG(double, memory_budget_gib, 0, "--recompute=auto's budget (<= 0: 0.8x the peer's peak for --config)");
+ABSL_FLAG(bool, offload_first, false,
+          "--recompute=auto: when no recompute does not fit, try no recompute with the fewest kept activations "
+          "offloaded to pinned host memory before any recompute");
 ABSL_FLAG(float, lr, 3e-4f, "learning rate");
 ABSL_FLAG(bool, cuda_graph, true, "replay the step as a CUDA graph (false: eager steps)");
 ABSL_FLAG(std::string, trace, "", "write a Chrome trace of one extra eager step to this path");
@@ -66,7 +70,7 @@ struct Flags {
   std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
   double memory_budget_gib = 0;
   int steps = 30, warmup = 10;
-  bool cuda_graph = true;
+  bool cuda_graph = true, offload_first = false;
   float lr = 3e-4f;
 };
 
@@ -105,11 +109,16 @@ absl::StatusOr<Flags> ReadFlags() {
   f.warmup = absl::GetFlag(FLAGS_warmup);
   f.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
   f.lr = absl::GetFlag(FLAGS_lr);
+  f.offload_first = absl::GetFlag(FLAGS_offload_first);
   if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
   if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
   if (f.recompute != "auto" && f.recompute != "none" && f.recompute != "selective" && f.recompute != "full") {
     return absl::InvalidArgumentError(
         absl::StrCat("--recompute: expected auto|none|selective|full, found '", f.recompute, "'"));
+  }
+  if (f.offload_first && f.recompute != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--offload_first: expected --recompute=auto, found --recompute=", f.recompute));
   }
   if (f.device != "" && f.device != "cuda" && f.device != "cpu") {
     return absl::InvalidArgumentError(absl::StrCat("--device: expected cuda|cpu, found '", f.device, "'"));
@@ -197,6 +206,7 @@ absl::Status Main(const Flags& f) {
     // The budget less what the plan does not count (kernel scratch, library workspaces: ~0.2 GiB
     // at 1b); sharded strategies hold 1/world of the state per GPU.
     const double budget = (f.memory_budget_gib > 0 ? f.memory_budget_gib : DefaultBudgetGiB(c.name)) - 0.25;
+    o.offload_before_recompute = f.offload_first;
     SG_RETURN_IF_ERROR(ChooseRecompute(fwd, int64_t(budget * kGiB), world, &o).status());
   } else {
     SG_ASSIGN_OR_RETURN(o.recompute, ParseRecompute(f.recompute));
@@ -207,9 +217,9 @@ absl::Status Main(const Flags& f) {
   o.strategy = strategy;
   if (strategy == Strategy::kHybridShard) o.mesh = {world / 2, 2};
   SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, o));
-  if (rank == 0) std::cerr << absl::StrFormat("planned: arena %.2f GiB (%.2f without reuse), state %.2f GiB\n",
+  if (rank == 0) std::cerr << absl::StrFormat("planned: arena %.2f GiB (%.2f without reuse), state %.2f GiB, %d activations offloaded\n",
                                plan.arena_bytes / kGiB, plan.arena_without_reuse_bytes / kGiB,
-                               plan.state_bytes / kGiB);
+                               plan.state_bytes / kGiB, o.offload_activations);
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(device));
   const auto t0 = std::chrono::steady_clock::now();
   SG_ASSIGN_OR_RETURN(std::unique_ptr<CompiledStep> step, Compile(fwd, o));
@@ -239,6 +249,8 @@ absl::Status Main(const Flags& f) {
   j["world"] = world;
   j["recompute"] = std::string(graph::RecomputePolicyName(rp));
   j["recompute_swiglu_layers"] = o.recompute_swiglu_layers;
+  j["offload_activations"] = o.offload_activations;
+  j["offload_host_gib"] = step->program().offload_host_bytes / kGiB;
   j["cuda_graph"] = step->executor().replaying_graph();
   j["tokens_per_s_per_gpu"] = std::round(tok_s * 10) / 10;
   j["step_ms_median"] = median * 1e3;

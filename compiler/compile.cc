@@ -241,8 +241,32 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
     o->offload_activations = offload;
     return true;
   };
+  // The fewest kept activations offloaded (to host memory) with which `policy` fits, bisecting up
+  // to `most` (the plan falls monotonically with the count); sets `most` and returns false when
+  // even that does not fit.
+  auto fewest_offloads = [&](RecomputePolicy policy, bool per_parameter, int most) -> absl::StatusOr<bool> {
+    SG_ASSIGN_OR_RETURN(bool ok, fits(policy, -1, per_parameter, most));
+    if (!ok) return false;
+    int lo = 0, hi = most;  // lo does not fit, hi does
+    while (hi - lo > 1) {
+      const int mid = (lo + hi) / 2;
+      SG_ASSIGN_OR_RETURN(ok, fits(policy, -1, per_parameter, mid));
+      (ok ? hi : lo) = mid;
+    }
+    SG_ASSIGN_OR_RETURN(ok, fits(policy, -1, per_parameter, hi));
+    return ok;
+  };
   SG_ASSIGN_OR_RETURN(bool ok, fits(RecomputePolicy::kNone, -1));
   if (ok) return last;
+  if (o->offload_before_recompute) {
+    // No recompute, with the first layers' kept activations (several per layer: the FFN's three
+    // [batch, seq, hidden] tensors, the norms' and attention's outputs) on the host. A count past
+    // the candidates takes them all; the training graph's forward adds casts to the model's nodes.
+    int outputs = 0;
+    for (const graph::Node& n : forward.nodes()) outputs += int(n.outputs.size());
+    SG_ASSIGN_OR_RETURN(ok, fewest_offloads(RecomputePolicy::kNone, false, 2 * outputs));
+    if (ok) return last;
+  }
   int layers = 0;  // transformer layers: scopes "layers.<i>..."
   for (const graph::Node& n : forward.nodes()) {
     int i = 0;
@@ -259,25 +283,16 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
   if (ok) return last;
   o->recompute = RecomputePolicy::kFull;
   o->recompute_swiglu_layers = -1;
+  o->offload_activations = 0;
   if (!fsdp) return last;  // the least memory there is, over the budget: Compile will report running out
   // The bucketed collectives' f32 staging of a whole unit goes before speed: a collective per weight.
   SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1, /*per_parameter=*/true));
   o->fsdp_per_parameter_collectives = true;
   if (ok) return last;
   // Then the kept activations of the first layers to host memory, as few as fit (each layer's
-  // residual sum saves its bytes at the peak); all that qualify when none does. The plan falls
-  // monotonically with the count, so a bisection finds the least that fits.
-  SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1, true, layers + 1));
-  const int64_t most = last;
-  o->offload_activations = layers + 1;
-  if (!ok) return most;
-  int lo = 0, hi = layers + 1;  // lo does not fit, hi does
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1, true, mid));
-    (ok ? hi : lo) = mid;
-  }
-  SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1, true, hi));
+  // residual sum saves its bytes at the peak); all that qualify when none does.
+  SG_ASSIGN_OR_RETURN(ok, fewest_offloads(RecomputePolicy::kFull, true, layers + 1));
+  if (!ok) o->offload_activations = layers + 1;
   return last;
 }
 

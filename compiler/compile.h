@@ -93,6 +93,10 @@ struct CompileOptions {
   // compiler/offload.h). A memory option: ChooseRecompute takes the fewest that fit once full
   // recompute (and per-parameter collectives) do not.
   int offload_activations = 0;
+  // ChooseRecompute only: when no recompute does not fit, try no recompute with the fewest kept
+  // activations offloaded before any recompute (copies over PCIe that may hide under compute,
+  // instead of recomputed kernels). Opt-in: llama_step_benchmark --offload_first.
+  bool offload_before_recompute = false;
   Device device = Device::Cpu();
   std::string cache_dir;  // "" disables the compile cache
   // Concrete sizes for the graph's symbols; the step is specialized to them (static shapes).
@@ -231,6 +235,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph,
 
 // The least recompute whose plan fits `budget_bytes` (arena + state / state_shards; for
 // options->strategy == kFsdp with state_shards > 1, PlanFsdpMemory's total per rank): none, then
+// (options->offload_before_recompute) none with the fewest kept activations offloaded, then
 // selective with SwiGLU recomputed in 0, 1, 2, ... layers, then full, then (FSDP over > 1 ranks)
 // full with per-parameter collectives, then that with the fewest kept activations offloaded to host
 // memory (options->offload_activations). Sets options->recompute, options->recompute_swiglu_layers,

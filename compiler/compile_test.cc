@@ -211,15 +211,20 @@ TEST(CompileTest, RecomputeGivesTheSameGradients) {
 
 // Activation offloading (CompileOptions::offload_activations) moves kept activations to host memory
 // and back: the step computes the same values from the same buffers' contents, so the loss of every
-// step, the gradients and the parameters after 3 steps match the step that keeps them (f32).
-TEST(CompileTest, OffloadedActivationsGiveTheSameSteps) {
+// step, the gradients and the parameters after 3 steps match the step that keeps them (f32). Under
+// full recompute (the 7b's form: the layer-boundary residual sums) and without recompute (the
+// --offload_first form: the first layers' norm, attention and FFN outputs).
+class OffloadTest : public ::testing::TestWithParam<RecomputePolicy> {};
+
+TEST_P(OffloadTest, OffloadedActivationsGiveTheSameSteps) {
   Fixture f = MakeFixture(/*layers=*/6);
   auto batch = BatchOn(f.batch, Device::Cpu());
   std::map<std::string, std::vector<double>> grads, params;
   std::vector<float> losses;
-  for (int offload : {0, 4}) {
+  int64_t kept_arena = 0;
+  for (int offload : {0, GetParam() == RecomputePolicy::kNone ? 12 : 4}) {
     CompileOptions o = Options();
-    o.recompute = RecomputePolicy::kFull;
+    o.recompute = GetParam();
     o.offload_activations = offload;
     auto step = CompileWith(f, o);
     ASSERT_NE(step, nullptr);
@@ -230,6 +235,12 @@ TEST(CompileTest, OffloadedActivationsGiveTheSameSteps) {
     EXPECT_EQ(copies, 2 * offload);
     auto planned = PlanMemory(f.forward, o);
     ASSERT_TRUE(planned.ok()) << planned.status();
+    if (offload == 0) {
+      kept_arena = planned->arena_bytes;
+    } else if (GetParam() == RecomputePolicy::kNone) {
+      // (Under full recompute this model's peak is elsewhere: the weight gradients.)
+      EXPECT_LT(planned->arena_bytes, kept_arena) << "the offloaded activations leave the arena at its peak";
+    }
     for (int i = 0; i < 3; ++i) {
       ASSERT_TRUE(step->Run(BatchViews(batch)).ok());
       auto m = step->ReadMetrics();
@@ -259,6 +270,11 @@ TEST(CompileTest, OffloadedActivationsGiveTheSameSteps) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Recompute, OffloadTest, ::testing::Values(RecomputePolicy::kFull, RecomputePolicy::kNone),
+                         [](const ::testing::TestParamInfo<RecomputePolicy>& p) {
+                           return std::string(graph::RecomputePolicyName(p.param));
+                         });
 
 TEST(CompileTest, SecondCompileHitsTheCache) {
   Fixture f = MakeFixture();

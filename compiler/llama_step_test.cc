@@ -6,7 +6,9 @@
 #include <iostream>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/match.h"
 #include "compiler/compile.h"
+#include "compiler/distributed.h"
 #include "compiler/llama_step.h"
 #include "compiler/testing/tiny_llama.h"
 #include "graph/autodiff.h"
@@ -238,6 +240,66 @@ TEST(LlamaStepTest, ChooseRecomputeTakesTheLeastThatFits) {
   CompileOptions tight = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kNone);
   ASSERT_TRUE(ChooseRecompute(fwd, 1 << 20, 1, &tight).ok());
   EXPECT_EQ(tight.recompute, RecomputePolicy::kFull);
+}
+
+// CompileOptions::offload_before_recompute (llama_step_benchmark --offload_first) at the 1b
+// shapes: a budget between the selective and the no-recompute plans takes no recompute with the
+// fewest kept activations offloaded (one fewer does not fit), and so does the benchmark's budget
+// (32.8 GiB less 0.25). The offloads are the first layers' (their backward readers are the last
+// nodes); at the plan's peak, the start of the backward, they are on the host.
+TEST(LlamaStepTest, OffloadBeforeRecomputeTakesNoRecomputeWithTheFewestOffloads) {
+  auto c = LlamaBenchConfigNamed("1b");
+  ASSERT_TRUE(c.ok());
+  graph::Graph fwd = LlamaForward(c->model);
+  auto total = [&](RecomputePolicy rp, int swiglu_layers, int offload) {
+    CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), rp);
+    o.recompute_swiglu_layers = swiglu_layers;
+    o.offload_activations = offload;
+    PlannedMemory m = PlanMemory(fwd, o).value();
+    return m.arena_bytes + m.state_bytes;
+  };
+  const int64_t none = total(RecomputePolicy::kNone, -1, 0), selective = total(RecomputePolicy::kSelective, 0, 0);
+  ASSERT_LT(selective, none);
+  for (const int64_t budget : {(none + selective) / 2, int64_t((32.8 - 0.25) * kGiB)}) {
+    CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kSelective);
+    o.offload_before_recompute = true;
+    auto planned = ChooseRecompute(fwd, budget, 1, &o);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    EXPECT_EQ(o.recompute, RecomputePolicy::kNone);
+    ASSERT_GT(o.offload_activations, 0);
+    EXPECT_LE(*planned, budget);
+    EXPECT_EQ(*planned, total(RecomputePolicy::kNone, -1, o.offload_activations));
+    EXPECT_GT(total(RecomputePolicy::kNone, -1, o.offload_activations - 1), budget);
+
+    graph::Graph train = PrepareTrainingGraph(fwd, o).value();
+    LowerOptions lo;
+    lo.plan_only = true;
+    lo.offload_activations = o.offload_activations;
+    auto p = Lower(std::move(train), o.binding, o.device, lo);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const ArenaPeak peak = FindArenaPeak(**p);
+    int first_layers = 0;  // offloads from layers 0 and 1 (and the embedding's output)
+    for (const Step& st : (*p)->schedule.steps) {
+      if (!absl::StartsWith(st.name, "offload ")) continue;
+      first_layers += absl::StrContains(st.name, "@layers.0.") || absl::StrContains(st.name, "@layers.1.") ||
+                      absl::StrContains(st.name, "@tok_embeddings");
+    }
+    EXPECT_EQ(first_layers, o.offload_activations);
+    // Every wait for a copy to the host comes before the peak, every copy back after it.
+    for (const Step& st : (*p)->schedule.steps) {
+      if (absl::StartsWith(st.name, "wait offload ")) {
+        EXPECT_LE(st.node, peak.node) << st.name;
+      }
+      if (absl::StartsWith(st.name, "reload ")) {
+        EXPECT_GT(st.node, peak.node) << st.name;
+      }
+    }
+    std::cout << absl::StrFormat(
+        "1b under %.2f GiB, offload before recompute: no recompute, %d activations offloaded (%.2f GiB host), "
+        "%.2f GiB planned (arena %.2f), against %.2f GiB without offloads\n%s",
+        budget / kGiB, o.offload_activations, (*p)->offload_host_bytes / kGiB, *planned / kGiB,
+        (*p)->plan.arena_bytes / kGiB, none / kGiB, peak.ToString(16));
+  }
 }
 
 // ---- GPU ----------------------------------------------------------------------------------------

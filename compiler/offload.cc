@@ -13,6 +13,12 @@
 #endif
 
 namespace sg::compiler {
+namespace {
+
+// Nodes a copy of `bytes` is modeled to take at `per_node` bytes a node (at least one).
+int64_t CopyNodes(int64_t bytes, int64_t per_node) { return std::max<int64_t>(1, (bytes + per_node - 1) / per_node); }
+
+}  // namespace
 
 std::vector<ActivationOffload> ChooseOffloads(const graph::Graph& g, const std::vector<int>& root,
                                               const std::function<int64_t(int)>& bytes,
@@ -65,11 +71,33 @@ std::vector<ActivationOffload> ChooseOffloads(const graph::Graph& g, const std::
     o.producer = producer;
     o.fwd_last = fwd_last[v];
     o.bwd_first = bwd_first[v];
-    o.wait_at = std::max(o.fwd_last, std::min(o.producer + lead, o.bwd_first - lead - 2));
-    o.reload_at = o.bwd_first - lead;
     o.bytes = bytes(v);
     o.host_offset = chosen.empty() ? 0 : chosen.back().host_offset + AlignUp(chosen.back().bytes);
     chosen.push_back(o);
+  }
+  // The copy stream is one queue: a copy starts once the one issued before it is done. Compute
+  // waits for a copy to the host `lead` nodes after its producer, or later when the queue ahead of
+  // it (at kOffloadForwardBytesPerNode) is not through by then.
+  int64_t queue_done = 0;  // the node by which the copies issued so far are modeled done
+  for (ActivationOffload& o : chosen) {
+    queue_done = std::max<int64_t>(o.producer + 1, queue_done) + CopyNodes(o.bytes, kOffloadForwardBytesPerNode);
+    o.wait_at = int(std::max<int64_t>(o.fwd_last, std::min<int64_t>(std::max<int64_t>(o.producer + lead, queue_done),
+                                                                     o.bwd_first - lead - 2)));
+  }
+  // The copies back, planned from the last backward reader to the first: each is issued `lead`
+  // nodes before its reader, or earlier so that it and the copies after it in the queue (at
+  // kOffloadBackwardBytesPerNode) are through before their readers; never before its forward slot
+  // is released.
+  std::vector<ActivationOffload*> by_reader;
+  for (ActivationOffload& o : chosen) by_reader.push_back(&o);
+  std::stable_sort(by_reader.begin(), by_reader.end(),
+                   [](const ActivationOffload* a, const ActivationOffload* b) { return a->bwd_first > b->bwd_first; });
+  int64_t next_start = INT_MAX;  // where the copy back after this one in the queue is issued
+  for (ActivationOffload* o : by_reader) {
+    const int64_t nodes = CopyNodes(o->bytes, kOffloadBackwardBytesPerNode);
+    const int64_t start = std::min<int64_t>(o->bwd_first - std::max<int64_t>(lead, nodes), next_start - nodes);
+    o->reload_at = int(std::max<int64_t>(start, o->wait_at + 1));
+    next_start = o->reload_at;
   }
   return chosen;
 }

@@ -22,6 +22,12 @@ namespace sg::compiler {
 // Nodes between a copy's issue and the compute wait for it (about a transformer layer's forward;
 // half a layer's recomputed backward): the copies of 64 MiB take ~1.3 ms over PCIe 5.
 inline constexpr int kOffloadLead = 24;
+// The copy stream's modeled progress, for big copies or many of them (no recompute: the 1b's
+// [8,2048,8192] bf16 FFN activations, 256 MiB, ~5 ms at ~50 GB/s): bytes a node over PCIe while
+// a forward node (~0.12 ms in the 1b's step without recompute) or a backward node (~0.27 ms) runs,
+// with some margin. The 7b's 64 MiB residual sums under full recompute stay within `lead`.
+inline constexpr int64_t kOffloadForwardBytesPerNode = int64_t(4) << 20;
+inline constexpr int64_t kOffloadBackwardBytesPerNode = int64_t(8) << 20;
 
 struct ActivationOffload {
   int root = -1;       // the value (alias root) offloaded
