@@ -391,6 +391,32 @@ TEST(CompileTest, TraceSummaryCountsOnlyUncoveredCommunication) {
   EXPECT_DOUBLE_EQ(s.compute_us, 20);
   EXPECT_DOUBLE_EQ(s.comm_us, 20);
   EXPECT_DOUBLE_EQ(s.exposed_comm_us, 10);  // [10, 20) has no compute under it
+  EXPECT_DOUBLE_EQ(s.copy_us, 0);
+  EXPECT_EQ(SummaryLine(t).find("host copies"), std::string::npos);
+}
+
+// Host copies (stream 2, activation offloading) are summed apart from the collectives, with their
+// own uncovered time, named in the summary line and as a third thread of the Chrome trace.
+TEST(CompileTest, TraceSummaryKeepsHostCopiesApart) {
+  StepTrace t;
+  t.events = {{"a", "kernel", 0, 0, 10},  {"b", "kernel", 0, 20, 10},   {"ag", "collective", 1, 5, 20},
+              {"off", "copy", 2, 8, 4},   {"back", "copy", 2, 26, 10}};
+  t.step_us = 36;
+  TraceSummary s = Summarize(t);
+  EXPECT_DOUBLE_EQ(s.comm_us, 20);
+  EXPECT_DOUBLE_EQ(s.exposed_comm_us, 10);
+  EXPECT_DOUBLE_EQ(s.copy_us, 14);
+  EXPECT_DOUBLE_EQ(s.exposed_copy_us, 2 + 6);  // [10, 12) and [30, 36)
+  EXPECT_NE(SummaryLine(t).find("host copies 0.014 ms, exposed 0.008 ms"), std::string::npos) << SummaryLine(t);
+  const auto json = nlohmann::json::parse(ToChromeTraceJson(t));
+  int names = 0;
+  for (const auto& e : json["traceEvents"]) {
+    if (e["ph"] == "M" && e["tid"] == 2) {
+      EXPECT_EQ(e["args"]["name"], "host copies");
+      ++names;
+    }
+  }
+  EXPECT_EQ(names, 1);
 }
 
 // GPU: the captured CUDA graph's replays give what eager execution gives: the same four distinct

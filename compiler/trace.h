@@ -27,8 +27,10 @@ struct StepTrace {
   double step_us = 0;  // first start to last end
 };
 
+// Streams: 0 compute, 1 communication, 2 host copies (activation offloading). Exposed: the time of
+// a stream's events that no compute event covers.
 struct TraceSummary {
-  double step_us = 0, compute_us = 0, comm_us = 0, exposed_comm_us = 0;
+  double step_us = 0, compute_us = 0, comm_us = 0, exposed_comm_us = 0, copy_us = 0, exposed_copy_us = 0;
   double exposed_comm_share() const { return step_us > 0 ? exposed_comm_us / step_us : 0; }
 };
 
@@ -37,7 +39,8 @@ TraceSummary Summarize(const StepTrace& t);
 // {"traceEvents":[{"name":..,"cat":..,"ph":"X","ts":..,"dur":..,"pid":0,"tid":<stream>}, ...]}
 std::string ToChromeTraceJson(const StepTrace& t);
 
-// "step 12.3 ms | compute 11.0 ms | communication 3.1 ms | exposed communication 1.3 ms (10.6% of step)"
+// "step 12.3 ms | compute 11.0 ms | communication 3.1 ms | exposed communication 1.3 ms (10.6% of step)",
+// then " | host copies 4.0 ms, exposed 0.2 ms" when the step copies activations to the host.
 std::string SummaryLine(const StepTrace& t);
 
 }  // namespace sg::compiler
