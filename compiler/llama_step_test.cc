@@ -244,8 +244,8 @@ TEST(LlamaStepTest, ChooseRecomputeTakesTheLeastThatFits) {
 
 // CompileOptions::offload_before_recompute (llama_step_benchmark --offload_first) at the 1b
 // shapes: a budget between the selective and the no-recompute plans takes no recompute with the
-// fewest kept activations offloaded (one fewer does not fit), and so does the benchmark's budget
-// (32.8 GiB less 0.25). The offloads are the first layers' (their backward readers are the last
+// fewest kept activations offloaded (one fewer does not fit), and so does --memory_budget_gib=32.8
+// (0.8x the peer's peak, less the benchmark's 0.25). The offloads are the first layers' (their backward readers are the last
 // nodes); at the plan's peak, the start of the backward, they are on the host.
 TEST(LlamaStepTest, OffloadBeforeRecomputeTakesNoRecomputeWithTheFewestOffloads) {
   auto c = LlamaBenchConfigNamed("1b");
@@ -300,6 +300,15 @@ TEST(LlamaStepTest, OffloadBeforeRecomputeTakesNoRecomputeWithTheFewestOffloads)
         budget / kGiB, o.offload_activations, (*p)->offload_host_bytes / kGiB, *planned / kGiB,
         (*p)->plan.arena_bytes / kGiB, none / kGiB, peak.ToString(16));
   }
+  // The default budget (32 GiB less 0.25): the copies past the 17th are not modeled through
+  // before the peak (kOffloadForwardBytesPerNode), so no count fits and the order goes on to
+  // selective recompute.
+  CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kNone);
+  o.offload_before_recompute = true;
+  auto planned = ChooseRecompute(fwd, int64_t((32.0 - 0.25) * kGiB), 1, &o);
+  ASSERT_TRUE(planned.ok()) << planned.status();
+  EXPECT_EQ(o.recompute, RecomputePolicy::kSelective);
+  EXPECT_EQ(o.offload_activations, 0);
 }
 
 // ---- GPU ----------------------------------------------------------------------------------------
