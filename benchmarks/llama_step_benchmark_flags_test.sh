@@ -3,19 +3,8 @@
 # flag (Abseil's type errors exit 1, the benchmark's own range/enum checks exit 2), and the flags the
 # GPU scripts pass still parse (a one-step tiny run on the CPU).
 set -u
-bin="$1"
-fail=0
-expect() {  # expect EXIT_CODE TEXT ARGS...: the run exits with EXIT_CODE and prints TEXT.
-  local code="$1" text="$2" out rc
-  shift 2
-  out="$(timeout 60 "$bin" "$@" 2>&1)"
-  rc=$?
-  if [ "$rc" != "$code" ] || ! grep -qF -- "$text" <<<"$out"; then
-    echo "FAIL: $* exited $rc (expected $code), output should contain: $text"
-    echo "$out"
-    fail=1
-  fi
-}
+source "$1"  # tools/expect_exit.sh: expect CODE TEXT ARGS...
+bin="$2"
 expect 1 "Illegal value 'abc' specified for flag 'steps'" --steps=abc
 expect 1 "Unknown command line flag 'step'" --step=3
 expect 2 "--recompute: expected auto|none|selective|full, found 'partial'" --recompute=partial

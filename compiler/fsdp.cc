@@ -473,19 +473,25 @@ absl::Status ShardedDataParallelStep::GatherCast(const Unit& u, bool backward, c
   return Unpack(u, backward, packed, s);
 }
 
-// One parameter's full gradient (rank k's rows are its block k) into its gradient shard.
-absl::Status ShardedDataParallelStep::ReduceScatterParam(const Param& p, bool accumulate, const Stream& s) {
-  const int64_t block = p.chunk * p.row;
-  const TensorView sum = accumulate ? Flat(block_, 0, block) : p.grad;
-  const TensorView input = Flat(p.grad_full, 0, block * shard_size_);
+// sum = this rank's block of `input` (shard_size_ blocks of sum.numel()) summed over the shard group
+// (reduce-scatter; one rank: its only block copied), then over the replicate group (HSDP).
+absl::Status ShardedDataParallelStep::ReduceBlock(const TensorView& input, const TensorView& sum, const Stream& s) {
   if (layout_.shard != nullptr) {
     SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(input, sum, comm::ReduceOp::kSum, s));
   } else {
-    SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, block), sum, s));
+    SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, sum.numel()), sum, s));
   }
   if (layout_.replicate != nullptr) {
     SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(sum, comm::ReduceOp::kSum, s));
   }
+  return absl::OkStatus();
+}
+
+// One parameter's full gradient (rank k's rows are its block k) into its gradient shard.
+absl::Status ShardedDataParallelStep::ReduceScatterParam(const Param& p, bool accumulate, const Stream& s) {
+  const int64_t block = p.chunk * p.row;
+  const TensorView sum = accumulate ? Flat(block_, 0, block) : p.grad;
+  SG_RETURN_IF_ERROR(ReduceBlock(Flat(p.grad_full, 0, block * shard_size_), sum, s));
   return accumulate ? kernels::Add(p.grad, sum, p.grad, s) : absl::OkStatus();
 }
 
@@ -514,15 +520,7 @@ absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumula
   }
   // The full gradients are free from here (compute waits for this at packed_at).
   SG_RETURN_IF_ERROR(u.packed->Record(s));
-  const int64_t block = u.block;
-  if (layout_.shard != nullptr) {
-    SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(input, sum, comm::ReduceOp::kSum, s));
-  } else {
-    SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, block), sum, s));
-  }
-  if (layout_.replicate != nullptr) {
-    SG_RETURN_IF_ERROR(layout_.replicate->AllReduce(sum, comm::ReduceOp::kSum, s));
-  }
+  SG_RETURN_IF_ERROR(ReduceBlock(input, sum, s));
   if (into_shards) return absl::OkStatus();
   for (int i : u.params) {
     const Param& p = *params_[i];

@@ -187,6 +187,7 @@ class ShardedDataParallelStep : public CompiledStep {
   absl::Status ReduceScatter(const Unit& u, bool accumulate, const Stream& s);
   // One parameter of a Direct unit.
   absl::Status ReduceScatterParam(const Param& p, bool accumulate, const Stream& s);
+  absl::Status ReduceBlock(const TensorView& input, const TensorView& sum, const Stream& s);
   // The schedule of micro-batch `index`: the lowered steps with the collectives inserted.
   std::vector<Step> MicroBatchSteps(int index, const std::vector<Step>& lowered);
   // Full-batch input buffers for micro_batches_ > 1 (staged into by Run, sliced per micro-batch).

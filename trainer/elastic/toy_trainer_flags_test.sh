@@ -2,19 +2,8 @@
 # toy_trainer as a process: bad values and unknown flags are usage errors that name the flag
 # (Abseil's type errors exit 1, the trainer's own checks exit 2). Nothing here reaches the rendezvous.
 set -u
-bin="$1"
-fail=0
-expect() {  # expect EXIT_CODE TEXT ARGS...: the run exits with EXIT_CODE and prints TEXT.
-  local code="$1" text="$2" out rc
-  shift 2
-  out="$(timeout 60 "$bin" "$@" 2>&1)"
-  rc=$?
-  if [ "$rc" != "$code" ] || ! grep -qF -- "$text" <<<"$out"; then
-    echo "FAIL: $* exited $rc (expected $code), output should contain: $text"
-    echo "$out"
-    fail=1
-  fi
-}
+source "$1"  # tools/expect_exit.sh: expect CODE TEXT ARGS...
+bin="$2"
 expect 1 "Illegal value '3x' specified for flag 'steps'" --ckpt_dir=/tmp/x --steps=3x
 expect 1 "Unknown command line flag 'kill'" --ckpt_dir=/tmp/x --kill=1
 expect 2 "--ckpt_dir is required" --steps=3
