@@ -10,8 +10,8 @@
 // whose planned arena + state fits the budget; --offload_first: no recompute with the fewest kept
 // activations offloaded to host memory, when that fits, before any recompute; default the memory
 // targets of issue #10: 124m 10, 1b 32, 7b 42; 1b at 32.8, 0.8x the peer's 41.02 GiB measured on
-// 2026-11-30, measured within noise of 32), --lr=3e-4, --cuda_graph=1 (0, or SG_CUDA_GRAPH=0 in the environment: eager steps, to
-// compare; distributed steps are captured too, collectives included, and rank 0 prints which mode
+// 2026-11-30, measured within noise of 32), --lr=3e-4, --cuda_graph=1 (0, or SG_CUDA_GRAPH=0 in
+// the environment: eager steps, to compare; distributed steps are captured too, collectives included, and rank 0 prints which mode
 // runs and why on stderr; the JSON's "cuda_graph" says whether the timed steps were replays),
 // --trace=<path> (a Chrome trace of one extra eager step, its summary line on stderr, and its
 // compute / communication / exposed-communication figures in the JSON line),
@@ -52,7 +52,7 @@ ABSL_FLAG(std::string, device, "", "cuda or cpu (default: the local rank's CUDA 
 ABSL_FLAG(int, steps, 30, "timed steps (>= 1)");
 ABSL_FLAG(int, warmup, 10, "untimed steps before them (>= 0)");
 ABSL_FLAG(std::string, recompute, "auto", "auto, none, selective or full");
-ABSL_FLAG(double, memory_budget_gib, 0, "--recompute=auto's budget (<= 0: 0.8x the peer's peak for --config)");
+ABSL_FLAG(double, memory_budget_gib, 0, "--recompute=auto's budget (<= 0: issue #10's memory target for --config)");
 ABSL_FLAG(bool, offload_first, false,
           "--recompute=auto: when no recompute does not fit, try no recompute with the fewest kept activations "
           "offloaded to pinned host memory before any recompute");
@@ -79,7 +79,7 @@ absl::StatusOr<RecomputePolicy> ParseRecompute(const std::string& s) {
   if (s == "none") return RecomputePolicy::kNone;
   if (s == "selective") return RecomputePolicy::kSelective;
   if (s == "full") return RecomputePolicy::kFull;
-  return absl::InvalidArgumentError(absl::StrCat("--recompute: expected none|selective|full, found '", s, "'"));
+  return absl::InvalidArgumentError(absl::StrCat("--recompute: expected auto|none|selective|full, found '", s, "'"));
 }
 
 // The issue-10 memory targets (0.8x the torch.compile peak), leaving room for kernel scratch.
@@ -113,10 +113,7 @@ absl::StatusOr<Flags> ReadFlags() {
   f.offload_first = absl::GetFlag(FLAGS_offload_first);
   if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
   if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
-  if (f.recompute != "auto" && f.recompute != "none" && f.recompute != "selective" && f.recompute != "full") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--recompute: expected auto|none|selective|full, found '", f.recompute, "'"));
-  }
+  if (f.recompute != "auto") SG_RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
   if (f.offload_first && f.recompute != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("--offload_first: expected --recompute=auto, found --recompute=", f.recompute));
