@@ -28,12 +28,13 @@ void Run(benchmark::State& state, DType grad_dtype, bool norm, bool copy = true)
   std::vector<Tensor> owners;
   std::vector<AdamWParam> params;
   for (int64_t i = 0; i < tensors; ++i) {
-    Tensor p = Tensor::Empty({n}, DType::kF32, s.device).value();
-    Tensor g = Tensor::Empty({n}, grad_dtype, s.device).value();
-    Tensor m = Tensor::Empty({n}, DType::kF32, s.device).value();
+    // Random parameters, gradients and first moments (not zeros); v starts at 0, its valid floor.
+    Tensor p = testing::RandomTensor({n}, DType::kF32, s.device, testing::Rng());
+    Tensor g = testing::RandomTensor({n}, grad_dtype, s.device, testing::Rng(), 1e-2f);
+    Tensor m = testing::RandomTensor({n}, DType::kF32, s.device, testing::Rng(), 1e-3f);
     Tensor v = Tensor::Empty({n}, DType::kF32, s.device).value();
     Tensor c = copy ? Tensor::Empty({n}, DType::kBF16, s.device).value() : Tensor();
-    for (Tensor* t : {&p, &g, &m, &v}) (void)ZeroTensor(*t, s.stream);
+    (void)ZeroTensor(v, s.stream);
     params.push_back({p, g, m, v, copy ? c.view() : TensorView(), 0.1f});
     for (Tensor* t : {&p, &g, &m, &v, &c}) owners.push_back(*t);
   }
