@@ -54,8 +54,9 @@ cudaError_t LaunchMaybePdl(void (*kernel)(KArgs...), dim3 grid, int threads, cud
 
 // The row sums of kSumRows vocabulary rows v0 .. v0 + kSumRows - 1 (those < vocab), dim = 8 * packs,
 // 16-byte aligned; [begin[r], end[r]) is row v0 + r's run in `order`. The rows' runs are independent
-// chains in flight together; 32-bit column math. Used by every thread of the CTA.
-template <typename T>
+// chains in flight together; 32-bit column math. Used by every thread of the CTA. kSkipEmpty: rows
+// with an empty run are not stored (someone else zeroes them: the "atomic2s" backward).
+template <typename T, bool kSkipEmpty = false>
 __device__ __forceinline__ void SumRuns(const T* __restrict__ dout, const int32_t* order,
                                         const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
                                         float* __restrict__ dtable, int64_t v0, int64_t vocab, int packs) {
@@ -85,7 +86,9 @@ __device__ __forceinline__ void SumRuns(const T* __restrict__ dout, const int32_
     }
 #pragma unroll
     for (int r = 0; r < kSumRows; ++r) {
-      if (v0 + r < vocab) cuda_vec::Pack8<float>::Store(dtable + (v0 + r) * dim + c * 8, acc[r]);
+      if (v0 + r < vocab && (!kSkipEmpty || first[r] >= 0)) {
+        cuda_vec::Pack8<float>::Store(dtable + (v0 + r) * dim + c * 8, acc[r]);
+      }
     }
   }
 }
@@ -127,6 +130,13 @@ __global__ void __launch_bounds__(kThreads)
 // with programmatic dependent launch.
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                 cudaStream_t s, bool pdl);
+
+// The "atomic2s" backward (embedding_atomic.cu): the atomic path's index preparation and row sums
+// of touched rows on a cached high-priority side stream, overlapped with the zero fill of the
+// untouched rows on `s`; joined back into `s` before it returns. Falls back to the atomic path
+// where the rows lack the 16-byte layout.
+absl::Status BackwardAtomic2sCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
+                                  cudaStream_t s);
 
 // The one-kernel backward of embedding_scan3.cu: an id listing per 64 vocabulary rows, dout rows
 // pulled into a shared-memory ring by bulk copies. Falls back to the atomic path where the rows
