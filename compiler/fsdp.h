@@ -21,7 +21,7 @@
 //             unit over the shard group, then an all-reduce (sum) over the replicate group;
 //             compute waits for it only before the next unit's reduce-scatter is issued; a packed
 //             unit's full gradient buffers are reused earlier, once compute has waited for the
-//             copies into the bucket (after the first matmul that follows the issue);
+//             copies into the bucket (after the second matmul that follows the issue);
 //   optimizer global grad norm (local sums of squares, the P local norms all-gathered over the
 //             shard group) for clipping, then one multi-tensor AdamW over the local shards.
 // Collectives run on the executor's comm stream ordered against compute by events (on the CPU
@@ -31,8 +31,8 @@
 // and reduce-scattered straight from its full gradients into the shards, one collective per
 // parameter, each reduce-scatter issued as soon as its gradient exists; other units go through two
 // staging buffers: the unit packed rank-major and one rank's block (a bf16 gather uses the first
-// half of the packed one only, its own block cast in place). Uneven chunks are zero-padded
-// to ceil(n/P) rows inside each bucket. Memory per rank: ShardedStepMemory (PlanMemory plans it). The loss is each rank's mean over its non-ignored tokens; Run counts them,
+// half of the packed one only, its own block cast in place). Uneven chunks are zero-padded (only
+// what the chunks leave is zeroed) to ceil(n/P) rows inside each bucket. Memory per rank: ShardedStepMemory (PlanMemory plans it). The loss is each rank's mean over its non-ignored tokens; Run counts them,
 // all-gathers the counts, and seeds backward with local/global count; the reported loss is the
 // count-weighted mean of the all-gathered local losses: the global mean.
 //
