@@ -23,20 +23,27 @@
 // "atomic2s" (SG_EMBEDDING_BWD=atomic2s, 16-byte rows with dim % 8 == 0; otherwise "atomic"): the
 // zero fill of the rows without tokens (60% of a 32000-row table at 16384 tokens) overlapped with
 // the index preparation, which alone costs ~35 us of latency (the dim 8 shape), on two streams:
-//   on the caller's stream S: 1 and 2 as above, then a fork event;
+//   on the caller's stream S: 1 as above (also zeroing num_touched), 2 as CountTouchedKernel: the
+//     counts as above, and the leader whose atomic finds a count of 0 appends its id to a list of
+//     the touched rows (one atomic on num_touched per warp); then a fork event;
 //   on a side stream H (one per device, cached, the device's greatest priority, also set as a
 //     launch attribute on each kernel) waiting on the fork: 3 (ScanKernel<true> also writes
 //     cursor[v] = offsets[v + 1]), 4 (ScatterKernel<I, true> decrements the cursor, so the counts
-//     stay read-only), 5 (SortSumRowsKernel<T, true> stores only the rows with tokens), a join event;
+//     stay read-only), 5 as SortSumTouchedKernel: a CTA per kSumRows entries of the touched list
+//     (not kSumRows consecutive rows, of which ~2.4 have tokens at 16384 / 32000: each CTA's
+//     chain of dependent loads, offsets -> order -> dout, moved few bytes), sorting and summing
+//     as SortSumRowsKernel into each listed row; a join event;
 //   meanwhile on S: ZeroUntouchedKernel, small independent CTAs (32 KB of rows each, 16-byte
 //     stores) zeroing the rows whose count is 0: as they retire the SMs go to H's pending CTAs
 //     first; then S waits on the join, so the scratch is freed (reused in S's order) after H's use.
-// The row sums and their order are unchanged: bitwise the result of "atomic". The fork and join
-// events are shared by all calls on a device: a mutex keeps one call's record and wait together.
-// A graph captured from S takes H in with the fork and back with the join; its kernel nodes carry
-// H's priority, used when the graph is instantiated with cudaGraphInstantiateFlagUseNodePriority.
-// Not yet measured against "atomic" (2.97-3.0 TB/s at 16384 / 32000 / 2048; a plain zero fill of
-// the table 4.39).
+// The list's order is arbitrary (atomics), but each row's sum is its sorted run's, as in "atomic":
+// bitwise its result. The fork and join events are shared by all calls on a device: a mutex keeps
+// one call's record and wait together. A graph captured from S takes H in with the fork and back
+// with the join; its kernel nodes carry H's priority, used when the graph is instantiated with
+// cudaGraphInstantiateFlagUseNodePriority.
+// Measured (H200, 16384 tokens, vocab 32000, dim 2048, bf16) before the touched list, with
+// consecutive rows per CTA: 3.04-3.08 TB/s against "atomic" 2.99 (a plain zero fill of the table
+// 4.38). With the list: not yet measured.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -87,6 +94,28 @@ __global__ void __launch_bounds__(kThreads) CountKernel(const I* __restrict__ to
   const unsigned same = __match_any_sync(0xffffffffu, key);
   const int lane = int(threadIdx.x) & 31;
   if (key >= 0 && lane == __ffs(same) - 1) atomicAdd(&counts[key], __popc(same));
+}
+
+// CountKernel for "atomic2s", also listing the touched rows: the leader whose atomicAdd finds
+// counts[key] == 0 is the first to count row key (exactly one per row), and appends key to
+// `touched`, with one atomicAdd on *num_touched per warp for all its new rows. The list's order is
+// arbitrary; each row's sum does not depend on it.
+template <typename I>
+__global__ void __launch_bounds__(kThreads)
+    CountTouchedKernel(const I* __restrict__ tokens, int* counts, int* __restrict__ touched, int* num_touched,
+                       int64_t n, int64_t vocab) {
+  WaitForPrimary();
+  const int key = KeyAt(tokens, int64_t(blockIdx.x) * kThreads + threadIdx.x, n, vocab);
+  const unsigned same = __match_any_sync(0xffffffffu, key);
+  const int lane = int(threadIdx.x) & 31;
+  const bool fresh = key >= 0 && lane == __ffs(same) - 1 && atomicAdd(&counts[key], __popc(same)) == 0;
+  const unsigned fresh_lanes = __ballot_sync(0xffffffffu, fresh);
+  if (fresh_lanes == 0) return;
+  const int writer = __ffs(fresh_lanes) - 1;
+  int base = 0;
+  if (lane == writer) base = atomicAdd(num_touched, __popc(fresh_lanes));
+  base = __shfl_sync(0xffffffffu, base, writer);
+  if (fresh) touched[base + __popc(fresh_lanes & ((1u << lane) - 1))] = key;
 }
 
 // kCursor: `slots` is the scan's cursor (each run's end in `order`), decremented in place, so the
@@ -331,9 +360,7 @@ __device__ __forceinline__ void SortRuns(int* order, int* tmp, const int32_t (&b
 // `order` is written (sorted) and then read by the same kernel: neither const nor __restrict__.
 // At least 3 CTAs per SM: the f32 instantiation then fits 80 registers without the 8-byte spill
 // ptxas gives it otherwise (the f32 "rows" kernel uses 80 too; bf16 and f16 use 58).
-// kSkipEmpty ("atomic2s"): rows with an empty run are not written (ZeroUntouchedKernel zeroes
-// them), and a CTA whose rows are all empty returns at once (uniformly: no barrier reached).
-template <typename T, bool kSkipEmpty>
+template <typename T>
 __global__ void __launch_bounds__(kThreads, 3)
     SortSumRowsKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
                       float* __restrict__ dtable, int64_t vocab, int packs, int64_t n) {
@@ -342,14 +369,42 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int64_t v0 = int64_t(blockIdx.x) * kSumRows;
   int32_t begin[kSumRows], end[kSumRows];
   LoadRuns(offsets, v0, vocab, begin, end);
-  if (kSkipEmpty) {
-    bool any = false;
+  SortRuns(order, tmp, begin, end, n, sh);
+  SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
+}
+
+// SortSumRowsKernel for "atomic2s" over CountTouchedKernel's list of touched rows: CTA b sorts and
+// sums rows touched[kSumRows * b + r] (one int4 of the 16-byte aligned list), so each CTA has
+// kSumRows rows with tokens but the last; the rows without tokens are ZeroUntouchedKernel's. The
+// grid is the worst case (every token its own row); CTAs past *num_touched return at once
+// (uniformly: no barrier reached). The list is read with its length, both written before the
+// fork; entries past the length (unwritten scratch) are never used.
+// Launch bounds: 3 CTAs per SM (80 registers) for bf16 and f16 dout, as SortSumRowsKernel; f32 dout
+// only 2 (up to 128 registers): at 80 ptxas spills 32 bytes here, whether the row ids are kept in
+// registers or in shared memory (sum order changes did not help either).
+template <typename T>
+constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : 3;
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
+    SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
+                         const int4* __restrict__ touched, const int* __restrict__ num_touched,
+                         float* __restrict__ dtable, int packs, int64_t n) {
+  static_assert(kSumRows == 4, "a CTA's rows are one int4 of the touched list");
+  WaitForPrimary();
+  __shared__ SortShared sh;
+  const int4 listed = touched[blockIdx.x];
+  const int here = *num_touched - int(blockIdx.x) * kSumRows;
+  if (here <= 0) return;
+  const int32_t ids[kSumRows] = {listed.x, listed.y, listed.z, listed.w};
+  int32_t rows[kSumRows], begin[kSumRows], end[kSumRows];
 #pragma unroll
-    for (int r = 0; r < kSumRows; ++r) any = any || end[r] > begin[r];
-    if (!any) return;
+  for (int r = 0; r < kSumRows; ++r) {
+    rows[r] = r < here ? ids[r] : -1;
+    begin[r] = r < here ? offsets[rows[r]] : 0;
+    end[r] = r < here ? offsets[rows[r] + 1] : 0;
   }
   SortRuns(order, tmp, begin, end, n, sh);
-  SumRuns<T, kSkipEmpty>(dout, order, begin, end, dtable, v0, vocab, packs);
+  SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -363,7 +418,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The zero fill of "atomic2s": rows v0 .. v0 + rows - 1 of the f32 table (`vecs` float4 each)
-// whose count is 0, i.e. the rows the side stream's SortSumRowsKernel<T, true> leaves unwritten.
+// whose count is 0, i.e. the rows the side stream's SortSumTouchedKernel leaves unwritten.
 // Small independent CTAs (about kZeroVecs stores each), not a persistent grid: as they retire, the
 // SMs go to the side stream's higher-priority CTAs first.
 constexpr int kZeroVecs = 2048;                     // 32 KB per CTA, 8 16-byte stores per thread
@@ -381,45 +436,56 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
 
 unsigned Blocks(int64_t work) { return unsigned((work + kThreads - 1) / kThreads); }
 
-// Scratch, in ints: counts [padded] | tile states [2 * tiles] | ticket, zeroed together |
-// offsets [padded] | cursor [padded] ("atomic2s" only) | order [n] | tmp [n];
-// padded = tiles * kScanTile >= vocab + 1. Every array but tmp starts 16-byte aligned.
+// Scratch, in ints: counts [padded] | tile states [2 * tiles] | ticket | num_touched ("atomic2s"
+// only), zeroed together | offsets [padded] | then, "atomic2s" only: cursor [padded] | touched
+// [listed] | and always: order [n] | tmp [n]; padded = tiles * kScanTile >= vocab + 1, listed =
+// min(n, vocab) rounded up to a multiple of 4 (SortSumTouchedKernel reads one int4 per CTA).
+// Every array but tmp starts 16-byte aligned.
 struct AtomicScratch {
-  int64_t tiles = 0, padded = 0, zero_ints = 0, ints = 0;
+  int64_t tiles = 0, padded = 0, zero_ints = 0, listed = 0, ints = 0;
   int* counts = nullptr;
   unsigned long long* states = nullptr;
   int* ticket = nullptr;
+  int* num_touched = nullptr;
   int* offsets = nullptr;
   int* cursor = nullptr;
+  int* touched = nullptr;
   int* order = nullptr;
   int* tmp = nullptr;
 };
 
-AtomicScratch ScratchLayout(int64_t vocab, int64_t n, bool cursor) {
+AtomicScratch ScratchLayout(int64_t vocab, int64_t n, bool atomic2s) {
   AtomicScratch sc;
   sc.tiles = (vocab + 1 + kScanTile - 1) / kScanTile;
   sc.padded = sc.tiles * kScanTile;
-  sc.zero_ints = (sc.padded + 2 * sc.tiles + 1 + 3) / 4 * 4;
-  sc.ints = sc.zero_ints + (cursor ? 2 : 1) * sc.padded + 2 * n;
+  sc.zero_ints = (sc.padded + 2 * sc.tiles + (atomic2s ? 2 : 1) + 3) / 4 * 4;
+  sc.listed = atomic2s ? (std::min(n, vocab) + 3) / 4 * 4 : 0;
+  sc.ints = sc.zero_ints + (atomic2s ? 2 : 1) * sc.padded + sc.listed + 2 * n;
   return sc;
 }
 
-void CarveScratch(int* scratch, int64_t n, bool cursor, AtomicScratch& sc) {
+void CarveScratch(int* scratch, int64_t n, bool atomic2s, AtomicScratch& sc) {
   sc.counts = scratch;
   sc.states = reinterpret_cast<unsigned long long*>(scratch + sc.padded);  // padded: whole tiles, 16 KB each
   sc.ticket = scratch + sc.padded + 2 * sc.tiles;
+  sc.num_touched = atomic2s ? sc.ticket + 1 : nullptr;
   sc.offsets = scratch + sc.zero_ints;
-  sc.cursor = cursor ? sc.offsets + sc.padded : nullptr;
-  sc.order = sc.offsets + (cursor ? 2 : 1) * sc.padded;
+  sc.cursor = atomic2s ? sc.offsets + sc.padded : nullptr;
+  sc.touched = atomic2s ? sc.cursor + sc.padded : nullptr;
+  sc.order = sc.offsets + (atomic2s ? 2 : 1) * sc.padded + sc.listed;
   sc.tmp = sc.order + n;
 }
 
-// Steps 1 and 2 (ZeroKernel, CountKernel) on `s`.
+// Steps 1 and 2 (ZeroKernel, CountKernel; for "atomic2s", whose scratch has the touched list,
+// CountTouchedKernel) on `s`.
 template <typename I>
 absl::Status ZeroAndCount(const Problem& p, const I* tokens, const AtomicScratch& sc, cudaStream_t s, bool pdl) {
   SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ZeroKernel, dim3(cuda_vec::GridFor(Blocks(sc.zero_ints / 4))), kThreads, s,
                                          pdl, reinterpret_cast<int4*>(sc.counts), sc.zero_ints / 4));
-  if (p.tokens > 0) {
+  if (p.tokens > 0 && sc.touched != nullptr) {
+    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(CountTouchedKernel<I>, dim3(Blocks(p.tokens)), kThreads, s, pdl, tokens,
+                                           sc.counts, sc.touched, sc.num_touched, p.tokens, p.vocab));
+  } else if (p.tokens > 0) {
     SG_CUDA_RETURN_IF_ERROR(
         LaunchMaybePdl(CountKernel<I>, dim3(Blocks(p.tokens)), kThreads, s, pdl, tokens, sc.counts, p.tokens, p.vocab));
   }
@@ -440,7 +506,7 @@ absl::Status BackwardAtomic(const Problem& p, const T* dout, const I* tokens, fl
   const dim3 row_groups(unsigned((p.vocab + kSumRows - 1) / kSumRows));
   const bool vec = p.dim % 8 == 0 && cuda_vec::Aligned16(dout) && cuda_vec::Aligned16(dtable);
   if (vec) {
-    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(SortSumRowsKernel<T, false>, row_groups, kThreads, s, pdl, dout, sc.order,
+    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(SortSumRowsKernel<T>, row_groups, kThreads, s, pdl, dout, sc.order,
                                            sc.tmp, sc.offsets, dtable, p.vocab, int(p.dim / 8), n));
     return absl::OkStatus();
   }
@@ -514,20 +580,21 @@ cudaError_t LaunchOnSide(void (*kernel)(KArgs...), dim3 grid, const SideStream& 
 }
 
 // Steps 3-5 on the side stream, after its wait on the fork: the scan (a full dependency on the
-// event, so no PDL), the scatter into the cursor, the sorted sums of the touched rows.
+// event, so no PDL), the scatter into the cursor, the sorted sums of the listed touched rows (a
+// CTA per kSumRows entries of the list, as many CTAs as the list may need).
 template <typename T, typename I>
 absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
                        const SideStream& side) {
   const int64_t n = p.tokens;
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScanKernel<true>, dim3(unsigned(sc.tiles)), side, false, sc.counts, sc.states,
                                        sc.ticket, sc.offsets, sc.cursor));
-  if (n > 0) {
-    SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
-                                         sc.offsets, sc.order, n, p.vocab));
-  }
-  const dim3 row_groups(unsigned((p.vocab + kSumRows - 1) / kSumRows));
-  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumRowsKernel<T, true>, row_groups, side, true, dout, sc.order, sc.tmp,
-                                       sc.offsets, dtable, p.vocab, int(p.dim / 8), n));
+  if (n == 0) return absl::OkStatus();
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
+                                       sc.offsets, sc.order, n, p.vocab));
+  const dim3 list_groups(unsigned(sc.listed / kSumRows));
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp,
+                                       sc.offsets, reinterpret_cast<const int4*>(sc.touched), sc.num_touched,
+                                       dtable, int(p.dim / 8), n));
   return absl::OkStatus();
 }
 

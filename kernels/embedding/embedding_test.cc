@@ -324,6 +324,31 @@ TEST(EmbeddingCudaBackwardTest, AllTokensEqual) {
   CheckBackwardsBitwise(std::vector<double>(16384, 3.0), 4, 2048, DType::kBF16, DType::kI32);
 }
 
+// Every token its own id: every run one token, and for "atomic2s" a touched list as long as it can
+// be (min(tokens, vocab) rows, the sum kernel's whole worst-case grid busy): every row of the
+// table (16-byte rows: no zero fill left), all but a few rows with the list's last CTA partial
+// (4097 of 5001), and a Llama-like spread (16384 of 32000) with wide rows; then every row three
+// times (the list again the whole table, fewer entries than tokens).
+TEST(EmbeddingCudaBackwardTest, EveryIdDistinct) {
+  SG_SKIP_WITHOUT_CUDA();
+  auto distinct = [](int64_t n, int64_t vocab) {
+    std::vector<double> all(static_cast<size_t>(vocab));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = double(i);
+    std::shuffle(all.begin(), all.end(), Rng());
+    all.resize(static_cast<size_t>(n));
+    return all;
+  };
+  CheckBackwardsBitwise(distinct(4096, 4096), 4096, 8, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(distinct(4097, 5001), 5001, 24, DType::kF32, DType::kI64);
+  CheckBackwardsBitwise(distinct(16384, 32000), 32000, 256, DType::kBF16, DType::kI32);
+  std::vector<double> thrice;
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<double> once = distinct(999, 999);
+    thrice.insert(thrice.end(), once.begin(), once.end());
+  }
+  CheckBackwardsBitwise(thrice, 999, 16, DType::kF16, DType::kI32);
+}
+
 // The benchmark's "hot" case: 5% of the tokens one id, the rest spread over a Llama vocabulary.
 TEST(EmbeddingCudaBackwardTest, HotId) {
   SG_SKIP_WITHOUT_CUDA();
