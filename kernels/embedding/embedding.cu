@@ -9,6 +9,9 @@
 //   "atomic" (the default up to a vocabulary of 65536), "atomic_nopdl": counts, a scan and an
 //     atomic scatter of the token positions, each run sorted in place before its row sum
 //     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";
+//   "atomic2s": the same index preparation and sums, but from the count on, the scan, scatter and
+//     the sums of the rows with tokens run on a high-priority side stream while the caller's stream
+//     zeroes the rows without tokens, then joins (embedding_atomic.cu); not yet measured;
 //   "scan3" (the default above 65536): one kernel, each CTA reading all ids and listing those of
 //     its 64 vocabulary rows, the dout rows pulled into a shared-memory ring by bulk copies, rows
 //     without tokens by bulk stores of a zeroed buffer (embedding_scan3.cu);
@@ -118,16 +121,17 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "rows", "scan3";
+// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "atomic2s", "rows", "scan3";
 // unset or unknown: by vocabulary size, see the header); read at every call so benchmarks and tests
 // can switch.
-enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kScan3 };
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kAtomic2s, kScan3 };
 constexpr int64_t kScan3MinVocab = 65536;  // at larger vocabularies scan3 beats atomic (header)
 BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
   if (v != nullptr && std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
   if (v != nullptr && std::strcmp(v, "atomic") == 0) return BackwardVariant::kAtomic;
   if (v != nullptr && std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
+  if (v != nullptr && std::strcmp(v, "atomic2s") == 0) return BackwardVariant::kAtomic2s;
   if (v != nullptr && std::strcmp(v, "scan3") == 0) return BackwardVariant::kScan3;
   return vocab > kScan3MinVocab ? BackwardVariant::kScan3 : BackwardVariant::kAtomic;
 }
@@ -247,6 +251,8 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
     case BackwardVariant::kAtomicNoPdl:
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
+    case BackwardVariant::kAtomic2s:
+      return BackwardAtomic2sCuda(p, dout, tokens, dtable, device, s);
     case BackwardVariant::kScan3:
       return BackwardScan3Cuda(p, dout, tokens, dtable, device, s);
     case BackwardVariant::kRows:

@@ -19,12 +19,40 @@
 // Out-of-range ids are neither counted nor scattered: their gradients drop, as in the sorted path.
 // Capturable in a CUDA graph: no host synchronization, scratch from the caching allocator, static
 // shared memory only (under 48 KB, no opt-in attribute).
+//
+// "atomic2s" (SG_EMBEDDING_BWD=atomic2s, 16-byte rows with dim % 8 == 0; otherwise "atomic"): the
+// zero fill of the rows without tokens (60% of a 32000-row table at 16384 tokens) overlapped with
+// the index preparation, which alone costs ~35 us of latency (the dim 8 shape), on two streams:
+//   on the caller's stream S: 1 as above (also zeroing num_touched), 2 as CountTouchedKernel: the
+//     counts as above, and the leader whose atomic finds a count of 0 appends its id to a list of
+//     the touched rows (one atomic on num_touched per warp); then a fork event;
+//   on a side stream H (one per device, cached, the device's greatest priority, also set as a
+//     launch attribute on each kernel) waiting on the fork: 3 (ScanKernel<true> also writes
+//     cursor[v] = offsets[v + 1]), 4 (ScatterKernel<I, true> decrements the cursor, so the counts
+//     stay read-only), 5 as SortSumTouchedKernel: a CTA per kSumRows entries of the touched list
+//     (not kSumRows consecutive rows, of which ~2.4 have tokens at 16384 / 32000: each CTA's
+//     chain of dependent loads, offsets -> order -> dout, moved few bytes), sorting and summing
+//     as SortSumRowsKernel into each listed row; a join event;
+//   meanwhile on S: ZeroUntouchedKernel, small independent CTAs (32 KB of rows each, 16-byte
+//     stores) zeroing the rows whose count is 0: as they retire the SMs go to H's pending CTAs
+//     first; then S waits on the join, so the scratch is freed (reused in S's order) after H's use.
+// The list's order is arbitrary (atomics), but each row's sum is its sorted run's, as in "atomic":
+// bitwise its result. The fork and join events are shared by all calls on a device: a mutex keeps
+// one call's record and wait together. A graph captured from S takes H in with the fork and back
+// with the join; its kernel nodes carry H's priority, used when the graph is instantiated with
+// cudaGraphInstantiateFlagUseNodePriority.
+// Measured (H200, 16384 tokens, vocab 32000, dim 2048, bf16) before the touched list, with
+// consecutive rows per CTA: 3.04-3.08 TB/s against "atomic" 2.99 (a plain zero fill of the table
+// 4.38). With the list: not yet measured.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <climits>
+#include <cstdint>
 
+#include "absl/synchronization/mutex.h"
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "kernels/elementwise/cuda_vec.h"
@@ -68,19 +96,47 @@ __global__ void __launch_bounds__(kThreads) CountKernel(const I* __restrict__ to
   if (key >= 0 && lane == __ffs(same) - 1) atomicAdd(&counts[key], __popc(same));
 }
 
+// CountKernel for "atomic2s", also listing the touched rows: the leader whose atomicAdd finds
+// counts[key] == 0 is the first to count row key (exactly one per row), and appends key to
+// `touched`, with one atomicAdd on *num_touched per warp for all its new rows. The list's order is
+// arbitrary; each row's sum does not depend on it.
 template <typename I>
 __global__ void __launch_bounds__(kThreads)
-    ScatterKernel(const I* __restrict__ tokens, int* counts, const int* __restrict__ offsets, int* order, int64_t n,
+    CountTouchedKernel(const I* __restrict__ tokens, int* counts, int* __restrict__ touched, int* num_touched,
+                       int64_t n, int64_t vocab) {
+  WaitForPrimary();
+  const int key = KeyAt(tokens, int64_t(blockIdx.x) * kThreads + threadIdx.x, n, vocab);
+  const unsigned same = __match_any_sync(0xffffffffu, key);
+  const int lane = int(threadIdx.x) & 31;
+  const bool fresh = key >= 0 && lane == __ffs(same) - 1 && atomicAdd(&counts[key], __popc(same)) == 0;
+  const unsigned fresh_lanes = __ballot_sync(0xffffffffu, fresh);
+  if (fresh_lanes == 0) return;
+  const int writer = __ffs(fresh_lanes) - 1;
+  int base = 0;
+  if (lane == writer) base = atomicAdd(num_touched, __popc(fresh_lanes));
+  base = __shfl_sync(0xffffffffu, base, writer);
+  if (fresh) touched[base + __popc(fresh_lanes & ((1u << lane) - 1))] = key;
+}
+
+// kCursor: `slots` is the scan's cursor (each run's end in `order`), decremented in place, so the
+// counts stay read-only for a concurrent kernel ("atomic2s"); otherwise `slots` is the counts,
+// relative to offsets[key]. Either way the run's positions are the same set.
+template <typename I, bool kCursor>
+__global__ void __launch_bounds__(kThreads)
+    ScatterKernel(const I* __restrict__ tokens, int* slots, const int* __restrict__ offsets, int* order, int64_t n,
                   int64_t vocab) {
   WaitForPrimary();
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   const int key = KeyAt(tokens, i, n, vocab);
   const unsigned same = __match_any_sync(0xffffffffu, key);
   const int lane = int(threadIdx.x) & 31, leader = __ffs(same) - 1;
-  int last = 0;  // the leader's counts[key] before its decrement: slots last - popc .. last - 1
-  if (key >= 0 && lane == leader) last = atomicSub(&counts[key], __popc(same));
+  int last = 0;  // the leader's slots[key] before its decrement: slots last - popc .. last - 1
+  if (key >= 0 && lane == leader) last = atomicSub(&slots[key], __popc(same));
   last = __shfl_sync(0xffffffffu, last, leader);
-  if (key >= 0) order[offsets[key] + last - 1 - __popc(same & ((1u << lane) - 1))] = int(i);
+  if (key >= 0) {
+    const int base = kCursor ? 0 : offsets[key];
+    order[base + last - 1 - __popc(same & ((1u << lane) - 1))] = int(i);
+  }
 }
 
 // The exclusive prefix sum of x over the CTA (blockDim.x == kThreads); *total = the sum of all.
@@ -136,9 +192,12 @@ __device__ int LookBack(unsigned long long* states, int64_t tile, int aggregate)
   return prefix;
 }
 
-// offsets[0 .. tiles * kScanTile) = exclusive scan of counts (both padded to whole tiles).
+// offsets[0 .. tiles * kScanTile) = exclusive scan of counts (both padded to whole tiles); with
+// kCursor also cursor[v] = offsets[v + 1], the inclusive scan (each run's end).
+template <bool kCursor>
 __global__ void __launch_bounds__(kThreads)
-    ScanKernel(const int* __restrict__ counts, unsigned long long* states, int* ticket, int* __restrict__ offsets) {
+    ScanKernel(const int* __restrict__ counts, unsigned long long* states, int* ticket, int* __restrict__ offsets,
+               int* __restrict__ cursor) {
   WaitForPrimary();
   __shared__ int tile_shared, prefix_shared;
   __shared__ int warp_sums[kThreads / 32];
@@ -171,6 +230,15 @@ __global__ void __launch_bounds__(kThreads)
   for (int q = 0; q < kScanPer / 4; ++q) {
     reinterpret_cast<int4*>(offsets + base)[q] =
         make_int4(add + c[4 * q], add + c[4 * q + 1], add + c[4 * q + 2], add + c[4 * q + 3]);
+  }
+  if (kCursor) {
+    // Count k's run ends where count k + 1's begins; the thread's last one at its total.
+#pragma unroll
+    for (int q = 0; q < kScanPer / 4; ++q) {
+      const int e = q + 1 < kScanPer / 4 ? c[4 * q + 4] : sum;
+      reinterpret_cast<int4*>(cursor + base)[q] =
+          make_int4(add + c[4 * q + 1], add + c[4 * q + 2], add + c[4 * q + 3], add + e);
+    }
   }
 }
 
@@ -305,6 +373,40 @@ __global__ void __launch_bounds__(kThreads, 3)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
+// SortSumRowsKernel for "atomic2s" over CountTouchedKernel's list of touched rows: CTA b sorts and
+// sums rows touched[kSumRows * b + r] (one int4 of the 16-byte aligned list), so each CTA has
+// kSumRows rows with tokens but the last; the rows without tokens are ZeroUntouchedKernel's. The
+// grid is the worst case (every token its own row); CTAs past *num_touched return at once
+// (uniformly: no barrier reached). The list is read with its length, both written before the
+// fork; entries past the length (unwritten scratch) are never used.
+// Launch bounds: 3 CTAs per SM (80 registers) for bf16 and f16 dout, as SortSumRowsKernel; f32 dout
+// only 2 (up to 128 registers): at 80 ptxas spills 32 bytes here, whether the row ids are kept in
+// registers or in shared memory (sum order changes did not help either).
+template <typename T>
+constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : 3;
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
+    SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
+                         const int4* __restrict__ touched, const int* __restrict__ num_touched,
+                         float* __restrict__ dtable, int packs, int64_t n) {
+  static_assert(kSumRows == 4, "a CTA's rows are one int4 of the touched list");
+  WaitForPrimary();
+  __shared__ SortShared sh;
+  const int4 listed = touched[blockIdx.x];
+  const int here = *num_touched - int(blockIdx.x) * kSumRows;
+  if (here <= 0) return;
+  const int32_t ids[kSumRows] = {listed.x, listed.y, listed.z, listed.w};
+  int32_t rows[kSumRows], begin[kSumRows], end[kSumRows];
+#pragma unroll
+  for (int r = 0; r < kSumRows; ++r) {
+    rows[r] = r < here ? ids[r] : -1;
+    begin[r] = r < here ? offsets[rows[r]] : 0;
+    end[r] = r < here ? offsets[rows[r] + 1] : 0;
+  }
+  SortRuns(order, tmp, begin, end, n, sh);
+  SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
+}
+
 __global__ void __launch_bounds__(kThreads)
     SortRunsKernel(int* order, int* tmp, const int* __restrict__ offsets, int64_t vocab, int64_t n) {
   WaitForPrimary();
@@ -315,63 +417,238 @@ __global__ void __launch_bounds__(kThreads)
   SortRuns(order, tmp, begin, end, n, sh);
 }
 
+// The zero fill of "atomic2s": rows v0 .. v0 + rows - 1 of the f32 table (`vecs` float4 each)
+// whose count is 0, i.e. the rows the side stream's SortSumTouchedKernel leaves unwritten.
+// Small independent CTAs (about kZeroVecs stores each), not a persistent grid: as they retire, the
+// SMs go to the side stream's higher-priority CTAs first.
+constexpr int kZeroVecs = 2048;                     // 32 KB per CTA, 8 16-byte stores per thread
+constexpr int64_t kMaxZeroVecs = int64_t(1) << 30;  // float4 per row: rows * vecs + kThreads fits 32 bits
+__global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __restrict__ counts,
+                                                                float4* __restrict__ dtable, int64_t vocab,
+                                                                uint32_t vecs, uint32_t rows) {
+  const int64_t v0 = int64_t(blockIdx.x) * rows;
+  const uint32_t here = uint32_t(min(int64_t(rows), vocab - v0)) * vecs;
+  for (uint32_t i = threadIdx.x; i < here; i += kThreads) {
+    const uint32_t r = i / vecs;
+    if (counts[v0 + r] == 0) dtable[(v0 + r) * vecs + (i - r * vecs)] = make_float4(0.f, 0.f, 0.f, 0.f);
+  }
+}
+
 unsigned Blocks(int64_t work) { return unsigned((work + kThreads - 1) / kThreads); }
 
-// Scratch, in ints: counts [padded] | tile states [2 * tiles] | ticket, zeroed together |
-// offsets [padded] | order [n] | tmp [n]; padded = tiles * kScanTile >= vocab + 1.
-template <typename T, typename I>
-absl::Status BackwardAtomic(const Problem& p, const T* dout, const I* tokens, float* dtable, int* scratch,
-                            int64_t tiles, cudaStream_t s, bool pdl) {
-  const int64_t n = p.tokens, padded = tiles * kScanTile;
-  const int64_t zero_ints = (padded + 2 * tiles + 1 + 3) / 4 * 4;
-  int* counts = scratch;
-  auto* states = reinterpret_cast<unsigned long long*>(scratch + padded);  // padded: whole tiles, 16 KB each
-  int* ticket = scratch + padded + 2 * tiles;
-  int* offsets = scratch + zero_ints;
-  int* order = offsets + padded;
-  int* tmp = order + n;
-  SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ZeroKernel, dim3(cuda_vec::GridFor(Blocks(zero_ints / 4))), kThreads, s, pdl,
-                                         reinterpret_cast<int4*>(scratch), zero_ints / 4));
-  if (n > 0) {
+// Scratch, in ints: counts [padded] | tile states [2 * tiles] | ticket | num_touched ("atomic2s"
+// only), zeroed together | offsets [padded] | then, "atomic2s" only: cursor [padded] | touched
+// [listed] | and always: order [n] | tmp [n]; padded = tiles * kScanTile >= vocab + 1, listed =
+// min(n, vocab) rounded up to a multiple of 4 (SortSumTouchedKernel reads one int4 per CTA).
+// Every array but tmp starts 16-byte aligned.
+struct AtomicScratch {
+  int64_t tiles = 0, padded = 0, zero_ints = 0, listed = 0, ints = 0;
+  int* counts = nullptr;
+  unsigned long long* states = nullptr;
+  int* ticket = nullptr;
+  int* num_touched = nullptr;
+  int* offsets = nullptr;
+  int* cursor = nullptr;
+  int* touched = nullptr;
+  int* order = nullptr;
+  int* tmp = nullptr;
+};
+
+AtomicScratch ScratchLayout(int64_t vocab, int64_t n, bool atomic2s) {
+  AtomicScratch sc;
+  sc.tiles = (vocab + 1 + kScanTile - 1) / kScanTile;
+  sc.padded = sc.tiles * kScanTile;
+  sc.zero_ints = (sc.padded + 2 * sc.tiles + (atomic2s ? 2 : 1) + 3) / 4 * 4;
+  sc.listed = atomic2s ? (std::min(n, vocab) + 3) / 4 * 4 : 0;
+  sc.ints = sc.zero_ints + (atomic2s ? 2 : 1) * sc.padded + sc.listed + 2 * n;
+  return sc;
+}
+
+void CarveScratch(int* scratch, int64_t n, bool atomic2s, AtomicScratch& sc) {
+  sc.counts = scratch;
+  sc.states = reinterpret_cast<unsigned long long*>(scratch + sc.padded);  // padded: whole tiles, 16 KB each
+  sc.ticket = scratch + sc.padded + 2 * sc.tiles;
+  sc.num_touched = atomic2s ? sc.ticket + 1 : nullptr;
+  sc.offsets = scratch + sc.zero_ints;
+  sc.cursor = atomic2s ? sc.offsets + sc.padded : nullptr;
+  sc.touched = atomic2s ? sc.cursor + sc.padded : nullptr;
+  sc.order = sc.offsets + (atomic2s ? 2 : 1) * sc.padded + sc.listed;
+  sc.tmp = sc.order + n;
+}
+
+// Steps 1 and 2 (ZeroKernel, CountKernel; for "atomic2s", whose scratch has the touched list,
+// CountTouchedKernel) on `s`.
+template <typename I>
+absl::Status ZeroAndCount(const Problem& p, const I* tokens, const AtomicScratch& sc, cudaStream_t s, bool pdl) {
+  SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ZeroKernel, dim3(cuda_vec::GridFor(Blocks(sc.zero_ints / 4))), kThreads, s,
+                                         pdl, reinterpret_cast<int4*>(sc.counts), sc.zero_ints / 4));
+  if (p.tokens > 0 && sc.touched != nullptr) {
+    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(CountTouchedKernel<I>, dim3(Blocks(p.tokens)), kThreads, s, pdl, tokens,
+                                           sc.counts, sc.touched, sc.num_touched, p.tokens, p.vocab));
+  } else if (p.tokens > 0) {
     SG_CUDA_RETURN_IF_ERROR(
-        LaunchMaybePdl(CountKernel<I>, dim3(Blocks(n)), kThreads, s, pdl, tokens, counts, n, p.vocab));
+        LaunchMaybePdl(CountKernel<I>, dim3(Blocks(p.tokens)), kThreads, s, pdl, tokens, sc.counts, p.tokens, p.vocab));
   }
-  SG_CUDA_RETURN_IF_ERROR(
-      LaunchMaybePdl(ScanKernel, dim3(unsigned(tiles)), kThreads, s, pdl, counts, states, ticket, offsets));
+  return absl::OkStatus();
+}
+
+template <typename T, typename I>
+absl::Status BackwardAtomic(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
+                            cudaStream_t s, bool pdl) {
+  const int64_t n = p.tokens;
+  SG_RETURN_IF_ERROR(ZeroAndCount(p, tokens, sc, s, pdl));
+  SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ScanKernel<false>, dim3(unsigned(sc.tiles)), kThreads, s, pdl, sc.counts,
+                                         sc.states, sc.ticket, sc.offsets, static_cast<int*>(nullptr)));
   if (n > 0) {
-    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ScatterKernel<I>, dim3(Blocks(n)), kThreads, s, pdl, tokens, counts,
-                                           offsets, order, n, p.vocab));
+    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ScatterKernel<I, false>, dim3(Blocks(n)), kThreads, s, pdl, tokens,
+                                           sc.counts, sc.offsets, sc.order, n, p.vocab));
   }
   const dim3 row_groups(unsigned((p.vocab + kSumRows - 1) / kSumRows));
   const bool vec = p.dim % 8 == 0 && cuda_vec::Aligned16(dout) && cuda_vec::Aligned16(dtable);
   if (vec) {
-    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(SortSumRowsKernel<T>, row_groups, kThreads, s, pdl, dout, order, tmp,
-                                           offsets, dtable, p.vocab, int(p.dim / 8), n));
+    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(SortSumRowsKernel<T>, row_groups, kThreads, s, pdl, dout, sc.order,
+                                           sc.tmp, sc.offsets, dtable, p.vocab, int(p.dim / 8), n));
     return absl::OkStatus();
   }
-  SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(SortRunsKernel, row_groups, kThreads, s, pdl, order, tmp, offsets, p.vocab, n));
+  SG_CUDA_RETURN_IF_ERROR(
+      LaunchMaybePdl(SortRunsKernel, row_groups, kThreads, s, pdl, sc.order, sc.tmp, sc.offsets, p.vocab, n));
   // RowSumKernel does not wait on griddepcontrol: an ordinary launch. One column per thread: the
   // rows are not 16-byte aligned, or dim % 8 != 0.
   const unsigned grid = cuda_vec::GridFor(Blocks(p.vocab * p.dim));
-  RowSumKernel<T><<<grid, kThreads, 0, s>>>(dout, order, offsets, dtable, p.vocab, p.dim);
+  RowSumKernel<T><<<grid, kThreads, 0, s>>>(dout, sc.order, sc.offsets, dtable, p.vocab, p.dim);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(RowSumKernel);
   return absl::OkStatus();
 }
 
+// The side stream of "atomic2s" on one device, at the device's greatest priority, and its fork
+// and join events; created at the first call on the device and never destroyed (they live as long
+// as the process). `mu` is held from the fork's record to the join's wait, so two host threads'
+// records of the shared events never interleave.
+struct SideStream {
+  absl::Mutex mu;
+  cudaStream_t stream = nullptr;
+  cudaEvent_t fork = nullptr, join = nullptr;
+  int priority = 0;
+};
+
+// Creates `side`'s stream and events on `device`; the caller's current device is restored.
+absl::Status CreateSideStream(int device, SideStream& side) {
+  int current = 0;
+  SG_CUDA_RETURN_IF_ERROR(cudaGetDevice(&current));
+  const absl::Status st = [&]() -> absl::Status {
+    SG_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
+    int least = 0, greatest = 0;  // greatest: numerically the smallest
+    SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaStream_t stream = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr;
+    SG_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
+    SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
+    SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    side.stream = stream;
+    side.fork = fork;
+    side.join = join;
+    side.priority = greatest;
+    return absl::OkStatus();
+  }();
+  SG_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
+  return st;
+}
+
+// Device ordinal -> its side stream (function-local: initialized once, thread-safely).
+constexpr int kMaxDevices = 64;
+SideStream* SideStreams() {
+  static SideStream sides[kMaxDevices];
+  return sides;
+}
+
+// kernel<<<grid, kThreads, 0, side.stream>>>(args...) at the side stream's priority (a launch
+// attribute, so a captured graph node carries it too), as a programmatic dependent when `pdl`.
+template <typename... KArgs, typename... Args>
+cudaError_t LaunchOnSide(void (*kernel)(KArgs...), dim3 grid, const SideStream& side, bool pdl, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = dim3(unsigned(kThreads));
+  config.stream = side.stream;
+  cudaLaunchAttribute attr[2];
+  attr[0].id = cudaLaunchAttributePriority;
+  attr[0].val.priority = side.priority;
+  attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attr[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attr;
+  config.numAttrs = pdl ? 2 : 1;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<KArgs>(args)...);
+}
+
+// Steps 3-5 on the side stream, after its wait on the fork: the scan (a full dependency on the
+// event, so no PDL), the scatter into the cursor, the sorted sums of the listed touched rows (a
+// CTA per kSumRows entries of the list, as many CTAs as the list may need).
+template <typename T, typename I>
+absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
+                       const SideStream& side) {
+  const int64_t n = p.tokens;
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScanKernel<true>, dim3(unsigned(sc.tiles)), side, false, sc.counts, sc.states,
+                                       sc.ticket, sc.offsets, sc.cursor));
+  if (n == 0) return absl::OkStatus();
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
+                                       sc.offsets, sc.order, n, p.vocab));
+  const dim3 list_groups(unsigned(sc.listed / kSumRows));
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp,
+                                       sc.offsets, reinterpret_cast<const int4*>(sc.touched), sc.num_touched,
+                                       dtable, int(p.dim / 8), n));
+  return absl::OkStatus();
+}
+
+// ZeroUntouchedKernel over the table on `s`: about kZeroVecs float4 per CTA, whole rows.
+absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, cudaStream_t s) {
+  const uint32_t vecs = uint32_t(p.dim / 4);
+  const uint32_t rows = uint32_t(std::max<int64_t>(1, kZeroVecs / int64_t(vecs)));
+  const unsigned blocks = unsigned((p.vocab + rows - 1) / rows);
+  ZeroUntouchedKernel<<<blocks, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab, vecs, rows);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedKernel);
+  return absl::OkStatus();
+}
+
+// "atomic2s" (16-byte rows, dim % 8 == 0): zero and count on `s`; fork to the side stream for
+// the scan, scatter and touched rows' sums while `s` zeroes the untouched rows; join. The side
+// stream's work is enqueued before the zero fill so it is ready the moment the count ends. The
+// join is recorded and waited even after a failed launch, so a capture never ends with the side
+// stream unjoined.
+template <typename T, typename I>
+absl::Status BackwardAtomic2s(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
+                              cudaStream_t s, SideStream& side) {
+  SG_RETURN_IF_ERROR(ZeroAndCount(p, tokens, sc, s, true));
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, s));
+  SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
+  absl::Status st = SideSteps(p, dout, tokens, dtable, sc, side);
+  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.join, side.stream));
+  if (st.ok()) st.Update(ZeroUntouched(p, sc.counts, dtable, s));
+  SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, side.join, 0));
+  return st;
+}
+
+// "atomic2s" when `side` is given (holding its mutex), else "atomic" (with PDL when `pdl`).
+template <typename T, typename I>
+absl::Status BackwardAtomicOn(const Problem& p, const void* dout, const I* tokens, float* dtable,
+                              const AtomicScratch& sc, cudaStream_t s, bool pdl, SideStream* side) {
+  const T* d = static_cast<const T*>(dout);
+  if (side == nullptr) return BackwardAtomic<T>(p, d, tokens, dtable, sc, s, pdl);
+  absl::MutexLock lock(&side->mu);
+  return BackwardAtomic2s<T>(p, d, tokens, dtable, sc, s, *side);
+}
+
 template <typename T>
 absl::Status BackwardAtomicAlloc(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
-                                 cudaStream_t s, bool pdl) {
-  const int64_t tiles = (p.vocab + 1 + kScanTile - 1) / kScanTile;
-  const int64_t padded = tiles * kScanTile;
-  const int64_t ints = (padded + 2 * tiles + 1 + 3) / 4 * 4 + padded + 2 * p.tokens;
+                                 cudaStream_t s, bool pdl, SideStream* side) {
+  AtomicScratch sc = ScratchLayout(p.vocab, p.tokens, side != nullptr);
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
-  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(ints * int64_t(sizeof(int))));
-  const T* d = static_cast<const T*>(dout);
-  int* sc = static_cast<int*>(scratch);
-  absl::Status st = p.tokens_i64
-                        ? BackwardAtomic<T>(p, d, static_cast<const int64_t*>(tokens), dtable, sc, tiles, s, pdl)
-                        : BackwardAtomic<T>(p, d, static_cast<const int32_t*>(tokens), dtable, sc, tiles, s, pdl);
-  alloc->Free(scratch);  // reused only by later work on the same stream
+  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(sc.ints * int64_t(sizeof(int))));
+  CarveScratch(static_cast<int*>(scratch), p.tokens, side != nullptr, sc);
+  const auto* ids32 = static_cast<const int32_t*>(tokens);
+  const auto* ids64 = static_cast<const int64_t*>(tokens);
+  const absl::Status st = p.tokens_i64 ? BackwardAtomicOn<T>(p, dout, ids64, dtable, sc, s, pdl, side)
+                                       : BackwardAtomicOn<T>(p, dout, ids32, dtable, sc, s, pdl, side);
+  // Reused only by later work on `s`, which the side stream's work (joined) precedes.
+  alloc->Free(scratch);
   return st;
 }
 
@@ -379,9 +656,31 @@ absl::Status BackwardAtomicAlloc(const Problem& p, const void* dout, const void*
 
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                 cudaStream_t s, bool pdl) {
-  if (p.dtype == DType::kBF16) return BackwardAtomicAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s, pdl);
-  if (p.dtype == DType::kF16) return BackwardAtomicAlloc<__half>(p, dout, tokens, dtable, device, s, pdl);
-  return BackwardAtomicAlloc<float>(p, dout, tokens, dtable, device, s, pdl);
+  if (p.dtype == DType::kBF16) {
+    return BackwardAtomicAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s, pdl, nullptr);
+  }
+  if (p.dtype == DType::kF16) return BackwardAtomicAlloc<__half>(p, dout, tokens, dtable, device, s, pdl, nullptr);
+  return BackwardAtomicAlloc<float>(p, dout, tokens, dtable, device, s, pdl, nullptr);
+}
+
+absl::Status BackwardAtomic2sCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
+                                  cudaStream_t s) {
+  // Rows without the 16-byte layout (or too wide for 32-bit row math): the one-stream path.
+  const bool vec = p.dim % 8 == 0 && p.dim / 4 <= kMaxZeroVecs && cuda_vec::Aligned16(dout) &&
+                   cuda_vec::Aligned16(dtable);
+  if (!vec) return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
+  SG_CHECK_ARG(device >= 0 && device < kMaxDevices, "EmbeddingBackward (atomic2s): device ordinal in [0, ",
+               kMaxDevices, "), found ", device);
+  SideStream& side = SideStreams()[device];
+  {
+    absl::MutexLock lock(&side.mu);
+    if (side.stream == nullptr) SG_RETURN_IF_ERROR(CreateSideStream(device, side));
+  }
+  if (p.dtype == DType::kBF16) {
+    return BackwardAtomicAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s, true, &side);
+  }
+  if (p.dtype == DType::kF16) return BackwardAtomicAlloc<__half>(p, dout, tokens, dtable, device, s, true, &side);
+  return BackwardAtomicAlloc<float>(p, dout, tokens, dtable, device, s, true, &side);
 }
 
 }  // namespace sg::kernels::embedding_internal

@@ -4,7 +4,8 @@
 //
 // Backward kernels (embedding.cu, selected per call by SG_EMBEDDING_BWD) side by side with batch
 // timing (10 back-to-back calls, as in a CUDA-graph step):
-//   --benchmark_filter='Backward.*Batch'  rows (sorted) against atomic and atomic_nopdl; the "Hot"
+//   --benchmark_filter='Backward.*Batch'  rows (sorted) against atomic, atomic_nopdl and atomic2s
+//     (the zero fill of rows without tokens overlapped with the index preparation); the "Hot"
 //     entries put 5% of the tokens on one id; dim 8 shapes leave little but the index preparation
 //     and the launches (the row sums write vocab x 32 bytes). Scan3*: the one-kernel backward
 //     with bulk-copy data movement (embedding_scan3.cu; the default above a vocabulary of 65536).
@@ -78,6 +79,12 @@ void BM_EmbeddingBackwardBF16AtomicBatch(benchmark::State& st) { Run(st, DType::
 void BM_EmbeddingBackwardBF16AtomicNoPdlBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic_nopdl", kBatch);
 }
+// Atomic2s: the atomic path with the untouched rows' zero fill on the caller's stream overlapping
+// the index preparation and touched rows' sums on a high-priority side stream.
+void BM_EmbeddingBackwardBF16Atomic2sBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "atomic2s", kBatch); }
+void BM_EmbeddingBackwardBF16Atomic2sHotBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "atomic2s", kBatch, false, true);
+}
 void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "rows", kBatch, false, true);
 }
@@ -103,8 +110,10 @@ BENCHMARK(BM_EmbeddingForwardF32Batch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicNoPdlBatch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;

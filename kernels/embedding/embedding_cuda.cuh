@@ -52,13 +52,14 @@ cudaError_t LaunchMaybePdl(void (*kernel)(KArgs...), dim3 grid, int threads, cud
   return LaunchMaybePdlSmem(kernel, grid, threads, 0, s, pdl, args...);
 }
 
-// The row sums of kSumRows vocabulary rows v0 .. v0 + kSumRows - 1 (those < vocab), dim = 8 * packs,
-// 16-byte aligned; [begin[r], end[r]) is row v0 + r's run in `order`. The rows' runs are independent
-// chains in flight together; 32-bit column math. Used by every thread of the CTA.
-template <typename T>
-__device__ __forceinline__ void SumRuns(const T* __restrict__ dout, const int32_t* order,
-                                        const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
-                                        float* __restrict__ dtable, int64_t v0, int64_t vocab, int packs) {
+// The row sums of kSumRows rows, dim = 8 * packs, 16-byte aligned; [begin[r], end[r]) is row r's
+// run in `order`. The rows' runs are independent chains in flight together; 32-bit column math. Used
+// by every thread of the CTA. For each of the thread's packs c: store(r, c, acc) for every r,
+// acc the run's sum of columns 8c .. 8c + 7 (0 when the run is empty).
+template <typename T, typename Store>
+__device__ __forceinline__ void SumRunsThen(const T* __restrict__ dout, const int32_t* order,
+                                            const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
+                                            int packs, Store store) {
   const int64_t dim = int64_t(packs) * 8;
   // Most runs hold 0 or 1 dout rows (16k tokens over a 32k vocabulary): the first row of every run
   // is loaded for all kSumRows rows together, the rest (repeated tokens) after, in sorted order.
@@ -84,10 +85,31 @@ __device__ __forceinline__ void SumRuns(const T* __restrict__ dout, const int32_
       }
     }
 #pragma unroll
-    for (int r = 0; r < kSumRows; ++r) {
-      if (v0 + r < vocab) cuda_vec::Pack8<float>::Store(dtable + (v0 + r) * dim + c * 8, acc[r]);
-    }
+    for (int r = 0; r < kSumRows; ++r) store(r, c, acc[r]);
   }
+}
+
+// SumRunsThen storing row r's sums to dtable row v0 + r (those < vocab).
+template <typename T>
+__device__ __forceinline__ void SumRuns(const T* __restrict__ dout, const int32_t* order,
+                                        const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
+                                        float* __restrict__ dtable, int64_t v0, int64_t vocab, int packs) {
+  const int64_t dim = int64_t(packs) * 8;
+  SumRunsThen<T>(dout, order, begin, end, packs, [&](int r, int c, const float (&acc)[8]) {
+    if (v0 + r < vocab) cuda_vec::Pack8<float>::Store(dtable + (v0 + r) * dim + c * 8, acc);
+  });
+}
+
+// SumRunsThen storing row r's sums to dtable row rows[r], an arbitrary row id (rows[r] < 0: none,
+// its run empty; the "atomic2s" backward's compacted list of touched rows).
+template <typename T>
+__device__ __forceinline__ void SumRuns(const T* __restrict__ dout, const int32_t* order,
+                                        const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
+                                        float* __restrict__ dtable, const int32_t (&rows)[kSumRows], int packs) {
+  const int64_t dim = int64_t(packs) * 8;
+  SumRunsThen<T>(dout, order, begin, end, packs, [&](int r, int c, const float (&acc)[8]) {
+    if (rows[r] >= 0) cuda_vec::Pack8<float>::Store(dtable + int64_t(rows[r]) * dim + c * 8, acc);
+  });
 }
 
 // Loads the kSumRows rows' run bounds (zero-length runs past the vocabulary).
@@ -127,6 +149,13 @@ __global__ void __launch_bounds__(kThreads)
 // with programmatic dependent launch.
 absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                 cudaStream_t s, bool pdl);
+
+// The "atomic2s" backward (embedding_atomic.cu): the atomic path's index preparation and row sums
+// of touched rows on a cached high-priority side stream, overlapped with the zero fill of the
+// untouched rows on `s`; joined back into `s` before it returns. Falls back to the atomic path
+// where the rows lack the 16-byte layout.
+absl::Status BackwardAtomic2sCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
+                                  cudaStream_t s);
 
 // The one-kernel backward of embedding_scan3.cu: an id listing per 64 vocabulary rows, dout rows
 // pulled into a shared-memory ring by bulk copies. Falls back to the atomic path where the rows

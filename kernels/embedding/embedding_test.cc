@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -161,9 +162,9 @@ class ScopedEnv {
 };
 
 // The CUDA backward kernels selected per call by SG_EMBEDDING_BWD (embedding.cu), "" = the default.
-const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "scan3"};
+const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "atomic2s", "scan3"};
 // Those compared bitwise against "rows" (and so against the CPU reference) on constructed ids.
-const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "scan3"};
+const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "atomic2s", "scan3"};
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -323,6 +324,31 @@ TEST(EmbeddingCudaBackwardTest, AllTokensEqual) {
   CheckBackwardsBitwise(std::vector<double>(16384, 3.0), 4, 2048, DType::kBF16, DType::kI32);
 }
 
+// Every token its own id: every run one token, and for "atomic2s" a touched list as long as it can
+// be (min(tokens, vocab) rows, the sum kernel's whole worst-case grid busy): every row of the
+// table (16-byte rows: no zero fill left), all but a few rows with the list's last CTA partial
+// (4097 of 5001), and a Llama-like spread (16384 of 32000) with wide rows; then every row three
+// times (the list again the whole table, fewer entries than tokens).
+TEST(EmbeddingCudaBackwardTest, EveryIdDistinct) {
+  SG_SKIP_WITHOUT_CUDA();
+  auto distinct = [](int64_t n, int64_t vocab) {
+    std::vector<double> all(static_cast<size_t>(vocab));
+    for (size_t i = 0; i < all.size(); ++i) all[i] = double(i);
+    std::shuffle(all.begin(), all.end(), Rng());
+    all.resize(static_cast<size_t>(n));
+    return all;
+  };
+  CheckBackwardsBitwise(distinct(4096, 4096), 4096, 8, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(distinct(4097, 5001), 5001, 24, DType::kF32, DType::kI64);
+  CheckBackwardsBitwise(distinct(16384, 32000), 32000, 256, DType::kBF16, DType::kI32);
+  std::vector<double> thrice;
+  for (int k = 0; k < 3; ++k) {
+    const std::vector<double> once = distinct(999, 999);
+    thrice.insert(thrice.end(), once.begin(), once.end());
+  }
+  CheckBackwardsBitwise(thrice, 999, 16, DType::kF16, DType::kI32);
+}
+
 // The benchmark's "hot" case: 5% of the tokens one id, the rest spread over a Llama vocabulary.
 TEST(EmbeddingCudaBackwardTest, HotId) {
   SG_SKIP_WITHOUT_CUDA();
@@ -377,6 +403,80 @@ TEST(EmbeddingCudaBackwardTest, Scan3Segments) {
   CheckBackwardsBitwise(std::vector<double>(3000, 1.0), 2, 4104, DType::kF16, DType::kI32);
 }
 
+// The zero fill of "atomic2s" (embedding_atomic.cu: ZeroUntouchedKernel, about 2048 float4 per
+// CTA in whole rows) over poisoned tables where most rows have no token: 1024 rows a CTA and a
+// partial last CTA (dim 8, vocab 3001), 341 rows a CTA (dim 24, 6 float4 a row), one row a CTA
+// wider than the CTA's share (dim 8200: 2050 float4); a table with no token at all.
+TEST(EmbeddingCudaBackwardTest, ZeroesUntouchedRows) {
+  SG_SKIP_WITHOUT_CUDA();
+  std::vector<double> ids(500);
+  for (double& id : ids) id = double(Rng()() % 3001);
+  CheckBackwardsBitwise(ids, 3001, 8, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(ids, 3001, 24, DType::kF32, DType::kI64);
+  ids.resize(40);
+  for (double& id : ids) id = double(Rng()() % 97);
+  CheckBackwardsBitwise(ids, 97, 8200, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(std::vector<double>(64, 5000.0), 3001, 8, DType::kBF16, DType::kI32);  // all out of range
+}
+
+// "atomic2s" shares one side stream and its fork / join events among all callers on a device:
+// back-to-back calls on two streams without a synchronization in between, first from one host
+// thread, then from two at once (one a stream), each result bitwise the CPU reference's. The caching
+// allocator reuses scratch in the order of one stream only, so the two streams' vocabularies (5000,
+// 20000) give scratch sizes too far apart (122 KB, 270 KB) for one's block to serve the other.
+TEST(EmbeddingCudaBackwardTest, Atomic2sOnSeveralStreamsAndThreads) {
+  SG_SKIP_WITHOUT_CUDA();
+  ScopedEnv env("SG_EMBEDDING_BWD", "atomic2s");
+  const Device d = Device::Cuda(0);
+  constexpr int kStreams = 2, kCalls = 3, kAll = kStreams * kCalls;
+  const int64_t n = 3000, dim = 64, vocabs[kStreams] = {5000, 20000};
+  std::vector<Tensor> ids_cpu, dout_cpu, ids, dout, got;
+  for (int k = 0; k < kAll; ++k) {
+    const int64_t vocab = vocabs[k % kStreams];
+    std::vector<double> v(static_cast<size_t>(n));
+    for (double& id : v) id = double(Rng()() % uint64_t(k < kStreams ? vocab : 50));  // sparse, or long runs
+    ids_cpu.push_back(FromHost(v, {n}, DType::kI32, Device::Cpu()));
+    ids.push_back(FromHost(v, {n}, DType::kI32, d));
+    dout_cpu.push_back(RandomTensor({n, dim}, DType::kBF16, Device::Cpu(), Rng()));
+    dout.push_back(FromHost(ToHost(dout_cpu.back()), {n, dim}, DType::kBF16, d));
+    got.push_back(Tensor::Empty({vocab, dim}, DType::kF32, d).value());
+    Poison(got.back());
+  }
+  std::vector<Stream> streams;
+  for (int t = 0; t < kStreams; ++t) streams.push_back(Stream::Create(d).value());
+  std::vector<std::vector<double>> want;
+  for (int k = 0; k < kAll; ++k) {
+    Tensor dref = Tensor::Empty({vocabs[k % kStreams], dim}, DType::kF32, Device::Cpu()).value();
+    ASSERT_TRUE(EmbeddingBackward(dout_cpu[size_t(k)], ids_cpu[size_t(k)], dref, Stream::Cpu()).ok());
+    want.push_back(ToHost(dref));
+  }
+  // Call k on stream k % kStreams.
+  auto run = [&](int k) {
+    return EmbeddingBackward(dout[size_t(k)], ids[size_t(k)], got[size_t(k)], streams[size_t(k % kStreams)]);
+  };
+  for (int k = 0; k < kAll; ++k) ASSERT_TRUE(run(k).ok());
+  for (const Stream& s : streams) ASSERT_TRUE(s.Synchronize().ok());
+  for (int k = 0; k < kAll; ++k) {
+    SCOPED_TRACE("one thread, call " + std::to_string(k));
+    ExpectBitwise(ToHost(got[size_t(k)]), want[size_t(k)]);
+    Poison(got[size_t(k)]);
+  }
+  std::vector<absl::Status> status(static_cast<size_t>(kAll));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kStreams; ++t) {
+    threads.emplace_back([&, t] {
+      for (int k = t; k < kAll; k += kStreams) status[size_t(k)] = run(k);
+    });
+  }
+  for (std::thread& th : threads) th.join();  // a few kernel launches each: no wait on the device
+  for (const Stream& s : streams) ASSERT_TRUE(s.Synchronize().ok());
+  for (int k = 0; k < kAll; ++k) {
+    SCOPED_TRACE("two threads, call " + std::to_string(k));
+    EXPECT_TRUE(status[size_t(k)].ok()) << status[size_t(k)];
+    ExpectBitwise(ToHost(got[size_t(k)]), want[size_t(k)]);
+  }
+}
+
 // Token ids not 16-byte aligned (a view one id into the buffer) and a count no multiple of a
 // 16-byte load; every backward against the CPU.
 TEST(EmbeddingCudaBackwardTest, UnalignedIds) {
@@ -427,11 +527,12 @@ TEST(EmbeddingCudaBackwardTest, NoTokens) {
 
 #ifdef SG_WITH_CUDA
 // The forward and a backward (atomic: its scratch held by the allocator for the graph's life;
-// scan3: one kernel, no scratch), chained by programmatic dependent launch, captured in a CUDA
-// graph and replayed twice over poisoned outputs: the same bits as the eager calls.
+// atomic2s: the same, with a fork to its side stream and a join back; scan3: one kernel, no
+// scratch), chained by programmatic dependent launch, captured in a CUDA graph and replayed twice
+// over poisoned outputs: the same bits as the eager calls.
 class EmbeddingCudaGraphTest : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaGraphTest,
-                         ::testing::Values("atomic", "scan3"),
+                         ::testing::Values("atomic", "atomic2s", "scan3"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 TEST_P(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
