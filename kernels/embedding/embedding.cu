@@ -6,18 +6,24 @@
 //   16384 tokens of a 32000 x 2048 bf16 table, batch timing) this won: 3.99 TB/s, against 3.71 for
 //   one row a CTA, 3.86 for four, 3.76 for the grid-stride kernel it replaced (deleted with them).
 // Backward, deterministic without float atomics, SG_EMBEDDING_BWD selecting per call:
-//   "atomic" (the default up to a vocabulary of 65536), "atomic_nopdl": counts, a scan and an
+//   "atomic2s" (the default): the index preparation of "atomic" below, but from the count on,
+//     the scan, scatter and the sums of the rows with tokens (a compacted list of them, four to a
+//     CTA) run on a high-priority side stream while the caller's stream zeroes the rows without
+//     tokens, then joins (embedding_atomic.cu). Rows without the 16-byte layout fall back to
+//     "atomic";
+//   "atomic", "atomic_nopdl": counts, a scan and an
 //     atomic scatter of the token positions, each run sorted in place before its row sum
 //     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";
-//   "atomic2s": the same index preparation and sums, but from the count on, the scan, scatter and
-//     the sums of the rows with tokens run on a high-priority side stream while the caller's stream
-//     zeroes the rows without tokens, then joins (embedding_atomic.cu); not yet measured;
-//   "scan3" (the default above 65536): one kernel, each CTA reading all ids and listing those of
+//   "scan3": one kernel, each CTA reading all ids and listing those of
 //     its 64 vocabulary rows, the dout rows pulled into a shared-memory ring by bulk copies, rows
 //     without tokens by bulk stores of a zeroed buffer (embedding_scan3.cu);
 //   "rows": the sorted index preparation below, then a row sum.
-// Why the default depends on the vocabulary: on the H200 (2026-11-30, same call, Batch, decimal
-// TB/s at vocab 32000 / 128256) atomic 2.97 / 2.39 (2.81 at 32000 without PDL), scan3 2.81 / 3.38;
+// Why atomic2s: on the H200 (2026-11-30 17:40, one call, Batch, decimal TB/s at vocab 32000 /
+// 128256) atomic2s 3.39-3.41 / 4.11, atomic 3.00-3.01 / 2.38, scan3 2.86 / 3.37, a plain zero fill
+// of the table 4.39 / 4.48; 5% of the tokens on one id: atomic2s 1.56 / 3.19, atomic 1.25 / 2.11,
+// scan3 1.01 / 3.34; dim 8 (the index preparation alone) atomic2s 30 us against atomic's 36 at
+// 32000. Until then the default depended on the vocabulary (atomic up to 65536, scan3 above):
+// (same call, 12:31) atomic 2.97 / 2.39 (2.81 at 32000 without PDL), scan3 2.81 / 3.38;
 // 5% of the tokens on one id: atomic 1.16 / -, scan3 ~1.0 / 3.32. Removed as beaten: "scan2" (one
 // kernel, per-thread dout loads: 2.76 / 2.91, hot 1.48 / 2.70) and scan3's store variants (zero
 // rows by streaming stores 2.87 / -, rows with tokens bulk-stored 2.72 / 3.39, 128 rows a CTA
@@ -121,19 +127,18 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "atomic2s", "rows", "scan3";
-// unset or unknown: by vocabulary size, see the header); read at every call so benchmarks and tests
+// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "atomic2s", "rows",
+// "scan3"; unset or unknown: atomic2s, see the header); read at every call so benchmarks and tests
 // can switch.
 enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kAtomic2s, kScan3 };
-constexpr int64_t kScan3MinVocab = 65536;  // at larger vocabularies scan3 beats atomic (header)
-BackwardVariant BackwardVariantFromEnv(int64_t vocab) {
+BackwardVariant BackwardVariantFromEnv() {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
   if (v != nullptr && std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
   if (v != nullptr && std::strcmp(v, "atomic") == 0) return BackwardVariant::kAtomic;
   if (v != nullptr && std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
   if (v != nullptr && std::strcmp(v, "atomic2s") == 0) return BackwardVariant::kAtomic2s;
   if (v != nullptr && std::strcmp(v, "scan3") == 0) return BackwardVariant::kScan3;
-  return vocab > kScan3MinVocab ? BackwardVariant::kScan3 : BackwardVariant::kAtomic;
+  return BackwardVariant::kAtomic2s;
 }
 
 int EndBit(int64_t vocab) {  // bits for keys in [0, vocab]
@@ -246,7 +251,7 @@ absl::Status ForwardCuda(const Problem& p, const void* tokens, const void* table
 absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                           void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (BackwardVariantFromEnv(p.vocab)) {
+  switch (BackwardVariantFromEnv()) {
     case BackwardVariant::kAtomic:
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
     case BackwardVariant::kAtomicNoPdl:

@@ -43,7 +43,12 @@
 // cudaGraphInstantiateFlagUseNodePriority.
 // Measured (H200, 16384 tokens, vocab 32000, dim 2048, bf16) before the touched list, with
 // consecutive rows per CTA: 3.04-3.08 TB/s against "atomic" 2.99 (a plain zero fill of the table
-// 4.38). With the list: not yet measured.
+// 4.38). With the list (2026-11-30 17:40, the default since): 3.39-3.41 at vocab 32000 (atomic
+// 3.00, under the 3.5 of issue #3), 4.11 at 128256 (scan3 3.37); 5% of the tokens on one id 1.56 /
+// 3.19. Not adopted (17:47, branch emb2s3): the scatter also listing each row's run and first
+// position, so this kernel loads them with the list in one round trip: no faster (3.39-3.40), and
+// with a hot id 0.95 / 2.24 (every warp's leader of the hot row writing the same run, atomicMin on
+// its first position).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>

@@ -8,7 +8,7 @@
 //     (the zero fill of rows without tokens overlapped with the index preparation); the "Hot"
 //     entries put 5% of the tokens on one id; dim 8 shapes leave little but the index preparation
 //     and the launches (the row sums write vocab x 32 bytes). Scan3*: the one-kernel backward
-//     with bulk-copy data movement (embedding_scan3.cu; the default above a vocabulary of 65536).
+//     with bulk-copy data movement (embedding_scan3.cu). Atomic2s*: the default (embedding_atomic.cu).
 //   --benchmark_filter='Backward.*(Atomic|Scan|ZeroFill).*Batch/16384/(32000|128256)/2048'
 //     compares them.
 #include <benchmark/benchmark.h>
@@ -91,7 +91,8 @@ void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
 void BM_EmbeddingBackwardBF16AtomicHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic", kBatch, false, true);
 }
-// The bulk-copy scan3 backward (embedding_scan3.cu; the default above a vocabulary of 65536).
+// The bulk-copy scan3 backward (embedding_scan3.cu; the default above a vocabulary of 65536 until
+// atomic2s replaced both).
 void BM_EmbeddingBackwardBF16Scan3Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan3", kBatch); }
 void BM_EmbeddingBackwardBF16Scan3HotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "scan3", kBatch, false, true);
