@@ -29,8 +29,12 @@ absl::Status EmbeddingForward(const TensorView& tokens, const TensorView& table,
 // each run sorted; by default the rows with tokens are summed on a side stream of the device while
 // `stream` zeroes the others, joined before return, so the call stays one stream's work to its
 // caller and capturable in a CUDA graph; other preparations, SG_EMBEDDING_BWD=atomic / scan3 /
-// rows: on one stream), then each column's terms are added in that order. (SG_EMBEDDING_BWD selects the CUDA kernel per call, for
-// benchmarks: see embedding.cu.)
+// rows: on one stream), then each column's terms are added in that order. (SG_EMBEDDING_BWD selects
+// the CUDA kernel per call, for benchmarks: see embedding.cu.) The side stream is one per device,
+// shared by every caller: calls from several host threads are safe (serialized on it), but while one
+// thread captures a CUDA graph through it, another must not call it eagerly on that device (as with
+// any work joined into a capture); the first call on a device creates it, so make one eager call
+// (a warm-up step) before capturing.
 absl::Status EmbeddingBackward(const TensorView& dout, const TensorView& tokens, const TensorView& dtable,
                                const Stream& stream);
 
