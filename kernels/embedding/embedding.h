@@ -33,8 +33,8 @@ absl::Status EmbeddingForward(const TensorView& tokens, const TensorView& table,
 // the CUDA kernel per call, for benchmarks: see embedding.cu.) The side stream is one per device,
 // shared by every caller: calls from several host threads are safe (serialized on it), but while one
 // thread captures a CUDA graph through it, another must not call it eagerly on that device (as with
-// any work joined into a capture); the first call on a device creates it, so make one eager call
-// (a warm-up step) before capturing.
+// any work joined into a capture). The first call on a device creates it; a first call made while
+// capturing runs the one-stream preparation instead (the same result, bit for bit).
 absl::Status EmbeddingBackward(const TensorView& dout, const TensorView& tokens, const TensorView& dtable,
                                const Stream& stream);
 

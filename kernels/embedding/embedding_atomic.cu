@@ -679,7 +679,15 @@ absl::Status BackwardAtomic2sCuda(const Problem& p, const void* dout, const void
   SideStream& side = SideStreams()[device];
   {
     absl::MutexLock lock(&side.mu);
-    if (side.stream == nullptr) SG_RETURN_IF_ERROR(CreateSideStream(device, side));
+    if (side.stream == nullptr) {
+      // The first call on the device creates the side stream and its events; inside a capture it
+      // takes the one-stream path instead (bitwise the same result), so no stream or event is made
+      // while capturing.
+      cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+      SG_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(s, &capture));
+      if (capture != cudaStreamCaptureStatusNone) return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, true);
+      SG_RETURN_IF_ERROR(CreateSideStream(device, side));
+    }
   }
   if (p.dtype == DType::kBF16) {
     return BackwardAtomicAlloc<__nv_bfloat16>(p, dout, tokens, dtable, device, s, true, &side);
