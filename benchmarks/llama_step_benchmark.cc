@@ -56,6 +56,9 @@ ABSL_FLAG(double, memory_budget_gib, 0, "--recompute=auto's budget (<= 0: issue 
 ABSL_FLAG(bool, offload_first, false,
           "--recompute=auto: when no recompute does not fit, try no recompute with the fewest kept activations "
           "offloaded to pinned host memory before any recompute");
+ABSL_FLAG(bool, wgrad_stream, false,
+          "single device: weight-gradient matmuls on a stream of their own, overlapping the backward's "
+          "data-gradient chain (CompileOptions::wgrad_stream)");
 ABSL_FLAG(float, lr, 3e-4f, "learning rate");
 ABSL_FLAG(bool, cuda_graph, true, "replay the step as a CUDA graph (false: eager steps)");
 ABSL_FLAG(std::string, trace, "", "write a Chrome trace of one extra eager step to this path");
@@ -71,7 +74,7 @@ struct Flags {
   std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
   double memory_budget_gib = 0;
   int steps = 30, warmup = 10;
-  bool cuda_graph = true, offload_first = false;
+  bool cuda_graph = true, offload_first = false, wgrad_stream = false;
   float lr = 3e-4f;
 };
 
@@ -111,6 +114,7 @@ absl::StatusOr<Flags> ReadFlags() {
   f.cuda_graph = absl::GetFlag(FLAGS_cuda_graph);
   f.lr = absl::GetFlag(FLAGS_lr);
   f.offload_first = absl::GetFlag(FLAGS_offload_first);
+  f.wgrad_stream = absl::GetFlag(FLAGS_wgrad_stream);
   if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
   if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
   if (f.recompute != "auto") SG_RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
@@ -122,6 +126,10 @@ absl::StatusOr<Flags> ReadFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--device: expected cuda|cpu, found '", f.device, "'"));
   }
   SG_RETURN_IF_ERROR(ParseStrategy(f.strategy).status());
+  if (f.wgrad_stream && f.strategy != "none") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--wgrad_stream: single device only (--strategy=none), found --strategy=", f.strategy));
+  }
   if (absl::Status c = LlamaBenchConfigNamed(f.config).status(); !c.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--config: ", c.message()));
   }
@@ -198,8 +206,10 @@ absl::Status Main(const Flags& f) {
   SG_ASSIGN_OR_RETURN(LlamaBenchConfig c, LlamaBenchConfigNamed(f.config));
   SG_ASSIGN_OR_RETURN(graph::Graph fwd, graph::BuildLlamaForward(c.model));
   CompileOptions o = LlamaStepOptions(c, device, RecomputePolicy::kNone);
-  // Set before ChooseRecompute: an FSDP step is planned with its own buffers (PlanFsdpMemory).
+  // Set before ChooseRecompute: an FSDP step is planned with its own buffers (PlanFsdpMemory), and
+  // the weight-gradient stream keeps its matmuls' inputs longer.
   o.strategy = strategy;
+  o.wgrad_stream = f.wgrad_stream;
   if (f.recompute == "auto") {
     // The budget less what the plan does not count (kernel scratch, library workspaces: ~0.2 GiB
     // at 1b); sharded strategies hold 1/world of the state per GPU.
@@ -248,6 +258,7 @@ absl::Status Main(const Flags& f) {
   j["recompute"] = std::string(graph::RecomputePolicyName(rp));
   j["recompute_swiglu_layers"] = o.recompute_swiglu_layers;
   j["offload_activations"] = o.offload_activations;
+  j["wgrad_stream"] = o.wgrad_stream;
   j["offload_host_gib"] = step->program().offload_host_bytes / kGiB;
   j["cuda_graph"] = step->executor().replaying_graph();
   j["tokens_per_s_per_gpu"] = std::round(tok_s * 10) / 10;

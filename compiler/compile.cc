@@ -167,6 +167,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   LowerOptions lo;
   lo.loss_scaler = LossScaler(o);
   lo.offload_activations = o.offload_activations;
+  lo.wgrad_stream = o.wgrad_stream;
   SG_ASSIGN_OR_RETURN(step->program_, Lower(std::move(train), o.binding, o.device, lo));
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
@@ -211,6 +212,7 @@ absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOpt
   LowerOptions lo;
   lo.loss_scaler = LossScaler(o);
   lo.offload_activations = o.offload_activations;
+  lo.wgrad_stream = o.wgrad_stream;
   return PlanStepMemory(std::move(train), o.binding, o.device, lo);
 }
 

@@ -276,6 +276,82 @@ INSTANTIATE_TEST_SUITE_P(Recompute, OffloadTest, ::testing::Values(RecomputePoli
                            return std::string(graph::RecomputePolicyName(p.param));
                          });
 
+// CompileOptions::wgrad_stream: the weight-gradient matmuls run on a stream of their own, forked
+// from compute and joined back before their gradient is read; the steps compute the same values
+// (the same kernels on the same inputs), so every loss, the first step's gradients and the
+// parameters after 3 steps match the one-stream step. On a GPU the second and third steps replay
+// the captured CUDA graph with both streams in it. The plan keeps the matmuls' inputs longer.
+class WgradStreamTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(WgradStreamTest, WeightGradientsOnTheirOwnStreamGiveTheSameSteps) {
+  const bool cuda = GetParam();
+  if (cuda) SG_SKIP_WITHOUT_CUDA();
+  const Device d = cuda ? Device::Cuda(0) : Device::Cpu();
+  Fixture f = MakeFixture(/*layers=*/3);
+  auto batch = BatchOn(f.batch, d);
+  std::map<std::string, std::vector<double>> grads, params;
+  std::vector<float> losses;
+  int64_t one_stream_arena = 0;
+  for (const bool wgrad : {false, true}) {
+    CompileOptions o = Options(d);
+    o.wgrad_stream = wgrad;
+    auto step = CompileWith(f, o);
+    ASSERT_NE(step, nullptr);
+    int on_stream = 0, forks = 0, waits = 0;
+    for (const Step& s : step->program().schedule.steps) {
+      on_stream += s.stream == 3;
+      forks += absl::StartsWith(s.name, "fork ");
+      waits += absl::StartsWith(s.name, "wait weight gradient ");
+    }
+    if (wgrad) {
+      // Every weight's gradient matmul but those with nothing after them in the backward (the
+      // first layer's last ones), each forked once and joined once.
+      EXPECT_GE(on_stream, 3 * 7 - 4);
+      EXPECT_EQ(forks, on_stream);
+      EXPECT_EQ(waits, on_stream);
+    } else {
+      EXPECT_EQ(on_stream + forks + waits, 0);
+    }
+    auto planned = PlanMemory(f.forward, o);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    if (!wgrad) {
+      one_stream_arena = planned->arena_bytes;
+    } else {
+      EXPECT_GE(planned->arena_bytes, one_stream_arena);
+    }
+    for (int i = 0; i < 3; ++i) {
+      ASSERT_TRUE(step->Run(BatchViews(batch)).ok());
+      auto m = step->ReadMetrics();
+      ASSERT_TRUE(m.ok()) << m.status();
+      if (!wgrad) {
+        losses.push_back(m->loss);
+      } else {
+        EXPECT_NEAR(m->loss, losses[size_t(i)], 1e-6 * std::abs(losses[size_t(i)])) << "step " << i;
+      }
+      for (const std::string& name : step->parameter_names()) {
+        if (i != 0) continue;
+        std::vector<double> g = ReadValue(*step, "grad:" + name);
+        if (!wgrad) {
+          grads[name] = g;
+        } else {
+          EXPECT_LT(sg::testing::RelativeError(g, grads[name]), 1e-6) << name;
+        }
+      }
+    }
+    for (const std::string& name : step->parameter_names()) {
+      std::vector<double> p = ReadValue(*step, name);
+      if (!wgrad) {
+        params[name] = p;
+      } else {
+        EXPECT_LT(sg::testing::RelativeError(p, params[name]), 1e-6) << name;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Device, WgradStreamTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Cuda" : "Cpu"; });
+
 TEST(CompileTest, SecondCompileHitsTheCache) {
   Fixture f = MakeFixture();
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -417,6 +493,30 @@ TEST(CompileTest, TraceSummaryKeepsHostCopiesApart) {
     }
   }
   EXPECT_EQ(names, 1);
+}
+
+// Weight-gradient matmuls on their own stream (3) are compute: they cover communication, count in
+// the compute time, and get their own named thread.
+TEST(CompileTest, TraceSummaryCountsWeightGradientsAsCompute) {
+  StepTrace t;
+  t.events = {{"a", "kernel", 0, 0, 10}, {"dw", "kernel", 3, 8, 12}, {"rs", "collective", 1, 5, 20}};
+  t.step_us = 25;
+  TraceSummary s = Summarize(t);
+  EXPECT_DOUBLE_EQ(s.compute_us, 22);
+  EXPECT_DOUBLE_EQ(s.comm_us, 20);
+  EXPECT_DOUBLE_EQ(s.exposed_comm_us, 5);  // [20, 25)
+  const auto json = nlohmann::json::parse(ToChromeTraceJson(t));
+  int names = 0;
+  for (const auto& e : json["traceEvents"]) {
+    if (e["ph"] == "M") {
+      ++names;
+      if (e["tid"] == 3) {
+        EXPECT_EQ(e["args"]["name"], "weight gradients");
+      }
+      EXPECT_NE(e["tid"], 2) << "no host copies in this step";
+    }
+  }
+  EXPECT_EQ(names, 3);
 }
 
 // GPU: the captured CUDA graph's replays give what eager execution gives: the same four distinct

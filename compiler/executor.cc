@@ -25,7 +25,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Program* progra
   SG_ASSIGN_OR_RETURN(Stream compute, Stream::Create(d));
   SG_ASSIGN_OR_RETURN(Stream comm, Stream::Create(d));
   SG_ASSIGN_OR_RETURN(Stream copy, Stream::Create(d));
-  return std::unique_ptr<Executor>(new Executor(program, options, std::move(compute), std::move(comm), std::move(copy)));
+  SG_ASSIGN_OR_RETURN(Stream wgrad, Stream::Create(d));
+  return std::unique_ptr<Executor>(
+      new Executor(program, options, std::move(compute), std::move(comm), std::move(copy), std::move(wgrad)));
 }
 
 absl::Status Executor::RunEager() {
@@ -48,6 +50,7 @@ Executor::~Executor() {
   (void)compute_.Synchronize();
   (void)comm_.Synchronize();
   (void)copy_.Synchronize();
+  (void)wgrad_.Synchronize();
   graph_ = CudaGraph();
   if (held_blocks_.empty()) return;
   if (absl::StatusOr<Allocator*> alloc = AllocatorFor(program_->device); alloc.ok()) {
@@ -74,10 +77,11 @@ absl::Status Executor::Run() {
       SG_RETURN_IF_ERROR(compute_.Synchronize());
       SG_RETURN_IF_ERROR(comm_.Synchronize());
       SG_RETURN_IF_ERROR(copy_.Synchronize());
+      SG_RETURN_IF_ERROR(wgrad_.Synchronize());
     }
     SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(program_->device));
     alloc->BeginHoldingFrees();
-    absl::StatusOr<CudaGraph> captured = CudaGraph::Capture(compute_, [this] { return RunEager(); }, {&comm_, &copy_});
+    absl::StatusOr<CudaGraph> captured = CudaGraph::Capture(compute_, [this] { return RunEager(); }, {&comm_, &copy_, &wgrad_});
     held_blocks_ = alloc->EndHoldingFrees();
     SG_RETURN_IF_ERROR(captured.status());
     graph_ = std::move(captured).value();
@@ -123,6 +127,7 @@ absl::StatusOr<StepTrace> Executor::RunTraced() {
     SG_RETURN_IF_ERROR(compute_.Synchronize());
     SG_RETURN_IF_ERROR(comm_.Synchronize());
     SG_RETURN_IF_ERROR(copy_.Synchronize());
+    SG_RETURN_IF_ERROR(wgrad_.Synchronize());
     for (size_t i = 0; i < steps.size(); ++i) {
       SG_ASSIGN_OR_RETURN(float start_ms, marks[2 * i].ElapsedMsSince(origin));
       SG_ASSIGN_OR_RETURN(float dur_ms, marks[2 * i + 1].ElapsedMsSince(marks[2 * i]));

@@ -56,7 +56,11 @@ class Executor {
   const Stream& comm_stream() const { return comm_; }
   // Step::stream 2 (activation offloading's host copies); the compute stream when none has one.
   const Stream& copy_stream() const { return copy_; }
-  const Stream& StreamOf(const Step& s) const { return s.stream == 0 ? compute_ : s.stream == 1 ? comm_ : copy_; }
+  // Step::stream 3 (weight-gradient matmuls under LowerOptions::wgrad_stream).
+  const Stream& wgrad_stream() const { return wgrad_; }
+  const Stream& StreamOf(const Step& s) const {
+    return s.stream == 0 ? compute_ : s.stream == 1 ? comm_ : s.stream == 2 ? copy_ : wgrad_;
+  }
   bool replaying_graph() const { return graph_.valid(); }
   // Whether Run will capture the schedule after the warm-up (CUDA, cuda_graph on and not turned off
   // by SG_CUDA_GRAPH=0, the program capturable).
@@ -64,8 +68,13 @@ class Executor {
   int64_t runs() const { return runs_; }
 
  private:
-  Executor(const Program* p, ExecutorOptions o, Stream compute, Stream comm, Stream copy)
-      : program_(p), options_(o), compute_(std::move(compute)), comm_(std::move(comm)), copy_(std::move(copy)) {}
+  Executor(const Program* p, ExecutorOptions o, Stream compute, Stream comm, Stream copy, Stream wgrad)
+      : program_(p),
+        options_(o),
+        compute_(std::move(compute)),
+        comm_(std::move(comm)),
+        copy_(std::move(copy)),
+        wgrad_(std::move(wgrad)) {}
   absl::Status RunEager();
   absl::Status AfterWarmup();
 
@@ -74,6 +83,7 @@ class Executor {
   Stream compute_;
   Stream comm_;
   Stream copy_;
+  Stream wgrad_;
   CudaGraph graph_;
   // Scratch blocks the captured graph still uses (kernels/core/allocator.h), given back with it.
   std::vector<void*> held_blocks_;

@@ -242,6 +242,30 @@ TEST(LlamaStepTest, ChooseRecomputeTakesTheLeastThatFits) {
   EXPECT_EQ(tight.recompute, RecomputePolicy::kFull);
 }
 
+// CompileOptions::wgrad_stream at the 1b shapes: the weight-gradient matmuls' inputs live until
+// their join, which the plan counts; what --recompute=auto then picks under the default budget.
+TEST(LlamaStepTest, WgradStreamPlanAtThe1b) {
+  auto c = LlamaBenchConfigNamed("1b");
+  ASSERT_TRUE(c.ok());
+  graph::Graph fwd = LlamaForward(c->model);
+  int64_t planned[2] = {0, 0};
+  for (const bool wgrad : {false, true}) {
+    CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kNone);
+    o.wgrad_stream = wgrad;
+    auto bytes = ChooseRecompute(fwd, int64_t((32.0 - 0.25) * kGiB), 1, &o);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    planned[wgrad] = *bytes;
+    CompileOptions none = o;
+    none.recompute = RecomputePolicy::kNone;
+    const PlannedMemory m = PlanMemory(fwd, none).value();
+    std::cout << absl::StrFormat("1b, wgrad_stream %d: auto under 31.75 GiB picks policy %d with SwiGLU in %d layers "
+                                 "(%.2f GiB); no recompute %.2f GiB\n",
+                                 int(wgrad), int(o.recompute), o.recompute_swiglu_layers, *bytes / kGiB,
+                                 (m.arena_bytes + m.state_bytes) / kGiB);
+  }
+  EXPECT_LE(planned[1], int64_t((32.0 - 0.25) * kGiB));
+}
+
 // CompileOptions::offload_before_recompute (llama_step_benchmark --offload_first) at the 1b
 // shapes: a budget between the selective and the no-recompute plans takes no recompute with the
 // fewest kept activations offloaded (one fewer does not fit), and so does --memory_budget_gib=32.8

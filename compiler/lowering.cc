@@ -54,6 +54,10 @@ DeviceMemory::~DeviceMemory() {
 
 namespace {
 
+// LowerOptions::wgrad_stream: compute joins a weight-gradient matmul at the latest before the
+// kWgradJoinMatmuls-th matmul after it (each join extends its inputs' lives that far).
+constexpr int kWgradJoinMatmuls = 2;
+
 bool IsSource(OpKind op) { return op == OpKind::kParameter || op == OpKind::kInput; }
 
 // Elementwise producers may write their output over an input of the same shape.
@@ -88,6 +92,7 @@ class Lowerer {
     HostScalarSeeds();
     Roots();
     SG_RETURN_IF_ERROR(Updates());
+    WgradJoins();
     InPlace();
     Offloads();
     Slots();
@@ -207,6 +212,84 @@ class Lowerer {
     return absl::OkStatus();
   }
 
+  // LowerOptions::wgrad_stream: each backward matmul whose output is a "grad:" output, and where
+  // compute joins it (see lowering.h); its inputs live until there.
+  void WgradJoins() {
+    if (!o_.wgrad_stream) return;
+    const auto& nodes = g_.nodes();
+    const int nn = int(nodes.size());
+    std::set<int> grads;
+    for (const graph::GraphOutput& o : g_.outputs()) {
+      if (absl::StartsWith(o.name, "grad:")) grads.insert(root_[o.value]);
+    }
+    for (int i = 0; i < nn; ++i) {
+      const Node& n = nodes[i];
+      if (n.op != OpKind::kMatmul || n.phase != graph::Phase::kBackward || !grads.count(root_[n.outputs[0]])) continue;
+      const int out = root_[n.outputs[0]];
+      int join = -1;
+      for (int k = i + 1, matmuls = 0; k < nn; ++k) {
+        const Node& m = nodes[k];
+        const bool reads = std::any_of(m.inputs.begin(), m.inputs.end(), [&](int v) { return root_[v] == out; });
+        const bool writes = std::any_of(m.outputs.begin(), m.outputs.end(), [&](int v) { return root_[v] == out; });
+        if (reads || writes || m.phase != graph::Phase::kBackward ||
+            (m.op == OpKind::kMatmul && ++matmuls == kWgradJoinMatmuls)) {
+          join = k;
+          break;
+        }
+      }
+      if (join < 0) continue;  // nothing after it: no overlap to gain
+      wgrad_of_[i] = int(wgrads_.size());
+      wgrads_.push_back({i, join});
+      for (int v : n.inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], join);
+    }
+  }
+
+  // The weight-gradient stream's steps before node i: compute waiting for the splits joined there.
+  void WgradWaits(int i) {
+    for (size_t k = 0; k < wgrads_.size(); ++k) {
+      if (wgrads_[k].join != i || !wgrads_[k].split) continue;
+      Event* done = allocate_ ? p_->wgrad_events[2 * k + 1].get() : nullptr;
+      Step st;
+      st.name = absl::StrCat("wait weight gradient ", StepName(g_.nodes()[wgrads_[k].node]));
+      st.node = i;
+      st.phase = g_.nodes()[i].phase;
+      st.impl = "wait";
+      st.launch = [done](const Stream& s) { return done->Block(s); };
+      p_->schedule.steps.push_back(std::move(st));
+    }
+  }
+
+  // Moves node i's lowered step (the last one scheduled) to the weight-gradient stream: a fork
+  // recorded on compute before it, the kernel after the stream waits for the fork, then its done.
+  void SplitWgrad(int i) {
+    auto it = wgrad_of_.find(i);
+    if (it == wgrad_of_.end()) return;
+    WgradSplit& w = wgrads_[size_t(it->second)];
+    w.split = true;
+    Event* fork = allocate_ ? p_->wgrad_events[2 * size_t(it->second)].get() : nullptr;
+    Event* done = allocate_ ? p_->wgrad_events[2 * size_t(it->second) + 1].get() : nullptr;
+    Step kernel = std::move(p_->schedule.steps.back());
+    p_->schedule.steps.pop_back();
+    Step record;
+    record.name = absl::StrCat("fork ", kernel.name);
+    record.node = i;
+    record.phase = kernel.phase;
+    record.impl = "wait";
+    record.launch = [fork](const Stream& s) { return fork->Record(s); };
+    p_->schedule.steps.push_back(std::move(record));
+    kernel.stream = 3;
+    kernel.launch = [fork, done, inner = std::move(kernel.launch)](const Stream& s) -> absl::Status {
+      SG_RETURN_IF_ERROR(fork->Block(s));
+      SG_RETURN_IF_ERROR(inner(s));
+      return done->Record(s);
+    };
+    p_->schedule.steps.push_back(std::move(kernel));
+  }
+
+  static std::string StepName(const Node& n) {
+    return n.scope.empty() ? std::string(graph::OpName(n.op)) : absl::StrCat(graph::OpName(n.op), " @", n.scope);
+  }
+
   // An output overwrites an input (lowering_fusion.h lists the kernels that allow it) when its
   // producer is the input buffer's last reader and the buffer is an arena value.
   void InPlace() {
@@ -311,6 +394,10 @@ class Lowerer {
     }
     for (const auto& [v, f32] : fusions_.folded_cast) p_->values[v] = p_->values[f32];
     SG_RETURN_IF_ERROR(OffloadBuffers(arena));
+    for (size_t k = 0; k < 2 * wgrads_.size() && allocate_; ++k) {
+      SG_ASSIGN_OR_RETURN(Event e, Event::Create(p_->device));
+      p_->wgrad_events.push_back(std::make_unique<Event>(std::move(e)));
+    }
     for (const auto& [copy, param] : fusions_.weight_copy) {
       p_->weight_copies.push_back({p_->values[param], p_->values[copy]});
     }
@@ -476,6 +563,7 @@ class Lowerer {
     const auto& nodes = g_.nodes();
     for (int i = 0; i < int(nodes.size()); ++i) {
       const Node& n = nodes[i];
+      WgradWaits(i);
       OffloadSteps(i);
       if (IsSource(n.op) || n.op == OpKind::kReshape) continue;
       if (fusions_.fused_away.count(i) || copy_casts_.count(i)) continue;
@@ -542,12 +630,13 @@ class Lowerer {
         continue;
       }
       Step st;
-      st.name = n.scope.empty() ? graph::OpName(n.op) : absl::StrCat(graph::OpName(n.op), " @", n.scope);
+      st.name = StepName(n);
       st.node = i;
       st.phase = n.phase;
       st.impl = op.impl;
       st.launch = std::move(op.launch);
       p_->schedule.steps.push_back(std::move(st));
+      SplitWgrad(i);
     }
     if (o_.loss_scaler && !scaled_norm_) {
       return absl::UnimplementedError(
@@ -589,6 +678,12 @@ class Lowerer {
   std::vector<std::pair<int, int>> writebacks_;
   MemoryPlanner planner_;
   std::vector<ActivationOffload> offloads_;
+  struct WgradSplit {
+    int node = 0, join = 0;
+    bool split = false;  // lowered by the generic path and moved to the stream (else left alone)
+  };
+  std::vector<WgradSplit> wgrads_;
+  std::map<int, int> wgrad_of_;  // node -> index in wgrads_
   std::map<int, int> offload_of_, reload_slot_;  // root -> index in offloads_, its reload slot
   std::map<int, TensorView> reloaded_;           // value -> its view in the reload slot
   SideBuffers side_;

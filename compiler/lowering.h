@@ -50,7 +50,7 @@ struct Step {
   std::string name;   // "rmsnorm @layers.0.attention_norm"
   int node = -1;      // graph node index; -1 for runtime steps (write-backs)
   graph::Phase phase = graph::Phase::kForward;
-  int stream = 0;     // 0: compute stream, 1: communication stream, 2: copy stream (offloading)
+  int stream = 0;     // 0: compute, 1: communication, 2: copy (offloading), 3: weight gradients
   std::string impl;   // "kernel", "reference" (CPU interpreter fallback), "copy"
   std::function<absl::Status(const Stream&)> launch;
 };
@@ -106,6 +106,9 @@ struct Program {
   std::shared_ptr<void> offload_host;
   int64_t offload_host_bytes = 0;
   std::vector<std::unique_ptr<Event>> offload_events;
+  // LowerOptions::wgrad_stream: per weight-gradient matmul moved to stream 3, its fork and join
+  // events.
+  std::vector<std::unique_ptr<Event>> wgrad_events;
   // False when a step reads a host value at launch (LowerOptions::host_scalars): the executor then
   // never captures the schedule into a CUDA graph, whose replays would keep the captured value.
   bool capturable = true;
@@ -155,6 +158,14 @@ struct LowerOptions {
   // layer-boundary residual sums of the first layers) leave the arena between the forward's last
   // reader and a reload some nodes before the backward's first reader; copies on the copy stream.
   int offload_activations = 0;
+  // Weight-gradient matmuls (backward matmuls writing a "grad:" output) on a stream of their own
+  // (Step::stream 3), overlapping the data-gradient chain that continues on the compute stream:
+  // each forks from compute (an event) where it was scheduled and compute waits for it at its join
+  // -- the first later reader of the gradient, or the kWgradJoinMatmuls-th later matmul, or the
+  // end of the backward, whichever comes first. Its inputs stay live in the arena until the join,
+  // so nothing compute writes meanwhile reuses them. The same math, in the same order per value;
+  // off by default (not yet measured on a GPU).
+  bool wgrad_stream = false;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the

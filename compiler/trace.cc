@@ -29,7 +29,7 @@ double Exposed(const StepTrace& t, int stream, const std::vector<std::pair<doubl
   return exposed;
 }
 
-constexpr const char* kStreamNames[] = {"compute", "communication", "host copies"};
+constexpr const char* kStreamNames[] = {"compute", "communication", "host copies", "weight gradients"};
 
 }  // namespace
 
@@ -38,7 +38,7 @@ TraceSummary Summarize(const StepTrace& t) {
   s.step_us = t.step_us;
   std::vector<std::pair<double, double>> compute;
   for (const TraceEvent& e : t.events) {
-    if (e.stream == 0) {
+    if (e.stream == 0 || e.stream == 3) {  // 3: weight-gradient matmuls (LowerOptions::wgrad_stream)
       s.compute_us += e.duration_us;
       compute.push_back({e.start_us, e.start_us + e.duration_us});
     } else if (e.stream == 2) {
@@ -55,9 +55,11 @@ TraceSummary Summarize(const StepTrace& t) {
 
 std::string ToChromeTraceJson(const StepTrace& t) {
   nlohmann::json events = nlohmann::json::array();
-  // Compute and communication always; the copy stream when the step has host copies.
-  const bool copies = std::any_of(t.events.begin(), t.events.end(), [](const TraceEvent& e) { return e.stream == 2; });
-  for (int stream = 0; stream < (copies ? 3 : 2); ++stream) {
+  // Compute and communication always; the copy and weight-gradient streams when the step has work
+  // there.
+  for (int stream = 0; stream < 4; ++stream) {
+    const bool used = std::any_of(t.events.begin(), t.events.end(), [&](const TraceEvent& e) { return e.stream == stream; });
+    if (stream >= 2 && !used) continue;
     events.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", 0}, {"tid", stream},
                       {"args", {{"name", kStreamNames[stream]}}}});
   }

@@ -16,7 +16,7 @@ namespace sg::compiler {
 struct TraceEvent {
   std::string name;
   std::string category;  // "kernel", "reference", "copy", "collective"
-  int stream = 0;        // 0 compute, 1 communication
+  int stream = 0;        // 0 compute, 1 communication, 2 host copies, 3 weight gradients
   double start_us = 0;   // from the step's start
   double duration_us = 0;
 };
@@ -27,8 +27,9 @@ struct StepTrace {
   double step_us = 0;  // first start to last end
 };
 
-// Streams: 0 compute, 1 communication, 2 host copies (activation offloading). Exposed: the time of
-// a stream's events that no compute event covers.
+// Streams: 0 compute, 1 communication, 2 host copies (activation offloading), 3 weight gradients
+// (LowerOptions::wgrad_stream; summed as compute). Exposed: the time of a stream's events that no
+// compute event covers.
 struct TraceSummary {
   double step_us = 0, compute_us = 0, comm_us = 0, exposed_comm_us = 0, copy_us = 0, exposed_copy_us = 0;
   double exposed_comm_share() const { return step_us > 0 ? exposed_comm_us / step_us : 0; }

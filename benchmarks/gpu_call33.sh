@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Prepared for the next session's first GPU call (1 H200): --wgrad_stream (the weight-gradient
+# matmuls on a stream of their own, overlapping the backward's data-gradient chain: SwiGLU, norm and
+# RoPE backwards, the data-gradient GEMMs) on the 1b step at the default budget, alternating with the
+# one-stream step on one GPU, then the peer; the CUDA tests of the split (bitwise against the
+# one-stream step, eager and CUDA-graph replays); one traced step with it.
+# Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //compiler:compile_test
+#   //compiler:llama_step_test
+set -u
+out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
+export PYTHONUNBUFFERED=1
+source benchmarks/gpu_lib.sh
+echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+t compile_wgrad 120 compiler/compile_test --gtest_filter='*Wgrad*:*CudaGraph*'
+ours() {  # tag args...
+  local tag=$1; shift
+  timeout 120 .gpu/run benchmarks/llama_step_benchmark --config=1b --steps=20 --warmup=5 "$@" > "$logs/ours_$tag.log" 2>&1
+  echo "ours 1b $tag: $(json "$logs/ours_$tag.log") $(grep -E 'rror' "$logs/ours_$tag.log" | tail -1 | cut -c1-160)"
+}
+for i in a b; do
+  ours "one_stream_$i"
+  ours "wgrad_stream_$i" --wgrad_stream
+done
+timeout 150 python3 benchmarks/llama_peer.py --config 1b --compile --steps 20 > "$logs/peer_1b.log" 2>&1
+echo "peer 1b: $(json "$logs/peer_1b.log") $(grep -E 'Error' "$logs/peer_1b.log" | tail -1)"
+timeout 90 .gpu/run benchmarks/llama_step_benchmark --config=1b --wgrad_stream --steps=6 --warmup=3 \
+  --trace="$logs/trace_wgrad.json" > "$logs/traced.log" 2>&1
+echo "traced (rc=$?): $(grep -h 'exposed communication' "$logs/traced.log" | tail -1)"
+t llama_step_test 150 compiler/llama_step_test --gtest_filter='*Cuda*'
+tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
+echo "== done $(date -u +%FT%TZ)"
