@@ -349,6 +349,20 @@ TEST_P(WgradStreamTest, WeightGradientsOnTheirOwnStreamGiveTheSameSteps) {
   }
 }
 
+TEST(CompileTest, WgradStreamIsForOneDeviceOnly) {
+  Fixture f = MakeFixture();
+  CompileOptions o = Options();
+  o.wgrad_stream = true;
+  o.strategy = Strategy::kFsdp;
+  auto step = Compile(f.forward, o);
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(step.status().message().find("wgrad_stream is for a single device"), std::string::npos) << step.status();
+  o.strategy = Strategy::kNone;
+  o.micro_batches = 2;
+  EXPECT_FALSE(Compile(f.forward, o).ok());
+}
+
 INSTANTIATE_TEST_SUITE_P(Device, WgradStreamTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Cuda" : "Cpu"; });
 
