@@ -2,8 +2,9 @@
 # Prepared for the next session's first GPU call (1 H200): --wgrad_stream (the weight-gradient
 # matmuls on a stream of their own, overlapping the backward's data-gradient chain: SwiGLU, norm and
 # RoPE backwards, the data-gradient GEMMs) on the 1b step at the default budget, alternating with the
-# one-stream step on one GPU, then the peer; the CUDA tests of the split (bitwise against the
-# one-stream step, eager and CUDA-graph replays); one traced step with it.
+# one-stream step on one GPU, then the peer; its knobs (SG_WGRAD_JOIN_MATMULS, SG_WGRAD_PRIORITY);
+# the CUDA tests of the split (against the one-stream step, eager and CUDA-graph replays); one
+# traced step with it.
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //compiler:compile_test
 #   //compiler:llama_step_test
 set -u
@@ -21,6 +22,11 @@ for i in a b; do
   ours "one_stream_$i"
   ours "wgrad_stream_$i" --wgrad_stream
 done
+# The knobs: joins later (4 matmuls on), and either stream first for the SMs (graph node priority).
+SG_WGRAD_JOIN_MATMULS=4 ours wgrad_join4 --wgrad_stream
+SG_WGRAD_PRIORITY=compute ours wgrad_compute_first --wgrad_stream
+SG_WGRAD_PRIORITY=wgrad ours wgrad_wgrad_first --wgrad_stream
+SG_WGRAD_PRIORITY=compute t compile_wgrad_priority 120 compiler/compile_test --gtest_filter='*Wgrad*' 
 timeout 150 python3 benchmarks/llama_peer.py --config 1b --compile --steps 20 > "$logs/peer_1b.log" 2>&1
 echo "peer 1b: $(json "$logs/peer_1b.log") $(grep -E 'Error' "$logs/peer_1b.log" | tail -1)"
 timeout 90 .gpu/run benchmarks/llama_step_benchmark --config=1b --wgrad_stream --steps=6 --warmup=3 \

@@ -43,7 +43,7 @@ absl::Status JoinCapture(cudaStream_t s, const std::vector<const Stream*>& join,
 }  // namespace
 
 absl::StatusOr<CudaGraph> CudaGraph::Capture(const Stream& stream, const std::function<absl::Status()>& body,
-                                             const std::vector<const Stream*>& join) {
+                                             const std::vector<const Stream*>& join, bool node_priority) {
   if (!stream.device().is_cuda()) {
     return absl::FailedPreconditionError("CudaGraph::Capture: expected a CUDA stream, found a CPU stream");
   }
@@ -63,7 +63,8 @@ absl::StatusOr<CudaGraph> CudaGraph::Capture(const Stream& stream, const std::fu
   CudaGraph g;
   g.graph_ = graph;
   cudaGraphExec_t exec = nullptr;
-  SG_CUDA_RETURN_IF_ERROR(cudaGraphInstantiate(&exec, graph, 0));
+  SG_CUDA_RETURN_IF_ERROR(
+      cudaGraphInstantiate(&exec, graph, node_priority ? cudaGraphInstantiateFlagUseNodePriority : 0));
   g.exec_ = exec;
   return g;
 }

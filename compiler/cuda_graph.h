@@ -30,8 +30,10 @@ class CudaGraph {
   // Each stream of `join` that body made part of the capture is joined back into `stream` after
   // body (one event; a stream body never forked is left alone). body's error is returned after the
   // capture is ended (the stream stays usable). FailedPrecondition without CUDA or for a CPU stream.
+  // node_priority: the replays keep each kernel's priority (its stream's or launch attribute's at
+  // capture; cudaGraphInstantiateFlagUseNodePriority); otherwise they run at the launch stream's.
   static absl::StatusOr<CudaGraph> Capture(const Stream& stream, const std::function<absl::Status()>& body,
-                                           const std::vector<const Stream*>& join = {});
+                                           const std::vector<const Stream*>& join = {}, bool node_priority = false);
 
   CudaGraph() = default;
   CudaGraph(CudaGraph&& o) noexcept { *this = std::move(o); }

@@ -2,6 +2,7 @@
 
 #include "kernels/core/allocator.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <string>
@@ -10,6 +11,10 @@
 #include "kernels/core/status.h"
 
 namespace sg::compiler {
+
+// A stream priority above the default 0 (CUDA: lower numbers are higher; every device since
+// compute capability 7 offers down to -5, and cudaStreamCreateWithPriority clamps to the range).
+constexpr int kHighStreamPriority = -1;
 
 bool CudaGraphsDisabledByEnv() {
   const char* v = std::getenv("SG_CUDA_GRAPH");
@@ -22,12 +27,24 @@ bool Executor::will_capture() const {
 
 absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Program* program, const ExecutorOptions& options) {
   const Device d = program->device;
-  SG_ASSIGN_OR_RETURN(Stream compute, Stream::Create(d));
+  // With weight-gradient steps (stream 3) SG_WGRAD_PRIORITY=compute (or =wgrad) in the environment
+  // gives the compute stream (or the weight-gradient stream) a higher priority, so its pending
+  // blocks take the SMs first; unset, all streams share the default priority.
+  int compute_priority = 0, wgrad_priority = 0;
+  const bool splits = std::any_of(program->schedule.steps.begin(), program->schedule.steps.end(),
+                                  [](const Step& s) { return s.stream == 3; });
+  if (const char* v = std::getenv("SG_WGRAD_PRIORITY"); v != nullptr && splits && d.is_cuda()) {
+    if (std::string(v) == "compute") compute_priority = kHighStreamPriority;
+    if (std::string(v) == "wgrad") wgrad_priority = kHighStreamPriority;
+  }
+  SG_ASSIGN_OR_RETURN(Stream compute, Stream::Create(d, compute_priority));
   SG_ASSIGN_OR_RETURN(Stream comm, Stream::Create(d));
   SG_ASSIGN_OR_RETURN(Stream copy, Stream::Create(d));
-  SG_ASSIGN_OR_RETURN(Stream wgrad, Stream::Create(d));
-  return std::unique_ptr<Executor>(
+  SG_ASSIGN_OR_RETURN(Stream wgrad, Stream::Create(d, wgrad_priority));
+  auto ex = std::unique_ptr<Executor>(
       new Executor(program, options, std::move(compute), std::move(comm), std::move(copy), std::move(wgrad)));
+  ex->node_priority_ = compute_priority != 0 || wgrad_priority != 0;  // replays keep the priorities
+  return ex;
 }
 
 absl::Status Executor::RunEager() {
@@ -81,7 +98,8 @@ absl::Status Executor::Run() {
     }
     SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(program_->device));
     alloc->BeginHoldingFrees();
-    absl::StatusOr<CudaGraph> captured = CudaGraph::Capture(compute_, [this] { return RunEager(); }, {&comm_, &copy_, &wgrad_});
+    absl::StatusOr<CudaGraph> captured =
+        CudaGraph::Capture(compute_, [this] { return RunEager(); }, {&comm_, &copy_, &wgrad_}, node_priority_);
     held_blocks_ = alloc->EndHoldingFrees();
     SG_RETURN_IF_ERROR(captured.status());
     graph_ = std::move(captured).value();

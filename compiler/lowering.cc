@@ -1,6 +1,7 @@
 #include "compiler/lowering.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 #include <numeric>
 #include <set>
@@ -55,8 +56,13 @@ DeviceMemory::~DeviceMemory() {
 namespace {
 
 // LowerOptions::wgrad_stream: compute joins a weight-gradient matmul at the latest before the
-// kWgradJoinMatmuls-th matmul after it (each join extends its inputs' lives that far).
-constexpr int kWgradJoinMatmuls = 2;
+// WgradJoinMatmuls()-th matmul after it (each join extends its inputs' lives that far): 2, or
+// SG_WGRAD_JOIN_MATMULS (1-16) in the environment, for measuring the trade on a GPU.
+int WgradJoinMatmuls() {
+  const char* v = std::getenv("SG_WGRAD_JOIN_MATMULS");
+  const int k = v == nullptr ? 2 : std::atoi(v);
+  return k >= 1 && k <= 16 ? k : 2;
+}
 
 bool IsSource(OpKind op) { return op == OpKind::kParameter || op == OpKind::kInput; }
 
@@ -216,6 +222,7 @@ class Lowerer {
   // compute joins it (see lowering.h); its inputs live until there.
   void WgradJoins() {
     if (!o_.wgrad_stream) return;
+    const int join_matmuls = WgradJoinMatmuls();
     const auto& nodes = g_.nodes();
     const int nn = int(nodes.size());
     std::set<int> grads;
@@ -232,7 +239,7 @@ class Lowerer {
         const bool reads = std::any_of(m.inputs.begin(), m.inputs.end(), [&](int v) { return root_[v] == out; });
         const bool writes = std::any_of(m.outputs.begin(), m.outputs.end(), [&](int v) { return root_[v] == out; });
         if (reads || writes || m.phase != graph::Phase::kBackward ||
-            (m.op == OpKind::kMatmul && ++matmuls == kWgradJoinMatmuls)) {
+            (m.op == OpKind::kMatmul && ++matmuls == join_matmuls)) {
           join = k;
           break;
         }
