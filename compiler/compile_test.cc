@@ -87,6 +87,46 @@ std::vector<double> ReadValue(CompiledStep& s, const std::string& name) {
   return v.ok() ? sg::testing::ToHost(*v) : std::vector<double>{};
 }
 
+// Three steps' losses, the first step's gradients and the parameters after the third.
+struct StepsRecord {
+  std::vector<float> losses;
+  std::map<std::string, std::vector<double>> grads, params;
+};
+
+// Runs three steps on `batch`: records them into *ref when `record`, else compares them with *ref
+// (relative 1e-6: the same values computed by the same kernels, scheduled differently).
+void RunThreeStepsAgainst(CompiledStep& step, const std::map<std::string, Tensor>& batch, bool record,
+                          StepsRecord* ref) {
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(step.Run(BatchViews(batch)).ok());
+    auto m = step.ReadMetrics();
+    ASSERT_TRUE(m.ok()) << m.status();
+    if (record) {
+      ref->losses.push_back(m->loss);
+    } else {
+      ASSERT_LT(size_t(i), ref->losses.size());
+      EXPECT_NEAR(m->loss, ref->losses[size_t(i)], 1e-6 * std::abs(ref->losses[size_t(i)])) << "step " << i;
+    }
+    if (i != 0) continue;
+    for (const std::string& name : step.parameter_names()) {
+      std::vector<double> g = ReadValue(step, "grad:" + name);
+      if (record) {
+        ref->grads[name] = g;
+      } else {
+        EXPECT_LT(sg::testing::RelativeError(g, ref->grads[name]), 1e-6) << name;
+      }
+    }
+  }
+  for (const std::string& name : step.parameter_names()) {
+    std::vector<double> p = ReadValue(step, name);
+    if (record) {
+      ref->params[name] = p;
+    } else {
+      EXPECT_LT(sg::testing::RelativeError(p, ref->params[name]), 1e-6) << name;
+    }
+  }
+}
+
 TEST(CompileTest, LossAndEveryGradientMatchTheInterpreter) {
   Fixture f = MakeFixture();
   auto step = CompileWith(f, Options());
@@ -219,8 +259,7 @@ class OffloadTest : public ::testing::TestWithParam<RecomputePolicy> {};
 TEST_P(OffloadTest, OffloadedActivationsGiveTheSameSteps) {
   Fixture f = MakeFixture(/*layers=*/6);
   auto batch = BatchOn(f.batch, Device::Cpu());
-  std::map<std::string, std::vector<double>> grads, params;
-  std::vector<float> losses;
+  StepsRecord ref;
   int64_t kept_arena = 0;
   for (int offload : {0, GetParam() == RecomputePolicy::kNone ? 12 : 4}) {
     CompileOptions o = Options();
@@ -241,33 +280,7 @@ TEST_P(OffloadTest, OffloadedActivationsGiveTheSameSteps) {
       // (Under full recompute this model's peak is elsewhere: the weight gradients.)
       EXPECT_LT(planned->arena_bytes, kept_arena) << "the offloaded activations leave the arena at its peak";
     }
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(step->Run(BatchViews(batch)).ok());
-      auto m = step->ReadMetrics();
-      ASSERT_TRUE(m.ok()) << m.status();
-      if (offload == 0) {
-        losses.push_back(m->loss);
-      } else {
-        EXPECT_NEAR(m->loss, losses[size_t(i)], 1e-6 * std::abs(losses[size_t(i)])) << "step " << i;
-      }
-      for (const std::string& name : step->parameter_names()) {
-        if (i != 0) continue;
-        std::vector<double> g = ReadValue(*step, "grad:" + name);
-        if (offload == 0) {
-          grads[name] = g;
-        } else {
-          EXPECT_LT(sg::testing::RelativeError(g, grads[name]), 1e-6) << name;
-        }
-      }
-    }
-    for (const std::string& name : step->parameter_names()) {
-      std::vector<double> p = ReadValue(*step, name);
-      if (offload == 0) {
-        params[name] = p;
-      } else {
-        EXPECT_LT(sg::testing::RelativeError(p, params[name]), 1e-6) << name;
-      }
-    }
+    RunThreeStepsAgainst(*step, batch, offload == 0, &ref);
   }
 }
 
@@ -289,8 +302,7 @@ TEST_P(WgradStreamTest, WeightGradientsOnTheirOwnStreamGiveTheSameSteps) {
   const Device d = cuda ? Device::Cuda(0) : Device::Cpu();
   Fixture f = MakeFixture(/*layers=*/3);
   auto batch = BatchOn(f.batch, d);
-  std::map<std::string, std::vector<double>> grads, params;
-  std::vector<float> losses;
+  StepsRecord ref;
   int64_t one_stream_arena = 0;
   for (const bool wgrad : {false, true}) {
     CompileOptions o = Options(d);
@@ -319,33 +331,7 @@ TEST_P(WgradStreamTest, WeightGradientsOnTheirOwnStreamGiveTheSameSteps) {
     } else {
       EXPECT_GE(planned->arena_bytes, one_stream_arena);
     }
-    for (int i = 0; i < 3; ++i) {
-      ASSERT_TRUE(step->Run(BatchViews(batch)).ok());
-      auto m = step->ReadMetrics();
-      ASSERT_TRUE(m.ok()) << m.status();
-      if (!wgrad) {
-        losses.push_back(m->loss);
-      } else {
-        EXPECT_NEAR(m->loss, losses[size_t(i)], 1e-6 * std::abs(losses[size_t(i)])) << "step " << i;
-      }
-      for (const std::string& name : step->parameter_names()) {
-        if (i != 0) continue;
-        std::vector<double> g = ReadValue(*step, "grad:" + name);
-        if (!wgrad) {
-          grads[name] = g;
-        } else {
-          EXPECT_LT(sg::testing::RelativeError(g, grads[name]), 1e-6) << name;
-        }
-      }
-    }
-    for (const std::string& name : step->parameter_names()) {
-      std::vector<double> p = ReadValue(*step, name);
-      if (!wgrad) {
-        params[name] = p;
-      } else {
-        EXPECT_LT(sg::testing::RelativeError(p, params[name]), 1e-6) << name;
-      }
-    }
+    RunThreeStepsAgainst(*step, batch, !wgrad, &ref);
   }
 }
 
