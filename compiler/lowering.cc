@@ -64,6 +64,13 @@ int WgradJoinMatmuls() {
   return k >= 1 && k <= 16 ? k : 2;
 }
 
+// ... and their GEMMs planned for SG_WGRAD_SMS SMs (kernels::GemmArgs::sm_count), leaving the rest
+// to the compute stream's kernels; unset or 0: all SMs.
+int WgradSms() {
+  const char* v = std::getenv("SG_WGRAD_SMS");
+  return v == nullptr ? 0 : std::max(0, std::atoi(v));
+}
+
 bool IsSource(OpKind op) { return op == OpKind::kParameter || op == OpKind::kInput; }
 
 // Elementwise producers may write their output over an input of the same shape.
@@ -623,6 +630,7 @@ class Lowerer {
         auto seed = fusions_.cross_entropy_device_scale.find(ce->second);
         if (seed != fusions_.cross_entropy_device_scale.end()) nv.device_seed = p_->values[seed->second];
       }
+      if (wgrad_of_.count(i)) nv.sm_count = WgradSms();
       for (int v : n.inputs) nv.in.push_back(View(v, i));
       for (int v : n.outputs) nv.out.push_back(View(v, i));
       for (int s : side_.ForNode(i)) {

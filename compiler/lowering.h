@@ -162,7 +162,8 @@ struct LowerOptions {
   // (Step::stream 3), overlapping the data-gradient chain that continues on the compute stream:
   // each forks from compute (an event) where it was scheduled and compute waits for it at its join
   // -- the first later reader of the gradient, or the 2nd later matmul (SG_WGRAD_JOIN_MATMULS in
-  // the environment: another count), or the end of the backward, whichever comes first. Its inputs stay live in the arena until the join,
+  // the environment: another count), or the end of the backward, whichever comes first.
+  // SG_WGRAD_SMS: their GEMMs planned for that many SMs (the rest left to compute's kernels). Its inputs stay live in the arena until the join,
   // so nothing compute writes meanwhile reuses them. The same math, in the same order per value;
   // off by default (not yet measured on a GPU).
   bool wgrad_stream = false;

@@ -57,6 +57,7 @@ LoweredOp Matmul(const Node& n, const NodeViews& v) {
     g.c = AsMatrix(v.in[next]);
     g.beta = 1.0f;
   }
+  g.sm_count = v.sm_count;
   return {"kernel", [g](const Stream& s) { return kernels::Gemm(g, s); }};
 }
 

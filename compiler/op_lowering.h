@@ -47,6 +47,8 @@ struct NodeViews {
   std::vector<TensorView> fused_out;
   // A cross-entropy (fused forward or backward) seeded from device memory: the f32[] seed.
   TensorView device_seed;
+  // A matmul: the SMs its GEMM should plan for (kernels::GemmArgs::sm_count; 0: all).
+  int sm_count = 0;
 };
 
 struct LoweredOp {

@@ -108,6 +108,8 @@ absl::StatusOr<Problem> CheckArgs(const GemmArgs& g) {
   p.d = d;
   p.tuned = g.algo == GemmAlgo::kTuned ||
             (g.algo == GemmAlgo::kDefault && autotune::Tuner::Global().enabled());
+  SG_CHECK_ARG(g.sm_count >= 0, "Gemm: sm_count must be >= 0 (0: all SMs), found ", g.sm_count);
+  p.sm_count = g.sm_count;
 
   // A batch of [M,K] rows times one shared matrix is one taller GEMM when the rows are evenly spaced.
   if (p.batch > 1 && b.batch_stride == 0 && !p.trans_a && p.row_scale == nullptr && PackedBatches(p.a) &&

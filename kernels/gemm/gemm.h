@@ -62,6 +62,10 @@ struct GemmArgs {
   // per-row alpha vector, so benchmarks and tests can compare the two. Ignored on the CPU.
   bool row_scale_in_epilogue = true;
   GemmAlgo algo = GemmAlgo::kDefault;
+  // CUDA: the number of SMs cuBLASLt should plan for (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), e.g.
+  // fewer than the device has when another stream's kernels run alongside; 0: all of them. Ignored
+  // on the CPU.
+  int sm_count = 0;
 };
 
 // InvalidArgument naming the offending operand on any shape/dtype/device/stride mismatch;

@@ -136,6 +136,7 @@ struct LtPlan {
   cudaDataType_t bias_type = CUDA_R_32F;
   const float* alpha_vector = nullptr;  // per-row alpha over cuBLASLt's m (beta must be 0)
   float alpha = 1.0f, beta = 0.0f;
+  int sm_count = 0;  // CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET; 0: the device's
 };
 
 LtMatrix Stored(const Matrix& m, DType t) {
@@ -176,6 +177,7 @@ LtPlan SwappedPlan(const Problem& p) {
   l.bias_type = CudaType(p.d_dtype);
   l.alpha = p.alpha;
   l.beta = p.beta;
+  l.sm_count = p.sm_count;
   return l;
 }
 
@@ -193,6 +195,7 @@ LtPlan RowScalePlan(const Problem& p) {
   l.d = Output(p.d, p.d_dtype, true);
   l.c = l.d;
   l.alpha_vector = p.row_scale;
+  l.sm_count = p.sm_count;
   return l;
 }
 
@@ -250,11 +253,12 @@ struct AlgoKey {
   bool row_order_d, has_bias, alpha_vector, beta_nonzero, c_is_d;
   uint32_t align_a, align_b, align_c, align_d, align_bias;
   bool tuned;  // chosen by autotuning rather than the heuristic's first
+  int sm_count;
 
   auto Tie() const {
     return std::make_tuple(device, m, n, k, batch, op_a, op_b, a_type, d_type, lda, ldb, ldc, ldd, sa, sb, sc, sd,
                            row_order_d, has_bias, alpha_vector, beta_nonzero, c_is_d, align_a, align_b, align_c,
-                           align_d, align_bias, tuned);
+                           align_d, align_bias, tuned, sm_count);
   }
   // The autotuning table's problem text: everything but the device ordinal and the policy.
   std::string ProblemText() const {
@@ -262,7 +266,7 @@ struct AlgoKey {
                         ",d=", d_type, ",ld=", lda, "/", ldb, "/", ldc, "/", ldd, ",stride=", sa, "/", sb, "/", sc,
                         "/", sd, ",row_d=", row_order_d, ",bias=", has_bias, ",alpha_vec=", alpha_vector,
                         ",beta=", beta_nonzero, ",c_is_d=", c_is_d, ",align=", align_a, "/", align_b, "/",
-                        align_c, "/", align_d, "/", align_bias);
+                        align_c, "/", align_d, "/", align_bias, sm_count > 0 ? absl::StrCat(",sms=", sm_count) : "");
   }
   friend bool operator==(const AlgoKey& x, const AlgoKey& y) { return x.Tie() == y.Tie(); }
   template <typename H>
@@ -313,6 +317,7 @@ AlgoKey KeyOf(const LtPlan& l, int device, bool tuned) {
   k.align_c = Alignment(l.c.ptr, l.c.ld, l.c.batch_stride, l.c.type);
   k.align_d = Alignment(l.d.ptr, l.d.ld, l.d.batch_stride, l.d.type);
   k.align_bias = l.bias != nullptr ? Alignment(l.bias, 0, 0, l.bias_type) : 0;
+  k.sm_count = l.sm_count;
   return k;
 }
 
@@ -537,6 +542,7 @@ absl::Status RunPlan(const LtPlan& l, int device, bool tuned, cudaStream_t strea
   DescPtr desc(raw_desc, &cublasLtMatmulDescDestroy);
   SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, int32_t(l.op_a)));
   SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, int32_t(l.op_b)));
+  if (l.sm_count > 0) SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET, int32_t(l.sm_count)));
   if (l.bias != nullptr) {
     SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_EPILOGUE, uint32_t(CUBLASLT_EPILOGUE_BIAS)));
     SG_RETURN_IF_ERROR(SetDesc(raw_desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, l.bias));

@@ -30,6 +30,7 @@ struct Problem {
   const float* row_scale = nullptr;  // [m], f32
   bool row_scale_in_epilogue = true;
   bool tuned = false;  // pick the algorithm by autotuning (GemmAlgo resolved by gemm.cc)
+  int sm_count = 0;    // GemmArgs::sm_count
 };
 
 void GemmCpu(const Problem& p);

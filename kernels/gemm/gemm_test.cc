@@ -298,6 +298,11 @@ TEST(GemmCpuTest, BadArgumentsAreNamed) {
   g.bias = bias.view();
   s = Gemm(g, Stream::Cpu());
   EXPECT_NE(s.message().find("Gemm bias: expected contiguous bf16[5]@cpu, found bf16[4]@cpu"), std::string::npos) << s;
+  g.bias.reset();
+  g.sm_count = -1;
+  s = Gemm(g, Stream::Cpu());
+  EXPECT_NE(s.message().find("sm_count must be >= 0 (0: all SMs), found -1"), std::string::npos) << s;
+  g.sm_count = 0;
 
   g.bias.reset();
   g.c = d16.view();
@@ -346,6 +351,40 @@ TEST(GemmCudaTest, CachedAlgorithmAndSecondStreamAgree) {
   ASSERT_TRUE(s2.Synchronize().ok());
   EXPECT_EQ(ToHost(y1), ToHost(y2));
   EXPECT_EQ(ToHost(y1), ToHost(y3));
+}
+
+// GemmArgs::sm_count (cuBLASLt planning for fewer SMs, for a GEMM beside another stream's work):
+// the same product as planning for all of them, up to the f32 summation order of another algorithm;
+// both against the CPU's.
+TEST(GemmCudaTest, SmCountTargetGivesTheSameProduct) {
+  SG_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::Cuda(0);
+  Stream s = Stream::Create(dev).value();
+  Tensor a = RandomTensor({1000, 768}, DType::kBF16, dev, Rng()), b = RandomTensor({640, 768}, DType::kBF16, dev, Rng());
+  Tensor all = Tensor::Empty({1000, 640}, DType::kF32, dev).value(), some = Tensor::Empty({1000, 640}, DType::kF32, dev).value();
+  Poison(all);
+  Poison(some);
+  GemmArgs g;
+  g.a = a;
+  g.b = b;
+  g.trans_b = true;
+  g.d = all;
+  ASSERT_TRUE(Gemm(g, s).ok());
+  g.d = some;
+  g.sm_count = 64;
+  ASSERT_TRUE(Gemm(g, s).ok());
+  ASSERT_TRUE(s.Synchronize().ok());
+  Tensor ha = FromHost(ToHost(a), {1000, 768}, DType::kBF16, Device::Cpu());
+  Tensor hb = FromHost(ToHost(b), {640, 768}, DType::kBF16, Device::Cpu());
+  Tensor want = Tensor::Empty({1000, 640}, DType::kF32, Device::Cpu()).value();
+  GemmArgs c = g;
+  c.a = ha;
+  c.b = hb;
+  c.d = want;
+  ASSERT_TRUE(Gemm(c, Stream::Cpu()).ok());
+  const std::vector<double> w = ToHost(want);
+  EXPECT_LT(RelativeError(ToHost(all), w), 1e-5);
+  EXPECT_LT(RelativeError(ToHost(some), w), 1e-5);
 }
 
 // The Linear backward on CUDA against the CPU implementation, with f32 gradient accumulation.
