@@ -142,12 +142,14 @@ bool RegisterStrategyCompiler(Strategy strategy, StrategyCompiler compile) {
 
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, const CompileOptions& o) {
   SG_RETURN_IF_ERROR(CheckLossScaleOptions(o));
-  // The distributed runtimes read gradients in steps outside the graph (reduce-scatters), which the
-  // weight-gradient stream's joins do not see.
-  if (o.wgrad_stream && (o.strategy != Strategy::kNone || o.micro_batches != 1)) {
-    return absl::InvalidArgumentError(absl::StrCat("Compile: wgrad_stream is for a single device with one micro-batch, "
-                                                   "found strategy '", StrategyName(o.strategy), "' and ",
-                                                   o.micro_batches, " micro-batches"));
+  // The runtimes read gradients in steps outside the graph (reduce-scatters): FSDP and HYBRID_SHARD
+  // tell the lowering where (LowerOptions::gradient_read_at); the others do not yet.
+  if (o.wgrad_stream && ((o.strategy != Strategy::kNone && o.strategy != Strategy::kFsdp &&
+                          o.strategy != Strategy::kHybridShard) ||
+                         o.micro_batches != 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Compile: wgrad_stream is for a single device, FSDP or HYBRID_SHARD with one micro-batch, "
+                     "found strategy '", StrategyName(o.strategy), "' and ", o.micro_batches, " micro-batches"));
   }
   auto registered = Registry().find(o.strategy);
   if (registered != Registry().end()) return registered->second(g, o);

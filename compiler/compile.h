@@ -97,9 +97,10 @@ struct CompileOptions {
   // activations offloaded before any recompute (copies over PCIe that may hide under compute,
   // instead of recomputed kernels). Opt-in: llama_step_benchmark --offload_first.
   bool offload_before_recompute = false;
-  // Single device: weight-gradient matmuls on a stream of their own, overlapping the backward's
-  // data-gradient chain (LowerOptions::wgrad_stream; their inputs live longer, which the plan
-  // counts). Opt-in: llama_step_benchmark --wgrad_stream; not yet measured on a GPU.
+  // Weight-gradient matmuls on a stream of their own, overlapping the backward's data-gradient chain
+  // (LowerOptions::wgrad_stream; their inputs live longer, which the plan counts). One device, or
+  // FSDP / HYBRID_SHARD (joined before the reduce-scatters that read them), one micro-batch.
+  // Opt-in: llama_step_benchmark --wgrad_stream; not yet measured on a GPU.
   bool wgrad_stream = false;
   Device device = Device::Cpu();
   std::string cache_dir;  // "" disables the compile cache

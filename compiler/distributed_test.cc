@@ -49,8 +49,10 @@ testing::StepData MakeData(bool cuda = false, bool bf16 = false, bool even = fal
 // `offload` > 0: also full recompute with that many kept activations offloaded to host memory
 // (CompileOptions::offload_activations, the 7b's form), on a model of 6 layers (the offloads need
 // long gaps between the forward's last and the backward's first reader).
+// `wgrad`: CompileOptions::wgrad_stream (weight-gradient matmuls on their own stream, joined before
+// the reduce-scatters that read them).
 void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool cuda = false, bool bf16 = false,
-                              bool per_parameter = false, int offload = 0) {
+                              bool per_parameter = false, int offload = 0, bool wgrad = false) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const Device device = cuda ? Device::Cuda(rank) : Device::Cpu();
   // CUDA: bf16 activations from GEMMs at another M (cuBLASLt may pick another algorithm, so a bf16
@@ -95,6 +97,7 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   dist_opt.mesh = mesh;
   dist_opt.comm_timeout_s = 30;
   dist_opt.fsdp_per_parameter_collectives = per_parameter;
+  dist_opt.wgrad_stream = wgrad;
   if (offload > 0) {
     dist_opt.recompute = RecomputePolicy::kFull;
     dist_opt.offload_activations = offload;
@@ -116,6 +119,13 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
     }
   }
   EXPECT_EQ(offloads, offload) << "one copy to the host per offloaded activation";
+  int on_wgrad_stream = 0;
+  for (const Step& st : dist->program().schedule.steps) on_wgrad_stream += st.stream == 3;
+  if (wgrad) {
+    EXPECT_GT(on_wgrad_stream, 0) << "the layers' weight gradients but each unit's last";
+  } else {
+    EXPECT_EQ(on_wgrad_stream, 0);
+  }
   EXPECT_EQ(reloads, offload);
 
   cmp.part = rank;
@@ -165,6 +175,12 @@ TEST(Workers, DISABLED_FsdpOffload) {
 TEST(Workers, DISABLED_FsdpOffloadCuda) {
   CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true, false, /*per_parameter=*/true, /*offload=*/3);
 }
+TEST(Workers, DISABLED_FsdpWgrad) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, false, false, false, 0, /*wgrad=*/true);
+}
+TEST(Workers, DISABLED_FsdpWgradCuda) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true, false, false, 0, /*wgrad=*/true);
+}
 TEST(Workers, DISABLED_FsdpPerParameterCuda) {
   CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true, false, /*per_parameter=*/true);
 }
@@ -206,6 +222,11 @@ TEST(DistributedTest, FsdpOffloadOnTwoRanksEqualsOneProcess) {
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpOffload", {SeedEnv()}, absl::Seconds(100));
 }
 
+// Weight-gradient matmuls on their own stream, joined before each unit's reduce-scatter.
+TEST(DistributedTest, FsdpWgradStreamOnTwoRanksEqualsOneProcess) {
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpWgrad", {SeedEnv()}, absl::Seconds(100));
+}
+
 TEST(DistributedTest, HybridShardOn2x2MeshEqualsOneProcess) {
   testing::ExpectWorkersPass(4, "Workers.DISABLED_HybridShard", {SeedEnv()}, absl::Seconds(100));
 }
@@ -241,6 +262,12 @@ TEST(DistributedTest, FsdpOffloadOnTwoGpusEqualsOneGpu) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpOffloadCuda", {SeedEnv()}, absl::Seconds(120));
+}
+
+TEST(DistributedTest, FsdpWgradStreamOnTwoGpusEqualsOneGpu) {
+  SG_SKIP_WITHOUT_CUDA();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpWgradCuda", {SeedEnv()}, absl::Seconds(120));
 }
 
 TEST(DistributedTest, DeadRankFailsTheOthersWithAClearError) {

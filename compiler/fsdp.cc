@@ -224,7 +224,11 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     if (u.bwd_at != INT_MAX) lo.transient_sources[p->name + kBackwardSuffix] = u.bwd_at;
     const int free_at = PerParameter(u) ? p->rs_wait_at : u.packed_at;
     if (free_at < num_nodes) lo.output_live_until["grad:" + p->name] = free_at;
+    // The weight-gradient stream's matmuls are joined before the reduce-scatter that reads them.
+    const int read_at = PerParameter(u) ? p->rs_at : u.rs_at;
+    if (read_at < num_nodes) lo.gradient_read_at["grad:" + p->name] = read_at;
   }
+  lo.wgrad_stream = o.wgrad_stream;
   // The loss's backward seed: copied on the device from seeds_ before each micro-batch and read
   // by the cross-entropy kernel when it runs, so the step stays capturable.
   lo.device_scalars.insert(kLossScaleName);

@@ -220,6 +220,16 @@ TEST(Workers, DISABLED_FsdpMemory) {
                                    "planned %.2f GiB without comm scratch\n", gib, int(a.recompute),
                                    a.recompute_swiglu_layers, (*bytes - m1.comm_scratch_bytes) / 1073741824.0);
     }
+    // With the weight-gradient stream (its matmuls' inputs kept until their joins) under 25 GiB.
+    CompileOptions w = o1;
+    w.wgrad_stream = true;
+    const int64_t budget = int64_t(24.75 * 1073741824.0) + m1.comm_scratch_bytes;
+    auto bytes = ChooseRecompute(f1, budget, 2, &w);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_LE(*bytes, budget);
+    std::cout << absl::StrFormat("ChooseRecompute(fsdp, 2 ranks, budget 24.75 GiB, wgrad_stream): policy %d, swiglu "
+                                 "layers %d, planned %.2f GiB without comm scratch\n", int(w.recompute),
+                                 w.recompute_swiglu_layers, (*bytes - m1.comm_scratch_bytes) / 1073741824.0);
   }
 }
 

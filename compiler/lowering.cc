@@ -233,8 +233,14 @@ class Lowerer {
     const auto& nodes = g_.nodes();
     const int nn = int(nodes.size());
     std::set<int> grads;
+    std::map<int, int> read_at;  // gradient root -> the first node before which a runtime step reads it
     for (const graph::GraphOutput& o : g_.outputs()) {
-      if (absl::StartsWith(o.name, "grad:")) grads.insert(root_[o.value]);
+      if (!absl::StartsWith(o.name, "grad:")) continue;
+      grads.insert(root_[o.value]);
+      if (auto it = o_.gradient_read_at.find(o.name); it != o_.gradient_read_at.end()) {
+        auto [at, fresh] = read_at.insert({root_[o.value], it->second});
+        if (!fresh) at->second = std::min(at->second, it->second);
+      }
     }
     for (int i = 0; i < nn; ++i) {
       const Node& n = nodes[i];
@@ -251,7 +257,10 @@ class Lowerer {
           break;
         }
       }
-      if (join < 0) continue;  // nothing after it: no overlap to gain
+      if (auto it = read_at.find(out); it != read_at.end() && (join < 0 || it->second - 1 < join)) {
+        join = it->second - 1;  // waited for before the runtime's step at that node is issued
+      }
+      if (join <= i) continue;  // nothing after it to overlap
       wgrad_of_[i] = int(wgrads_.size());
       wgrads_.push_back({i, join});
       for (int v : n.inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], join);

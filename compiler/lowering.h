@@ -167,6 +167,11 @@ struct LowerOptions {
   // so nothing compute writes meanwhile reuses them. The same math, in the same order per value;
   // off by default (not yet measured on a GPU).
   bool wgrad_stream = false;
+  // With wgrad_stream, for runtimes that read gradients in steps of their own (FSDP's
+  // reduce-scatters): "grad:<param>" -> the node index before whose steps the runtime reads it;
+  // the gradient's matmul is joined before the node ahead of it (or stays on compute when that
+  // leaves nothing to overlap).
+  std::map<std::string, int> gradient_read_at;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the
