@@ -8,6 +8,7 @@
 
 #include "absl/strings/match.h"
 #include "compiler/testing/tiny_llama.h"
+#include "compiler/wgrad_stream.h"
 #include "graph/autodiff.h"
 #include "graph/interpreter.h"
 #include "graph/ops.h"
@@ -349,6 +350,47 @@ TEST(CompileTest, WgradStreamIsForOneDeviceFsdpOrHybridShard) {
   o.strategy = Strategy::kNone;
   o.micro_batches = 2;
   EXPECT_FALSE(Compile(f.forward, o).ok());
+}
+
+// ChooseWgradJoins on the tiny Llama's training graph (buffers taken as the values themselves):
+// only backward matmuls writing a "grad:" output move, each joined after itself and inside the
+// backward, before its gradient's next reader; a runtime read (FSDP's reduce-scatter) pulls the
+// join before it, and one right after the matmul keeps the matmul on compute.
+TEST(CompileTest, WgradJoinsStayInsideTheBackward) {
+  Fixture f = MakeFixture(/*layers=*/2);
+  auto step = CompileWith(f, Options());
+  ASSERT_NE(step, nullptr);
+  const graph::Graph& g = step->training_graph();
+  std::vector<int> root(size_t(g.num_value_ids()));
+  for (size_t v = 0; v < root.size(); ++v) root[v] = int(v);
+  std::map<int, std::string> grad_of;
+  for (const graph::GraphOutput& o : g.outputs()) {
+    if (absl::StartsWith(o.name, "grad:")) grad_of[o.value] = o.name;
+  }
+  const std::vector<WgradJoin> joins = ChooseWgradJoins(g, root, {}, 2);
+  ASSERT_GE(joins.size(), 2u);
+  for (const WgradJoin& j : joins) {
+    const graph::Node& n = g.nodes()[size_t(j.node)];
+    EXPECT_EQ(n.op, graph::OpKind::kMatmul);
+    EXPECT_EQ(n.phase, graph::Phase::kBackward);
+    EXPECT_TRUE(grad_of.count(n.outputs[0]));
+    EXPECT_GT(j.join, j.node);
+    EXPECT_LT(size_t(j.join), g.nodes().size());
+    for (int k = j.node + 1; k < j.join; ++k) {
+      const graph::Node& m = g.nodes()[size_t(k)];
+      EXPECT_EQ(m.phase, graph::Phase::kBackward) << "node " << k << " runs before the join";
+      for (int v : m.inputs) EXPECT_NE(v, n.outputs[0]) << "read before the join, node " << k;
+    }
+  }
+  // A runtime read two nodes after the first split: joined right before it; one right after: stays.
+  const WgradJoin first = joins[0];
+  const std::string name = grad_of.at(g.nodes()[size_t(first.node)].outputs[0]);
+  std::vector<WgradJoin> pulled = ChooseWgradJoins(g, root, {{name, first.node + 2}}, 2);
+  ASSERT_FALSE(pulled.empty());
+  EXPECT_EQ(pulled[0].node, first.node);
+  EXPECT_EQ(pulled[0].join, first.node + 1);
+  std::vector<WgradJoin> kept = ChooseWgradJoins(g, root, {{name, first.node + 1}}, 2);
+  for (const WgradJoin& j : kept) EXPECT_NE(j.node, first.node);
 }
 
 INSTANTIATE_TEST_SUITE_P(Device, WgradStreamTest, ::testing::Values(false, true),

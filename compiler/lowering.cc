@@ -11,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "compiler/lowering_fusion.h"
 #include "compiler/offload.h"
+#include "compiler/wgrad_stream.h"
 #include "compiler/op_lowering.h"
 #include "compiler/training_graph.h"
 #include "graph/ops.h"
@@ -225,45 +226,14 @@ class Lowerer {
     return absl::OkStatus();
   }
 
-  // LowerOptions::wgrad_stream: each backward matmul whose output is a "grad:" output, and where
-  // compute joins it (see lowering.h); its inputs live until there.
+  // LowerOptions::wgrad_stream: the weight-gradient matmuls and their joins (compiler/wgrad_stream.h);
+  // their inputs live until the joins.
   void WgradJoins() {
     if (!o_.wgrad_stream) return;
-    const int join_matmuls = WgradJoinMatmuls();
-    const auto& nodes = g_.nodes();
-    const int nn = int(nodes.size());
-    std::set<int> grads;
-    std::map<int, int> read_at;  // gradient root -> the first node before which a runtime step reads it
-    for (const graph::GraphOutput& o : g_.outputs()) {
-      if (!absl::StartsWith(o.name, "grad:")) continue;
-      grads.insert(root_[o.value]);
-      if (auto it = o_.gradient_read_at.find(o.name); it != o_.gradient_read_at.end()) {
-        auto [at, fresh] = read_at.insert({root_[o.value], it->second});
-        if (!fresh) at->second = std::min(at->second, it->second);
-      }
-    }
-    for (int i = 0; i < nn; ++i) {
-      const Node& n = nodes[i];
-      if (n.op != OpKind::kMatmul || n.phase != graph::Phase::kBackward || !grads.count(root_[n.outputs[0]])) continue;
-      const int out = root_[n.outputs[0]];
-      int join = -1;
-      for (int k = i + 1, matmuls = 0; k < nn; ++k) {
-        const Node& m = nodes[k];
-        const bool reads = std::any_of(m.inputs.begin(), m.inputs.end(), [&](int v) { return root_[v] == out; });
-        const bool writes = std::any_of(m.outputs.begin(), m.outputs.end(), [&](int v) { return root_[v] == out; });
-        if (reads || writes || m.phase != graph::Phase::kBackward ||
-            (m.op == OpKind::kMatmul && ++matmuls == join_matmuls)) {
-          join = k;
-          break;
-        }
-      }
-      if (auto it = read_at.find(out); it != read_at.end() && (join < 0 || it->second - 1 < join)) {
-        join = it->second - 1;  // waited for before the runtime's step at that node is issued
-      }
-      if (join <= i) continue;  // nothing after it to overlap
-      wgrad_of_[i] = int(wgrads_.size());
-      wgrads_.push_back({i, join});
-      for (int v : n.inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], join);
+    for (const WgradJoin& j : ChooseWgradJoins(g_, root_, o_.gradient_read_at, WgradJoinMatmuls())) {
+      wgrad_of_[j.node] = int(wgrads_.size());
+      wgrads_.push_back({j.node, j.join});
+      for (int v : g_.nodes()[j.node].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], j.join);
     }
   }
 
