@@ -1,5 +1,7 @@
 #include "kernels/gemm/gemm.h"
 
+#include <algorithm>
+#include <cstdlib>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +11,16 @@
 
 namespace sg::kernels {
 namespace {
+
+// SG_GEMM_SMS in the environment: the SM-count target of every GEMM that sets none (an experiment
+// knob, e.g. leaving SMs to collectives running beside the step's GEMMs); read once; unset: 0.
+int GemmSmsFromEnv() {
+  static const int sms = [] {
+    const char* v = std::getenv("SG_GEMM_SMS");
+    return v == nullptr ? 0 : std::max(0, std::atoi(v));
+  }();
+  return sms;
+}
 
 using gemm_internal::Matrix;
 using gemm_internal::Problem;
@@ -109,7 +121,7 @@ absl::StatusOr<Problem> CheckArgs(const GemmArgs& g) {
   p.tuned = g.algo == GemmAlgo::kTuned ||
             (g.algo == GemmAlgo::kDefault && autotune::Tuner::Global().enabled());
   SG_CHECK_ARG(g.sm_count >= 0, "Gemm: sm_count must be >= 0 (0: all SMs), found ", g.sm_count);
-  p.sm_count = g.sm_count;
+  p.sm_count = g.sm_count > 0 ? g.sm_count : GemmSmsFromEnv();
 
   // A batch of [M,K] rows times one shared matrix is one taller GEMM when the rows are evenly spaced.
   if (p.batch > 1 && b.batch_stride == 0 && !p.trans_a && p.row_scale == nullptr && PackedBatches(p.a) &&

@@ -63,8 +63,9 @@ struct GemmArgs {
   bool row_scale_in_epilogue = true;
   GemmAlgo algo = GemmAlgo::kDefault;
   // CUDA: the number of SMs cuBLASLt should plan for (CUBLASLT_MATMUL_DESC_SM_COUNT_TARGET), e.g.
-  // fewer than the device has when another stream's kernels run alongside; 0: all of them. Ignored
-  // on the CPU.
+  // fewer than the device has when another stream's kernels run alongside; 0: all of them, or
+  // SG_GEMM_SMS from the environment when set (an experiment knob for every such GEMM). Ignored on
+  // the CPU.
   int sm_count = 0;
 };
 
