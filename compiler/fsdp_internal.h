@@ -1,5 +1,5 @@
-// Internal to compiler/fsdp.cc and compiler/fsdp_memory.cc: the sharded data-parallel step's
-// per-parameter and per-unit bookkeeping.
+// Internal to compiler/fsdp.cc, fsdp_collectives.cc and fsdp_memory.cc: the sharded data-parallel
+// step's per-parameter and per-unit bookkeeping.
 #ifndef SGTRAIN_COMPILER_FSDP_INTERNAL_H_
 #define SGTRAIN_COMPILER_FSDP_INTERNAL_H_
 
@@ -12,6 +12,12 @@
 #include "sharding/placement.h"
 
 namespace sg::compiler {
+
+// n elements of `base` from element `offset`, as a flat view.
+inline TensorView Flat(const TensorView& base, int64_t offset, int64_t n) {
+  return TensorView(static_cast<char*>(base.raw()) + offset * SizeOf(base.dtype()), base.dtype(), {n},
+                    base.device());
+}
 
 struct ShardedDataParallelStep::Param {
   std::string name;
