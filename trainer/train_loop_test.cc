@@ -106,8 +106,14 @@ TEST(TrainLoopTest, LossFallsOnTheDefaultCorpus) {
   EXPECT_LT(val, 3.7);
 }
 
-// --precision f16 (dynamic loss scaling) trains like f32 on the same batches: the losses of 20
-// steps agree within 2%, no step is skipped, and the scale is reported. The initial scale is 1024:
+// --precision f16 (dynamic loss scaling) trains like f32 on the same batches: the losses of the
+// first 8 steps agree within 0.5% and those of all 20 within 5%, no step is skipped, and the scale
+// is reported. The two runs drift apart chaotically as f16 roundings compound: over 350 seeds
+// (2026-11-30) the first 8 steps differed by at most 0.066%, but later steps by up to 2.65%, and
+// the 2% bound it had failed 3 seeds of 200 (SG_TEST_SEED=368786983606042567 for the whole
+// binary: 2.1% at step 19, the same on the code before that day's changes). Updates 20% too
+// large in the f16 run (its learning rate scaled, as a stand-in for a wrong unscale) fail the
+// early bound by step 3 or 4 (5 seeds). The initial scale is 1024:
 // at the default 65536 some seeds overflow this model's f16 gradients at a step and skip it (what
 // dynamic loss scaling is for; f16_mixed_precision_test covers skipping), after which the two runs
 // are one update apart and no longer comparable step by step.
@@ -121,7 +127,7 @@ TEST(TrainLoopTest, F16MixedPrecisionTracksF32) {
   std::unique_ptr<Trainer> t16 = Trainer::Create(o16, DefaultCorpusTokens()).value();
   while (t32->step() < o32.total_steps) {
     const StepResult a = t32->Step().value(), b = t16->Step().value();
-    EXPECT_NEAR(b.loss, a.loss, 0.02 * a.loss) << "step " << a.step;
+    EXPECT_NEAR(b.loss, a.loss, (a.step <= 8 ? 0.005 : 0.05) * a.loss) << "step " << a.step;
     EXPECT_FALSE(b.skipped) << "step " << b.step;
     EXPECT_EQ(b.loss_scale, 1024.0);
     EXPECT_EQ(a.loss_scale, 1.0);
