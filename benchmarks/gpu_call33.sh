@@ -14,23 +14,18 @@ export PYTHONUNBUFFERED=1
 source benchmarks/gpu_lib.sh
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 t compile_wgrad 120 compiler/compile_test --gtest_filter='*Wgrad*:*CudaGraph*'
-ours() {  # tag args...
-  local tag=$1; shift
-  timeout 120 .gpu/run benchmarks/llama_step_benchmark --config=1b --steps=20 --warmup=5 "$@" > "$logs/ours_$tag.log" 2>&1
-  echo "ours 1b $tag: $(json "$logs/ours_$tag.log") $(grep -E 'rror' "$logs/ours_$tag.log" | tail -1 | cut -c1-160)"
-}
 for i in a b; do
-  ours "one_stream_$i"
-  ours "wgrad_stream_$i" --wgrad_stream
+  ours_1b "one_stream_$i"
+  ours_1b "wgrad_stream_$i" --wgrad_stream
 done
 # The knobs: joins later (4 matmuls on), and either stream first for the SMs (graph node priority).
-SG_WGRAD_JOIN_MATMULS=4 ours wgrad_join4 --wgrad_stream
-SG_WGRAD_PRIORITY=compute ours wgrad_compute_first --wgrad_stream
-SG_WGRAD_PRIORITY=wgrad ours wgrad_wgrad_first --wgrad_stream
+SG_WGRAD_JOIN_MATMULS=4 ours_1b wgrad_join4 --wgrad_stream
+SG_WGRAD_PRIORITY=compute ours_1b wgrad_compute_first --wgrad_stream
+SG_WGRAD_PRIORITY=wgrad ours_1b wgrad_wgrad_first --wgrad_stream
 # The weight-gradient GEMMs planned for fewer SMs (cuBLASLt's SM-count target), the rest left to
 # the compute stream's kernels: 116 and 100 of the 132.
-SG_WGRAD_SMS=116 ours wgrad_sms116 --wgrad_stream
-SG_WGRAD_SMS=100 ours wgrad_sms100 --wgrad_stream
+SG_WGRAD_SMS=116 ours_1b wgrad_sms116 --wgrad_stream
+SG_WGRAD_SMS=100 ours_1b wgrad_sms100 --wgrad_stream
 t gemm_sm_count 60 kernels/gemm/gemm_test --gtest_filter='*SmCount*:*SecondStream*'
 SG_WGRAD_PRIORITY=compute t compile_wgrad_priority 120 compiler/compile_test --gtest_filter='*Wgrad*' 
 timeout 150 python3 benchmarks/llama_peer.py --config 1b --compile --steps 20 > "$logs/peer_1b.log" 2>&1

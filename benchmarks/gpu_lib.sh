@@ -4,6 +4,9 @@
 #   t NAME SECONDS BIN ARGS...
 #                       runs the bundled test .gpu/run BIN ARGS within SECONDS into $logs/NAME.log and
 #                       prints its rc, the PASSED/FAILED/SKIPPED summary lines and the first failures
+#   ours_1b TAG ARGS... the 1b step on one GPU (20 timed steps after 5) into $logs/ours_TAG.log, its JSON line
+#   fsdp_1b TAG ARGS... the 1b FSDP step on 2 GPUs under 25 GiB (IPC collectives; ${steps:-12} steps after 4)
+#                       into $logs/fsdp_TAG.log, its JSON line
 json() {
   grep -h '^\(\[rank 0\] \)\?{' "$@" | sed 's/^\[rank 0\] //' | tail -1 | python3 -c 'import json,sys
 try: j=json.loads(sys.stdin.read())
@@ -18,4 +21,18 @@ t() {
   timeout "$limit" .gpu/run "$@" > "$logs/$name.log" 2>&1
   echo "test $name rc=$? $(grep -E '^\[  (PASSED|FAILED|SKIPPED) ' "$logs/$name.log" | sort -u | tr '\n' ' ')"
   grep -E '^\[  FAILED  \]' "$logs/$name.log" | sort -u | head -4
+}
+ours_1b() {
+  local tag=$1
+  shift
+  timeout 120 .gpu/run benchmarks/llama_step_benchmark --config=1b --steps=20 --warmup=5 "$@" > "$logs/ours_$tag.log" 2>&1
+  echo "ours 1b $tag: $(json "$logs/ours_$tag.log") $(grep -E 'rror' "$logs/ours_$tag.log" | tail -1 | cut -c1-160)"
+}
+fsdp_1b() {
+  local tag=$1
+  shift
+  SG_COMM_IPC=1 timeout 150 .gpu/run comm/launch --nproc=2 -- "$(pwd)/.gpu/bin/benchmarks/llama_step_benchmark" \
+    --config=1b --strategy=fsdp --recompute=auto --memory_budget_gib=25 --steps="${steps:-12}" --warmup=4 "$@" \
+    > "$logs/fsdp_$tag.log" 2>&1
+  echo "fsdp 1b 25 $tag: $(json "$logs/fsdp_$tag.log") $(grep -E 'rror' "$logs/fsdp_$tag.log" | head -1 | cut -c1-200)"
 }
