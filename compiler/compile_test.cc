@@ -31,15 +31,32 @@ struct Fixture {
   Feeds params, batch;
 };
 
-Fixture MakeFixture(int layers = 2) {
+// The tiny Llama; `cuda_shapes` picks head_dim 64 and a vocabulary that is a multiple of 8 (the
+// CUDA attention and cross-entropy kernels' cases), with the matrices scaled by 0.1 so bf16 steps
+// stay tame.
+Fixture MakeFixture(int layers = 2, bool cuda_shapes = false) {
   Fixture f;
   testing::TinyLlamaConfig c;
   c.layers = layers;
+  if (cuda_shapes) {
+    c.vocab = 64;
+    c.dim = 128;
+    c.heads = 2;
+    c.kv_heads = 1;
+    c.ffn = 256;
+  }
   auto g = testing::TinyLlama(c);
   EXPECT_TRUE(g.ok()) << g.status();
   f.forward = *g;
   f.params = testing::RandomParameters(f.forward, sg::testing::Rng());
-  f.batch = testing::RandomBatch(kBatch, kSeq, 32, sg::testing::Rng());
+  if (cuda_shapes) {
+    for (auto& [name, h] : f.params) {
+      if (h.shape.size() == 2) {
+        for (double& v : h.data) v *= 0.1;
+      }
+    }
+  }
+  f.batch = testing::RandomBatch(kBatch, kSeq, c.vocab, sg::testing::Rng());
   return f;
 }
 
@@ -301,7 +318,7 @@ TEST_P(WgradStreamTest, WeightGradientsOnTheirOwnStreamGiveTheSameSteps) {
   const bool cuda = GetParam();
   if (cuda) SG_SKIP_WITHOUT_CUDA();
   const Device d = cuda ? Device::Cuda(0) : Device::Cpu();
-  Fixture f = MakeFixture(/*layers=*/3);
+  Fixture f = MakeFixture(/*layers=*/3, /*cuda_shapes=*/cuda);
   auto batch = BatchOn(f.batch, d);
   StepsRecord ref;
   int64_t one_stream_arena = 0;
@@ -569,30 +586,15 @@ TEST(CompileTest, TraceSummaryCountsWeightGradientsAsCompute) {
 // compared after the last. Replays allocate nothing.
 TEST(CompileTest, CudaGraphReplayEqualsEager) {
   SG_SKIP_WITHOUT_CUDA();
-  // head_dim 64 and a vocabulary that is a multiple of 8: the CUDA kernels' bf16 cases.
-  Fixture f;
-  testing::TinyLlamaConfig c;
-  c.vocab = 64;
-  c.dim = 128;
-  c.heads = 2;
-  c.kv_heads = 1;
-  c.ffn = 256;
-  auto g = testing::TinyLlama(c);
-  ASSERT_TRUE(g.ok()) << g.status();
-  f.forward = *g;
-  f.params = testing::RandomParameters(f.forward, sg::testing::Rng());
-  for (auto& [name, h] : f.params) {
-    if (h.shape.size() == 2) {
-      for (double& v : h.data) v *= 0.1;
-    }
-  }
+  Fixture f = MakeFixture(/*layers=*/2, /*cuda_shapes=*/true);
+  const int64_t vocab = 64;
   constexpr int kSteps = 4;
   std::vector<std::map<std::string, Tensor>> batches;
   for (int it = 0; it < kSteps; ++it) {
     // Steps 1 and 2 (the capture and the first replay) stage host batches; 0 and 3 device ones.
     const bool host = it == 1 || it == 2;
     batches.push_back(
-        BatchOn(testing::RandomBatch(kBatch, kSeq, c.vocab, sg::testing::Rng()), host ? Device::Cpu() : Device::Cuda(0)));
+        BatchOn(testing::RandomBatch(kBatch, kSeq, vocab, sg::testing::Rng()), host ? Device::Cpu() : Device::Cuda(0)));
   }
   auto allocator = AllocatorFor(Device::Cuda(0));
   ASSERT_TRUE(allocator.ok());
