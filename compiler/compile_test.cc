@@ -324,6 +324,7 @@ TEST_P(WgradStreamTest, WeightGradientsOnTheirOwnStreamGiveTheSameSteps) {
   int64_t one_stream_arena = 0;
   for (const bool wgrad : {false, true}) {
     CompileOptions o = Options(d);
+    if (cuda) o.precision = Precision::kBF16Mixed;  // the CUDA attention kernels are bf16 / f16
     o.wgrad_stream = wgrad;
     auto step = CompileWith(f, o);
     ASSERT_NE(step, nullptr);
