@@ -19,7 +19,7 @@
 //     without tokens by bulk stores of a zeroed buffer (embedding_scan3.cu);
 //   "rows": the sorted index preparation below, then a row sum.
 // Why atomic2s: on the H200 (2026-11-30 17:40, one call, Batch, decimal TB/s at vocab 32000 /
-// 128256) atomic2s 3.39-3.41 / 4.11, atomic 3.00-3.01 / 2.38, scan3 2.86 / 3.37, a plain zero fill
+// 128256) atomic2s 3.39-3.41 / 4.11 (3.43-3.44 at 32000 since its sums run 4 CTAs per SM, 19:58), atomic 3.00-3.01 / 2.38, scan3 2.86 / 3.37, a plain zero fill
 // of the table 4.39 / 4.48; 5% of the tokens on one id: atomic2s 1.56 / 3.19, atomic 1.25 / 2.11,
 // scan3 1.01 / 3.34; dim 8 (the index preparation alone) atomic2s 30 us against atomic's 36 at
 // 32000. Until then the default depended on the vocabulary (atomic up to 65536, scan3 above):

@@ -48,7 +48,10 @@
 // 3.19. Not adopted (17:47, branch emb2s3): the scatter also listing each row's run and first
 // position, so this kernel loads them with the list in one round trip: no faster (3.39-3.40), and
 // with a hot id 0.95 / 2.24 (every warp's leader of the hot row writing the same run, atomicMin on
-// its first position).
+// its first position). 2026-11-30 19:34-19:58 (same shape): the sums at 4 CTAs per SM (the
+// default since) 3.43-3.44 against 3.36 at 3; not adopted: 8 listed rows per CTA (3.15), the scan
+// and the scatter in one kernel with a grid-wide wait (no faster at 32000: 96.9-97.2 us against
+// 97.1-97.6; it hung at vocab 128256, cause not found).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -384,11 +387,13 @@ __global__ void __launch_bounds__(kThreads, 3)
 // grid is the worst case (every token its own row); CTAs past *num_touched return at once
 // (uniformly: no barrier reached). The list is read with its length, both written before the
 // fork; entries past the length (unwritten scratch) are never used.
-// Launch bounds: 3 CTAs per SM (80 registers) for bf16 and f16 dout, as SortSumRowsKernel; f32 dout
-// only 2 (up to 128 registers): at 80 ptxas spills 32 bytes here, whether the row ids are kept in
-// registers or in shared memory (sum order changes did not help either).
+// Launch bounds: 4 CTAs per SM (64 registers, no spill) for bf16 and f16 dout; f32 dout only 2 (up
+// to 128 registers): at 80 ptxas spilled 32 bytes here. 4 against 3 (80 registers), H200,
+// 2026-11-30 19:58, 16384 tokens of 32000 x 2048 bf16, alternating: 3.43-3.44 TB/s (95.8-96.2 us)
+// against 3.36 (98.0 us); with a hot id 1.56 against 1.53. (At 4 CTAs with the one-load loop the
+// hot case had lost 25%: SumRunsThen's long runs now keep four loads in flight.)
 template <typename T>
-constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : 3;
+constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : 4;
 template <typename T>
 __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,

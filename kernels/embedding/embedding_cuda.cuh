@@ -77,7 +77,21 @@ __device__ __forceinline__ void SumRunsThen(const T* __restrict__ dout, const in
       // 0 + x, the CPU reference's first addition (it turns -0 into +0).
 #pragma unroll
       for (int k = 0; k < 8; ++k) acc[r][k] = first[r] >= 0 ? 0.f + acc[r][k] : 0.f;
-      for (int32_t j = begin[r] + 1; j < end[r]; ++j) {
+      // Repeated ids: four rows' loads in flight before their additions, which stay in order.
+      int32_t j = begin[r] + 1;
+      for (; j + 4 <= end[r]; j += 4) {
+        cuda_vec::Raw8<T> y[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) y[u] = cuda_vec::LoadRawOnce(dout + int64_t(order[j + u]) * dim + c * 8);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+          float f[8];
+          cuda_vec::Unpack(y[u], f);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) acc[r][k] += f[k];
+        }
+      }
+      for (; j < end[r]; ++j) {
         float y[8];
         cuda_vec::Pack8<T>::Load(dout + int64_t(order[j]) * dim + c * 8, y);
 #pragma unroll
