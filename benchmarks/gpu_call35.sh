@@ -11,31 +11,17 @@
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 source benchmarks/gpu_lib.sh
+export BM_TIMEOUT=200 BM_REPS=5
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l)"
 CUDA_VISIBLE_DEVICES=1 t embedding 200 kernels/embedding/embedding_test &
 tpid=$!
-bm() {  # name filter
-  CUDA_VISIBLE_DEVICES=0 timeout 200 .gpu/run kernels/embedding/embedding_benchmark --benchmark_filter="$2" \
-    --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_format=csv > "$logs/bm_$1.csv" 2>"$logs/bm_$1.err"
-}
 for r in 1 2; do
   bm "a$r" 'Backward.*(Atomic2s|Atomic2sSs|Atomic2sR8|Atomic2sSsR8|Atomic2sO4|Atomic2sSsO4)Batch/16384/(32000|128256)/(2048|8)/'
 done
 bm hot 'Backward.*(Atomic2sHot|Atomic2sSsR8Hot)Batch/16384/(32000|128256)/2048/'
 bm zero 'ZeroFillBatch/16384/32000/2048/'
 wait $tpid
-python3 - "$logs" <<'PY'
-import csv, glob, sys, collections
-rows = collections.defaultdict(list)
-for f in sorted(glob.glob(sys.argv[1] + "/bm_*.csv")):
-    lines = [l for l in open(f) if l.startswith('"BM_') or l.startswith("name,")]
-    for r in csv.DictReader(lines):
-        if r["name"].endswith("_median"):
-            bps = float(r["bytes_per_second"]) if r.get("bytes_per_second") else 0
-            rows[r["name"].replace("_median", "").replace("BM_EmbeddingBackwardBF16", "")].append(
-                f"{bps/1e12:.3f}TB/s {float(r['real_time']):.1f}{r['time_unit']}")
-for k, v in rows.items(): print(f"{k:60s} {' | '.join(v)}")
-PY
+bm_table
 t compile_wgrad 120 compiler/compile_test --gtest_filter='*Wgrad*:*CudaGraph*'
 t distributed 200 compiler/distributed_test --gtest_filter='*TwoGpus*'
 steps=12

@@ -13,29 +13,13 @@ source benchmarks/gpu_lib.sh
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l)"
 CUDA_VISIBLE_DEVICES=1 t embedding 150 kernels/embedding/embedding_test > "$logs/embedding.summary" 2>&1 &
 tpid=$!
-bm() {  # name filter
-  CUDA_VISIBLE_DEVICES=0 timeout 60 .gpu/run kernels/embedding/embedding_benchmark --benchmark_filter="$2" \
-    --benchmark_repetitions=5 --benchmark_report_aggregates_only=true --benchmark_format=csv > "$logs/bm_$1.csv" 2>"$logs/bm_$1.err"
-  echo "bm $1 rc=$?"
-}
 for r in 1 2; do
   bm "a$r" 'Backward.*(Atomic2s|Atomic2sR8|Atomic2sO4)Batch/16384/(32000|128256)/(2048|8)/'
 done
 bm hot 'Backward.*(Atomic2sHot|Atomic2sR8Hot|Atomic2sO4Hot)Batch/16384/(32000|128256)/2048/'
 wait $tpid
 cat "$logs/embedding.summary"
-python3 - "$logs" <<'PY'
-import csv, glob, sys, collections
-rows = collections.defaultdict(list)
-for f in sorted(glob.glob(sys.argv[1] + "/bm_*.csv")):
-    lines = [l for l in open(f) if l.startswith('"BM_') or l.startswith("name,")]
-    for r in csv.DictReader(lines):
-        if r["name"].endswith("_median"):
-            bps = float(r["bytes_per_second"]) if r.get("bytes_per_second") else 0
-            rows[r["name"].replace("_median", "").replace("BM_EmbeddingBackwardBF16", "")].append(
-                f"{bps/1e12:.3f}TB/s {float(r['real_time'])/1e3:.1f}us")
-for k, v in rows.items(): print(f"{k:56s} {' | '.join(v)}")
-PY
+bm_table
 t compile_wgrad 100 compiler/compile_test --gtest_filter='*Wgrad*:*CudaGraph*'
 t distributed 150 compiler/distributed_test --gtest_filter='*TwoGpus*'
 steps=12

@@ -9,27 +9,13 @@
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 source benchmarks/gpu_lib.sh
+export BM_TIMEOUT=100
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 t compile_wgrad 100 compiler/compile_test --gtest_filter='*Wgrad*'
-bm() {  # name filter
-  timeout 100 .gpu/run kernels/embedding/embedding_benchmark --benchmark_filter="$2" \
-    --benchmark_repetitions=3 --benchmark_report_aggregates_only=true --benchmark_format=csv > "$logs/bm_$1.csv" 2>"$logs/bm_$1.err"
-  echo "bm $1 rc=$?"
-}
 for r in 1 2; do
   bm "a$r" 'Backward.*(Atomic2s|Atomic2sR8|Atomic2sO4)Batch/16384/32000/2048/'
 done
 bm hot 'Backward.*(Atomic2sHot|Atomic2sR8Hot|Atomic2sO4Hot)Batch/16384/32000/2048/'
-python3 - "$logs" <<'PY'
-import csv, glob, sys, collections
-rows = collections.defaultdict(list)
-for f in sorted(glob.glob(sys.argv[1] + "/bm_*.csv")):
-    lines = [l for l in open(f) if l.startswith('"BM_') or l.startswith("name,")]
-    for r in csv.DictReader(lines):
-        if r["name"].endswith("_median"):
-            rows[r["name"].replace("_median", "").replace("BM_EmbeddingBackwardBF16", "")].append(
-                f"{float(r['median_TBps']):.3f} TB/s {float(r['real_time'])/1e3:.1f} us")
-for k, v in rows.items(): print(f"{k:52s} {' | '.join(v)}")
-PY
+bm_table
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
 echo "== done $(date -u +%FT%TZ)"

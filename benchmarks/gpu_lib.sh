@@ -7,6 +7,10 @@
 #   ours_1b TAG ARGS... the 1b step on one GPU (20 timed steps after 5) into $logs/ours_TAG.log, its JSON line
 #   fsdp_1b TAG ARGS... the 1b FSDP step on 2 GPUs under 25 GiB (IPC collectives; ${steps:-12} steps after 4)
 #                       into $logs/fsdp_TAG.log, its JSON line
+#   bm NAME FILTER      the embedding benchmarks matching FILTER (${BM_REPS:-3} repetitions, within
+#                       ${BM_TIMEOUT:-60} s; the host-side setup of a table takes seconds) into
+#                       $logs/bm_NAME.csv, on ${BM_GPU:-0}
+#   bm_table            the median TB/s and time of every bm run so far, one line per benchmark
 json() {
   grep -h '^\(\[rank 0\] \)\?{' "$@" | sed 's/^\[rank 0\] //' | tail -1 | python3 -c 'import json,sys
 try: j=json.loads(sys.stdin.read())
@@ -35,4 +39,23 @@ fsdp_1b() {
     --config=1b --strategy=fsdp --recompute=auto --memory_budget_gib=25 --steps="${steps:-12}" --warmup=4 "$@" \
     > "$logs/fsdp_$tag.log" 2>&1
   echo "fsdp 1b 25 $tag: $(json "$logs/fsdp_$tag.log") $(grep -E 'rror' "$logs/fsdp_$tag.log" | head -1 | cut -c1-200)"
+}
+bm() {
+  CUDA_VISIBLE_DEVICES=${BM_GPU:-0} timeout "${BM_TIMEOUT:-60}" .gpu/run kernels/embedding/embedding_benchmark \
+    --benchmark_filter="$2" --benchmark_repetitions="${BM_REPS:-3}" --benchmark_report_aggregates_only=true \
+    --benchmark_format=csv > "$logs/bm_$1.csv" 2> "$logs/bm_$1.err"
+  echo "bm $1 rc=$?"
+}
+bm_table() {
+  python3 - "$logs" <<'PY'
+import csv, glob, sys, collections
+rows = collections.defaultdict(list)
+for f in sorted(glob.glob(sys.argv[1] + "/bm_*.csv")):
+    lines = [l for l in open(f) if l.startswith('"BM_') or l.startswith("name,")]
+    for r in csv.DictReader(lines):
+        if r["name"].endswith("_median"):
+            rows[r["name"].replace("_median", "").replace("BM_EmbeddingBackwardBF16", "")].append(
+                f"{float(r['median_TBps']):.3f} TB/s {float(r['real_time'])/1e3:.1f} us")
+for k, v in rows.items(): print(f"{k:52s} {' | '.join(v)}")
+PY
 }
