@@ -63,6 +63,9 @@ ABSL_FLAG(float, lr, 3e-4f, "learning rate");
 ABSL_FLAG(bool, cuda_graph, true, "replay the step as a CUDA graph (false: eager steps)");
 ABSL_FLAG(std::string, trace, "", "write a Chrome trace of one extra eager step to this path");
 ABSL_FLAG(std::string, strategy, "none", "none, fsdp or hsdp");
+ABSL_FLAG(int, micro_batches, 1,
+          "gradient accumulation: the batch as this many micro-batches, one optimizer step "
+          "(CompileOptions::micro_batches; > 1 needs --recompute other than auto)");
 
 namespace sg::compiler {
 namespace {
@@ -73,7 +76,7 @@ constexpr double kH200BF16Flops = 989e12;
 struct Flags {
   std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
   double memory_budget_gib = 0;
-  int steps = 30, warmup = 10;
+  int steps = 30, warmup = 10, micro_batches = 1;
   bool cuda_graph = true, offload_first = false, wgrad_stream = false;
   float lr = 3e-4f;
 };
@@ -115,12 +118,20 @@ absl::StatusOr<Flags> ReadFlags() {
   f.lr = absl::GetFlag(FLAGS_lr);
   f.offload_first = absl::GetFlag(FLAGS_offload_first);
   f.wgrad_stream = absl::GetFlag(FLAGS_wgrad_stream);
+  f.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
   if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
   if (f.recompute != "auto") SG_RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
   if (f.offload_first && f.recompute != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("--offload_first: expected --recompute=auto, found --recompute=", f.recompute));
+  }
+  if (f.micro_batches < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--micro_batches: expected >= 1, found ", f.micro_batches));
+  }
+  // ChooseRecompute plans the whole batch in one pass; a micro-batch's activations are a fraction.
+  if (f.micro_batches > 1 && f.recompute == "auto") {
+    return absl::InvalidArgumentError("--micro_batches > 1: expected --recompute=none, selective or full, found auto");
   }
   if (f.device != "" && f.device != "cuda" && f.device != "cpu") {
     return absl::InvalidArgumentError(absl::StrCat("--device: expected cuda|cpu, found '", f.device, "'"));
@@ -218,6 +229,7 @@ absl::Status Main(const Flags& f) {
   const RecomputePolicy rp = o.recompute;
   o.cuda_graph = f.cuda_graph;
   o.warmup_steps = 2;
+  o.micro_batches = f.micro_batches;
   o.strategy = strategy;
   if (strategy == Strategy::kHybridShard) o.mesh = {world / 2, 2};
   SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, o));
@@ -255,6 +267,7 @@ absl::Status Main(const Flags& f) {
   j["recompute_swiglu_layers"] = o.recompute_swiglu_layers;
   j["offload_activations"] = o.offload_activations;
   j["wgrad_stream"] = o.wgrad_stream;
+  j["micro_batches"] = o.micro_batches;
   j["offload_host_gib"] = step->program().offload_host_bytes / kGiB;
   j["cuda_graph"] = step->executor().replaying_graph();
   j["tokens_per_s_per_gpu"] = std::round(tok_s * 10) / 10;
