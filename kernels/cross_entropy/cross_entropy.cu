@@ -392,6 +392,38 @@ absl::Status Run(const Problem& p, const void* logits, const void* targets, floa
 
 }  // namespace
 
+absl::Status CountCuda(const Problem& p, const void* targets, int32_t* valid, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.targets_i64) {
+    CountKernel<int64_t><<<1, 1024, 0, s>>>(static_cast<const int64_t*>(targets), p.rows, p.ignore_index, valid);
+  } else {
+    CountKernel<int32_t><<<1, 1024, 0, s>>>(static_cast<const int32_t*>(targets), p.rows, p.ignore_index, valid);
+  }
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel);
+  return absl::OkStatus();
+}
+
+absl::Status RowsCuda(const Problem& p, const void* logits, const void* targets, const int32_t* valid,
+                      float* row_loss, void* dlogits, void* stream) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  if (p.dtype == DType::kBF16) {
+    if (p.targets_i64) return LaunchRows<__nv_bfloat16, int64_t>(p, logits, targets, row_loss, valid, dlogits, s);
+    return LaunchRows<__nv_bfloat16, int32_t>(p, logits, targets, row_loss, valid, dlogits, s);
+  }
+  if (p.dtype == DType::kF16) {
+    if (p.targets_i64) return LaunchRows<__half, int64_t>(p, logits, targets, row_loss, valid, dlogits, s);
+    return LaunchRows<__half, int32_t>(p, logits, targets, row_loss, valid, dlogits, s);
+  }
+  if (p.targets_i64) return LaunchRows<float, int64_t>(p, logits, targets, row_loss, valid, dlogits, s);
+  return LaunchRows<float, int32_t>(p, logits, targets, row_loss, valid, dlogits, s);
+}
+
+absl::Status FinishCuda(int64_t rows, const float* row_loss, const int32_t* valid, float* loss, void* stream) {
+  FinishKernel<<<1, 1024, 0, static_cast<cudaStream_t>(stream)>>>(row_loss, rows, valid, loss);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(FinishKernel);
+  return absl::OkStatus();
+}
+
 absl::Status RunCuda(const Problem& p, const void* logits, const void* targets, float* loss, int32_t* valid,
                      void* dlogits, int device, void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);

@@ -49,6 +49,25 @@ absl::Status CrossEntropyForwardBackward(const TensorView& logits, const TensorV
 absl::Status CrossEntropyForward(const TensorView& logits, const TensorView& targets, const TensorView& loss,
                                  const TensorView& valid, const CrossEntropyOptions& options, const Stream& stream);
 
+// The same computation over blocks of rows, for a caller that produces the logits a block at a time
+// (the compiler's chunked LM head, which never holds [tokens, vocab] logits at once):
+//
+//   CrossEntropyCount(targets, valid, o, s);                        // all tokens
+//   for each block b of rows:                                        // logits[b], targets[b]
+//     CrossEntropyRows(logits_b, targets_b, valid, row_loss_b, dlogits_b, o, s);
+//   CrossEntropyFinish(row_loss, valid, loss, s);                    // every row's loss
+//
+// gives bitwise the loss, valid and dlogits of CrossEntropyForwardBackward over all the rows.
+// row_loss: f32 [rows of the block] (its rows of an f32 [tokens] buffer); dlogits may alias the
+// block's logits.
+absl::Status CrossEntropyCount(const TensorView& targets, const TensorView& valid, const CrossEntropyOptions& options,
+                               const Stream& stream);
+absl::Status CrossEntropyRows(const TensorView& logits, const TensorView& targets, const TensorView& valid,
+                              const TensorView& row_loss, const TensorView& dlogits, const CrossEntropyOptions& options,
+                              const Stream& stream);
+absl::Status CrossEntropyFinish(const TensorView& row_loss, const TensorView& valid, const TensorView& loss,
+                                const Stream& stream);
+
 }  // namespace sg::kernels
 
 #endif  // SGTRAIN_KERNELS_CROSS_ENTROPY_CROSS_ENTROPY_H_

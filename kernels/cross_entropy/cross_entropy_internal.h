@@ -23,6 +23,19 @@ void RunCpu(const Problem& p, const void* logits, const void* targets, float* lo
 absl::Status RunCuda(const Problem& p, const void* logits, const void* targets, float* loss, int32_t* valid,
                      void* dlogits, int device, void* stream);
 
+// Run's three stages, for callers that split the rows (cross_entropy.h's CrossEntropyCount / Rows /
+// Finish): the count of p.rows targets; p.rows rows' losses (f32, into row_loss) and dlogits (may
+// be null), scaled by grad_scale / *valid; the mean of `rows` row losses (summed in f64, in a
+// fixed order) over *valid.
+void CountCpu(const Problem& p, const void* targets, int32_t* valid);
+void RowsCpu(const Problem& p, const void* logits, const void* targets, const int32_t* valid, float* row_loss,
+             void* dlogits);
+void FinishCpu(int64_t rows, const float* row_loss, const int32_t* valid, float* loss);
+absl::Status CountCuda(const Problem& p, const void* targets, int32_t* valid, void* stream);
+absl::Status RowsCuda(const Problem& p, const void* logits, const void* targets, const int32_t* valid,
+                      float* row_loss, void* dlogits, void* stream);
+absl::Status FinishCuda(int64_t rows, const float* row_loss, const int32_t* valid, float* loss, void* stream);
+
 }  // namespace sg::kernels::cross_entropy_internal
 
 #endif  // SGTRAIN_KERNELS_CROSS_ENTROPY_CROSS_ENTROPY_INTERNAL_H_

@@ -2,6 +2,7 @@
 // finite differences of the mean loss, CUDA against the reference (both row-kernel paths: rows held
 // in registers and the chunked online path), ignore_index, in place, and bad targets.
 // Fresh random inputs; outputs poisoned before each run.
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <string>
@@ -225,6 +226,75 @@ TEST(CrossEntropyCudaTest, BadTargetGivesNanLoss) {
   ASSERT_TRUE(CrossEntropyForward(logits, FromHost({3, 64}, {2}, DType::kI32, d), loss, valid, {}, s).ok());
   ASSERT_TRUE(s.Synchronize().ok());
   EXPECT_TRUE(std::isnan(ToHost(loss)[0]));
+}
+
+// CrossEntropyCount / Rows / Finish over uneven blocks of rows (the chunked LM head's use), the
+// dlogits in place over each block's logits: bitwise the loss, valid and dlogits of one call.
+void CheckBlocks(Device device, int64_t rows, int64_t vocab, DType dtype) {
+  SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(vocab) + " " + std::string(DTypeName(dtype)) + " on " +
+               device.ToString());
+  Stream s = device.is_cpu() ? Stream::Cpu() : Stream::Create(device).value();
+  const int64_t ignore = -100;
+  Tensor logits = RandomTensor({rows, vocab}, dtype, device, Rng(), 8.0f);
+  std::vector<double> tv;
+  for (int64_t i = 0; i < rows; ++i) tv.push_back(Rng()() % 5 == 0 ? double(ignore) : double(Rng()() % uint64_t(vocab)));
+  Tensor targets = FromHost(tv, {rows}, DType::kI32, device);
+  CrossEntropyOptions opt;
+  opt.grad_scale = 0.5f;
+  Tensor loss = Tensor::Empty({}, DType::kF32, device).value(), valid = Tensor::Empty({1}, DType::kI32, device).value();
+  Tensor whole = Tensor::Empty(logits.shape(), dtype, device).value();
+  ASSERT_TRUE(CrossEntropyForwardBackward(logits, targets, loss, valid, whole, opt, s).ok());
+  Tensor blocks = FromHost(ToHost(logits), logits.shape(), dtype, device);  // overwritten block by block
+  Tensor loss_b = Tensor::Empty({}, DType::kF32, device).value(), valid_b = Tensor::Empty({1}, DType::kI32, device).value();
+  Tensor row_loss = Tensor::Empty({rows}, DType::kF32, device).value();
+  Poison(loss_b);
+  Poison(valid_b);
+  Poison(row_loss);
+  ASSERT_TRUE(CrossEntropyCount(targets, valid_b, opt, s).ok());
+  const int64_t step = rows / 3 + 1;  // 3 blocks, the last shorter
+  for (int64_t r0 = 0; r0 < rows; r0 += step) {
+    const int64_t r1 = std::min(rows, r0 + step);
+    TensorView x = blocks.view().Slice0(r0, r1).value();
+    ASSERT_TRUE(CrossEntropyRows(x, targets.view().Slice0(r0, r1).value(), valid_b,
+                                 row_loss.view().Slice0(r0, r1).value(), x, opt, s)
+                    .ok());
+  }
+  ASSERT_TRUE(CrossEntropyFinish(row_loss, valid_b, loss_b, s).ok());
+  ASSERT_TRUE(s.Synchronize().ok());
+  EXPECT_EQ(ToHost(valid_b), ToHost(valid));
+  EXPECT_EQ(ToHost(loss_b), ToHost(loss));
+  EXPECT_EQ(ToHost(blocks), ToHost(whole));
+  // And against the double loop, as one call is.
+  const Ref ref = DoubleReference(ToHost(logits), tv, rows, vocab, ignore, 0.5);
+  EXPECT_NEAR(ToHost(loss_b)[0], ref.loss, 1e-5 * std::abs(ref.loss) + 1e-6);
+}
+
+TEST(CrossEntropyCpuTest, RowBlocksEqualOneCall) {
+  CheckBlocks(Device::Cpu(), 10, 333, DType::kF32);
+  CheckBlocks(Device::Cpu(), 17, 1000, DType::kBF16);
+}
+
+TEST(CrossEntropyCudaTest, RowBlocksEqualOneCall) {
+  SG_SKIP_WITHOUT_CUDA();
+  CheckBlocks(Device::Cuda(0), 10, 333, DType::kF32);
+  CheckBlocks(Device::Cuda(0), 130, 32000, DType::kBF16);
+  CheckBlocks(Device::Cuda(0), 40, 40000, DType::kBF16);  // the chunked row kernel
+}
+
+TEST(CrossEntropyCpuTest, BlockFunctionsNameBadArguments) {
+  Tensor logits = RandomTensor({4, 9}, DType::kF32, Device::Cpu(), Rng());
+  Tensor targets = FromHost({1, 2, 3, 4}, {4}, DType::kI32, Device::Cpu());
+  Tensor valid = Tensor::Empty({1}, DType::kI32, Device::Cpu()).value();
+  Tensor row_loss = Tensor::Empty({3}, DType::kF32, Device::Cpu()).value();
+  Tensor loss = Tensor::Empty({}, DType::kF32, Device::Cpu()).value();
+  const Stream s = Stream::Cpu();
+  const absl::Status rows = CrossEntropyRows(logits, targets, valid, row_loss, logits, {}, s);
+  EXPECT_EQ(rows.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(rows.message().find("row_loss"), std::string::npos) << rows;
+  const absl::Status count = CrossEntropyCount(targets, loss, {}, s);
+  EXPECT_NE(count.message().find("valid must be a one-element i32"), std::string::npos) << count;
+  const absl::Status finish = CrossEntropyFinish(valid, valid, loss, s);
+  EXPECT_NE(finish.message().find("row_loss must be contiguous f32"), std::string::npos) << finish;
 }
 
 }  // namespace
