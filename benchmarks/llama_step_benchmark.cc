@@ -63,6 +63,9 @@ ABSL_FLAG(float, lr, 3e-4f, "learning rate");
 ABSL_FLAG(bool, cuda_graph, true, "replay the step as a CUDA graph (false: eager steps)");
 ABSL_FLAG(std::string, trace, "", "write a Chrome trace of one extra eager step to this path");
 ABSL_FLAG(std::string, strategy, "none", "none, fsdp or hsdp");
+ABSL_FLAG(int, lm_head_chunks, 1,
+          "the LM head (logits, cross-entropy, dh, dW) in this many blocks of tokens, so the logits never "
+          "exist whole (CompileOptions::lm_head_chunks; --recompute=auto plans with it; 1: off)");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
           "(CompileOptions::micro_batches; > 1 needs --recompute other than auto)");
@@ -76,7 +79,7 @@ constexpr double kH200BF16Flops = 989e12;
 struct Flags {
   std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
   double memory_budget_gib = 0;
-  int steps = 30, warmup = 10, micro_batches = 1;
+  int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1;
   bool cuda_graph = true, offload_first = false, wgrad_stream = false;
   float lr = 3e-4f;
 };
@@ -119,12 +122,16 @@ absl::StatusOr<Flags> ReadFlags() {
   f.offload_first = absl::GetFlag(FLAGS_offload_first);
   f.wgrad_stream = absl::GetFlag(FLAGS_wgrad_stream);
   f.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  f.lm_head_chunks = absl::GetFlag(FLAGS_lm_head_chunks);
   if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
   if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
   if (f.recompute != "auto") SG_RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
   if (f.offload_first && f.recompute != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("--offload_first: expected --recompute=auto, found --recompute=", f.recompute));
+  }
+  if (f.lm_head_chunks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("--lm_head_chunks: expected >= 1, found ", f.lm_head_chunks));
   }
   if (f.micro_batches < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--micro_batches: expected >= 1, found ", f.micro_batches));
@@ -217,6 +224,7 @@ absl::Status Main(const Flags& f) {
   // the weight-gradient stream keeps its matmuls' inputs longer.
   o.strategy = strategy;
   o.wgrad_stream = f.wgrad_stream;
+  o.lm_head_chunks = f.lm_head_chunks;
   if (f.recompute == "auto") {
     // The budget less what the plan does not count (kernel scratch, library workspaces: ~0.2 GiB
     // at 1b); sharded strategies hold 1/world of the state per GPU.
@@ -268,6 +276,7 @@ absl::Status Main(const Flags& f) {
   j["offload_activations"] = o.offload_activations;
   j["wgrad_stream"] = o.wgrad_stream;
   j["micro_batches"] = o.micro_batches;
+  j["lm_head_chunks"] = o.lm_head_chunks;
   j["offload_host_gib"] = step->program().offload_host_bytes / kGiB;
   j["cuda_graph"] = step->executor().replaying_graph();
   j["tokens_per_s_per_gpu"] = std::round(tok_s * 10) / 10;

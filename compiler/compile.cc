@@ -151,6 +151,13 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
         absl::StrCat("Compile: wgrad_stream is for a single device, FSDP or HYBRID_SHARD with one micro-batch, "
                      "found strategy '", StrategyName(o.strategy), "' and ", o.micro_batches, " micro-batches"));
   }
+  if (o.lm_head_chunks < 1 ||
+      (o.lm_head_chunks > 1 && (o.strategy != Strategy::kNone || o.micro_batches != 1 || o.wgrad_stream))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Compile: lm_head_chunks is >= 1, and > 1 only for a single device with one micro-batch and no wgrad_stream; "
+        "found ", o.lm_head_chunks, " with strategy '", StrategyName(o.strategy), "', ", o.micro_batches,
+        " micro-batches, wgrad_stream ", o.wgrad_stream ? "on" : "off"));
+  }
   auto registered = Registry().find(o.strategy);
   if (registered != Registry().end()) return registered->second(g, o);
   if (o.strategy == Strategy::kContextParallel || o.strategy == Strategy::kPipeline) {
@@ -177,6 +184,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   lo.loss_scaler = LossScaler(o);
   lo.offload_activations = o.offload_activations;
   lo.wgrad_stream = o.wgrad_stream;
+  lo.lm_head_chunks = o.lm_head_chunks;
   SG_ASSIGN_OR_RETURN(step->program_, Lower(std::move(train), o.binding, o.device, lo));
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
@@ -222,6 +230,7 @@ absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOpt
   lo.loss_scaler = LossScaler(o);
   lo.offload_activations = o.offload_activations;
   lo.wgrad_stream = o.wgrad_stream;
+  if (o.strategy == Strategy::kNone && o.micro_batches == 1) lo.lm_head_chunks = o.lm_head_chunks;
   return PlanStepMemory(std::move(train), o.binding, o.device, lo);
 }
 

@@ -102,6 +102,12 @@ struct CompileOptions {
   // FSDP / HYBRID_SHARD (joined before the reduce-scatters that read them), one micro-batch.
   // Opt-in: llama_step_benchmark --wgrad_stream; not yet measured on a GPU.
   bool wgrad_stream = false;
+  // The LM head in this many blocks of tokens (> 1; compiler/lowering_fusion.h): the logits
+  // matmul, the fused cross-entropy and the matmuls of dh and dW run block by block in one launch,
+  // so the [tokens, vocab] logits never exist (1b: 1000 MiB of bf16 logits at the step's peak, the
+  // start of the backward, become one block). The same loss and dh; dW summed over the blocks in
+  // f32. One device, one micro-batch, without wgrad_stream. 1: off (the default until measured).
+  int lm_head_chunks = 1;
   Device device = Device::Cpu();
   std::string cache_dir;  // "" disables the compile cache
   // Concrete sizes for the graph's symbols; the step is specialized to them (static shapes).

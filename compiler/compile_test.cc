@@ -5,6 +5,8 @@
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
+#include <string>
+#include <tuple>
 
 #include "absl/strings/match.h"
 #include "compiler/testing/tiny_llama.h"
@@ -113,8 +115,9 @@ struct StepsRecord {
 
 // Runs three steps on `batch`: records them into *ref when `record`, else compares them with *ref
 // (relative 1e-6: the same values computed by the same kernels, scheduled differently).
+// `tol`: the relative difference allowed in each loss, gradient and parameter.
 void RunThreeStepsAgainst(CompiledStep& step, const std::map<std::string, Tensor>& batch, bool record,
-                          StepsRecord* ref) {
+                          StepsRecord* ref, double tol = 1e-6) {
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(step.Run(BatchViews(batch)).ok());
     auto m = step.ReadMetrics();
@@ -123,7 +126,7 @@ void RunThreeStepsAgainst(CompiledStep& step, const std::map<std::string, Tensor
       ref->losses.push_back(m->loss);
     } else {
       ASSERT_LT(size_t(i), ref->losses.size());
-      EXPECT_NEAR(m->loss, ref->losses[size_t(i)], 1e-6 * std::abs(ref->losses[size_t(i)])) << "step " << i;
+      EXPECT_NEAR(m->loss, ref->losses[size_t(i)], tol * std::abs(ref->losses[size_t(i)])) << "step " << i;
     }
     if (i != 0) continue;
     for (const std::string& name : step.parameter_names()) {
@@ -131,7 +134,7 @@ void RunThreeStepsAgainst(CompiledStep& step, const std::map<std::string, Tensor
       if (record) {
         ref->grads[name] = g;
       } else {
-        EXPECT_LT(sg::testing::RelativeError(g, ref->grads[name]), 1e-6) << name;
+        EXPECT_LT(sg::testing::RelativeError(g, ref->grads[name]), tol) << name;
       }
     }
   }
@@ -140,7 +143,7 @@ void RunThreeStepsAgainst(CompiledStep& step, const std::map<std::string, Tensor
     if (record) {
       ref->params[name] = p;
     } else {
-      EXPECT_LT(sg::testing::RelativeError(p, ref->params[name]), 1e-6) << name;
+      EXPECT_LT(sg::testing::RelativeError(p, ref->params[name]), tol) << name;
     }
   }
 }
@@ -413,6 +416,76 @@ TEST(CompileTest, WgradJoinsStayInsideTheBackward) {
 
 INSTANTIATE_TEST_SUITE_P(Device, WgradStreamTest, ::testing::Values(false, true),
                          [](const ::testing::TestParamInfo<bool>& p) { return p.param ? "Cuda" : "Cpu"; });
+
+// CompileOptions::lm_head_chunks: the logits matmul, the fused cross-entropy and the two matmuls
+// reading dlogits run as one launch, a block of tokens at a time (3 blocks over 16 tokens: 6, 6,
+// 4), in place of the four steps; the logits buffer holds one block, so the arena shrinks; every
+// loss, the first step's gradients and the parameters after 3 steps match the unchunked step (on
+// the CPU to f32 rounding: dW is summed over the blocks; on a GPU in bf16, where cuBLAS may pick
+// other algorithms for the blocks' shapes, to bf16 rounding). Under selective recompute the
+// backward's dW matmul reads the rebuilt final norm output; the launch reads the forward's.
+class LmHeadChunksTest : public ::testing::TestWithParam<std::tuple<bool, RecomputePolicy>> {};
+
+TEST_P(LmHeadChunksTest, BlocksOfTokensGiveTheSameSteps) {
+  const bool cuda = std::get<0>(GetParam());
+  if (cuda) SG_SKIP_WITHOUT_CUDA();
+  const Device d = cuda ? Device::Cuda(0) : Device::Cpu();
+  Fixture f = MakeFixture(/*layers=*/2, /*cuda_shapes=*/cuda);
+  auto batch = BatchOn(f.batch, d);
+  StepsRecord ref;
+  int64_t whole_arena = 0;
+  for (const int chunks : {1, 3}) {
+    SCOPED_TRACE(chunks);
+    CompileOptions o = Options(d);
+    if (cuda) o.precision = Precision::kBF16Mixed;
+    o.recompute = std::get<1>(GetParam());
+    o.lm_head_chunks = chunks;
+    auto step = CompileWith(f, o);
+    ASSERT_NE(step, nullptr);
+    int head = 0, output_matmuls = 0;
+    for (const Step& s : step->program().schedule.steps) {
+      head += absl::StartsWith(s.name, "lm head in 3 blocks @output");
+      output_matmuls += absl::StartsWith(s.name, "matmul @output");
+    }
+    EXPECT_EQ(head, chunks == 3 ? 1 : 0);
+    EXPECT_EQ(output_matmuls, chunks == 3 ? 0 : 3) << "the logits, dh and dW matmuls";
+    auto planned = PlanMemory(f.forward, o);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    if (chunks == 1) {
+      whole_arena = planned->arena_bytes;
+    } else {
+      EXPECT_LT(planned->arena_bytes, whole_arena);
+    }
+    RunThreeStepsAgainst(*step, batch, chunks == 1, &ref, cuda ? 2e-2 : 1e-6);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(DeviceAndRecompute, LmHeadChunksTest,
+                         ::testing::Combine(::testing::Values(false, true),
+                                            ::testing::Values(RecomputePolicy::kNone, RecomputePolicy::kSelective)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, RecomputePolicy>>& p) {
+                           return std::string(std::get<0>(p.param) ? "Cuda" : "Cpu") +
+                                  std::string(graph::RecomputePolicyName(std::get<1>(p.param)));
+                         });
+
+TEST(CompileTest, LmHeadChunksAreForOneDeviceWithoutWgradStream) {
+  Fixture f = MakeFixture();
+  CompileOptions o = Options();
+  o.lm_head_chunks = 4;
+  o.wgrad_stream = true;
+  auto step = Compile(f.forward, o);
+  ASSERT_FALSE(step.ok());
+  EXPECT_EQ(step.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(step.status().message().find("lm_head_chunks is >= 1, and > 1 only for a single device"),
+            std::string::npos)
+      << step.status();
+  o.wgrad_stream = false;
+  o.micro_batches = 2;
+  EXPECT_FALSE(Compile(f.forward, o).ok());
+  o.micro_batches = 1;
+  o.lm_head_chunks = 0;
+  EXPECT_FALSE(Compile(f.forward, o).ok());
+}
 
 TEST(CompileTest, SecondCompileHitsTheCache) {
   Fixture f = MakeFixture();

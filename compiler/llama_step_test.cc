@@ -242,6 +242,34 @@ TEST(LlamaStepTest, ChooseRecomputeTakesTheLeastThatFits) {
   EXPECT_EQ(tight.recompute, RecomputePolicy::kFull);
 }
 
+// CompileOptions::lm_head_chunks at the 1b shapes: the step's peak is the start of the backward,
+// where the 1000 MiB of bf16 logits (dlogits in place) sit on every kept activation. In 4 blocks of
+// tokens they are 250 MiB, and only during the head's launch, so --recompute=auto under the 32 GiB
+// default (31.75 planned) needs no SwiGLU recompute instead of 3 layers' (as under 32.8 GiB, which
+// ran 1.6-2.2% faster on the H200, 2026-11-30 17:07).
+TEST(LlamaStepTest, LmHeadInBlocksPlanAtThe1b) {
+  auto c = LlamaBenchConfigNamed("1b");
+  ASSERT_TRUE(c.ok());
+  graph::Graph fwd = LlamaForward(c->model);
+  const int64_t budget = int64_t((32.0 - 0.25) * kGiB);
+  int64_t planned[2] = {0, 0};
+  int swiglu[2] = {0, 0};
+  for (const int chunks : {1, 4}) {
+    CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kNone);
+    o.lm_head_chunks = chunks;
+    auto bytes = ChooseRecompute(fwd, budget, 1, &o);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(o.recompute, RecomputePolicy::kSelective);
+    planned[chunks > 1] = *bytes;
+    swiglu[chunks > 1] = o.recompute_swiglu_layers;
+    std::cout << absl::StrFormat("1b, lm_head_chunks %d: auto under 31.75 GiB picks SwiGLU recompute in %d layers (%.2f GiB)\n",
+                                 chunks, o.recompute_swiglu_layers, *bytes / kGiB);
+  }
+  EXPECT_EQ(swiglu[0], 3);
+  EXPECT_EQ(swiglu[1], 0) << "no SwiGLU recompute once the logits are one block";
+  EXPECT_LE(planned[1], budget);
+}
+
 // CompileOptions::wgrad_stream at the 1b shapes: the weight-gradient matmuls' inputs live until
 // their join, which the plan counts; what --recompute=auto then picks under the default budget.
 TEST(LlamaStepTest, WgradStreamPlanAtThe1b) {

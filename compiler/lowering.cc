@@ -102,7 +102,11 @@ class Lowerer {
     std::set<std::string> device_seeds;
     if (o_.fuse_device_scalars) device_seeds = o_.device_scalars;
     if (o_.loss_scaler) device_seeds.insert(kLossScaleName);
-    fusions_ = FindLoweringFusions(g_, device_seeds);
+    if (o_.lm_head_chunks > 1 && o_.wgrad_stream) {
+      return absl::InvalidArgumentError("Lower: lm_head_chunks > 1 with wgrad_stream (the weight gradient of the "
+                                        "LM head is computed inside the head's launch, not by a matmul step)");
+    }
+    fusions_ = FindLoweringFusions(g_, device_seeds, o_.lm_head_chunks);
     HostScalarSeeds();
     Roots();
     SG_RETURN_IF_ERROR(Updates());
@@ -178,6 +182,10 @@ class Lowerer {
     last_use_.assign(nv, -1);
     for (int i = 0; i < int(nodes.size()); ++i) {
       for (int v : nodes[i].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], i);
+    }
+    // The chunked LM head's launch at the cross-entropy node reads the logits matmul's x and W.
+    if (const auto& h = fusions_.lm_head) {
+      for (int v : nodes[h->matmul].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], h->cross_entropy);
     }
     for (const graph::GraphOutput& o : g_.outputs()) {
       auto until = o_.output_live_until.find(o.name);
@@ -327,9 +335,24 @@ class Lowerer {
       const int d = root_[nodes[bwd].outputs[0]];
       first[d] = std::min(first[d], fwd);
     }
+    // The chunked LM head writes dh and dW in its launch; its logits buffer is one block of rows,
+    // used only during that launch.
+    int head_logits = -1;
+    int64_t head_block_bytes = 0;
+    if (const auto& h = fusions_.lm_head) {
+      for (int k : {h->dx, h->dw}) first[root_[nodes[k].outputs[0]]] = std::min(first[root_[nodes[k].outputs[0]]], h->cross_entropy);
+      const int logits = nodes[h->cross_entropy].inputs[0];
+      head_logits = root_[logits];
+      const int64_t vocab = shape_[logits].back(), rows = NumElements(shape_[logits]) / std::max<int64_t>(vocab, 1);
+      head_block_bytes = (rows + h->chunks - 1) / h->chunks * vocab * SizeOf(g_.type(logits).dtype);
+    }
     slot_.assign(nv, -1);
     for (int v = 0; v < nv; ++v) {
       if (first[v] == INT32_MAX || root_[v] != v || Persistent(v)) continue;
+      if (v == head_logits) {
+        slot_[v] = planner_.Add(head_block_bytes, fusions_.lm_head->cross_entropy, fusions_.lm_head->cross_entropy);
+        continue;
+      }
       auto off = offload_of_.find(v);
       if (off == offload_of_.end()) {
         slot_[v] = planner_.Add(Bytes(v), first[v], std::max(first[v], last_use_[v]));
@@ -609,6 +632,10 @@ class Lowerer {
         auto seed = fusions_.cross_entropy_device_scale.find(ce->second);
         if (seed != fusions_.cross_entropy_device_scale.end()) nv.device_seed = p_->values[seed->second];
       }
+      if (fusions_.lm_head && fusions_.lm_head->cross_entropy == i) {
+        p_->schedule.steps.push_back(LmHeadStep(i, nv.device_seed));
+        continue;
+      }
       if (wgrad_of_.count(i)) nv.sm_count = WgradSms();
       for (int v : n.inputs) nv.in.push_back(View(v, i));
       for (int v : n.outputs) nv.out.push_back(View(v, i));
@@ -654,6 +681,30 @@ class Lowerer {
       p_->schedule.steps.push_back(std::move(st));
     }
     return absl::OkStatus();
+  }
+
+  // The chunked LM head's launch at cross-entropy node i (lowering_fusion.h).
+  Step LmHeadStep(int i, const TensorView& device_seed) {
+    const auto& nodes = g_.nodes();
+    const LoweringFusions::LmHead& h = *fusions_.lm_head;
+    const Node& matmul = nodes[h.matmul];
+    LmHeadViews v;
+    v.x = View(matmul.inputs[0], i);
+    v.w = View(matmul.inputs[1], i);
+    v.targets = View(nodes[i].inputs[1], i);
+    v.loss = p_->values[nodes[i].outputs[0]];
+    v.block = p_->values[nodes[i].inputs[0]];
+    v.dx = p_->values[nodes[h.dx].outputs[0]];
+    v.dw = p_->values[nodes[h.dw].outputs[0]];
+    v.device_seed = device_seed;
+    for (int s : side_.ForNode(i)) v.side.push_back(side_views_[s]);
+    Step st;
+    st.name = absl::StrCat("lm head in ", h.chunks, " blocks @", matmul.scope);
+    st.node = i;
+    st.phase = nodes[i].phase;
+    st.impl = "kernel";
+    st.launch = LmHead(nodes[i], v, fusions_).launch;
+    return st;
   }
 
   // Value v as node i reads or writes it: the reloaded copy of an offloaded value from its reload on.

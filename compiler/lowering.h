@@ -172,6 +172,9 @@ struct LowerOptions {
   // the gradient's matmul is joined before the node ahead of it (or stays on compute when that
   // leaves nothing to overlap).
   std::map<std::string, int> gradient_read_at;
+  // The LM head in this many blocks of tokens (lowering_fusion.h; CompileOptions::lm_head_chunks):
+  // 1 off; > 1 with wgrad_stream is InvalidArgument.
+  int lm_head_chunks = 1;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the

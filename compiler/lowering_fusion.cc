@@ -36,9 +36,66 @@ bool WritesF32(const Graph& g, int v) {
   }
 }
 
+// The chunked LM head (lowering_fusion.h) around the fused cross-entropy `ce` -> `bwd`, if the
+// graph has exactly its pattern.
+std::optional<LoweringFusions::LmHead> FindLmHead(const Graph& g, const LoweringFusions& f, int ce, int bwd,
+                                                  const std::vector<std::vector<int>>& users,
+                                                  const std::vector<bool>& is_output, int chunks) {
+  const auto& nodes = g.nodes();
+  const int logits = nodes[ce].inputs[0], dlogits = nodes[bwd].outputs[0];
+  auto plain_matmul = [&](int k, bool trans_a, bool trans_b) {
+    const Node& n = nodes[k];
+    return n.op == OpKind::kMatmul && graph::AttrString(n, "epilogue") == "none" &&
+           graph::AttrBool(n, "trans_a") == trans_a && graph::AttrBool(n, "trans_b") == trans_b &&
+           n.inputs.size() == 2;
+  };
+  auto producer = [&](int v) -> const Node& { return nodes[g.value(v).producer]; };
+  // The same weight: one value, or two casts of one parameter (recompute clones the cast into the
+  // backward; both read the same weight copy).
+  auto same_weight = [&](int a, int b) {
+    return a == b || (producer(a).op == OpKind::kCast && producer(b).op == OpKind::kCast &&
+                      producer(a).inputs[0] == producer(b).inputs[0]);
+  };
+  // The same activation: one value, or the backward's rebuilt norm output (selective recompute:
+  // rmsnorm of the kept sum h with the same weight and eps) of the forward's (add_)rmsnorm output.
+  auto same_activation = [&](int fwd, int bwd_value) {
+    if (fwd == bwd_value) return true;
+    const Node& norm = producer(fwd);
+    const Node& r = producer(bwd_value);
+    if (r.op != OpKind::kRmsNorm || graph::AttrFloat(r, "eps") != graph::AttrFloat(norm, "eps")) return false;
+    if (norm.op == OpKind::kAddRmsNorm) {
+      return norm.outputs[0] == fwd && r.inputs[0] == norm.outputs[1] && same_weight(r.inputs[1], norm.inputs[2]);
+    }
+    return norm.op == OpKind::kRmsNorm && r.inputs[0] == norm.inputs[0] && same_weight(r.inputs[1], norm.inputs[1]);
+  };
+  LoweringFusions::LmHead h;
+  h.chunks = chunks;
+  h.cross_entropy = ce;
+  h.matmul = g.value(logits).producer;
+  if (!plain_matmul(h.matmul, false, true) || is_output[logits] || is_output[dlogits]) return std::nullopt;
+  const int x = nodes[h.matmul].inputs[0], w = nodes[h.matmul].inputs[1];
+  if (g.type(w).rank() != 2 || users[dlogits].size() != 2) return std::nullopt;
+  for (int k : users[logits]) {
+    if (k != ce && k != bwd) return std::nullopt;
+  }
+  for (int k : users[dlogits]) {
+    const Node& n = nodes[k];
+    if (plain_matmul(k, false, false) && n.inputs[0] == dlogits && same_weight(n.inputs[1], w)) {
+      h.dx = k;
+    } else if (plain_matmul(k, true, false) && n.inputs[0] == dlogits && same_activation(x, n.inputs[1])) {
+      h.dw = k;
+    }
+  }
+  if (h.dx < 0 || h.dw < 0) return std::nullopt;
+  // dW accumulates over the blocks: in f32 (natively or through a folded cast), never in bf16.
+  const int dw = nodes[h.dw].outputs[0];
+  if (g.type(dw).dtype != DType::kF32 && !f.folded_cast.count(dw)) return std::nullopt;
+  return h;
+}
+
 }  // namespace
 
-LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>& device_seeds) {
+LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>& device_seeds, int lm_head_chunks) {
   LoweringFusions f;
   const auto& nodes = g.nodes();
   const int nn = int(nodes.size());
@@ -102,6 +159,18 @@ LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>&
         f.duplicate_copy[out] = it->second;
         f.fused_away.insert(i);
       }
+    }
+  }
+
+  // After the folded casts (dW must be written in f32), before the in-place list is final (the
+  // logits and dlogits share one block-sized buffer anyway).
+  if (lm_head_chunks > 1 && f.cross_entropy.size() == 1) {
+    const auto [ce, bwd] = *f.cross_entropy.begin();
+    f.lm_head = FindLmHead(g, f, ce, bwd, users, is_output, lm_head_chunks);
+    if (f.lm_head) {
+      f.fused_away.insert(f.lm_head->matmul);
+      f.fused_away.insert(f.lm_head->dx);
+      f.fused_away.insert(f.lm_head->dw);
     }
   }
 

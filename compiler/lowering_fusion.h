@@ -16,6 +16,16 @@
 //    ToMixedPrecision) is a persistent buffer the multi-tensor AdamW rewrites in the same pass as
 //    the master weights, instead of a cast at the start of every forward. A second cast of the
 //    same parameter (recompute clones casts into the backward) reads that copy: no step, no buffer.
+//  - LM head in blocks of tokens (FindLoweringFusions' lm_head_chunks > 1): the logits matmul
+//    (h @ W^T), the fused cross-entropy and the two matmuls that read its dlogits (dh = dlogits @ W,
+//    dW = dlogits^T @ h, in f32) become ONE launch at the cross-entropy node that runs them a block
+//    of tokens at a time (kernels/cross_entropy's Count / Rows / Finish, dW accumulated over the
+//    blocks), so the [tokens, vocab] logits never exist: their buffer holds one block, only during
+//    that launch. The same loss, valid count and dh rows as the unchunked step; dW summed over the
+//    blocks in f32. Found only where the pattern is exactly that (no other reader of the logits or
+//    dlogits, no epilogues, dW written in f32). The backward's matmuls may read a recompute clone
+//    of W's cast or of x (selective recompute's rmsnorm of the kept sum): the launch reads the
+//    forward's x and W, whose lifetimes the lowering extends to it.
 //  - In place: outputs that may overwrite an input whose last reader they are (kernel contracts
 //    allow it): add_rmsnorm's residual h over x, add_rmsnorm_backward's dx over the incoming
 //    residual gradient, an elementwise add over its first operand, swiglu_backward's dgate and dup
@@ -25,6 +35,7 @@
 #define SGTRAIN_COMPILER_LOWERING_FUSION_H_
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <utility>
@@ -50,9 +61,15 @@ struct LoweringFusions {
   std::map<int, int> duplicate_copy;            // a recomputed cast of a parameter -> its weight copy
   std::vector<std::pair<int, int>> in_place;    // (output value, input value), in node order
   std::set<int> fused_away;                     // nodes without a step of their own (CE backward, folded casts)
+  struct LmHead {
+    int matmul = -1, cross_entropy = -1, dx = -1, dw = -1;  // node indices
+    int chunks = 1;
+  };
+  std::optional<LmHead> lm_head;
 };
 
-LoweringFusions FindLoweringFusions(const graph::Graph& g, const std::set<std::string>& device_seeds = {});
+LoweringFusions FindLoweringFusions(const graph::Graph& g, const std::set<std::string>& device_seeds = {},
+                                    int lm_head_chunks = 1);
 
 }  // namespace sg::compiler
 

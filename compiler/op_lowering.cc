@@ -1,5 +1,6 @@
 #include "compiler/op_lowering.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
@@ -156,6 +157,60 @@ LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions&
           }};
 }
 
+}  // namespace
+
+// The chunked LM head: per block of rows [r0, r1): logits = x[r0:r1] @ w^T into the block buffer,
+// the cross-entropy rows over it (dlogits in place, scaled by the count of all rows), dx[r0:r1] =
+// dlogits @ w, dw (+)= dlogits^T @ x[r0:r1] (overwritten by the first block); the count before
+// and the mean after (kernels/cross_entropy's Count / Rows / Finish: the unchunked loss bitwise).
+LoweredOp LmHead(const Node& n, const LmHeadViews& v, const LoweringFusions& f) {
+  const LoweringFusions::LmHead& h = *f.lm_head;
+  kernels::CrossEntropyOptions o;
+  o.ignore_index = graph::AttrInt(n, "ignore_index");
+  const int bwd = f.cross_entropy.at(h.cross_entropy);
+  if (auto c = f.cross_entropy_scale.find(bwd); c != f.cross_entropy_scale.end()) o.grad_scale = c->second;
+  if (v.device_seed.raw() != nullptr) o.grad_scale_from = static_cast<const float*>(v.device_seed.raw());
+  const TensorView x = AsMatrix(v.x), w = v.w, targets = Flat(v.targets), loss = v.loss, dx = AsMatrix(v.dx);
+  const TensorView dw = v.dw;
+  const int64_t rows = x.dim(0), vocab = w.dim(0);
+  const int64_t block = (rows + h.chunks - 1) / h.chunks;
+  TensorView valid(v.side[0], DType::kI32, {}, x.device()), row_loss(v.side[1], DType::kF32, {rows}, x.device());
+  char* base = static_cast<char*>(v.block.raw());
+  const DType dtype = v.block.dtype();
+  return {"kernel", [=](const Stream& s) -> absl::Status {
+            SG_RETURN_IF_ERROR(kernels::CrossEntropyCount(targets, valid, o, s));
+            for (int64_t r0 = 0; r0 < rows; r0 += block) {
+              const int64_t r1 = std::min(rows, r0 + block);
+              const TensorView logits(base, dtype, {r1 - r0, vocab}, x.device());
+              SG_ASSIGN_OR_RETURN(const TensorView xb, x.Slice0(r0, r1));
+              kernels::GemmArgs forward;
+              forward.a = xb;
+              forward.b = w;
+              forward.trans_b = true;
+              forward.d = logits;
+              SG_RETURN_IF_ERROR(kernels::Gemm(forward, s));
+              SG_ASSIGN_OR_RETURN(const TensorView tb, targets.Slice0(r0, r1));
+              SG_ASSIGN_OR_RETURN(const TensorView lb, row_loss.Slice0(r0, r1));
+              SG_RETURN_IF_ERROR(kernels::CrossEntropyRows(logits, tb, valid, lb, logits, o, s));
+              kernels::GemmArgs data;
+              data.a = logits;
+              data.b = w;
+              SG_ASSIGN_OR_RETURN(data.d, dx.Slice0(r0, r1));
+              SG_RETURN_IF_ERROR(kernels::Gemm(data, s));
+              kernels::GemmArgs weight;
+              weight.a = logits;
+              weight.trans_a = true;
+              weight.b = xb;
+              weight.d = dw;
+              weight.beta = r0 == 0 ? 0.f : 1.f;
+              SG_RETURN_IF_ERROR(kernels::Gemm(weight, s));
+            }
+            return kernels::CrossEntropyFinish(row_loss, valid, loss, s);
+          }};
+}
+
+namespace {
+
 // An unfused softmax_cross_entropy_backward: the fused kernel with the loss written to scratch,
 // scaled by a constant loss cotangent, or by one the runtime keeps at a host address and sets
 // before each step (read at launch: eager execution only, Program::capturable is false then), or
@@ -259,6 +314,9 @@ SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, co
     const Node& n = nodes[i];
     if (n.op == OpKind::kSoftmaxCrossEntropy) {
       sb.slots[i] = {planner->Add(4, i, i)};
+      if (fusions.lm_head && fusions.lm_head->cross_entropy == i) {
+        sb.slots[i].push_back(planner->Add(Rows(shapes[n.inputs[0]]) * 4, i, i));
+      }
       continue;
     }
     if (n.op != OpKind::kRmsNorm && n.op != OpKind::kAttention && n.op != OpKind::kAddRmsNorm) continue;

@@ -23,7 +23,8 @@ namespace sg::compiler {
 //   (add_)rmsnorm_backward: [rstd of the matching forward] or, without one, [rstd, y scratch];
 //                       then [dweight f32[dim]] when the weight gradient is not written in f32
 //   embedding_backward: [dtable f32] when the table gradient is not written in f32
-//   softmax_cross_entropy: [valid i32]; its unfused backward: [loss f32, valid i32]
+//   softmax_cross_entropy: [valid i32], and [row_loss f32[tokens]] as the chunked LM head's
+//                       launch; its unfused backward: [loss f32, valid i32]
 //   attention:          [lse f32[b,h,s]]                              (live until its backward)
 //   attention_backward: [lse of the matching forward] or, without one, [lse, out scratch]
 struct SideBuffers {
@@ -55,6 +56,16 @@ struct LoweredOp {
   std::string impl;  // "kernel" or "reference"
   std::function<absl::Status(const Stream&)> launch;  // empty: no kernel for this op on the device
 };
+
+// The chunked LM head (lowering_fusion.h), one launch at the cross-entropy node: x [..., K] (the
+// logits matmul's input), w [vocab, K], the targets, the loss, `block` (the logits buffer: one
+// block of rows, at its base), dx (x's shape) and dw ([vocab, K], f32); side: the cross-entropy
+// node's [valid, row_loss]; device_seed: as NodeViews'.
+struct LmHeadViews {
+  TensorView x, w, targets, loss, block, dx, dw, device_seed;
+  std::vector<char*> side;
+};
+LoweredOp LmHead(const graph::Node& cross_entropy, const LmHeadViews& v, const LoweringFusions& fusions);
 
 // The launch for node `index`. An empty launch means the op has no kernel on `device` yet.
 absl::StatusOr<LoweredOp> LowerNode(const graph::Node& node, const NodeViews& views,
