@@ -1,23 +1,34 @@
 #!/usr/bin/env bash
-# Prepared for the next session (1 H200). (1) The 1b step as 2 micro-batches without any recompute
-# (planned on the CPU: 28.83 GiB through the data-parallel runtime on a group of one, against 34.34
-# GiB for one pass without recompute and 31.59 with the default's selective recompute), alternating
-# with the default step, then the peer: does dropping the recompute pay for GEMMs at M = 8192 and
-# the gradient accumulation? (2) Nsight Compute on the embedding backward's kernels at the issue #3
-# shape (each kernel alone: duration, DRAM throughput, occupancy), to see how far the listed rows'
-# sums run from the zero fill's 4.4 TB/s.
+# Prepared for the next session (1 H200), in order of value:
+# (1) the LM head in 4 blocks of tokens (--lm_head_chunks=4): the CUDA tests first (the blocked
+#     cross-entropy bitwise against one call; the tiny Llama's steps against the unchunked ones, bf16,
+#     with and without selective recompute, graph replays), then the 1b at the default 32 GiB budget
+#     alternating with the default step: planned on the CPU, auto then needs no SwiGLU recompute
+#     (31.61 GiB; the default recomputes it in 3 layers), the plan that ran 1.6-2.2% faster under a
+#     32.8 GiB budget (17:07). Predicted: +1-2% if the four head GEMMs at M = 4096 keep cuBLAS's speed.
+# (2) the 1b as 2 micro-batches without any recompute (28.83 GiB planned through the data-parallel
+#     runtime on a group of one);
+# (3) the peer; (4) Nsight Compute on the embedding backward's kernels at the issue #3 shape.
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //kernels/embedding:embedding_benchmark
+#   //kernels/cross_entropy:cross_entropy_test //compiler:compile_test //compiler:llama_step_test
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
 source benchmarks/gpu_lib.sh
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+t cross_entropy 60 kernels/cross_entropy/cross_entropy_test
+t compile_lm_head 100 compiler/compile_test --gtest_filter='*LmHead*:*CudaGraph*'
 for i in a b; do
   ours_1b "default_$i"
-  ours_1b "micro2_none_$i" --micro_batches=2 --recompute=none
+  ours_1b "lm_head4_$i" --lm_head_chunks=4
 done
+ours_1b micro2_none --micro_batches=2 --recompute=none
 timeout 150 python3 benchmarks/llama_peer.py --config 1b --compile --steps 20 > "$logs/peer_1b.log" 2>&1
 echo "peer 1b: $(json "$logs/peer_1b.log") $(grep -E 'Error' "$logs/peer_1b.log" | tail -1)"
+timeout 90 .gpu/run benchmarks/llama_step_benchmark --config=1b --lm_head_chunks=4 --steps=6 --warmup=3 \
+  --trace="$logs/trace_lm_head4.json" > "$logs/traced.log" 2>&1
+echo "traced lm_head4 (rc=$?): $(grep -h 'exposed communication' "$logs/traced.log" | tail -1)"
+t llama_step_test 150 compiler/llama_step_test --gtest_filter='*Cuda*'
 timeout 120 /usr/local/cuda/bin/ncu --target-processes all --kernel-name regex:'Count|Scan|Scatter|SortSum|ZeroUntouched' \
   --launch-skip 30 --launch-count 6 --section SpeedOfLight --section Occupancy --csv \
   .gpu/run kernels/embedding/embedding_benchmark --benchmark_filter='Atomic2sBatch/16384/32000/2048/' \
