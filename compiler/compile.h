@@ -100,7 +100,8 @@ struct CompileOptions {
   // Weight-gradient matmuls on a stream of their own, overlapping the backward's data-gradient chain
   // (LowerOptions::wgrad_stream; their inputs live longer, which the plan counts). One device, or
   // FSDP / HYBRID_SHARD (joined before the reduce-scatters that read them), one micro-batch.
-  // Opt-in: llama_step_benchmark --wgrad_stream; not yet measured on a GPU.
+  // Opt-in: llama_step_benchmark --wgrad_stream. Measured on H200s (2026-11-30): no gain (1b +0.1%,
+  // 124m -1.3%, FSDP -0.85%): cuBLAS's GEMMs already occupy every SM.
   bool wgrad_stream = false;
   // The LM head in this many blocks of tokens (> 1; compiler/lowering_fusion.h): the logits
   // matmul, the fused cross-entropy and the matmuls of dh and dW run block by block in one launch,
