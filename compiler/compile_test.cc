@@ -442,6 +442,9 @@ TEST_P(LmHeadChunksTest, BlocksOfTokensGiveTheSameSteps) {
     o.lm_head_chunks = chunks;
     auto step = CompileWith(f, o);
     ASSERT_NE(step, nullptr);
+    // The learning rate starts at zero: without one the parameters never move and the three steps
+    // repeat the first (a CUDA-graph replay's gradients would go unseen).
+    ASSERT_TRUE(step->SetLearningRate(cuda ? 1e-4f : 1e-2f).ok());
     int head = 0, output_matmuls = 0;
     for (const Step& s : step->program().schedule.steps) {
       head += absl::StartsWith(s.name, "lm head in 3 blocks @output");
@@ -456,7 +459,8 @@ TEST_P(LmHeadChunksTest, BlocksOfTokensGiveTheSameSteps) {
     } else {
       EXPECT_LT(planned->arena_bytes, whole_arena);
     }
-    RunThreeStepsAgainst(*step, batch, chunks == 1, &ref, cuda ? 2e-2 : 1e-6);
+    // On the CPU dW's f32 rounding (summed by blocks) reaches the next steps through AdamW.
+    RunThreeStepsAgainst(*step, batch, chunks == 1, &ref, cuda ? 2e-2 : 1e-5);
   }
 }
 
