@@ -85,7 +85,7 @@ CudaGraph::~CudaGraph() {
 #else
 
 absl::StatusOr<CudaGraph> CudaGraph::Capture(const Stream&, const std::function<absl::Status()>&,
-                                             const std::vector<const Stream*>&) {
+                                             const std::vector<const Stream*>&, bool) {
   return absl::FailedPreconditionError("CudaGraph::Capture: built without CUDA");
 }
 absl::Status CudaGraph::Launch(const Stream&) const {
