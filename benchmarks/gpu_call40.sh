@@ -11,13 +11,15 @@
 # (3) the peer; (4) Nsight Compute on the embedding backward's kernels at the issue #3 shape.
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //kernels/embedding:embedding_benchmark
 #   //kernels/cross_entropy:cross_entropy_test //compiler:compile_test //compiler:llama_step_test
+#   //compiler:lm_head_chunks_test
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
 source benchmarks/gpu_lib.sh
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
 t cross_entropy 60 kernels/cross_entropy/cross_entropy_test
-t compile_lm_head 100 compiler/compile_test --gtest_filter='*LmHead*:*CudaGraph*'
+t compile_lm_head 100 compiler/compile_test --gtest_filter='*LmHead*:*CudaGraph*:*Wgrad*'
+t lm_head_chunks 100 compiler/lm_head_chunks_test
 for i in a b; do
   ours_1b "default_$i"
   ours_1b "lm_head4_$i" --lm_head_chunks=4
