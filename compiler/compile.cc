@@ -230,6 +230,9 @@ absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOpt
   lo.loss_scaler = LossScaler(o);
   lo.offload_activations = o.offload_activations;
   lo.wgrad_stream = o.wgrad_stream;
+  if (o.lm_head_chunks < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("PlanMemory: lm_head_chunks must be >= 1, found ", o.lm_head_chunks));
+  }
   if (o.strategy == Strategy::kNone && o.micro_batches == 1) lo.lm_head_chunks = o.lm_head_chunks;
   return PlanStepMemory(std::move(train), o.binding, o.device, lo);
 }

@@ -489,6 +489,7 @@ TEST(CompileTest, LmHeadChunksAreForOneDeviceWithoutWgradStream) {
   o.micro_batches = 1;
   o.lm_head_chunks = 0;
   EXPECT_FALSE(Compile(f.forward, o).ok());
+  EXPECT_FALSE(PlanMemory(f.forward, o).ok());
 }
 
 TEST(CompileTest, SecondCompileHitsTheCache) {
