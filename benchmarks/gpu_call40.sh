@@ -4,8 +4,8 @@
 #     cross-entropy bitwise against one call; the tiny Llama's steps against the unchunked ones, bf16,
 #     with and without selective recompute, graph replays), then the 1b at the default 32 GiB budget
 #     alternating with the default step: planned on the CPU, auto then needs no SwiGLU recompute
-#     (31.61 GiB; the default recomputes it in 3 layers), the plan that ran 1.6-2.2% faster under a
-#     32.8 GiB budget (17:07). Predicted: +1-2% if the four head GEMMs at M = 4096 keep cuBLAS's speed.
+#     (31.61 GiB; the default recomputes it in 3 layers, ~0.55 ms in the trace). Predicted: +0.3% at
+#     best, about a wash if the four head GEMMs at M = 4096 lose ~0.5 ms against one at 16384.
 # (2) the 1b as 2 micro-batches without any recompute (28.83 GiB planned through the data-parallel
 #     runtime on a group of one);
 # (3) the peer; (4) Nsight Compute on the embedding backward's kernels at the issue #3 shape.
