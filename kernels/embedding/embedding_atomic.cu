@@ -59,6 +59,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/allocator.h"
@@ -392,10 +394,12 @@ __global__ void __launch_bounds__(kThreads, 3)
 // 2026-11-30 19:58, 16384 tokens of 32000 x 2048 bf16, alternating: 3.43-3.44 TB/s (95.8-96.2 us)
 // against 3.36 (98.0 us); with a hot id 1.56 against 1.53. (At 4 CTAs with the one-load loop the
 // hot case had lost 25%: SumRunsThen's long runs now keep four loads in flight.)
-template <typename T>
-constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : 4;
-template <typename T>
-__global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
+// SG_EMBEDDING_SUM_CTAS=3 or 5 (read per call; an experiment knob for bf16 and f16 dout): 3 or 5
+// CTAs per SM instead (80 registers; or 48 registers, where ptxas spills ~200 bytes).
+template <typename T, int kCtas>
+constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : kCtas;
+template <typename T, int kCtas = 4>
+__global__ void __launch_bounds__(kThreads, (kTouchedMinBlocks<T, kCtas>))
     SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
                          const int4* __restrict__ touched, const int* __restrict__ num_touched,
                          float* __restrict__ dtable, int packs, int64_t n) {
@@ -602,9 +606,13 @@ absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* 
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
                                        sc.offsets, sc.order, n, p.vocab));
   const dim3 list_groups(unsigned(sc.listed / kSumRows));
-  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp,
-                                       sc.offsets, reinterpret_cast<const int4*>(sc.touched), sc.num_touched,
-                                       dtable, int(p.dim / 8), n));
+  const char* ctas = std::getenv("SG_EMBEDDING_SUM_CTAS");
+  auto kernel = SortSumTouchedKernel<T, 4>;
+  if (ctas != nullptr && std::strcmp(ctas, "3") == 0) kernel = SortSumTouchedKernel<T, 3>;
+  if (ctas != nullptr && std::strcmp(ctas, "5") == 0) kernel = SortSumTouchedKernel<T, 5>;
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(kernel, list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
+                                       reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
+                                       int(p.dim / 8), n));
   return absl::OkStatus();
 }
 
