@@ -8,12 +8,11 @@
 #     best, about a wash if the four head GEMMs at M = 4096 lose ~0.5 ms against one at 16384.
 # (2) the 1b as 2 micro-batches without any recompute (28.83 GiB planned through the data-parallel
 #     runtime on a group of one);
-# (3) the peer; (4) issue #3: the embedding backward's sums at 5 CTAs per SM (SG_EMBEDDING_SUM_CTAS=5,
-#     48 registers with ~200 B of spills; 3 -> 4 gained 2%) against the default, plain and with a hot
-#     id, and Nsight Compute on its kernels.
-# Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //kernels/embedding:embedding_benchmark
+# (3) the peer, a traced step with the head in blocks, the step's CUDA tests. ~7 minutes; the
+#     embedding experiments are gpu_call41.sh.
+# Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark
 #   //kernels/cross_entropy:cross_entropy_test //compiler:compile_test //compiler:llama_step_test
-#   //compiler:lm_head_chunks_test //kernels/embedding:embedding_test
+#   //compiler:lm_head_chunks_test
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
@@ -33,17 +32,5 @@ timeout 90 .gpu/run benchmarks/llama_step_benchmark --config=1b --lm_head_chunks
   --trace="$logs/trace_lm_head4.json" > "$logs/traced.log" 2>&1
 echo "traced lm_head4 (rc=$?): $(grep -h 'exposed communication' "$logs/traced.log" | tail -1)"
 t llama_step_test 150 compiler/llama_step_test --gtest_filter='*Cuda*'
-t embedding 120 kernels/embedding/embedding_test
-for r in 1 2; do
-  bm "sum_ctas_$r" 'Backward.*(Atomic2s|Atomic2sCtas5)Batch/16384/32000/2048/'
-done
-bm hot 'Backward.*(Atomic2sHot|Atomic2sCtas5Hot)Batch/16384/32000/2048/'
-bm_table
-timeout 120 /usr/local/cuda/bin/ncu --target-processes all --kernel-name regex:'Count|Scan|Scatter|SortSum|ZeroUntouched' \
-  --launch-skip 30 --launch-count 6 --section SpeedOfLight --section Occupancy --csv \
-  .gpu/run kernels/embedding/embedding_benchmark --benchmark_filter='Atomic2sBatch/16384/32000/2048/' \
-  --benchmark_repetitions=1 > "$logs/ncu_embedding.csv" 2> "$logs/ncu_embedding.err"
-echo "ncu rc=$?: $(grep -c . "$logs/ncu_embedding.csv") lines"
-grep -E '"Duration"|"DRAM Throughput"|"Achieved Occupancy"' "$logs/ncu_embedding.csv" | cut -d, -f5,13-16 | head -30
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
 echo "== done $(date -u +%FT%TZ)"

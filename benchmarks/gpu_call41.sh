@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# Prepared for the next session (1 H200, ~4 minutes): issue #3's last 2%. The embedding tests (the
+# bitwise comparisons include the sums at 3 and 5 CTAs per SM), then atomic2s's sums at 5 CTAs per
+# SM (SG_EMBEDDING_SUM_CTAS=5: 48 registers with ~200 B of spills; 3 -> 4 gained 2%) against the
+# default, alternating, plain and with a hot id; then Nsight Compute on the backward's kernels at the
+# issue's shape (each kernel alone: duration, DRAM throughput, occupancy).
+# Bundle: gpu-bundle --flags "-c opt" //kernels/embedding:embedding_test //kernels/embedding:embedding_benchmark
+set -u
+out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
+source benchmarks/gpu_lib.sh
+echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+t embedding 120 kernels/embedding/embedding_test
+for r in 1 2; do
+  bm "sum_ctas_$r" 'Backward.*(Atomic2s|Atomic2sCtas5)Batch/16384/32000/2048/'
+done
+bm hot 'Backward.*(Atomic2sHot|Atomic2sCtas5Hot)Batch/16384/32000/2048/'
+bm_table
+timeout 120 /usr/local/cuda/bin/ncu --target-processes all --kernel-name regex:'Count|Scan|Scatter|SortSum|ZeroUntouched' \
+  --launch-skip 30 --launch-count 6 --section SpeedOfLight --section Occupancy --csv \
+  .gpu/run kernels/embedding/embedding_benchmark --benchmark_filter='Atomic2sBatch/16384/32000/2048/' \
+  --benchmark_repetitions=1 > "$logs/ncu_embedding.csv" 2> "$logs/ncu_embedding.err"
+echo "ncu rc=$?: $(grep -c . "$logs/ncu_embedding.csv") lines"
+grep -E '"Duration"|"DRAM Throughput"|"Achieved Occupancy"' "$logs/ncu_embedding.csv" | cut -d, -f5,13-16 | head -30
+tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
+echo "== done $(date -u +%FT%TZ)"
