@@ -3,8 +3,12 @@
 # bitwise comparisons include the sums at 3 and 5 CTAs per SM), then atomic2s's sums at 5 CTAs per
 # SM (SG_EMBEDDING_SUM_CTAS=5: 48 registers with ~200 B of spills; 3 -> 4 gained 2%) against the
 # default, alternating, plain and with a hot id; then Nsight Compute on the backward's kernels at the
-# issue's shape (each kernel alone: duration, DRAM throughput, occupancy).
+# issue's shape (each kernel alone: duration, DRAM throughput, occupancy). Then the attention
+# kernels timed as the peer is (30 calls back to back; the per-call figures quoted so far synchronize
+# after each call, whose idle gaps may let the clocks rise) next to the per-call figures, and SDPA
+# flash right after on the same GPU.
 # Bundle: gpu-bundle --flags "-c opt" //kernels/embedding:embedding_test //kernels/embedding:embedding_benchmark
+#   //kernels/attention:attention_benchmark
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 source benchmarks/gpu_lib.sh
@@ -21,5 +25,11 @@ timeout 120 /usr/local/cuda/bin/ncu --target-processes all --kernel-name regex:'
   --benchmark_repetitions=1 > "$logs/ncu_embedding.csv" 2> "$logs/ncu_embedding.err"
 echo "ncu rc=$?: $(grep -c . "$logs/ncu_embedding.csv") lines"
 grep -E '"Duration"|"DRAM Throughput"|"Achieved Occupancy"' "$logs/ncu_embedding.csv" | cut -d, -f5,13-16 | head -30
+timeout 150 .gpu/run kernels/attention/attention_benchmark \
+  --benchmark_filter='BM_AttentionCudaDefault/(forward|backward)(_batch)?/D:(64|128)/causal:1/f16:0' \
+  > "$logs/attention.log" 2>&1
+echo "attention rc=$?"; grep -E '^BM_' "$logs/attention.log" | sed 's/  */ /g' | cut -c1-160
+timeout 150 python3 kernels/attention/sdpa_peer.py > "$logs/sdpa.log" 2>&1
+echo "sdpa rc=$?"; grep -E 'causal=1' "$logs/sdpa.log"
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
 echo "== done $(date -u +%FT%TZ)"

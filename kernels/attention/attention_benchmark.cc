@@ -6,7 +6,10 @@
 // BM_AttentionCuda/forward_v4 runs the v4 forward variants (SG_ATTN_FWD_VARIANT, the label names
 // it; attention_fwd_v4.h lists them; variant = 100 + its index in kFwdV4Variants: wgmma 100, ws 101).
 // BM_AttentionCudaDefault runs the default kernels (both variables unset) on bf16 and on f16 data
-// (the label names it): f16 should match bf16.
+// (the label names it): f16 should match bf16. Its forward_batch and backward_batch time them as
+// the peer is timed: 30 calls back to back between two events (sdpa_peer.py's ITERS), so the clocks
+// are those of sustained work; the per-call benchmarks synchronize after each call, and the idle
+// gaps may let the clocks rise.
 //
 //   bazel run -c opt //kernels/attention:attention_benchmark
 //   attention_benchmark --benchmark_filter='forward'   # v2, v3 and both v4 forward variants
@@ -35,9 +38,10 @@ double ForwardFlops(int64_t dim, bool causal) {
   return 4.0 * kBatch * kSeq * kSeq * kHeads * dim / (causal ? 2.0 : 1.0);
 }
 
-// Times `fn` with CUDA events (manual time); errors end the benchmark with the status text.
+// Times `fn` with CUDA events (manual time), `calls` calls back to back per timed iteration;
+// errors end the benchmark with the status text.
 template <typename Fn>
-void TimeOnDevice(benchmark::State& state, const Stream& stream, double flops, Fn fn) {
+void TimeOnDevice(benchmark::State& state, const Stream& stream, double flops, Fn fn, int calls = 1) {
   auto start = Event::Create(stream.device(), /*timing=*/true);
   auto stop = Event::Create(stream.device(), /*timing=*/true);
   if (!start.ok() || !stop.ok()) return state.SkipWithError("event creation failed");
@@ -46,14 +50,16 @@ void TimeOnDevice(benchmark::State& state, const Stream& stream, double flops, F
   }
   for (auto _ : state) {
     (void)start->Record(stream);
-    absl::Status s = fn();
+    absl::Status s;
+    for (int c = 0; c < calls && s.ok(); ++c) s = fn();
     (void)stop->Record(stream);
     if (s.ok()) s = stop->Synchronize();
     if (!s.ok()) return state.SkipWithError(s.ToString().c_str());
-    state.SetIterationTime(double(stop->ElapsedMsSince(*start).value()) / 1e3);
+    state.SetIterationTime(double(stop->ElapsedMsSince(*start).value()) / 1e3 / calls);
   }
   state.counters["TFLOP/s"] = benchmark::Counter(flops * double(state.iterations()) / 1e12,
                                                  benchmark::Counter::kIsRate);
+  state.counters["calls"] = calls;
 }
 
 struct Buffers {
@@ -78,8 +84,8 @@ absl::StatusOr<Buffers> MakeBuffers(int64_t dim, DType dtype, const Stream& stre
 }
 
 // Times the forward or backward of the kernels the environment picks, on `dtype` data, at D =
-// range(0), causal = range(1).
-void TimeAttention(benchmark::State& state, bool backward, DType dtype) {
+// range(0), causal = range(1); `calls` back to back per timed iteration.
+void TimeAttention(benchmark::State& state, bool backward, DType dtype, int calls = 1) {
   const int64_t dim = state.range(0);
   const bool causal = state.range(1) != 0;
   if (!CudaAvailable()) return state.SkipWithError(CudaUnavailableReason().c_str());
@@ -92,12 +98,13 @@ void TimeAttention(benchmark::State& state, bool backward, DType dtype) {
   opt.causal = causal;
   const double fwd = ForwardFlops(dim, causal);
   if (!backward) {
-    TimeOnDevice(state, *stream, fwd,
-                 [&] { return AttentionForward(b.q, b.k, b.v, opt, b.out, b.lse, *stream); });
+    TimeOnDevice(
+        state, *stream, fwd, [&] { return AttentionForward(b.q, b.k, b.v, opt, b.out, b.lse, *stream); }, calls);
   } else {
-    TimeOnDevice(state, *stream, 2.5 * fwd, [&] {
-      return AttentionBackward(b.q, b.k, b.v, b.out, b.dout, b.lse, opt, b.dq, b.dk, b.dv, *stream);
-    });
+    TimeOnDevice(
+        state, *stream, 2.5 * fwd,
+        [&] { return AttentionBackward(b.q, b.k, b.v, b.out, b.dout, b.lse, opt, b.dq, b.dk, b.dv, *stream); },
+        calls);
   }
 }
 
@@ -139,20 +146,23 @@ BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)->Apply(ForwardShapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward_v4, false)->Apply(ForwardV4Shapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, backward, true)->Apply(BackwardShapes);
 
-// The default kernels; dtype = range(2): 0 bf16, 1 f16.
-void BM_AttentionCudaDefault(benchmark::State& state, bool backward) {
+// The default kernels; dtype = range(2): 0 bf16, 1 f16; `calls` back to back per timed iteration.
+void BM_AttentionCudaDefault(benchmark::State& state, bool backward, int calls) {
   unsetenv("SG_ATTENTION_KERNEL");
   unsetenv("SG_ATTN_FWD_VARIANT");
   const DType dtype = state.range(2) == 1 ? DType::kF16 : DType::kBF16;
-  state.SetLabel(std::string(DTypeName(dtype)));
-  TimeAttention(state, backward, dtype);
+  state.SetLabel(std::string(DTypeName(dtype)) + (calls > 1 ? " batch" : " per-call"));
+  TimeAttention(state, backward, dtype, calls);
 }
+constexpr int kPeerIters = 30;  // sdpa_peer.py's ITERS
 void DtypeShapes(benchmark::internal::Benchmark* b) {
   Shapes(b, {0, 1});
   b->ArgNames({"D", "causal", "f16"});
 }
-BENCHMARK_CAPTURE(BM_AttentionCudaDefault, forward, false)->Apply(DtypeShapes);
-BENCHMARK_CAPTURE(BM_AttentionCudaDefault, backward, true)->Apply(DtypeShapes);
+BENCHMARK_CAPTURE(BM_AttentionCudaDefault, forward, false, 1)->Apply(DtypeShapes);
+BENCHMARK_CAPTURE(BM_AttentionCudaDefault, backward, true, 1)->Apply(DtypeShapes);
+BENCHMARK_CAPTURE(BM_AttentionCudaDefault, forward_batch, false, kPeerIters)->Apply(DtypeShapes);
+BENCHMARK_CAPTURE(BM_AttentionCudaDefault, backward_batch, true, kPeerIters)->Apply(DtypeShapes);
 
 }  // namespace
 }  // namespace sg::kernels
