@@ -6,8 +6,8 @@
 #     alternating with the default step: planned on the CPU, auto then needs no SwiGLU recompute
 #     (31.61 GiB; the default recomputes it in 3 layers, ~0.55 ms in the trace). Predicted: +0.3% at
 #     best, about a wash if the four head GEMMs at M = 4096 lose ~0.5 ms against one at 16384.
-# (2) the 1b as 2 micro-batches without any recompute (28.83 GiB planned through the data-parallel
-#     runtime on a group of one);
+# (2) the 1b as 2 micro-batches, auto recompute (planned on the CPU through the data-parallel
+#     runtime on a group of one: no recompute, 28.8 GiB);
 # (3) the peer, a traced step with the head in blocks, the step's CUDA tests. ~7 minutes; the
 #     embedding experiments are gpu_call41.sh.
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark
@@ -25,7 +25,7 @@ for i in a b; do
   ours_1b "default_$i"
   ours_1b "lm_head4_$i" --lm_head_chunks=4
 done
-ours_1b micro2_none --micro_batches=2 --recompute=none
+ours_1b micro2_auto --micro_batches=2
 timeout 150 python3 benchmarks/llama_peer.py --config 1b --compile --steps 20 > "$logs/peer_1b.log" 2>&1
 echo "peer 1b: $(json "$logs/peer_1b.log") $(grep -E 'Error' "$logs/peer_1b.log" | tail -1)"
 timeout 90 .gpu/run benchmarks/llama_step_benchmark --config=1b --lm_head_chunks=4 --steps=6 --warmup=3 \

@@ -68,7 +68,7 @@ ABSL_FLAG(int, lm_head_chunks, 1,
           "exist whole (CompileOptions::lm_head_chunks; --recompute=auto plans with it; 1: off)");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
-          "(CompileOptions::micro_batches; > 1 needs --recompute other than auto)");
+          "(CompileOptions::micro_batches; --recompute=auto plans one micro-batch's activations)");
 
 namespace sg::compiler {
 namespace {
@@ -135,10 +135,6 @@ absl::StatusOr<Flags> ReadFlags() {
   }
   if (f.micro_batches < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--micro_batches: expected >= 1, found ", f.micro_batches));
-  }
-  // ChooseRecompute plans the whole batch in one pass; a micro-batch's activations are a fraction.
-  if (f.micro_batches > 1 && f.recompute == "auto") {
-    return absl::InvalidArgumentError("--micro_batches > 1: expected --recompute=none, selective or full, found auto");
   }
   if (f.device != "" && f.device != "cuda" && f.device != "cpu") {
     return absl::InvalidArgumentError(absl::StrCat("--device: expected cuda|cpu, found '", f.device, "'"));
@@ -225,6 +221,7 @@ absl::Status Main(const Flags& f) {
   o.strategy = strategy;
   o.wgrad_stream = f.wgrad_stream;
   o.lm_head_chunks = f.lm_head_chunks;
+  o.micro_batches = f.micro_batches;
   if (f.recompute == "auto") {
     // The budget less what the plan does not count (kernel scratch, library workspaces: ~0.2 GiB
     // at 1b); sharded strategies hold 1/world of the state per GPU.
@@ -237,13 +234,13 @@ absl::Status Main(const Flags& f) {
   const RecomputePolicy rp = o.recompute;
   o.cuda_graph = f.cuda_graph;
   o.warmup_steps = 2;
-  o.micro_batches = f.micro_batches;
   o.strategy = strategy;
   if (strategy == Strategy::kHybridShard) o.mesh = {world / 2, 2};
   SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, o));
-  if (rank == 0) std::cerr << absl::StrFormat("planned: arena %.2f GiB (%.2f without reuse), state %.2f GiB, %d activations offloaded\n",
+  if (rank == 0) std::cerr << absl::StrFormat("planned: arena %.2f GiB (%.2f without reuse), state %.2f GiB, %d activations offloaded%s\n",
                                plan.arena_bytes / kGiB, plan.arena_without_reuse_bytes / kGiB,
-                               plan.state_bytes / kGiB, o.offload_activations);
+                               plan.state_bytes / kGiB, o.offload_activations,
+                               o.micro_batches > 1 ? " (one pass over the whole batch: not the micro-batched step's)" : "");
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(device));
   const auto t0 = std::chrono::steady_clock::now();
   SG_ASSIGN_OR_RETURN(std::unique_ptr<CompiledStep> step, Compile(fwd, o));

@@ -13,12 +13,12 @@ expect 2 "--strategy: expected none|fsdp|hsdp, found 'ddp'" --strategy=ddp
 expect 2 "--config: " --config=13b
 expect 2 "--micro_batches: expected >= 1, found 0" --micro_batches=0
 expect 2 "--lm_head_chunks: expected >= 1, found 0" --lm_head_chunks=0
-expect 2 "--micro_batches > 1: expected --recompute=none, selective or full, found auto" --micro_batches=2
 expect 2 "expected only --flag=value arguments, found 'tiny'" tiny
 tiny=(--config=tiny --device=cpu --steps=1)
 expect 0 '"config":"tiny"' "${tiny[@]}" --warmup=1 --recompute=auto --memory_budget_gib=2 --lr=1e-3 --cuda_graph=0
 expect 0 '"recompute":"selective"' "${tiny[@]}" --warmup=0 --recompute=selective --strategy=none
 expect 0 '"wgrad_stream":true' "${tiny[@]}" --warmup=1 --wgrad_stream
 expect 0 '"micro_batches":2' "${tiny[@]}" --warmup=1 --recompute=none --micro_batches=2
+expect 0 '"micro_batches":2' "${tiny[@]}" --warmup=1 --micro_batches=2
 expect 0 '"lm_head_chunks":4' "${tiny[@]}" --warmup=1 --lm_head_chunks=4
 exit $fail

@@ -241,7 +241,9 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
                                         CompileOptions* o) {
   if (state_shards < 1) return absl::InvalidArgumentError("ChooseRecompute: state_shards must be >= 1");
   int64_t last = 0;
-  const bool fsdp = o->strategy == Strategy::kFsdp && state_shards > 1;
+  // Sharded state, or micro-batches (the data-parallel runtime runs them, also on one device: its
+  // plan has the accumulated gradients and one micro-batch's activations).
+  const bool fsdp = (o->strategy == Strategy::kFsdp && state_shards > 1) || o->micro_batches > 1;
   auto fits = [&](RecomputePolicy p, int swiglu_layers, bool per_parameter = false,
                   int offload = 0) -> absl::StatusOr<bool> {
     CompileOptions t = *o;

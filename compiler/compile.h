@@ -246,7 +246,8 @@ class CompiledStep {
 absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph, const CompileOptions& options);
 
 // The least recompute whose plan fits `budget_bytes` (arena + state / state_shards; for
-// options->strategy == kFsdp with state_shards > 1, PlanFsdpMemory's total per rank): none, then
+// options->strategy == kFsdp with state_shards > 1, or options->micro_batches > 1, PlanFsdpMemory's
+// total per rank): none, then
 // (options->offload_before_recompute) none with the fewest kept activations offloaded, then
 // selective with SwiGLU recomputed in 0, 1, 2, ... layers, then full, then (FSDP over > 1 ranks)
 // full with per-parameter collectives, then that with the fewest kept activations offloaded to host

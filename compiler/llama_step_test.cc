@@ -270,6 +270,26 @@ TEST(LlamaStepTest, LmHeadInBlocksPlanAtThe1b) {
   EXPECT_LE(planned[1], budget);
 }
 
+// ChooseRecompute with micro-batches plans the data-parallel runtime's step (PlanFsdpMemory on a
+// group of one: the accumulated f32 gradients, one micro-batch's activations): the 1b as 2
+// micro-batches needs no recompute under the 32 GiB default (28.8 GiB), where one pass needs it.
+TEST(LlamaStepTest, MicroBatchesPlanAtThe1b) {
+  auto c = LlamaBenchConfigNamed("1b");
+  ASSERT_TRUE(c.ok());
+  graph::Graph fwd = LlamaForward(c->model);
+  const int64_t budget = int64_t((32.0 - 0.25) * kGiB);
+  CompileOptions one = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kNone);
+  ASSERT_TRUE(ChooseRecompute(fwd, budget, 1, &one).ok());
+  EXPECT_NE(one.recompute, RecomputePolicy::kNone);
+  CompileOptions two = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kFull);
+  two.micro_batches = 2;
+  auto bytes = ChooseRecompute(fwd, budget, 1, &two);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(two.recompute, RecomputePolicy::kNone);
+  EXPECT_LE(*bytes, budget);
+  std::cout << absl::StrFormat("1b, 2 micro-batches: no recompute, %.2f GiB planned\n", *bytes / kGiB);
+}
+
 // CompileOptions::wgrad_stream at the 1b shapes: the weight-gradient matmuls' inputs live until
 // their join, which the plan counts; what --recompute=auto then picks under the default budget.
 TEST(LlamaStepTest, WgradStreamPlanAtThe1b) {
