@@ -10,4 +10,6 @@ expect 1 "Illegal value 'ten' specified for flag 'steps'" --steps=ten
 expect 1 "Unknown command line flag 'step'" --step=10
 expect 2 "unexpected argument 'tiny'" tiny
 expect 0 "--sp_vocab (default '2048')" --help
+expect 1 "--recompute: expected auto, none, selective or full, found 'partial'" --recompute=partial --steps=1
+expect 1 "--memory_budget_gib: expected >= 0, found -2" --memory_budget_gib=-2 --steps=1
 exit $fail

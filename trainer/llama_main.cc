@@ -49,6 +49,10 @@ ABSL_FLAG(bool, pp_fsdp, false,
           "--strategy=pp with --mesh=DPxPP: shard each stage's parameters and optimizer state over its dp replicas "
           "(FSDP inside the pipeline) instead of replicating them");
 ABSL_FLAG(std::string, mesh, "", "device mesh for --strategy, e.g. 2x2");
+ABSL_FLAG(std::string, recompute, "auto",
+          "activation recompute: none, selective, full, or auto (the least that fits --memory_budget_gib; a single "
+          "device or --strategy=fsdp; on the CPU: none)");
+ABSL_FLAG(double, memory_budget_gib, 0, "--recompute=auto's memory per GPU (0: 90% of the GPU's memory)");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA when present), cpu or cuda");
 ABSL_FLAG(std::string, precision, "", "f32, bf16 or f16 (f16: dynamic loss scaling; default: f32 on the CPU, bf16 on CUDA)");
 ABSL_FLAG(std::string, name, "", "run name: outputs go to ./runs/<name> (default: the preset)");
@@ -147,6 +151,8 @@ int main(int argc, char** argv) {
   f.mesh = absl::GetFlag(FLAGS_mesh);
   f.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   f.pp_fsdp = absl::GetFlag(FLAGS_pp_fsdp);
+  f.recompute = absl::GetFlag(FLAGS_recompute);
+  f.memory_budget_gib = absl::GetFlag(FLAGS_memory_budget_gib);
   f.device = absl::GetFlag(FLAGS_device);
   f.precision = absl::GetFlag(FLAGS_precision);
   f.name = absl::GetFlag(FLAGS_name);

@@ -213,6 +213,32 @@ int64_t MemoryBytes(Device d) {
   return CurrentRssBytes();
 }
 
+// --recompute and --memory_budget_gib as TrainOptions' auto_recompute, recompute and
+// memory_budget_bytes.
+struct RecomputeChoice {
+  bool automatic = false;
+  compiler::RecomputePolicy policy = compiler::RecomputePolicy::kNone;
+  int64_t budget_bytes = 0;
+};
+absl::StatusOr<RecomputeChoice> ParseRecompute(const RunFlags& f) {
+  RecomputeChoice c;
+  if (f.recompute == "auto") {
+    c.automatic = true;
+  } else if (f.recompute == "none" || f.recompute == "selective" || f.recompute == "full") {
+    c.policy = f.recompute == "none"        ? compiler::RecomputePolicy::kNone
+               : f.recompute == "selective" ? compiler::RecomputePolicy::kSelective
+                                            : compiler::RecomputePolicy::kFull;
+  } else {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--recompute: expected auto, none, selective or full, found '", f.recompute, "'"));
+  }
+  if (!(f.memory_budget_gib >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--memory_budget_gib: expected >= 0, found ", f.memory_budget_gib));
+  }
+  c.budget_bytes = int64_t(f.memory_budget_gib * double(int64_t(1) << 30));
+  return c;
+}
+
 // RunTraining; `link` is set once the job link starts (multi-rank runs).
 absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& link) {
   const int rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1);
@@ -223,6 +249,7 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   SG_ASSIGN_OR_RETURN(std::vector<int64_t> mesh, ParseMesh(f.mesh));
   SG_ASSIGN_OR_RETURN(Device device, ParseDevice(f.device));
   SG_ASSIGN_OR_RETURN(const FaultPlan fault, FaultPlan::Parse(f.inject_fault));
+  SG_ASSIGN_OR_RETURN(const RecomputeChoice recompute, ParseRecompute(f));
   if (f.checkpoint_format != "full" && f.checkpoint_format != "sharded") {
     return absl::InvalidArgumentError(
         absl::StrCat("--checkpoint_format: expected full or sharded, found '", f.checkpoint_format, "'"));
@@ -274,6 +301,9 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   if (!f.precision.empty() && f.precision != "bf16" && f.precision != "f16" && f.precision != "f32") {
     return absl::InvalidArgumentError(absl::StrCat("--precision: expected f32, bf16 or f16, found '", f.precision, "'"));
   }
+  o.auto_recompute = recompute.automatic;
+  o.recompute = recompute.policy;
+  o.memory_budget_bytes = recompute.budget_bytes;
   o.strategy = strategy;
   o.mesh = mesh;
   o.rank = rank;
@@ -326,6 +356,7 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
                  : o.precision == compiler::Precision::kF16Mixed ? "f16 mixed (loss scaling)" : "bf16 mixed", long(o.batch), long(o.seq),
                  long(o.grad_accum), o.world_size, long(t->tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
                  budget > 0 ? absl::StrFormat(", time budget %.0f s", budget).c_str() : "");
+    std::fprintf(stderr, "recompute: %s\n", t->memory_plan().c_str());
     if (r != nullptr) {
       std::fprintf(stderr, "resumed : step %ld from %s (%s, saved on %d ranks, now %d)\n", long(t->step()),
                    s.resume_dir.c_str(), s.resume_sharded ? "per-shard" : "full", r->state.world_size, world);

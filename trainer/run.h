@@ -49,6 +49,8 @@ struct RunFlags {
   std::string mesh;
   int64_t micro_batches = 0;  // --strategy=pp: 0 = one sequence per micro-batch
   bool pp_fsdp = false;        // --strategy=pp --mesh=DPxPP: shard each stage over dp (FSDP)
+  std::string recompute = "auto";  // auto, none, selective or full (TrainOptions::auto_recompute)
+  double memory_budget_gib = 0;    // --recompute=auto's budget per GPU; 0: 90% of the GPU's memory
   std::string device = "auto";
   std::string precision;
   std::string name;

@@ -6,6 +6,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "graph/interpreter.h"
 #include "kernels/core/status.h"
 #include "trainer/model/llama_model.h"
@@ -85,7 +86,39 @@ absl::Status ValidateOptions(const TrainOptions& o) {
   SG_CHECK_ARG(o.weight_decay >= 0, "--weight_decay: expected >= 0, found ", o.weight_decay);
   SG_CHECK_ARG(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "rank ", o.rank,
                " is outside the world of size ", o.world_size);
+  SG_CHECK_ARG(o.memory_budget_bytes >= 0, "--memory_budget_gib: expected >= 0, found ",
+               double(o.memory_budget_bytes) / double(int64_t(1) << 30));
   return absl::OkStatus();
+}
+
+// TrainOptions::auto_recompute: sets co's recompute choice (ChooseRecompute) and returns the
+// description Trainer::memory_plan() gives.
+absl::StatusOr<std::string> ChooseMemoryPlan(const graph::Graph& forward, const TrainOptions& o,
+                                             compiler::CompileOptions* co) {
+  const std::string fixed(graph::RecomputePolicyName(co->recompute));
+  const bool plannable = o.strategy == compiler::Strategy::kNone || o.strategy == compiler::Strategy::kFsdp;
+  if (!o.auto_recompute || !plannable) return fixed;
+  int64_t budget = o.memory_budget_bytes;
+  if (budget == 0) {
+    if (!o.device.is_cuda()) {
+      co->recompute = compiler::RecomputePolicy::kNone;
+      return std::string("none (auto on the CPU)");
+    }
+    SG_ASSIGN_OR_RETURN(const int64_t total, CudaDeviceMemoryBytes(o.device.ordinal));
+    budget = total / 10 * 9;
+  }
+  const int shards = o.strategy == compiler::Strategy::kFsdp ? o.world_size : 1;
+  SG_ASSIGN_OR_RETURN(const int64_t planned, compiler::ChooseRecompute(forward, budget, shards, co));
+  std::string plan(graph::RecomputePolicyName(co->recompute));
+  if (co->recompute == compiler::RecomputePolicy::kSelective && co->recompute_swiglu_layers >= 0) {
+    absl::StrAppend(&plan, " (SwiGLU in ", co->recompute_swiglu_layers, " of the layers)");
+  }
+  if (co->fsdp_per_parameter_collectives) absl::StrAppend(&plan, ", per-parameter collectives");
+  if (co->offload_activations > 0) absl::StrAppend(&plan, ", ", co->offload_activations, " activations offloaded");
+  constexpr double kGiB = double(int64_t(1) << 30);
+  absl::StrAppend(&plan, absl::StrFormat(", %.2f GiB planned of %.2f", planned / kGiB, budget / kGiB));
+  if (planned > budget) absl::StrAppend(&plan, " (the least memory the compiler can plan; it may not fit)");
+  return plan;
 }
 
 }  // namespace
@@ -123,6 +156,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.adamw.beta2 = options.beta2;
   co.adamw.weight_decay = options.weight_decay;
   co.adamw.max_grad_norm = options.grad_clip;
+  co.recompute = options.recompute;
+  SG_ASSIGN_OR_RETURN(t->memory_plan_, ChooseMemoryPlan(forward, options, &co));
   SG_ASSIGN_OR_RETURN(t->compiled_, compiler::Compile(forward, co));
 
   // The data is split over the data-parallel ranks (options.rank of options.world_size); with kAuto

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <iostream>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 #include "kernels/core/testing.h"
 #include "trainer/checkpoint/checkpoint.h"
@@ -154,6 +155,36 @@ TEST(TrainLoopTest, GradientAccumulationMatchesTheLargerBatch) {
     EXPECT_LT(testing::RelativeError(testing::ToHost(wb[i].tensor.view()), testing::ToHost(wa[i].tensor.view())), 1e-4)
         << wa[i].name;
   }
+}
+
+// TrainOptions::auto_recompute: under a budget nothing fits, the least-memory plan (full recompute)
+// is chosen, and the run takes the same steps as one asked for full recompute; under a roomy budget
+// no recompute. memory_plan() says which and what was planned against the budget.
+TEST(TrainLoopTest, AutoRecomputeFitsTheBudget) {
+  const uint64_t seed = testing::Rng()();
+  TrainOptions tight = SmallOptions(seed), full = SmallOptions(seed), roomy = SmallOptions(seed);
+  tight.auto_recompute = true;
+  tight.memory_budget_bytes = 1024;
+  full.recompute = compiler::RecomputePolicy::kFull;
+  roomy.auto_recompute = true;
+  roomy.memory_budget_bytes = int64_t(1) << 34;
+  std::unique_ptr<Trainer> a = Trainer::Create(tight, DefaultCorpusTokens()).value();
+  std::unique_ptr<Trainer> b = Trainer::Create(full, DefaultCorpusTokens()).value();
+  std::unique_ptr<Trainer> c = Trainer::Create(roomy, DefaultCorpusTokens()).value();
+  EXPECT_TRUE(absl::StartsWith(a->memory_plan(), "full")) << a->memory_plan();
+  EXPECT_NE(a->memory_plan().find("GiB planned of 0.00"), std::string::npos) << a->memory_plan();
+  EXPECT_NE(a->memory_plan().find("may not fit"), std::string::npos) << a->memory_plan();
+  EXPECT_EQ(b->memory_plan(), "full");
+  EXPECT_TRUE(absl::StartsWith(c->memory_plan(), "none, ")) << c->memory_plan();
+  for (int i = 0; i < 3; ++i) {
+    const double la = a->Step().value().loss, lb = b->Step().value().loss;
+    EXPECT_NEAR(la, lb, 1e-6 * lb) << "step " << i + 1;
+  }
+  // Bad budget: named.
+  TrainOptions bad = SmallOptions(seed);
+  bad.memory_budget_bytes = -1;
+  const absl::Status st = Trainer::Create(bad, DefaultCorpusTokens()).status();
+  EXPECT_NE(st.message().find("--memory_budget_gib: expected >= 0"), std::string::npos) << st;
 }
 
 TEST(TrainLoopTest, ResumeFromCheckpointIsBitExact) {

@@ -48,6 +48,23 @@ const CudaProbe& Probe() {
 int CudaDeviceCount() { return Probe().count; }
 std::string CudaUnavailableReason() { return Probe().reason; }
 
+absl::StatusOr<int64_t> CudaDeviceMemoryBytes(int ordinal) {
+  if (CudaDeviceCount() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("CudaDeviceMemoryBytes: ", CudaUnavailableReason()));
+  }
+  if (ordinal < 0 || ordinal >= CudaDeviceCount()) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaDeviceMemoryBytes: device ordinal in [0, ", CudaDeviceCount(),
+                                                   "), found ", ordinal));
+  }
+#ifdef SG_WITH_CUDA
+  cudaDeviceProp prop;
+  SG_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal));
+  return int64_t(prop.totalGlobalMem);
+#else
+  return absl::FailedPreconditionError("CudaDeviceMemoryBytes: built without CUDA");
+#endif
+}
+
 absl::Status RequireSm90(const std::string& what) {
 #ifdef SG_WITH_CUDA
   constexpr int kMaxDevices = 64;

@@ -5,9 +5,11 @@
 #ifndef SGTRAIN_KERNELS_CORE_DEVICE_H_
 #define SGTRAIN_KERNELS_CORE_DEVICE_H_
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace sg {
 
@@ -30,6 +32,11 @@ struct Device {
 
 // Number of usable CUDA devices: 0 when built without CUDA, or when the driver finds none.
 int CudaDeviceCount();
+
+// The global memory of CUDA device `ordinal` in bytes (its total, not what is free).
+// FailedPrecondition in a build without CUDA or without a device; InvalidArgument for an ordinal
+// out of range.
+absl::StatusOr<int64_t> CudaDeviceMemoryBytes(int ordinal);
 
 // True when at least one CUDA device can be used.
 inline bool CudaAvailable() { return CudaDeviceCount() > 0; }
