@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "absl/strings/match.h"
+#include "compiler/testing/step_compare.h"
 #include "compiler/testing/tiny_llama.h"
 #include "compiler/wgrad_stream.h"
 #include "graph/autodiff.h"
@@ -40,13 +41,7 @@ Fixture MakeFixture(int layers = 2, bool cuda_shapes = false) {
   Fixture f;
   testing::TinyLlamaConfig c;
   c.layers = layers;
-  if (cuda_shapes) {
-    c.vocab = 64;
-    c.dim = 128;
-    c.heads = 2;
-    c.kv_heads = 1;
-    c.ffn = 256;
-  }
+  if (cuda_shapes) c = testing::WithCudaKernelShapes(c);
   auto g = testing::TinyLlama(c);
   EXPECT_TRUE(g.ok()) << g.status();
   f.forward = *g;

@@ -15,6 +15,7 @@
 #include "absl/strings/match.h"
 #include "compiler/compile.h"
 #include "compiler/llama_step.h"
+#include "compiler/testing/step_compare.h"
 #include "compiler/testing/tiny_llama.h"
 #include "graph/interpreter.h"
 #include "graph/models/llama.h"
@@ -49,13 +50,7 @@ testing::TinyLlamaConfig ConfigFor(const Case& c) {
   testing::TinyLlamaConfig tc;
   tc.tied = c.tied;
   tc.layers = c.layers;
-  if (c.cuda) {  // the CUDA attention and cross-entropy kernels' shapes
-    tc.vocab = 64;
-    tc.dim = 128;
-    tc.heads = 2;
-    tc.kv_heads = 1;
-    tc.ffn = 256;
-  }
+  if (c.cuda) tc = testing::WithCudaKernelShapes(tc);  // the CUDA attention and cross-entropy kernels' shapes
   return tc;
 }
 
