@@ -25,6 +25,7 @@ for i in a b; do
   ours_1b "default_$i"
   ours_1b "lm_head4_$i" --lm_head_chunks=4
 done
+ours_1b lm_head8 --lm_head_chunks=8
 ours_1b micro2_auto --micro_batches=2
 timeout 150 python3 benchmarks/llama_peer.py --config 1b --compile --steps 20 > "$logs/peer_1b.log" 2>&1
 echo "peer 1b: $(json "$logs/peer_1b.log") $(grep -E 'Error' "$logs/peer_1b.log" | tail -1)"
