@@ -53,6 +53,9 @@ ABSL_FLAG(std::string, recompute, "auto",
           "activation recompute: none, selective, full, or auto (the least that fits --memory_budget_gib; a single "
           "device or --strategy=fsdp; on the CPU: none)");
 ABSL_FLAG(double, memory_budget_gib, 0, "--recompute=auto's memory per GPU (0: 90% of the GPU's memory)");
+ABSL_FLAG(int64_t, lm_head_chunks, 1,
+          "the LM head in this many blocks of tokens, so the [tokens, vocab] logits never exist whole (a single "
+          "device; --recompute=auto plans with it; 1: off)");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA when present), cpu or cuda");
 ABSL_FLAG(std::string, precision, "", "f32, bf16 or f16 (f16: dynamic loss scaling; default: f32 on the CPU, bf16 on CUDA)");
 ABSL_FLAG(std::string, name, "", "run name: outputs go to ./runs/<name> (default: the preset)");
@@ -153,6 +156,7 @@ int main(int argc, char** argv) {
   f.pp_fsdp = absl::GetFlag(FLAGS_pp_fsdp);
   f.recompute = absl::GetFlag(FLAGS_recompute);
   f.memory_budget_gib = absl::GetFlag(FLAGS_memory_budget_gib);
+  f.lm_head_chunks = absl::GetFlag(FLAGS_lm_head_chunks);
   f.device = absl::GetFlag(FLAGS_device);
   f.precision = absl::GetFlag(FLAGS_precision);
   f.name = absl::GetFlag(FLAGS_name);

@@ -304,6 +304,7 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   o.auto_recompute = recompute.automatic;
   o.recompute = recompute.policy;
   o.memory_budget_bytes = recompute.budget_bytes;
+  o.lm_head_chunks = int(f.lm_head_chunks);
   o.strategy = strategy;
   o.mesh = mesh;
   o.rank = rank;

@@ -86,15 +86,15 @@ absl::Status ValidateOptions(const TrainOptions& o) {
   SG_CHECK_ARG(o.weight_decay >= 0, "--weight_decay: expected >= 0, found ", o.weight_decay);
   SG_CHECK_ARG(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "rank ", o.rank,
                " is outside the world of size ", o.world_size);
+  SG_CHECK_ARG(o.lm_head_chunks >= 1, "--lm_head_chunks: expected >= 1, found ", o.lm_head_chunks);
   SG_CHECK_ARG(o.memory_budget_bytes >= 0, "--memory_budget_gib: expected >= 0, found ",
                double(o.memory_budget_bytes) / double(int64_t(1) << 30));
   return absl::OkStatus();
 }
 
-// TrainOptions::auto_recompute: sets co's recompute choice (ChooseRecompute) and returns the
-// description Trainer::memory_plan() gives.
-absl::StatusOr<std::string> ChooseMemoryPlan(const graph::Graph& forward, const TrainOptions& o,
-                                             compiler::CompileOptions* co) {
+// ChooseMemoryPlan's recompute part.
+absl::StatusOr<std::string> ChooseRecomputeOf(const graph::Graph& forward, const TrainOptions& o,
+                                              compiler::CompileOptions* co) {
   const std::string fixed(graph::RecomputePolicyName(co->recompute));
   const bool plannable = o.strategy == compiler::Strategy::kNone || o.strategy == compiler::Strategy::kFsdp;
   if (!o.auto_recompute || !plannable) return fixed;
@@ -119,6 +119,15 @@ absl::StatusOr<std::string> ChooseMemoryPlan(const graph::Graph& forward, const 
   absl::StrAppend(&plan, absl::StrFormat(", %.2f GiB planned of %.2f", planned / kGiB, budget / kGiB));
   if (planned > budget) absl::StrAppend(&plan, " (the least memory the compiler can plan; it may not fit)");
   return plan;
+}
+
+// TrainOptions::auto_recompute: sets co's recompute choice (ChooseRecompute) and returns the
+// description Trainer::memory_plan() gives.
+absl::StatusOr<std::string> ChooseMemoryPlan(const graph::Graph& forward, const TrainOptions& o,
+                                             compiler::CompileOptions* co) {
+  const std::string head = co->lm_head_chunks > 1 ? absl::StrCat("; LM head in ", co->lm_head_chunks, " blocks") : "";
+  SG_ASSIGN_OR_RETURN(std::string plan, ChooseRecomputeOf(forward, o, co));
+  return plan + head;
 }
 
 }  // namespace
@@ -157,6 +166,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.adamw.weight_decay = options.weight_decay;
   co.adamw.max_grad_norm = options.grad_clip;
   co.recompute = options.recompute;
+  co.lm_head_chunks = options.lm_head_chunks;
   SG_ASSIGN_OR_RETURN(t->memory_plan_, ChooseMemoryPlan(forward, options, &co));
   SG_ASSIGN_OR_RETURN(t->compiled_, compiler::Compile(forward, co));
 

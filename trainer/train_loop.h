@@ -78,6 +78,10 @@ struct TrainOptions {
   compiler::RecomputePolicy recompute = compiler::RecomputePolicy::kNone;
   bool auto_recompute = false;
   int64_t memory_budget_bytes = 0;
+  // The LM head in this many blocks of tokens (compiler::CompileOptions::lm_head_chunks): the
+  // [tokens, vocab] logits never exist whole (at a 128256 vocabulary and 16384 tokens, 4 GiB of
+  // bf16 logits become one block's). A single device; 1: off.
+  int lm_head_chunks = 1;
   int rank = 0;
   int world_size = 1;
   std::string cache_dir;  // the compiler's cache; "" = none

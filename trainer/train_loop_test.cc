@@ -187,6 +187,27 @@ TEST(TrainLoopTest, AutoRecomputeFitsTheBudget) {
   EXPECT_NE(st.message().find("--memory_budget_gib: expected >= 0"), std::string::npos) << st;
 }
 
+// TrainOptions::lm_head_chunks: the LM head in blocks of tokens trains as the whole head does (the
+// same losses to f32 rounding: dW is summed over the blocks); a value below 1 is named.
+TEST(TrainLoopTest, LmHeadInBlocksTrainsTheSame) {
+  const uint64_t seed = testing::Rng()();
+  TrainOptions whole = SmallOptions(seed), blocks = SmallOptions(seed);
+  blocks.lm_head_chunks = 3;
+  std::unique_ptr<Trainer> a = Trainer::Create(whole, DefaultCorpusTokens()).value();
+  std::unique_ptr<Trainer> b = Trainer::Create(blocks, DefaultCorpusTokens()).value();
+  int head = 0;
+  for (const compiler::Step& s : b->compiled().program().schedule.steps) head += absl::StartsWith(s.name, "lm head in 3 blocks");
+  EXPECT_EQ(head, 1);
+  EXPECT_EQ(b->memory_plan(), "none; LM head in 3 blocks");
+  for (int i = 0; i < 3; ++i) {
+    const double la = a->Step().value().loss, lb = b->Step().value().loss;
+    EXPECT_NEAR(lb, la, 1e-5 * la) << "step " << i + 1;
+  }
+  blocks.lm_head_chunks = 0;
+  const absl::Status st = Trainer::Create(blocks, DefaultCorpusTokens()).status();
+  EXPECT_NE(st.message().find("--lm_head_chunks: expected >= 1, found 0"), std::string::npos) << st;
+}
+
 TEST(TrainLoopTest, ResumeFromCheckpointIsBitExact) {
   const uint64_t seed = testing::Rng()();
   TrainOptions o = SmallOptions(seed);
