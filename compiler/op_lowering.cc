@@ -135,6 +135,17 @@ LoweredOp AddRmsNormBackward(const Node& n, const NodeViews& v, bool matched) {
 // Targets flattened to one row per token, logits to [tokens, vocab].
 TensorView Flat(const TensorView& t) { return TensorView(t.raw(), t.dtype(), {t.numel()}, t.device()); }
 
+// The options of softmax_cross_entropy node `n` fused with its backward node `bwd`: the constant
+// loss cotangent, or the seed read from the device.
+kernels::CrossEntropyOptions FusedCrossEntropyOptions(const Node& n, int bwd, const TensorView& device_seed,
+                                                      const LoweringFusions& f) {
+  kernels::CrossEntropyOptions o;
+  o.ignore_index = graph::AttrInt(n, "ignore_index");
+  if (auto c = f.cross_entropy_scale.find(bwd); c != f.cross_entropy_scale.end()) o.grad_scale = c->second;
+  if (device_seed.raw() != nullptr) o.grad_scale_from = static_cast<const float*>(device_seed.raw());
+  return o;
+}
+
 // softmax_cross_entropy onto kernels/cross_entropy: the loss only, or (fused with its backward)
 // the loss and dlogits in one pass. The loss stays on the device: no host sync.
 LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions& f, int index) {
@@ -148,9 +159,7 @@ LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions&
               return kernels::CrossEntropyForward(logits, targets, loss, valid, o, s);
             }};
   }
-  auto constant = f.cross_entropy_scale.find(pair->second);
-  if (constant != f.cross_entropy_scale.end()) o.grad_scale = constant->second;
-  if (v.device_seed.raw() != nullptr) o.grad_scale_from = static_cast<const float*>(v.device_seed.raw());
+  o = FusedCrossEntropyOptions(n, pair->second, v.device_seed, f);
   TensorView dlogits = AsMatrix(v.fused_out[0]);
   return {"kernel", [=](const Stream& s) {
             return kernels::CrossEntropyForwardBackward(logits, targets, loss, valid, dlogits, o, s);
@@ -165,11 +174,8 @@ LoweredOp CrossEntropy(const Node& n, const NodeViews& v, const LoweringFusions&
 // and the mean after (kernels/cross_entropy's Count / Rows / Finish: the unchunked loss bitwise).
 LoweredOp LmHead(const Node& n, const LmHeadViews& v, const LoweringFusions& f) {
   const LoweringFusions::LmHead& h = *f.lm_head;
-  kernels::CrossEntropyOptions o;
-  o.ignore_index = graph::AttrInt(n, "ignore_index");
-  const int bwd = f.cross_entropy.at(h.cross_entropy);
-  if (auto c = f.cross_entropy_scale.find(bwd); c != f.cross_entropy_scale.end()) o.grad_scale = c->second;
-  if (v.device_seed.raw() != nullptr) o.grad_scale_from = static_cast<const float*>(v.device_seed.raw());
+  const kernels::CrossEntropyOptions o =
+      FusedCrossEntropyOptions(n, f.cross_entropy.at(h.cross_entropy), v.device_seed, f);
   const TensorView x = AsMatrix(v.x), w = v.w, targets = Flat(v.targets), loss = v.loss, dx = AsMatrix(v.dx);
   const TensorView dw = v.dw;
   const int64_t rows = x.dim(0), vocab = w.dim(0);

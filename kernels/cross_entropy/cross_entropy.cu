@@ -379,17 +379,6 @@ absl::Status LaunchRows(const Problem& p, const void* logits, const void* target
   return absl::OkStatus();
 }
 
-template <typename T, typename I>
-absl::Status Run(const Problem& p, const void* logits, const void* targets, float* loss, int32_t* valid,
-                 void* dlogits, float* row_loss, cudaStream_t s) {
-  CountKernel<I><<<1, 1024, 0, s>>>(static_cast<const I*>(targets), p.rows, p.ignore_index, valid);
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(CountKernel);
-  SG_RETURN_IF_ERROR((LaunchRows<T, I>(p, logits, targets, row_loss, valid, dlogits, s)));
-  FinishKernel<<<1, 1024, 0, s>>>(row_loss, p.rows, valid, loss);
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(FinishKernel);
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::Status CountCuda(const Problem& p, const void* targets, int32_t* valid, void* stream) {
@@ -426,23 +415,12 @@ absl::Status FinishCuda(int64_t rows, const float* row_loss, const int32_t* vali
 
 absl::Status RunCuda(const Problem& p, const void* logits, const void* targets, float* loss, int32_t* valid,
                      void* dlogits, int device, void* stream) {
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
   SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(p.rows * int64_t(sizeof(float))));
   float* row_loss = static_cast<float*>(scratch);
-  auto run = [&]() -> absl::Status {
-    if (p.dtype == DType::kBF16) {
-      if (p.targets_i64) return Run<__nv_bfloat16, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
-      return Run<__nv_bfloat16, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
-    }
-    if (p.dtype == DType::kF16) {
-      if (p.targets_i64) return Run<__half, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
-      return Run<__half, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
-    }
-    if (p.targets_i64) return Run<float, int64_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
-    return Run<float, int32_t>(p, logits, targets, loss, valid, dlogits, row_loss, s);
-  };
-  const absl::Status st = run();
+  absl::Status st = CountCuda(p, targets, valid, stream);
+  if (st.ok()) st.Update(RowsCuda(p, logits, targets, valid, row_loss, dlogits, stream));
+  if (st.ok()) st.Update(FinishCuda(p.rows, row_loss, valid, loss, stream));
   alloc->Free(scratch);  // reused only by later work on the same stream
   return st;
 }
