@@ -714,29 +714,44 @@ absl::StatusOr<NcclTransport*> NativeTransport(Transport* device, const TensorVi
 
 }  // namespace
 
+// The one body of the Native* collectives: begun with the group's deadline, issued by `issue`
+// (given the ncclComm_t and the transport's cudaStream_t, returning its ncclResult_t) between
+// OrderBefore and OrderAfter of `stream`, and any failure reported through Fail.
+absl::Status ProcessGroup::RunNative(NcclTransport* nt, absl::string_view op_name, absl::string_view nccl_call,
+                                     const std::function<int(void* comm, void* stream)>& issue,
+                                     const Stream& stream) {
+#ifdef SG_WITH_NCCL
+  SG_ASSIGN_OR_RETURN(OpState op, Begin(op_name, options_.timeout));
+  const absl::StatusOr<void*> comm = nt->comm();
+  absl::Status s = comm.ok() ? OrderBefore(nt, stream) : comm.status();
+  if (s.ok()) {
+    const auto rc = static_cast<ncclResult_t>(issue(*comm, nt->stream()->native()));
+    if (rc != ncclSuccess && rc != ncclInProgress) {
+      s = absl::InternalError(absl::StrCat(nccl_call, ": ", ncclGetErrorString(rc)));
+    }
+  }
+  if (s.ok()) s = nt->WaitIssued(op.deadline, nccl_call);
+  if (s.ok()) s = OrderAfter(nt, stream);
+  return s.ok() ? s : Fail(op, s);
+#else
+  (void)nt, (void)op_name, (void)nccl_call, (void)issue, (void)stream;
+  return absl::FailedPreconditionError("built without NCCL");
+#endif
+}
+
 absl::Status ProcessGroup::NativeAllReduce(const TensorView& t, ReduceOp rop, const Stream& stream) {
   SG_RETURN_IF_ERROR(CheckTensor(t, "nccl_all_reduce", "tensor", true));
   SG_ASSIGN_OR_RETURN(NcclTransport * nt, NativeTransport(device_, t, size(), name_, "nccl_all_reduce"));
 #ifdef SG_WITH_NCCL
-  SG_ASSIGN_OR_RETURN(OpState op, Begin("nccl_all_reduce", options_.timeout));
   SG_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(t.dtype()));
-  const absl::StatusOr<void*> comm = nt->comm();
-  absl::Status s = comm.ok() ? OrderBefore(nt, stream) : comm.status();
-  if (s.ok()) {
-    ncclResult_t rc = ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, NcclOp(rop),
-                                    static_cast<ncclComm_t>(*comm),
-                                    static_cast<cudaStream_t>(nt->stream()->native()));
-    if (rc != ncclSuccess && rc != ncclInProgress) {
-      s = absl::InternalError(absl::StrCat("ncclAllReduce: ", ncclGetErrorString(rc)));
-    }
-  }
-  if (s.ok()) s = nt->WaitIssued(op.deadline, "ncclAllReduce");
-  if (s.ok()) s = OrderAfter(nt, stream);
-  return s.ok() ? s : Fail(op, s);
+  auto issue = [&](void* comm, void* s) {
+    return int(ncclAllReduce(t.raw(), t.raw(), size_t(t.numel()), type, NcclOp(rop), static_cast<ncclComm_t>(comm),
+                             static_cast<cudaStream_t>(s)));
+  };
 #else
-  (void)nt;
-  return absl::FailedPreconditionError("built without NCCL");
+  std::function<int(void*, void*)> issue;
 #endif
+  return RunNative(nt, "nccl_all_reduce", "ncclAllReduce", issue, stream);
 }
 
 absl::Status ProcessGroup::NativeReduceScatter(const TensorView& input, const TensorView& output,
@@ -748,25 +763,15 @@ absl::Status ProcessGroup::NativeReduceScatter(const TensorView& input, const Te
   SG_ASSIGN_OR_RETURN(NcclTransport * nt,
                       NativeTransport(device_, input, size(), name_, "nccl_reduce_scatter"));
 #ifdef SG_WITH_NCCL
-  SG_ASSIGN_OR_RETURN(OpState op, Begin("nccl_reduce_scatter", options_.timeout));
   SG_ASSIGN_OR_RETURN(ncclDataType_t type, NcclType(input.dtype()));
-  const absl::StatusOr<void*> comm = nt->comm();
-  absl::Status s = comm.ok() ? OrderBefore(nt, stream) : comm.status();
-  if (s.ok()) {
-    ncclResult_t rc = ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()), type,
-                                        NcclOp(rop), static_cast<ncclComm_t>(*comm),
-                                        static_cast<cudaStream_t>(nt->stream()->native()));
-    if (rc != ncclSuccess && rc != ncclInProgress) {
-      s = absl::InternalError(absl::StrCat("ncclReduceScatter: ", ncclGetErrorString(rc)));
-    }
-  }
-  if (s.ok()) s = nt->WaitIssued(op.deadline, "ncclReduceScatter");
-  if (s.ok()) s = OrderAfter(nt, stream);
-  return s.ok() ? s : Fail(op, s);
+  auto issue = [&](void* comm, void* s) {
+    return int(ncclReduceScatter(input.raw(), output.raw(), size_t(output.numel()), type, NcclOp(rop),
+                                 static_cast<ncclComm_t>(comm), static_cast<cudaStream_t>(s)));
+  };
 #else
-  (void)nt;
-  return absl::FailedPreconditionError("built without NCCL");
+  std::function<int(void*, void*)> issue;
 #endif
+  return RunNative(nt, "nccl_reduce_scatter", "ncclReduceScatter", issue, stream);
 }
 
 absl::Status ProcessGroup::NativeAllGather(const TensorView& input, const TensorView& output,
@@ -778,24 +783,14 @@ absl::Status ProcessGroup::NativeAllGather(const TensorView& input, const Tensor
   SG_ASSIGN_OR_RETURN(NcclTransport * nt,
                       NativeTransport(device_, input, size(), name_, "nccl_all_gather"));
 #ifdef SG_WITH_NCCL
-  SG_ASSIGN_OR_RETURN(OpState op, Begin("nccl_all_gather", options_.timeout));
-  const absl::StatusOr<void*> comm = nt->comm();
-  absl::Status s = comm.ok() ? OrderBefore(nt, stream) : comm.status();
-  if (s.ok()) {
-    ncclResult_t rc = ncclAllGather(input.raw(), output.raw(), size_t(input.nbytes()), ncclUint8,
-                                    static_cast<ncclComm_t>(*comm),
-                                    static_cast<cudaStream_t>(nt->stream()->native()));
-    if (rc != ncclSuccess && rc != ncclInProgress) {
-      s = absl::InternalError(absl::StrCat("ncclAllGather: ", ncclGetErrorString(rc)));
-    }
-  }
-  if (s.ok()) s = nt->WaitIssued(op.deadline, "ncclAllGather");
-  if (s.ok()) s = OrderAfter(nt, stream);
-  return s.ok() ? s : Fail(op, s);
+  auto issue = [&](void* comm, void* s) {
+    return int(ncclAllGather(input.raw(), output.raw(), size_t(input.nbytes()), ncclUint8,
+                             static_cast<ncclComm_t>(comm), static_cast<cudaStream_t>(s)));
+  };
 #else
-  (void)nt;
-  return absl::FailedPreconditionError("built without NCCL");
+  std::function<int(void*, void*)> issue;
 #endif
+  return RunNative(nt, "nccl_all_gather", "ncclAllGather", issue, stream);
 }
 
 }  // namespace sg::comm

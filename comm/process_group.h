@@ -30,6 +30,7 @@
 #define SGTRAIN_COMM_PROCESS_GROUP_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -43,6 +44,8 @@
 #include "kernels/core/tensor.h"
 
 namespace sg::comm {
+
+class NcclTransport;
 
 namespace internal {
 class IpcRing;
@@ -227,6 +230,10 @@ class ProcessGroup {
   absl::Status CheckGrowable(Transport* t, absl::string_view what, int64_t from, int64_t to);
   absl::Status OrderBefore(Transport* t, const Stream& stream);
   absl::Status OrderAfter(Transport* t, const Stream& stream);
+  // The body every Native* collective shares (collectives.cc): `issue` gets the ncclComm_t and the
+  // transport's cudaStream_t and returns the ncclResult_t of the call named `nccl_call`.
+  absl::Status RunNative(NcclTransport* nt, absl::string_view op_name, absl::string_view nccl_call,
+                         const std::function<int(void* comm, void* stream)>& issue, const Stream& stream);
 
   StoreClient* store_ = nullptr;
   Transport* host_ = nullptr;
