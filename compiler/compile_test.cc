@@ -422,7 +422,8 @@ INSTANTIATE_TEST_SUITE_P(Device, WgradStreamTest, ::testing::Values(false, true)
 
 // CompileOptions::lm_head_chunks: the logits matmul, the fused cross-entropy and the two matmuls
 // reading dlogits run as one launch, a block of tokens at a time (3 blocks over 16 tokens: 6, 6,
-// 4), in place of the four steps; the logits buffer holds one block, so the arena shrinks; every
+// 4), in place of the four steps; the logits buffer holds one block, so the arena shrinks where the
+// logits are at its peak; every
 // loss, the first step's gradients and the parameters after 3 steps match the unchunked step (on
 // the CPU to f32 rounding: dW is summed over the blocks; on a GPU in bf16, where cuBLAS may pick
 // other algorithms for the blocks' shapes, to bf16 rounding). Under selective recompute the
@@ -458,8 +459,13 @@ TEST_P(LmHeadChunksTest, BlocksOfTokensGiveTheSameSteps) {
     EXPECT_EQ(output_matmuls, chunks == 3 ? 0 : 3) << "the logits, dh and dW matmuls";
     auto planned = PlanMemory(f.forward, o);
     ASSERT_TRUE(planned.ok()) << planned.status();
+    // The CPU shapes' logits (vocab 32 against an ffn of 24, f32) are at the arena's peak, so one
+    // block of them shrinks it; the CUDA shapes' (vocab 64 against an ffn of 256, bf16) are not, so
+    // there the blocks must only not grow it (an H200 planned both at 1,252,096 bytes).
     if (chunks == 1) {
       whole_arena = planned->arena_bytes;
+    } else if (cuda) {
+      EXPECT_LE(planned->arena_bytes, whole_arena);
     } else {
       EXPECT_LT(planned->arena_bytes, whole_arena);
     }
