@@ -51,7 +51,12 @@
 // its first position). 2026-11-30 19:34-19:58 (same shape): the sums at 4 CTAs per SM (the
 // default since) 3.43-3.44 against 3.36 at 3; not adopted: 8 listed rows per CTA (3.15), the scan
 // and the scatter in one kernel with a grid-wide wait (no faster at 32000: 96.9-97.2 us against
-// 97.1-97.6; it hung at vocab 128256, cause not found).
+// 97.1-97.6; it hung at vocab 128256, cause not found). 2026-11-30 23:28-23:44, not adopted:
+// "singles", the count listing only rows reaching two tokens and recording first positions, the
+// fill on S also copying the rows with one token (77% of the touched rows at 32000) so the side
+// stream sums ~4x fewer: bitwise right, but slower in all three forms tried (3.25 / 2.80 TB/s at
+// 32000 against 3.45; 3.46-3.65 at 128256 against 4.10): the single rows' dout reads slow the fill,
+// which was the faster half; only the latency-bound dim-8 shape gained (23.4 against 27.9 us).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -393,13 +398,12 @@ __global__ void __launch_bounds__(kThreads, 3)
 // to 128 registers): at 80 ptxas spilled 32 bytes here. 4 against 3 (80 registers), H200,
 // 2026-11-30 19:58, 16384 tokens of 32000 x 2048 bf16, alternating: 3.43-3.44 TB/s (95.8-96.2 us)
 // against 3.36 (98.0 us); with a hot id 1.56 against 1.53. (At 4 CTAs with the one-load loop the
-// hot case had lost 25%: SumRunsThen's long runs now keep four loads in flight.)
-// SG_EMBEDDING_SUM_CTAS=3 or 5 (read per call; an experiment knob for bf16 and f16 dout): 3 or 5
-// CTAs per SM instead (80 registers; or 48 registers, where ptxas spills ~200 bytes).
-template <typename T, int kCtas>
-constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : kCtas;
-template <typename T, int kCtas = 4>
-__global__ void __launch_bounds__(kThreads, (kTouchedMinBlocks<T, kCtas>))
+// hot case had lost 25%: SumRunsThen's long runs now keep four loads in flight.) 5 CTAs per SM (48
+// registers, ~200 bytes spilled) lost: 3.21 TB/s against 3.45-3.47 (2026-11-30 23:16).
+template <typename T>
+constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : 4;
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
                          const int4* __restrict__ touched, const int* __restrict__ num_touched,
                          float* __restrict__ dtable, int packs, int64_t n) {
@@ -606,11 +610,7 @@ absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* 
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
                                        sc.offsets, sc.order, n, p.vocab));
   const dim3 list_groups(unsigned(sc.listed / kSumRows));
-  const char* ctas = std::getenv("SG_EMBEDDING_SUM_CTAS");
-  auto kernel = SortSumTouchedKernel<T, 4>;
-  if (ctas != nullptr && std::strcmp(ctas, "3") == 0) kernel = SortSumTouchedKernel<T, 3>;
-  if (ctas != nullptr && std::strcmp(ctas, "5") == 0) kernel = SortSumTouchedKernel<T, 5>;
-  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(kernel, list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
                                        reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
                                        int(p.dim / 8), n));
   return absl::OkStatus();

@@ -82,17 +82,6 @@ void BM_EmbeddingBackwardBF16AtomicNoPdlBatch(benchmark::State& st) {
 // Atomic2s: the atomic path with the untouched rows' zero fill on the caller's stream overlapping
 // the index preparation and touched rows' sums on a high-priority side stream.
 void BM_EmbeddingBackwardBF16Atomic2sBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "atomic2s", kBatch); }
-// atomic2s with its sums at 5 CTAs per SM (SG_EMBEDDING_SUM_CTAS=5, an experiment knob).
-void BM_EmbeddingBackwardBF16Atomic2sCtas5Batch(benchmark::State& st) {
-  setenv("SG_EMBEDDING_SUM_CTAS", "5", 1);
-  Run(st, DType::kBF16, true, "atomic2s", kBatch);
-  unsetenv("SG_EMBEDDING_SUM_CTAS");
-}
-void BM_EmbeddingBackwardBF16Atomic2sCtas5HotBatch(benchmark::State& st) {
-  setenv("SG_EMBEDDING_SUM_CTAS", "5", 1);
-  Run(st, DType::kBF16, true, "atomic2s", kBatch, false, true);
-  unsetenv("SG_EMBEDDING_SUM_CTAS");
-}
 void BM_EmbeddingBackwardBF16Atomic2sHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic2s", kBatch, false, true);
 }
@@ -123,8 +112,6 @@ BENCHMARK(BM_EmbeddingBackwardBF16RowsBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicNoPdlBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sBatch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sCtas5Batch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sCtas5HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;

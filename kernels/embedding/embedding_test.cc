@@ -288,12 +288,6 @@ void CheckBackwardsBitwise(const std::vector<double>& ids, int64_t vocab, int64_
     SCOPED_TRACE(bwd);
     ExpectBitwise(GpuBackward(bwd, dout, ids_gpu, vocab, s), want);
   }
-  // atomic2s with its sums at 3 and 5 CTAs per SM (SG_EMBEDDING_SUM_CTAS, an experiment knob).
-  for (const char* ctas : {"3", "5"}) {
-    SCOPED_TRACE(std::string("SG_EMBEDDING_SUM_CTAS=") + ctas);
-    ScopedEnv env("SG_EMBEDDING_SUM_CTAS", ctas);
-    ExpectBitwise(GpuBackward("atomic2s", dout, ids_gpu, vocab, s), want);
-  }
 }
 
 // `lengths[k]` copies of id k, then `singles` ids drawn from [lengths.size(), vocab); shuffled.
