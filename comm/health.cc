@@ -96,30 +96,32 @@ absl::StatusOr<std::unique_ptr<HealthMonitor>> HealthMonitor::Start(const RankIn
 }
 
 HealthMonitor::~HealthMonitor() {
-  stop_ = true;
-  cv_.notify_all();
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
   if (thread_.joinable()) thread_.join();
 }
 
 absl::Status HealthMonitor::Stop(absl::Time deadline) {
-  stop_ = true;
-  cv_.notify_all();
+  {
+    absl::MutexLock l(&mu_);
+    stop_ = true;
+  }
   if (thread_.joinable()) thread_.join();
   return store_->Set(HealthKey(options_.group, "done", info_.rank), "1", deadline);
 }
 
 std::optional<RankFault> HealthMonitor::report() const {
-  std::lock_guard<std::mutex> l(mu_);
+  absl::MutexLock l(&mu_);
   return fault_;
 }
 
 std::optional<RankFault> HealthMonitor::WaitForReport(absl::Time deadline) const {
-  std::unique_lock<std::mutex> l(mu_);
-  while (!fault_.has_value() && absl::Now() < deadline) {
-    cv_.wait_for(l, absl::ToChronoMilliseconds(std::min(absl::Milliseconds(50),
-                                                        std::max(deadline - absl::Now(),
-                                                                 absl::ZeroDuration()))));
-  }
+  absl::MutexLock l(&mu_);
+  mu_.AwaitWithDeadline(absl::Condition(
+                            +[](const std::optional<RankFault>* f) { return f->has_value(); }, &fault_),
+                        deadline);
   return fault_;
 }
 
@@ -128,25 +130,25 @@ void HealthMonitor::Run() {
     absl::Time now = absl::Now();
     std::optional<RankFault> f = Check(now);
     if (f.has_value() && !report().has_value()) Latch(*std::move(f));
-    std::unique_lock<std::mutex> l(mu_);
-    cv_.wait_for(l, absl::ToChronoMilliseconds(options_.interval),
-                 [&] { return stop_.load() || wake_.load(); });
+    absl::MutexLock l(&mu_);
+    mu_.AwaitWithTimeout(absl::Condition(
+                             +[](HealthMonitor* m) { return m->stop_.load() || m->wake_.load(); }, this),
+                         options_.interval);
     wake_ = false;
   }
 }
 
 void HealthMonitor::Expedite() {
   expedite_ = true;
+  absl::MutexLock l(&mu_);
   wake_ = true;
-  cv_.notify_all();
 }
 
 void HealthMonitor::Latch(RankFault fault) {
   {
-    std::lock_guard<std::mutex> l(mu_);
+    absl::MutexLock l(&mu_);
     fault_ = fault;
   }
-  cv_.notify_all();
   if (options_.abort_group) {
     (void)store_->CompareAndSet(absl::StrCat(options_.group, "/abort"), "",
                                 absl::StrCat("health monitor: ", fault.ToString()),

@@ -30,17 +30,17 @@
 #define SGTRAIN_COMM_HEALTH_H_
 
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "comm/env.h"
 #include "comm/store.h"
@@ -128,12 +128,12 @@ class HealthMonitor {
   absl::Time started_;
   absl::Time store_ok_;  // last successful store round trip
   std::atomic<int64_t> beats_{0};
+  // stop_ and wake_ are set under mu_ (so the thread's wait sees them at once) and read anywhere.
   std::atomic<bool> stop_{false};
   std::atomic<bool> expedite_{false};
   std::atomic<bool> wake_{false};  // Expedite(): check now instead of after the interval
-  mutable std::mutex mu_;
-  mutable std::condition_variable cv_;
-  std::optional<RankFault> fault_;
+  mutable absl::Mutex mu_;
+  std::optional<RankFault> fault_ ABSL_GUARDED_BY(mu_);
   std::thread thread_;
 };
 

@@ -372,7 +372,7 @@ absl::StatusOr<std::unique_ptr<StoreClient>> StoreClient::Connect(std::string ho
                                                                   std::string secret,
                                                                   absl::Time deadline) {
   std::unique_ptr<StoreClient> c(new StoreClient(std::move(host), port, std::move(secret)));
-  std::lock_guard<std::mutex> lock(c->mu_);
+  absl::MutexLock lock(&c->mu_);
   SG_RETURN_IF_ERROR(c->EnsureConnected(deadline));
   return c;
 }
@@ -473,7 +473,7 @@ absl::StatusOr<std::string> StoreClient::Call(const std::string& payload, absl::
 }
 
 absl::Status StoreClient::Set(const std::string& key, const std::string& value, absl::Time deadline) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WireWriter w;
   w.U8(uint8_t(StoreOp::kSet));
   w.Str(key);
@@ -496,7 +496,7 @@ absl::StatusOr<std::string> StoreClient::TryGet(const std::string& key, absl::Ti
 }
 
 absl::StatusOr<std::string> StoreClient::GetKey(const std::string& key, int64_t wait_ms, absl::Time deadline) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WireWriter w;
   w.U8(uint8_t(StoreOp::kGet));
   w.Str(key);
@@ -517,7 +517,7 @@ absl::StatusOr<std::string> StoreClient::GetKey(const std::string& key, int64_t 
 }
 
 absl::StatusOr<int64_t> StoreClient::Add(const std::string& key, int64_t delta, absl::Time deadline) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WireWriter w;
   w.U8(uint8_t(StoreOp::kAdd));
   w.Str(key);
@@ -536,7 +536,7 @@ absl::StatusOr<std::string> StoreClient::CompareAndSet(const std::string& key,
                                                        const std::string& expected,
                                                        const std::string& desired,
                                                        absl::Time deadline) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WireWriter w;
   w.U8(uint8_t(StoreOp::kCompareSet));
   w.Str(key);
@@ -554,7 +554,7 @@ absl::StatusOr<std::string> StoreClient::CompareAndSet(const std::string& key,
 
 absl::Status StoreClient::Wait(const std::vector<std::string>& keys, absl::Time deadline) {
   SG_CHECK_ARG(!keys.empty(), "store wait: expected at least one key, found none");
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WireWriter w;
   w.U8(uint8_t(StoreOp::kWait));
   w.U32(uint32_t(keys.size()));
@@ -584,7 +584,7 @@ absl::Status StoreClient::Wait(const std::vector<std::string>& keys, absl::Time 
 
 absl::StatusOr<bool> StoreClient::Check(const std::vector<std::string>& keys, absl::Time deadline) {
   SG_CHECK_ARG(!keys.empty(), "store check: expected at least one key, found none");
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WireWriter w;
   w.U8(uint8_t(StoreOp::kCheck));
   w.U32(uint32_t(keys.size()));
@@ -598,7 +598,7 @@ absl::StatusOr<bool> StoreClient::Check(const std::vector<std::string>& keys, ab
 }
 
 absl::StatusOr<bool> StoreClient::Delete(const std::string& key, absl::Time deadline) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   WireWriter w;
   w.U8(uint8_t(StoreOp::kDelete));
   w.Str(key);

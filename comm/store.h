@@ -16,12 +16,12 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "comm/env.h"
 #include "comm/socket.h"
@@ -104,7 +104,7 @@ class StoreClient {
   absl::StatusOr<std::string> Call(const std::string& payload, absl::Time deadline,
                                    absl::string_view what);
 
-  std::mutex mu_;
+  absl::Mutex mu_;  // one request at a time on the connection
   std::string host_;
   int port_;
   std::string secret_;

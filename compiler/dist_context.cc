@@ -1,9 +1,10 @@
 #include "compiler/dist_context.h"
 
-#include <mutex>
-
+#include "absl/base/attributes.h"
+#include "absl/base/const_init.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "comm/nccl_transport.h"
 #include "comm/ucx_transport.h"
 #include "kernels/core/status.h"
@@ -12,9 +13,9 @@ namespace sg::compiler {
 
 absl::StatusOr<std::shared_ptr<DistContext>> DistContext::FromEnv(Device device,
                                                                  comm::ProcessGroupOptions options) {
-  static std::mutex mu;
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
   static std::shared_ptr<DistContext> instance;
-  std::lock_guard<std::mutex> lock(mu);
+  absl::MutexLock lock(&mu);
   if (instance != nullptr) {
     if (instance->device_ != device && device.is_cuda()) {
       return absl::FailedPreconditionError(absl::StrCat("the distributed context was set up for ",

@@ -105,7 +105,7 @@ absl::StatusOr<std::string> JobLink::Await(const std::string& key, absl::Duratio
 }
 
 absl::Status JobLink::Finish(absl::Duration timeout) {
-  std::lock_guard<std::mutex> l(conclude_mu_);
+  absl::MutexLock l(&conclude_mu_);
   if (concluded_) return absl::FailedPreconditionError("JobLink::Finish after ConcludeFailure");
   concluded_ = true;
   conclusion_ = "the run had finished";
@@ -127,7 +127,7 @@ absl::Status JobLink::Finish(absl::Duration timeout) {
 namespace sg::trainer {
 
 std::string JobLink::ConcludeFailure() {
-  std::lock_guard<std::mutex> l(conclude_mu_);
+  absl::MutexLock l(&conclude_mu_);
   if (concluded_) return conclusion_;
   concluded_ = true;
   if (health_ == nullptr) return conclusion_ = "no rank fault seen (failure detection is off)";

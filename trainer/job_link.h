@@ -35,12 +35,12 @@
 
 #include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "comm/env.h"
 #include "comm/health.h"
@@ -99,7 +99,7 @@ class JobLink {
   int64_t sequence_ = 0;
   std::unique_ptr<comm::StoreClient> store_;
   std::unique_ptr<comm::HealthMonitor> health_;
-  std::mutex conclude_mu_;  // Finish and ConcludeFailure: one of them, once
+  absl::Mutex conclude_mu_;  // Finish and ConcludeFailure: one of them, once
   bool concluded_ = false;
   std::string conclusion_;
   std::atomic<bool> stop_{false};

@@ -16,8 +16,11 @@
 
 #include <cstdint>
 #include <map>
-#include <mutex>
 #include <tuple>
+
+#include "absl/base/attributes.h"
+#include "absl/base/const_init.h"
+#include "absl/synchronization/mutex.h"
 
 namespace sg::kernels::cuda_vec {
 
@@ -147,14 +150,14 @@ inline unsigned GridFor(int64_t work_blocks, int per_sm = 8) {
 // and device.
 template <typename Kernel>
 unsigned ResidentGrid(Kernel kernel, int threads, int64_t work_blocks, size_t smem = 0) {
-  static std::mutex mu;
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
   static std::map<std::tuple<const void*, int, int, size_t>, int64_t> cache;
   int dev = 0;
   cudaGetDevice(&dev);
   const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), threads, dev, smem);
   int64_t cap = 0;
   {
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     auto it = cache.find(key);
     if (it != cache.end()) cap = it->second;
   }
@@ -165,7 +168,7 @@ unsigned ResidentGrid(Kernel kernel, int threads, int64_t work_blocks, size_t sm
     }
     if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess || sms < 1) sms = 132;
     cap = int64_t(per_sm) * sms;
-    std::lock_guard<std::mutex> lock(mu);
+    absl::MutexLock lock(&mu);
     cache[key] = cap;
   }
   return unsigned(work_blocks < 1 ? 1 : (work_blocks < cap ? work_blocks : cap));
