@@ -10,9 +10,11 @@ benchmark driver can print ratios against sgtrain measured in the same command.
   torchrun --nproc_per_node 2 benchmarks/llama_peer.py --config 7b --compile --fsdp --ac
 """
 import argparse
+import ctypes
 import json
 import math
 import os
+import threading
 import time
 
 import torch
@@ -98,6 +100,48 @@ class Llama(nn.Module):
         return self.output(self.norm(x))
 
 
+class EnergyMeter:
+    """This GPU's energy (NVML's cumulative counter, millijoules) and SM clock (sampled every 50 ms)
+    over a window, as benchmarks/gpu_energy.h reads them for sgtrain. Raises OSError / RuntimeError
+    where NVML cannot be used."""
+
+    def __init__(self, device):
+        self.nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if self.nvml.nvmlInit_v2() != 0:
+            raise RuntimeError("nvmlInit_v2 failed")
+        p = torch.cuda.get_device_properties(device)
+        bus = b"%08x:%02x:%02x.0" % (p.pci_domain_id, p.pci_bus_id, p.pci_device_id)
+        self.handle = ctypes.c_void_p()
+        if self.nvml.nvmlDeviceGetHandleByPciBusId_v2(bus, ctypes.byref(self.handle)) != 0:
+            raise RuntimeError(f"NVML knows no GPU at {bus.decode()}")
+        self.clocks, self.stop = [], threading.Event()
+
+    def energy_j(self):
+        mj = ctypes.c_ulonglong()
+        if self.nvml.nvmlDeviceGetTotalEnergyConsumption(self.handle, ctypes.byref(mj)) != 0:
+            raise RuntimeError("nvmlDeviceGetTotalEnergyConsumption failed")
+        return mj.value / 1e3
+
+    def _sample(self):
+        mhz = ctypes.c_uint()
+        while not self.stop.wait(0.05):
+            if self.nvml.nvmlDeviceGetClockInfo(self.handle, 1, ctypes.byref(mhz)) == 0:  # 1: SM
+                self.clocks.append(mhz.value)
+
+    def start(self):
+        self.t0, self.e0 = time.perf_counter(), self.energy_j()
+        self.thread = threading.Thread(target=self._sample, daemon=True)
+        self.thread.start()
+
+    def stop_reading(self):
+        e1, t1 = self.energy_j(), time.perf_counter()
+        self.stop.set()
+        self.thread.join()
+        c = sorted(self.clocks) or [0]
+        return {"joules": e1 - self.e0, "seconds": t1 - self.t0, "sm_clock_min_mhz": c[0],
+                "sm_clock_median_mhz": c[len(c) // 2], "sm_clock_max_mhz": c[-1]}
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="1b", choices=CONFIGS)
@@ -134,9 +178,16 @@ def main():
     opt = torch.optim.AdamW(model.parameters(), lr=3e-4, weight_decay=0.1, fused=True)
     gen = torch.Generator(device="cuda").manual_seed(args.seed + rank)
     times, losses = [], []
+    meter, energy = None, None
+    try:
+        meter = EnergyMeter(torch.cuda.current_device())
+    except (OSError, RuntimeError, AttributeError) as e:
+        print(f"no energy reading: {e}", flush=True)
     for step in range(args.warmup + args.steps):
         tokens = torch.randint(0, vocab, (mb, seq + 1), device="cuda", generator=gen)
         torch.cuda.synchronize()
+        if step == args.warmup and meter is not None:
+            meter.start()  # the window: the timed steps, with their batch draws and syncs
         t0 = time.perf_counter()
         with torch.autocast("cuda", dtype=torch.bfloat16, enabled=not args.fsdp):
             logits = model(tokens[:, :-1])
@@ -149,6 +200,8 @@ def main():
         if step >= args.warmup:
             times.append(time.perf_counter() - t0)
         losses.append(loss.item())
+    if meter is not None:
+        energy = meter.stop_reading()
     times.sort()
     t = times[len(times) // 2]
     tok_s = mb * seq / t
@@ -161,6 +214,12 @@ def main():
         "loss_first": round(losses[0], 4), "loss_last": round(losses[-1], 4),
         "ln_vocab": round(math.log(vocab), 4), "torch": torch.__version__,
     }
+    if energy is not None:  # this rank's GPU (at a power limit, tokens/s follows joules per token)
+        result.update({
+            "gpu_millijoules_per_token": round(1e3 * energy["joules"] / (args.steps * mb * seq), 3),
+            "gpu_mean_watts": round(energy["joules"] / energy["seconds"], 1),
+            "sm_clock_median_mhz": energy["sm_clock_median_mhz"],
+            "sm_clock_min_mhz": energy["sm_clock_min_mhz"], "sm_clock_max_mhz": energy["sm_clock_max_mhz"]})
     if rank == 0:
         print(json.dumps(result), flush=True)
     if args.fsdp:

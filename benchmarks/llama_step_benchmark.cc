@@ -21,7 +21,10 @@
 // over the world).
 // Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
 // pinned buffers, a fresh random batch per step); the median step after warm-up. Memory: the
-// caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces).
+// caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces). Energy (on
+// a GPU whose driver's NVML can be opened; benchmarks/gpu_energy.h): millijoules per token of this
+// rank's GPU over the timed steps, its mean power and its SM clock (min / median / max of samples
+// every 50 ms); the reason on stderr where it cannot be read.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -36,6 +39,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/str_format.h"
+#include "benchmarks/gpu_energy.h"
 #include "comm/env.h"
 #include "compiler/compile.h"
 #include "compiler/llama_step.h"
@@ -166,15 +170,22 @@ std::map<std::string, TensorView> Views(const std::map<std::string, Tensor>& t) 
 }
 
 // Seconds per step for steps [warmup, steps): event (or host clock) deltas between Run() calls.
+// With a `meter`, its window is the timed steps: started after a synchronization before the first
+// timed step, stopped after the last one's; *energy gets the reading.
 absl::StatusOr<std::vector<double>> TimedSteps(CompiledStep& step, const Flags& f,
                                                const std::vector<std::map<std::string, Tensor>>& batches,
-                                               std::vector<float>* losses) {
+                                               std::vector<float>* losses, sg::benchmarks::GpuEnergyMeter* meter,
+                                               sg::benchmarks::GpuEnergyReading* energy) {
   const Device d = step.program().device;
   const int total = f.warmup + f.steps;
   std::vector<Event> marks;
   std::vector<std::chrono::steady_clock::time_point> host_marks;
   const Stream& s = step.executor().compute_stream();
   for (int i = 0; i <= total; ++i) {
+    if (i == f.warmup && meter != nullptr) {
+      SG_RETURN_IF_ERROR(step.executor().Synchronize());
+      SG_RETURN_IF_ERROR(meter->Start());
+    }
     if (i >= f.warmup) {
       if (d.is_cuda()) {
         SG_ASSIGN_OR_RETURN(Event e, Event::Create(d, /*timing=*/true));
@@ -192,6 +203,9 @@ absl::StatusOr<std::vector<double>> TimedSteps(CompiledStep& step, const Flags& 
     }
   }
   SG_RETURN_IF_ERROR(step.executor().Synchronize());
+  if (meter != nullptr) {
+    SG_ASSIGN_OR_RETURN(*energy, meter->Stop());
+  }
   std::vector<double> secs;
   for (int i = 0; i + 1 < int(d.is_cuda() ? marks.size() : host_marks.size()); ++i) {
     if (d.is_cuda()) {
@@ -256,7 +270,21 @@ absl::Status Main(const Flags& f) {
     batches.push_back(std::move(b));
   }
   std::vector<float> losses;
-  SG_ASSIGN_OR_RETURN(std::vector<double> secs, TimedSteps(*step, f, batches, &losses));
+  // The GPU's energy over the timed steps, where NVML can read it (the reason on stderr otherwise).
+  std::unique_ptr<sg::benchmarks::GpuEnergyMeter> meter;
+  if (device.is_cuda()) {
+    absl::StatusOr<std::unique_ptr<sg::benchmarks::GpuEnergyMeter>> m = [&] {
+      absl::StatusOr<std::string> bus = CudaDevicePciBusId(device.ordinal);
+      return bus.ok() ? sg::benchmarks::GpuEnergyMeter::Open(*bus) : bus.status();
+    }();
+    if (m.ok()) {
+      meter = *std::move(m);
+    } else if (rank == 0) {
+      std::cerr << "no energy reading: " << m.status() << "\n";
+    }
+  }
+  sg::benchmarks::GpuEnergyReading energy;
+  SG_ASSIGN_OR_RETURN(std::vector<double> secs, TimedSteps(*step, f, batches, &losses, meter.get(), &energy));
   std::vector<double> sorted = secs;
   std::sort(sorted.begin(), sorted.end());
   const double median = sorted[sorted.size() / 2];
@@ -287,6 +315,13 @@ absl::Status Main(const Flags& f) {
   j["loss_first"] = losses.front();
   j["loss_last"] = losses.back();
   j["ln_vocab"] = std::log(double(c.model.vocab));
+  if (meter != nullptr) {  // this rank's GPU over the timed steps (at a power limit, tokens/s follows J/token)
+    j["gpu_millijoules_per_token"] = 1e3 * energy.joules / (tokens * f.steps);
+    j["gpu_mean_watts"] = energy.mean_watts;
+    j["sm_clock_median_mhz"] = energy.sm_clock_median_mhz;
+    j["sm_clock_min_mhz"] = energy.sm_clock_min_mhz;
+    j["sm_clock_max_mhz"] = energy.sm_clock_max_mhz;
+  }
   j["steps"] = f.steps;
   j["warmup"] = f.warmup;
   j["compile_s"] = compile_s;

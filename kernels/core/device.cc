@@ -65,6 +65,23 @@ absl::StatusOr<int64_t> CudaDeviceMemoryBytes(int ordinal) {
 #endif
 }
 
+absl::StatusOr<std::string> CudaDevicePciBusId(int ordinal) {
+  if (CudaDeviceCount() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat("CudaDevicePciBusId: ", CudaUnavailableReason()));
+  }
+  if (ordinal < 0 || ordinal >= CudaDeviceCount()) {
+    return absl::InvalidArgumentError(absl::StrCat("CudaDevicePciBusId: device ordinal in [0, ", CudaDeviceCount(),
+                                                   "), found ", ordinal));
+  }
+#ifdef SG_WITH_CUDA
+  char id[64] = {};
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(id, int(sizeof(id)), ordinal));
+  return std::string(id);
+#else
+  return absl::FailedPreconditionError("CudaDevicePciBusId: built without CUDA");
+#endif
+}
+
 absl::Status RequireSm90(const std::string& what) {
 #ifdef SG_WITH_CUDA
   constexpr int kMaxDevices = 64;

@@ -38,6 +38,10 @@ int CudaDeviceCount();
 // out of range.
 absl::StatusOr<int64_t> CudaDeviceMemoryBytes(int ordinal);
 
+// The PCI bus id of CUDA device `ordinal` ("0000:19:00.0"), which names the same GPU to NVML and
+// nvidia-smi whatever CUDA_VISIBLE_DEVICES renumbers. Errors as CudaDeviceMemoryBytes's.
+absl::StatusOr<std::string> CudaDevicePciBusId(int ordinal);
+
 // True when at least one CUDA device can be used.
 inline bool CudaAvailable() { return CudaDeviceCount() > 0; }
 

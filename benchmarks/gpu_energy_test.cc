@@ -1,0 +1,108 @@
+// GpuEnergyMeter: the clock summary against a counting definition of min / median / max on fresh
+// random samples; the errors a caller gets (bad period, a machine without NVML or an unknown bus
+// id, Start / Stop out of order); and on a GPU, a window of device work read back as positive
+// energy at a plausible power with clock samples.
+#include "benchmarks/gpu_energy.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/core/device.h"
+#include "kernels/core/stream.h"
+#include "kernels/core/tensor.h"
+#include "kernels/core/testing.h"
+
+namespace sg::benchmarks {
+namespace {
+
+// The value with exactly k samples strictly below it or, with ties, the one whose range of ranks
+// holds k: no sorting.
+unsigned RankK(const std::vector<unsigned>& v, size_t k) {
+  for (unsigned x : v) {
+    const size_t below = size_t(std::count_if(v.begin(), v.end(), [&](unsigned y) { return y < x; }));
+    const size_t same = size_t(std::count(v.begin(), v.end(), x));
+    if (below <= k && k < below + same) return x;
+  }
+  return 0;
+}
+
+TEST(GpuEnergyTest, SummarizeClocksGivesMinMedianMax) {
+  for (int n : {1, 2, 7, 50}) {
+    SCOPED_TRACE(n);
+    std::vector<unsigned> mhz;
+    for (int i = 0; i < n; ++i) mhz.push_back(unsigned(300 + testing::Rng()() % 1700));
+    GpuEnergyReading r;
+    r.sm_clock_median_mhz = -1;
+    SummarizeClocks(mhz, &r);
+    EXPECT_EQ(r.samples, n);
+    EXPECT_EQ(r.sm_clock_min_mhz, *std::min_element(mhz.begin(), mhz.end()));
+    EXPECT_EQ(r.sm_clock_max_mhz, *std::max_element(mhz.begin(), mhz.end()));
+    EXPECT_EQ(r.sm_clock_median_mhz, RankK(mhz, mhz.size() / 2));
+  }
+  GpuEnergyReading none;
+  none.sm_clock_max_mhz = 5;
+  SummarizeClocks({}, &none);
+  EXPECT_EQ(none.samples, 0);
+  EXPECT_EQ(none.sm_clock_max_mhz, 0);
+}
+
+TEST(GpuEnergyTest, RefusesANonPositivePeriod) {
+  auto m = GpuEnergyMeter::Open("0000:00:00.0", absl::ZeroDuration());
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find("sample period > 0"), std::string::npos) << m.status();
+}
+
+// Without a GPU: no NVML (Unavailable, naming the library) or NVML without this bus id (NotFound,
+// naming it); never a meter.
+TEST(GpuEnergyTest, WithoutAGpuSaysWhy) {
+  if (CudaAvailable()) GTEST_SKIP() << "a GPU is present: GpuEnergyTest.MeasuresDeviceWork covers it";
+  auto m = GpuEnergyMeter::Open("0000:ff:1f.7");
+  ASSERT_FALSE(m.ok());
+  const std::string msg(m.status().message());
+  if (m.status().code() == absl::StatusCode::kUnavailable) {
+    EXPECT_NE(msg.find("libnvidia-ml.so.1"), std::string::npos) << msg;
+  } else {
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kNotFound) << m.status();
+    EXPECT_NE(msg.find("0000:ff:1f.7"), std::string::npos) << msg;
+  }
+}
+
+TEST(GpuEnergyTest, MeasuresDeviceWork) {
+  SG_SKIP_WITHOUT_CUDA();
+  absl::StatusOr<std::string> bus = CudaDevicePciBusId(0);
+  ASSERT_TRUE(bus.ok()) << bus.status();
+  auto m = GpuEnergyMeter::Open(*bus, absl::Milliseconds(20));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ((*m)->Stop().status().code(), absl::StatusCode::kFailedPrecondition);
+  const Device d = Device::Cuda(0);
+  Stream s = Stream::Create(d).value();
+  Tensor big = Tensor::Empty({int64_t(1) << 28}, DType::kF32, d).value();  // 1 GiB
+  ASSERT_TRUE(s.Synchronize().ok());
+  ASSERT_TRUE((*m)->Start().ok());
+  EXPECT_EQ((*m)->Start().code(), absl::StatusCode::kFailedPrecondition);
+  const absl::Time until = absl::Now() + absl::Milliseconds(400);
+  while (absl::Now() < until) {
+    for (int i = 0; i < 20; ++i) ASSERT_TRUE(ZeroTensor(big.view(), s).ok());
+    ASSERT_TRUE(s.Synchronize().ok());
+  }
+  absl::StatusOr<GpuEnergyReading> r = (*m)->Stop();
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_GE(r->seconds, 0.4);
+  EXPECT_GT(r->joules, 0);
+  EXPECT_GT(r->mean_watts, 20) << "a GPU writing memory for 0.4 s";
+  EXPECT_LT(r->mean_watts, 2000);
+  EXPECT_GE(r->samples, 5);
+  EXPECT_GT(r->sm_clock_min_mhz, 100);
+  EXPECT_LE(r->sm_clock_min_mhz, r->sm_clock_median_mhz);
+  EXPECT_LE(r->sm_clock_median_mhz, r->sm_clock_max_mhz);
+  // A second window on the same meter.
+  ASSERT_TRUE((*m)->Start().ok());
+  EXPECT_TRUE((*m)->Stop().ok());
+}
+
+}  // namespace
+}  // namespace sg::benchmarks
