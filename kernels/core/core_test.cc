@@ -1,11 +1,13 @@
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <thread>
-#include <chrono>
 
 #include "gtest/gtest.h"
 #include "kernels/core/allocator.h"
+#include "kernels/core/device.h"
 #include "kernels/core/parallel.h"
 #include "kernels/core/status.h"
 #include "kernels/core/tensor.h"
@@ -115,6 +117,28 @@ TEST(AllocatorTest, CudaUnavailableIsAnError) {
   absl::StatusOr<Allocator*> a = AllocatorFor(Device::Cuda(0));
   ASSERT_FALSE(a.ok());
   EXPECT_EQ(a.status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// The PCI bus id names a device ("dddd:bb:dd.f"); an ordinal out of range, or no device at all,
+// is an error naming why.
+TEST(DeviceTest, PciBusIdOfEachDevice) {
+  if (!CudaAvailable()) {
+    absl::StatusOr<std::string> none = CudaDevicePciBusId(0);
+    ASSERT_FALSE(none.ok());
+    EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(none.status().message().find(CudaUnavailableReason()), std::string::npos) << none.status();
+    return;
+  }
+  for (int d = 0; d < CudaDeviceCount(); ++d) {
+    absl::StatusOr<std::string> id = CudaDevicePciBusId(d);
+    ASSERT_TRUE(id.ok()) << id.status();
+    EXPECT_EQ(std::count(id->begin(), id->end(), ':'), 2) << *id;
+    EXPECT_NE(id->find('.'), std::string::npos) << *id;
+  }
+  absl::StatusOr<std::string> bad = CudaDevicePciBusId(CudaDeviceCount());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("found " + std::to_string(CudaDeviceCount())), std::string::npos);
 }
 
 TEST(CudaTest, CachingAllocatorReusesAndTracksPeak) {
