@@ -288,6 +288,13 @@ void CheckBackwardsBitwise(const std::vector<double>& ids, int64_t vocab, int64_
     SCOPED_TRACE(bwd);
     ExpectBitwise(GpuBackward(bwd, dout, ids_gpu, vocab, s), want);
   }
+  // atomic2s with the rows of one token copied in token order (SG_EMBEDDING_SINGLES=1, an
+  // experiment knob) and only the others sorted and summed.
+  {
+    SCOPED_TRACE("SG_EMBEDDING_SINGLES=1");
+    ScopedEnv env("SG_EMBEDDING_SINGLES", "1");
+    ExpectBitwise(GpuBackward("atomic2s", dout, ids_gpu, vocab, s), want);
+  }
 }
 
 // `lengths[k]` copies of id k, then `singles` ids drawn from [lengths.size(), vocab); shuffled.
@@ -417,6 +424,7 @@ TEST(EmbeddingCudaBackwardTest, ZeroesUntouchedRows) {
   for (double& id : ids) id = double(Rng()() % 97);
   CheckBackwardsBitwise(ids, 97, 8200, DType::kBF16, DType::kI32);
   CheckBackwardsBitwise(std::vector<double>(64, 5000.0), 3001, 8, DType::kBF16, DType::kI32);  // all out of range
+  CheckBackwardsBitwise({42.0}, 3001, 8, DType::kBF16, DType::kI32);  // one token: no row can have two
 }
 
 // "atomic2s" shares one side stream and its fork / join events among all callers on a device:
