@@ -249,14 +249,23 @@ TEST(F16MixedPrecisionTest, TrainingTracksF32) {
   graph::Graph fwd = Forward();
   Feeds params = testing::RandomParameters(fwd, sg::testing::Rng());
   Batch batch = BatchOn(testing::RandomBatch(kBatch, kSeq, kVocab, sg::testing::Rng()), Device::Cpu());
-  auto f32 = CompileWith(fwd, params, Options(Precision::kF32));
+  // AdamW's m / (sqrt(v) + eps) at eps 1e-8 is +-lr for any near-zero gradient entry, so f16's
+  // rounding can flip such an update's sign, and six steps at lr 1e-2 (the loss falling from ~3.5 to
+  // ~1.4 on one batch) amplified it: one seed of 300 reached a 3.6% loss gap and 2.5% in the weights
+  // (SG_TEST_SEED=17614499983859976854), and at eps 1e-4 alone still 2.1%. eps 1e-4 smooths only
+  // the near-zero entries (sqrt(v) still decides the rest) and lr 3e-3 keeps the six steps off the
+  // batch-memorizing regime where any rounding difference grows.
+  CompileOptions o32 = Options(Precision::kF32);
+  o32.adamw.eps = 1e-4;
+  auto f32 = CompileWith(fwd, params, o32);
   CompileOptions o = Options(Precision::kF16Mixed);
+  o.adamw.eps = 1e-4;
   o.loss_scale.growth_interval = 3;  // growth happens within the run and must not change the math
   auto f16 = CompileWith(fwd, params, o);
   ASSERT_NE(f32, nullptr);
   ASSERT_NE(f16, nullptr);
-  ASSERT_TRUE(f32->SetLearningRate(1e-2f).ok());
-  ASSERT_TRUE(f16->SetLearningRate(1e-2f).ok());
+  ASSERT_TRUE(f32->SetLearningRate(3e-3f).ok());
+  ASSERT_TRUE(f16->SetLearningRate(3e-3f).ok());
   std::vector<float> l32, l16;
   for (int it = 0; it < 6; ++it) {
     ASSERT_TRUE(f32->Run(batch.Views()).ok());
