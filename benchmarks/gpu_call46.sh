@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Prepared for the next session (1 H200, ~3 minutes): issue #3's embedding backward with
 # SG_EMBEDDING_SINGLES=1 (kernels/embedding/embedding_atomic.cu): the rows of one token (77% of the
-# touched rows at 16384 of 32000) copied in token order by SinglesKernel on the side stream before
-# the scan (their dout loads issued before their id -> count lookups), only rows of two tokens or
-# more sorted and summed; the zero fill unchanged. The "singles in the fill" forms lost (23:28-23:44);
+# touched rows at 16384 of 32000) copied in token order by SinglesKernel on the side stream right
+# after the count, before the scan (phased id -> count -> dout loads, eight items a thread), only
+# rows of two tokens or more sorted and summed; the zero fill unchanged. The "singles in the fill" forms lost (23:28-23:44);
 # predicted here: 3.6-3.8 TB/s if the side stream's streaming copy runs beside the fill at ~4 TB/s
 # combined, a loss like theirs if not. The embedding tests (bitwise, with and without the knob),
 # then the knob against the default alternating, plain, hot, 128256 and dim 8.

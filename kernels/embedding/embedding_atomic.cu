@@ -58,8 +58,8 @@
 // 32000 against 3.45; 3.46-3.65 at 128256 against 4.10): the single rows' dout reads slow the fill,
 // which was the faster half; only the latency-bound dim-8 shape gained (23.4 against 27.9 us).
 // Prepared then (SG_EMBEDDING_SINGLES=1, off by default, not measured yet): the rows of one token
-// copied in token order by SinglesKernel, first on the side stream, whose dout reads do not wait on
-// the counts; the fill stays a pure zero fill.
+// copied in token order by SinglesKernel, first on the side stream, right after the count and
+// without the scan, scatter or gathered order; the fill stays a pure zero fill.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -459,12 +459,13 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
 }
 
 // The rows with exactly one token, in token order (SG_EMBEDDING_SINGLES=1): work item j is pack
-// j % packs (8 columns) of token j / packs; a thread takes kSinglePer items kThreads apart, loads
-// all their dout packs at once (no dependency: they are read whatever the counts say), then its
-// tokens' ids and counts, then stores 0 + x (SumRunsThen's first addition, so bitwise the sums'
-// result) to the rows whose count is 1. The dout reads stream in token order and overlap the
-// id -> count lookups, where the sums' path waits on list -> offsets -> order -> dout.
-constexpr int kSinglePer = 4;
+// j % packs (8 columns) of token j / packs; a thread takes kSinglePer items kThreads apart and goes
+// in phases so each phase's loads are in flight together: the items' ids, their counts (both
+// L2-resident), the dout packs of the items whose row has count 1 (kept raw), then the stores of
+// 0 + x (SumRunsThen's first addition, so bitwise the sums' result). Tokens of rows with two or
+// more are not read here (the sums read them). Where the sums wait on list -> offsets -> order ->
+// dout after the scan and the scatter, these start right after the count, reading dout in order.
+constexpr int kSinglePer = 8;
 template <typename T, typename I>
 __global__ void __launch_bounds__(kThreads)
     SinglesKernel(const T* __restrict__ dout, const I* __restrict__ tokens, const int* __restrict__ counts,
@@ -473,12 +474,6 @@ __global__ void __launch_bounds__(kThreads)
   const int64_t items = n * packs, dim = int64_t(packs) * 8;
   for (int64_t base = int64_t(blockIdx.x) * kThreads * kSinglePer + threadIdx.x; base < items;
        base += int64_t(gridDim.x) * kThreads * kSinglePer) {
-    float x[kSinglePer][8];
-#pragma unroll
-    for (int k = 0; k < kSinglePer; ++k) {
-      const int64_t j = base + int64_t(k) * kThreads;
-      if (j < items) cuda_vec::Pack8<T>::Load(dout + (j / packs) * dim + (j % packs) * 8, x[k]);
-    }
     int row[kSinglePer];
 #pragma unroll
     for (int k = 0; k < kSinglePer; ++k) {
@@ -489,13 +484,21 @@ __global__ void __launch_bounds__(kThreads)
     for (int k = 0; k < kSinglePer; ++k) {
       if (row[k] >= 0 && counts[row[k]] != 1) row[k] = -1;
     }
+    cuda_vec::Raw8<T> x[kSinglePer];
+#pragma unroll
+    for (int k = 0; k < kSinglePer; ++k) {
+      const int64_t j = base + int64_t(k) * kThreads;
+      if (row[k] >= 0) x[k] = cuda_vec::LoadRawOnce(dout + (j / packs) * dim + (j % packs) * 8);
+    }
 #pragma unroll
     for (int k = 0; k < kSinglePer; ++k) {
       if (row[k] < 0) continue;
       const int64_t j = base + int64_t(k) * kThreads;
+      float f[8];
+      cuda_vec::Unpack(x[k], f);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) x[k][e] = 0.f + x[k][e];
-      cuda_vec::Pack8<float>::Store(dtable + int64_t(row[k]) * dim + (j % packs) * 8, x[k]);
+      for (int e = 0; e < 8; ++e) f[e] = 0.f + f[e];
+      cuda_vec::Pack8<float>::Store(dtable + int64_t(row[k]) * dim + (j % packs) * 8, f);
     }
   }
 }
