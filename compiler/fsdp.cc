@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/autotune.h"
 #include "compiler/dist_cuda_graph.h"
+#include "compiler/host_tensor_check.h"
 #include "compiler/fsdp_internal.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
@@ -23,14 +24,6 @@ namespace {
 
 // The staging slot of the loss seeds (not a graph input: InputStaging keys its buffers by name).
 constexpr char kSeedsInput[] = "<loss seeds>";
-
-absl::Status CheckFull(const std::string& name, int64_t numel, const TensorView& host) {
-  if (host.dtype() != DType::kF32 || host.numel() != numel) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name, "': expected f32 with ", numel,
-                                                   " elements (the full tensor), found ", host.ToString()));
-  }
-  return absl::OkStatus();
-}
 
 }  // namespace
 
@@ -681,7 +674,7 @@ absl::Status ShardedDataParallelStep::Write(const std::string& name, const Tenso
   const Stream& s = executor_->compute_stream();
   if (name == kLrName) return SetLearningRate(*static_cast<const float*>(host.raw()));
   if (name == kStepName) {
-    SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
+    SG_RETURN_IF_ERROR(CheckFullF32(name, 1, host));
     int64_t n = int64_t(*static_cast<const float*>(host.raw()));
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(&n, DType::kI64, {}, Device::Cpu()), counter_, s));
     return Wait();
@@ -689,7 +682,7 @@ absl::Status ShardedDataParallelStep::Write(const std::string& name, const Tenso
   for (const char* prefix : {"", "opt.m.", "opt.v."}) {
     const Param* p = FindParam(name, nullptr, prefix);
     if (p == nullptr) continue;
-    SG_RETURN_IF_ERROR(CheckFull(name, p->rows * p->row, host));
+    SG_RETURN_IF_ERROR(CheckFullF32(name, p->rows * p->row, host));
     const TensorView dst = std::string(prefix).empty() ? p->shard : (prefix[4] == 'm' ? p->m : p->v);
     if (p->mine.length > 0) {
       const TensorView src(static_cast<char*>(host.raw()) + p->mine.offset * p->row * 4, DType::kF32,
@@ -703,7 +696,7 @@ absl::Status ShardedDataParallelStep::Write(const std::string& name, const Tenso
 
 // Every rank's rows of a sharded tensor into the full `host` (collective over the shard group).
 absl::Status ShardedDataParallelStep::GatherRows(const TensorView& shard, const Param& p, const TensorView& host) const {
-  SG_RETURN_IF_ERROR(CheckFull(p.name, p.rows * p.row, host));
+  SG_RETURN_IF_ERROR(CheckFullF32(p.name, p.rows * p.row, host));
   const int P = shard_size_;
   const int64_t block = p.chunk * p.row;
   const Device d = program_->device;
@@ -738,13 +731,13 @@ absl::Status ShardedDataParallelStep::Read(const std::string& name, const Tensor
     if (const Param* p = FindParam(name, k.which, k.prefix)) return GatherRows(p->*k.which, *p, host);
   }
   if (name == "loss" || name == "grad_norm") {
-    SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
+    SG_RETURN_IF_ERROR(CheckFullF32(name, 1, host));
     SG_ASSIGN_OR_RETURN(StepMetrics m, ReadMetrics());
     *static_cast<float*>(host.raw()) = name == "loss" ? m.loss : m.grad_norm;
     return absl::OkStatus();
   }
   if (name == kStepName) {
-    SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
+    SG_RETURN_IF_ERROR(CheckFullF32(name, 1, host));
     SG_ASSIGN_OR_RETURN(StepMetrics m, ReadMetrics());
     *static_cast<float*>(host.raw()) = float(m.step);
     return absl::OkStatus();

@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/data_parallel_graph.h"
 #include "compiler/dist_cuda_graph.h"
+#include "compiler/host_tensor_check.h"
 #include "compiler/tensor_parallel_fsdp.h"
 #include "compiler/tensor_parallel_steps.h"
 #include "graph/ops.h"
@@ -31,14 +32,6 @@ int64_t Numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
   return n;
-}
-
-absl::Status CheckFull(const std::string& name, int64_t numel, const TensorView& host) {
-  if (host.dtype() != DType::kF32 || host.numel() != numel) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name, "': expected f32 with ", numel,
-                                                   " elements (the full tensor), found ", host.ToString()));
-  }
-  return absl::OkStatus();
 }
 
 }  // namespace
@@ -363,14 +356,14 @@ absl::StatusOr<TensorView> TensorParallelStep::View(const std::string& name) con
 absl::Status TensorParallelStep::Write(const std::string& name, const TensorView& host) {
   const Stream& s = executor_->compute_stream();
   if (name == kLrName) {
-    SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
+    SG_RETURN_IF_ERROR(CheckFullF32(name, 1, host));
     float lr = 0;
     SG_RETURN_IF_ERROR(CopyTensor(host, TensorView(&lr, DType::kF32, host.shape(), Device::Cpu()), s));
     SG_RETURN_IF_ERROR(Wait());
     return SetLearningRate(lr);
   }
   if (name == kStepName) {
-    SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
+    SG_RETURN_IF_ERROR(CheckFullF32(name, 1, host));
     float f = 0;
     SG_RETURN_IF_ERROR(CopyTensor(host, TensorView(&f, DType::kF32, host.shape(), Device::Cpu()), s));
     SG_RETURN_IF_ERROR(Wait());
@@ -381,7 +374,7 @@ absl::Status TensorParallelStep::Write(const std::string& name, const TensorView
   for (const char* prefix : {"opt.m.", "opt.v.", ""}) {
     const Param* p = FindParam(name, prefix);
     if (p == nullptr) continue;
-    SG_RETURN_IF_ERROR(CheckFull(name, p->global_numel, host));
+    SG_RETURN_IF_ERROR(CheckFullF32(name, p->global_numel, host));
     const TensorView dst = prefix[0] == '\0' ? p->param : (prefix[4] == 'm' ? p->m : p->v);
     std::vector<float> full(size_t(p->global_numel)), local(size_t(dst.numel()));
     SG_RETURN_IF_ERROR(CopyTensor(host, TensorView(full.data(), DType::kF32, host.shape(), Device::Cpu()), s));
@@ -403,7 +396,7 @@ absl::Status TensorParallelStep::Read(const std::string& name, const TensorView&
   for (const char* prefix : {"opt.m.", "opt.v.", "grad:", ""}) {
     const Param* p = FindParam(name, prefix);
     if (p == nullptr) continue;
-    SG_RETURN_IF_ERROR(CheckFull(name, p->global_numel, host));
+    SG_RETURN_IF_ERROR(CheckFullF32(name, p->global_numel, host));
     SG_ASSIGN_OR_RETURN(TensorView src, View(name));
     std::vector<float> full(size_t(p->global_numel));
     if (p->tp.dim < 0 || layout_.tp == nullptr) {
@@ -427,7 +420,7 @@ absl::Status TensorParallelStep::Read(const std::string& name, const TensorView&
     return Wait();
   }
   if (name == "loss" || name == "grad_norm" || name == kStepName) {
-    SG_RETURN_IF_ERROR(CheckFull(name, 1, host));
+    SG_RETURN_IF_ERROR(CheckFullF32(name, 1, host));
     SG_ASSIGN_OR_RETURN(StepMetrics m, ReadMetrics());
     float v = name == "loss" ? m.loss : name == "grad_norm" ? m.grad_norm : float(m.step);
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(&v, DType::kF32, host.shape(), Device::Cpu()), host, s));

@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/data_parallel_graph.h"
+#include "compiler/host_tensor_check.h"
 #include "compiler/fsdp_internal.h"  // Param and Unit: complete for the base's members
 #include "compiler/tensor_parallel_steps.h"
 #include "kernels/core/status.h"
@@ -75,10 +76,7 @@ absl::Status TensorParallelFsdpStep::Write(const std::string& name, const Tensor
   int64_t global = 1, local = 1;
   for (int64_t d : p->global) global *= d;
   for (int64_t d : p->local) local *= d;
-  if (host.dtype() != DType::kF32 || host.numel() != global) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name, "': expected f32 with ", global,
-                                                   " elements (the full tensor), found ", host.ToString()));
-  }
+  SG_RETURN_IF_ERROR(CheckFullF32(name, global, host));
   std::vector<float> full(static_cast<size_t>(global)), slice(static_cast<size_t>(local));
   SG_RETURN_IF_ERROR(
       CopyTensor(host, TensorView(full.data(), DType::kF32, host.shape(), Device::Cpu()), executor_->compute_stream()));
@@ -93,10 +91,7 @@ absl::Status TensorParallelFsdpStep::Read(const std::string& name, const TensorV
   int64_t global = 1, local = 1;
   for (int64_t d : p->global) global *= d;
   for (int64_t d : p->local) local *= d;
-  if (host.dtype() != DType::kF32 || host.numel() != global) {
-    return absl::InvalidArgumentError(absl::StrCat("'", name, "': expected f32 with ", global,
-                                                   " elements (the full tensor), found ", host.ToString()));
-  }
+  SG_RETURN_IF_ERROR(CheckFullF32(name, global, host));
   // This rank's tp slice (gathered over the dp group), then the slices over the tp group, each
   // padded to the largest (an uneven vocabulary), on the host.
   const TpSplit split(p->global, p->dim, tp_size_);
