@@ -23,10 +23,6 @@ struct GpuEnergyMeter::Nvml {
   std::string Error(Ret r) const { return absl::StrCat(error_string != nullptr ? error_string(r) : "error", " (", r, ")"); }
 };
 
-namespace {
-constexpr int kClockSm = 1;
-}  // namespace
-
 void SummarizeClocks(std::vector<unsigned> mhz, GpuEnergyReading* reading) {
   reading->samples = int(mhz.size());
   if (mhz.empty()) {
@@ -40,6 +36,8 @@ void SummarizeClocks(std::vector<unsigned> mhz, GpuEnergyReading* reading) {
 }
 
 namespace {
+
+constexpr int kClockSm = 1;
 
 template <typename F>
 absl::Status Resolve(void* lib, const char* name, F* fn) {
@@ -149,12 +147,9 @@ absl::StatusOr<GpuEnergyReading> GpuEnergyMeter::Stop() {
   r.seconds = absl::ToDoubleSeconds(end - start_time_);
   r.joules = double(*e - start_mj_) / 1e3;
   r.mean_watts = r.seconds > 0 ? r.joules / r.seconds : 0;
-  std::vector<unsigned> clocks;
-  {
-    absl::MutexLock l(&mu_);
-    clocks = clocks_;
-  }
-  SummarizeClocks(std::move(clocks), &r);
+  absl::MutexLock l(&mu_);  // the sampler has ended: only for the annotation
+  SummarizeClocks(std::move(clocks_), &r);
+  clocks_.clear();
   return r;
 }
 

@@ -43,19 +43,24 @@ const CudaProbe& Probe() {
   return probe;
 }
 
+// OK when `ordinal` names a usable CUDA device; else FailedPrecondition (no device: why) or
+// InvalidArgument (out of range), each naming `what`.
+absl::Status CheckOrdinal(const char* what, int ordinal) {
+  const int count = Probe().count;
+  if (count == 0) return absl::FailedPreconditionError(absl::StrCat(what, ": ", Probe().reason));
+  if (ordinal < 0 || ordinal >= count) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": device ordinal in [0, ", count, "), found ", ordinal));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int CudaDeviceCount() { return Probe().count; }
 std::string CudaUnavailableReason() { return Probe().reason; }
 
 absl::StatusOr<int64_t> CudaDeviceMemoryBytes(int ordinal) {
-  if (CudaDeviceCount() == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("CudaDeviceMemoryBytes: ", CudaUnavailableReason()));
-  }
-  if (ordinal < 0 || ordinal >= CudaDeviceCount()) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaDeviceMemoryBytes: device ordinal in [0, ", CudaDeviceCount(),
-                                                   "), found ", ordinal));
-  }
+  SG_RETURN_IF_ERROR(CheckOrdinal("CudaDeviceMemoryBytes", ordinal));
 #ifdef SG_WITH_CUDA
   cudaDeviceProp prop;
   SG_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, ordinal));
@@ -66,13 +71,7 @@ absl::StatusOr<int64_t> CudaDeviceMemoryBytes(int ordinal) {
 }
 
 absl::StatusOr<std::string> CudaDevicePciBusId(int ordinal) {
-  if (CudaDeviceCount() == 0) {
-    return absl::FailedPreconditionError(absl::StrCat("CudaDevicePciBusId: ", CudaUnavailableReason()));
-  }
-  if (ordinal < 0 || ordinal >= CudaDeviceCount()) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaDevicePciBusId: device ordinal in [0, ", CudaDeviceCount(),
-                                                   "), found ", ordinal));
-  }
+  SG_RETURN_IF_ERROR(CheckOrdinal("CudaDevicePciBusId", ordinal));
 #ifdef SG_WITH_CUDA
   char id[64] = {};
   SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetPCIBusId(id, int(sizeof(id)), ordinal));
