@@ -299,6 +299,7 @@ absl::Status Main(const Flags& f) {
   j["recompute"] = std::string(graph::RecomputePolicyName(rp));
   j["recompute_swiglu_layers"] = o.recompute_swiglu_layers;
   j["offload_activations"] = o.offload_activations;
+  j["fsdp_host_gradient_units"] = o.fsdp_host_gradient_units;
   j["wgrad_stream"] = o.wgrad_stream;
   j["micro_batches"] = o.micro_batches;
   j["lm_head_chunks"] = o.lm_head_chunks;

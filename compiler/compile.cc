@@ -244,13 +244,14 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
   // Sharded state, or micro-batches (the data-parallel runtime runs them, also on one device: its
   // plan has the accumulated gradients and one micro-batch's activations).
   const bool fsdp = (o->strategy == Strategy::kFsdp && state_shards > 1) || o->micro_batches > 1;
-  auto fits = [&](RecomputePolicy p, int swiglu_layers, bool per_parameter = false,
-                  int offload = 0) -> absl::StatusOr<bool> {
+  auto fits = [&](RecomputePolicy p, int swiglu_layers, bool per_parameter = false, int offload = 0,
+                  int host_gradient_units = 0) -> absl::StatusOr<bool> {
     CompileOptions t = *o;
     t.recompute = p;
     t.recompute_swiglu_layers = swiglu_layers;
     t.fsdp_per_parameter_collectives = per_parameter;
     t.offload_activations = offload;
+    t.fsdp_host_gradient_units = host_gradient_units;
     if (fsdp) {
       // The FSDP runtime's own buffers (gradient shards, gathered parameters, staging).
       SG_ASSIGN_OR_RETURN(ShardedStepMemory m, PlanFsdpMemory(forward, t, state_shards));
@@ -264,6 +265,7 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
     o->recompute_swiglu_layers = swiglu_layers;
     o->fsdp_per_parameter_collectives = per_parameter;
     o->offload_activations = offload;
+    o->fsdp_host_gradient_units = host_gradient_units;
     return true;
   };
   // The fewest kept activations offloaded (to host memory) with which `policy` fits, bisecting up
@@ -317,7 +319,26 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
   // Then the kept activations of the first layers to host memory, as few as fit (each layer's
   // residual sum saves its bytes at the peak); all that qualify when none does.
   SG_ASSIGN_OR_RETURN(ok, fewest_offloads(RecomputePolicy::kFull, true, layers + 1));
-  if (!ok) o->offload_activations = layers + 1;
+  if (ok) return last;
+  o->offload_activations = layers + 1;
+  if (o->micro_batches > 1) return last;  // the deferred optimizer takes one micro-batch
+  // Then the gradient shards of the fewest units (output layer first, then the last layers) wait in
+  // host memory, AdamW deferred into the next forward: 4 bytes a parameter each way over PCIe.
+  // Units: the layers, the embedding, the final norm, the output projection.
+  const int units = layers + 3;
+  auto host_fits = [&](int n) { return fits(RecomputePolicy::kFull, -1, true, layers + 1, n); };
+  SG_ASSIGN_OR_RETURN(ok, host_fits(units));
+  if (!ok) {
+    o->fsdp_host_gradient_units = units;
+    return last;
+  }
+  int lo = 0, hi = units;  // lo does not fit, hi does
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    SG_ASSIGN_OR_RETURN(ok, host_fits(mid));
+    (ok ? hi : lo) = mid;
+  }
+  SG_ASSIGN_OR_RETURN(ok, host_fits(hi));
   return last;
 }
 

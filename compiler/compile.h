@@ -93,6 +93,18 @@ struct CompileOptions {
   // compiler/offload.h). A memory option: ChooseRecompute takes the fewest that fit once full
   // recompute (and per-parameter collectives) do not.
   int offload_activations = 0;
+  // kFsdp / HYBRID_SHARD, one micro-batch: the gradient shards of the first n units in backward
+  // order (the output layer, then the last transformer layers) wait in pinned host memory between
+  // the backward and the optimizer, and AdamW runs one step late, unit by unit: step N's update of
+  // a unit runs in step N+1's forward, on the comm stream just before that unit's all-gather, with
+  // step N's learning rate and clip factor (the same updates, in the same order per parameter).
+  // Each unit's reduce-scatter writes into one of two device slots, its squared norm is taken
+  // there, then it is copied to the host; in the next forward it is copied back into a slot ahead
+  // of its update. Saves 4 bytes a parameter on the device less the slots (7b on 2 ranks: 12.55
+  // GiB of gradient shards); costs 4 bytes a parameter each way over PCIe every step. Read, Write
+  // and View of parameters, moments and "step" apply the pending update first. A memory option:
+  // ChooseRecompute takes the fewest units that fit once activation offloading does not. 0: off.
+  int fsdp_host_gradient_units = 0;
   // ChooseRecompute only: when no recompute does not fit, try no recompute with the fewest kept
   // activations offloaded before any recompute (copies over PCIe that may hide under compute,
   // instead of recomputed kernels). Opt-in: llama_step_benchmark --offload_first.
@@ -251,9 +263,12 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph,
 // (options->offload_before_recompute) none with the fewest kept activations offloaded, then
 // selective with SwiGLU recomputed in 0, 1, 2, ... layers, then full, then (FSDP over > 1 ranks)
 // full with per-parameter collectives, then that with the fewest kept activations offloaded to host
-// memory (options->offload_activations). Sets options->recompute, options->recompute_swiglu_layers,
-// options->fsdp_per_parameter_collectives and options->offload_activations; returns the planned bytes. When nothing fits, the
-// last (least memory) choice is set and its bytes returned. Plans only (allocates nothing).
+// memory (options->offload_activations), then (one micro-batch) that with all of them offloaded and
+// the gradient shards of the fewest units in host memory (options->fsdp_host_gradient_units). Sets
+// options->recompute, options->recompute_swiglu_layers, options->fsdp_per_parameter_collectives,
+// options->offload_activations and options->fsdp_host_gradient_units; returns the planned bytes.
+// When nothing fits, the last (least memory) choice is set and its bytes returned. Plans only
+// (allocates nothing).
 absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t budget_bytes, int state_shards,
                                         CompileOptions* options);
 // A strategy whose runtime lives in a target above this one (context and pipeline parallelism):

@@ -6,6 +6,7 @@
 // reductions): relative 2e-5 on loss and norm, 1e-4 on gradients and parameters. Also FSDP and
 // HYBRID_SHARD in bf16 mixed precision on the CPU, where the runtime gathers bf16 weights (cast
 // from the f32 master shards) and the reference casts its f32 masters: the same tolerances.
+#include <algorithm>
 #include <cstdlib>
 #include <iostream>
 
@@ -51,8 +52,12 @@ testing::StepData MakeData(bool cuda = false, bool bf16 = false, bool even = fal
 // long gaps between the forward's last and the backward's first reader).
 // `wgrad`: CompileOptions::wgrad_stream (weight-gradient matmuls on their own stream, joined before
 // the reduce-scatters that read them).
+// `host_units` > 0: CompileOptions::fsdp_host_gradient_units (AdamW deferred into the next step's
+// forward, those units' gradient shards in host memory). The losses of steps 2 and 3 then depend
+// on the deferred updates, "grad:" is read from the host, and the parameters after the last step
+// on the update applied by Read.
 void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool cuda = false, bool bf16 = false,
-                              bool per_parameter = false, int offload = 0, bool wgrad = false) {
+                              bool per_parameter = false, int offload = 0, bool wgrad = false, int host_units = 0) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const Device device = cuda ? Device::Cuda(rank) : Device::Cpu();
   // CUDA: bf16 activations from GEMMs at another M (cuBLASLt may pick another algorithm, so a bf16
@@ -98,6 +103,7 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   dist_opt.comm_timeout_s = 30;
   dist_opt.fsdp_per_parameter_collectives = per_parameter;
   dist_opt.wgrad_stream = wgrad;
+  dist_opt.fsdp_host_gradient_units = host_units;
   if (offload > 0) {
     dist_opt.recompute = RecomputePolicy::kFull;
     dist_opt.offload_activations = offload;
@@ -127,6 +133,24 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
     EXPECT_EQ(on_wgrad_stream, 0);
   }
   EXPECT_EQ(reloads, offload);
+  // The deferred optimizer: one update per unit in the forward, none at the end; one copy back per
+  // unit on the host (the tiny Llama's units: its layers, the embedding, the final norm, the output).
+  int deferred = 0, copied_back = 0, adamw_at_end = 0;
+  for (const Step& st : dist->program().schedule.steps) {
+    deferred += absl::StartsWith(st.name, "adamw (deferred) ");
+    copied_back += absl::StartsWith(st.name, "copy gradients back ");
+    adamw_at_end += absl::StartsWith(st.name, "adamw (multi-tensor");
+  }
+  if (host_units > 0) {
+    EXPECT_GT(deferred, 2);
+    EXPECT_EQ(adamw_at_end, 0);
+    EXPECT_EQ(copied_back, std::min(host_units, deferred));
+    EXPECT_TRUE(absl::StrContains(dist->explanation(), "AdamW deferred into the next forward, the gradient shards of "))
+        << dist->explanation();
+  } else {
+    EXPECT_EQ(deferred + copied_back, 0);
+    EXPECT_EQ(adamw_at_end, 1);
+  }
 
   cmp.part = rank;
   cmp.parts = world;
@@ -181,6 +205,22 @@ TEST(Workers, DISABLED_FsdpWgrad) {
 TEST(Workers, DISABLED_FsdpWgradCuda) {
   CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true, false, false, 0, /*wgrad=*/true);
 }
+// An even count of host units puts each in another slot in the forward than in the backward
+// (with an odd count, both orders give every unit the same slot).
+TEST(Workers, DISABLED_FsdpHostGradients) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, false, false, false, 0, false, /*host_units=*/4);
+}
+TEST(Workers, DISABLED_FsdpHostGradientsBf16) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, false, /*bf16=*/true, false, 0, false, /*host_units=*/3);
+}
+TEST(Workers, DISABLED_FsdpHostGradientsOffload) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, false, false, /*per_parameter=*/true, /*offload=*/3, false,
+                           /*host_units=*/6);
+}
+TEST(Workers, DISABLED_FsdpHostGradientsCuda) {
+  CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true, false, /*per_parameter=*/true, /*offload=*/3, false,
+                           /*host_units=*/6);
+}
 TEST(Workers, DISABLED_FsdpPerParameterCuda) {
   CompareWithSingleProcess(Strategy::kFsdp, {}, /*cuda=*/true, false, /*per_parameter=*/true);
 }
@@ -227,6 +267,20 @@ TEST(DistributedTest, FsdpWgradStreamOnTwoRanksEqualsOneProcess) {
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpWgrad", {SeedEnv()}, absl::Seconds(100));
 }
 
+// AdamW deferred into the next step's forward with gradient shards in host memory
+// (CompileOptions::fsdp_host_gradient_units): bucketed units in f32 (the reduce-scatter stages
+// through the block), in bf16 (it writes straight into the slot), and the 7b's form (per-parameter
+// collectives, offloaded activations, 6 of 9 units on the host, so both slots are reused).
+TEST(DistributedTest, FsdpHostGradientsOnTwoRanksEqualsOneProcess) {
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpHostGradients", {SeedEnv()}, absl::Seconds(100));
+}
+TEST(DistributedTest, FsdpHostGradientsInBf16OnTwoRanksEqualsOneProcess) {
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpHostGradientsBf16", {SeedEnv()}, absl::Seconds(100));
+}
+TEST(DistributedTest, FsdpHostGradientsWithOffloadOnTwoRanksEqualsOneProcess) {
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpHostGradientsOffload", {SeedEnv()}, absl::Seconds(100));
+}
+
 TEST(DistributedTest, HybridShardOn2x2MeshEqualsOneProcess) {
   testing::ExpectWorkersPass(4, "Workers.DISABLED_HybridShard", {SeedEnv()}, absl::Seconds(100));
 }
@@ -262,6 +316,12 @@ TEST(DistributedTest, FsdpOffloadOnTwoGpusEqualsOneGpu) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpOffloadCuda", {SeedEnv()}, absl::Seconds(120));
+}
+
+TEST(DistributedTest, FsdpHostGradientsOnTwoGpusEqualsOneGpu) {
+  SG_SKIP_WITHOUT_CUDA();
+  if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
+  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpHostGradientsCuda", {SeedEnv()}, absl::Seconds(120));
 }
 
 TEST(DistributedTest, FsdpWgradStreamOnTwoGpusEqualsOneGpu) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <utility>
 #include <vector>
 
@@ -9,11 +10,13 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/autotune.h"
 #include "compiler/dist_cuda_graph.h"
-#include "compiler/host_tensor_check.h"
 #include "compiler/fsdp_internal.h"
+#include "compiler/host_tensor_check.h"
+#include "compiler/offload.h"
 #include "graph/ops.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/status.h"
+#include "kernels/elementwise/elementwise.h"
 #include "sharding/placement.h"
 
 namespace sg::compiler {
@@ -66,6 +69,7 @@ int ShardedDataParallelStep::NormRanks() const {
 // for, then lowering with the parameters as transient buffers.
 absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const CompileOptions& o) {
   per_parameter_collectives_ = o.fsdp_per_parameter_collectives;
+  host_gradient_units_ = o.fsdp_host_gradient_units;
   SG_ASSIGN_OR_RETURN(dp_, SplitOptimizer(train, o.loss));
   // Mixed precision: parameters gathered (and read by the program) in the compute dtype.
   SG_ASSIGN_OR_RETURN(dp_, GatherInComputeDType(std::move(dp_)));
@@ -239,6 +243,7 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     }
     b->second /= micro_batches_;
   }
+  SG_RETURN_IF_ERROR(PlanDeferredUpdate());
   lo.plan_only = plan_only_;
   lo.offload_activations = o.offload_activations;
   SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, binding, o.device, lo));
@@ -256,6 +261,14 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
     if (u->fwd_dtype == DType::kF32) continue;
     absl::StrAppend(&explanation_, "; parameters all-gathered in ", DTypeName(u->fwd_dtype), " (f32 master shards)");
     break;
+  }
+  if (memory_.host_gradient_bytes > 0) {
+    int host = 0;
+    for (const auto& u : units_) host += u->host;
+    absl::StrAppend(&explanation_, "; AdamW deferred into the next forward, the gradient shards of ", host,
+                    " units in host memory (", memory_.host_gradient_bytes, " bytes)");
+  } else if (Deferred()) {
+    absl::StrAppend(&explanation_, "; AdamW deferred into the next forward");
   }
   // Captured after the warm-up like the single-device step (compiler/dist_cuda_graph.h).
   comm_timeout_ = absl::Seconds(o.comm_timeout_s);
@@ -283,8 +296,97 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   const Stream& s = executor_->compute_stream();
   SG_RETURN_IF_ERROR(ZeroTensor(TensorView(shards_.data(), DType::kF32, {shards_.bytes() / 4}, o.device), s));
   SG_RETURN_IF_ERROR(ZeroTensor(TensorView(scalars_.data(), DType::kF32, {scalars_.bytes() / 4}, o.device), s));
+  // Nothing pending before the first step: its deferred updates are skipped.
+  if (Deferred()) SG_RETURN_IF_ERROR(kernels::Fill(clip_, std::nanf(""), s));
   SG_RETURN_IF_ERROR(executor_->Synchronize());
   return absl::OkStatus();
+}
+
+absl::Status ShardedDataParallelStep::PlanDeferredUpdate() {
+  if (host_gradient_units_ < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Compile: fsdp_host_gradient_units must be >= 0, found ", host_gradient_units_));
+  }
+  if (!Deferred()) return absl::OkStatus();
+  if (micro_batches_ > 1) {
+    return absl::UnimplementedError(absl::StrCat("Compile: fsdp_host_gradient_units=", host_gradient_units_,
+                                                 " defers AdamW to the next step's forward, which micro_batches=",
+                                                 micro_batches_, " (gradients accumulated in the shards) does not "
+                                                 "support; use one or the other"));
+  }
+  // Where each unit's update goes (just before its first gather of the step) and after which node
+  // its gradient shards are complete (its last reduce-scatter's issue).
+  for (size_t k = 0; k < units_.size(); ++k) {
+    Unit& u = *units_[k];
+    u.index = int(k);
+    u.update_at = u.fwd_at != INT_MAX ? u.fwd_at : u.bwd_at != INT_MAX ? u.bwd_at : 0;
+    u.reduced_at = u.rs_at;
+    if (PerParameter(u)) {
+      u.reduced_at = -1;
+      for (int i : u.params) {
+        if (params_[size_t(i)]->rs_at != INT_MAX) u.reduced_at = std::max(u.reduced_at, params_[size_t(i)]->rs_at);
+      }
+    }
+    if (u.reduced_at < 0 || u.reduced_at == INT_MAX) {
+      return absl::InternalError(absl::StrCat("sharded data parallel: unit '", u.name, "' has no reduce-scatter"));
+    }
+  }
+  // The units on the host: the first in backward order (their gradients wait longest for the next
+  // forward); the forward's first units, whose gradients come last, stay on the device.
+  std::vector<Unit*> host;
+  for (auto& u : units_) host.push_back(u.get());
+  std::stable_sort(host.begin(), host.end(), [](Unit* a, Unit* b) { return a->grad_done < b->grad_done; });
+  host.resize(std::min(host.size(), size_t(host_gradient_units_)));
+  std::stable_sort(host.begin(), host.end(), [](Unit* a, Unit* b) { return a->reduced_at < b->reduced_at; });
+  constexpr int S = kHostGradientSlots;
+  auto first_reduce_scatter = [&](const Unit& u) {
+    if (!PerParameter(u)) return u.rs_at;
+    int first = INT_MAX;
+    for (int i : u.params) first = std::min(first, params_[size_t(i)]->rs_at);
+    return first;
+  };
+  for (size_t i = 0; i < host.size(); ++i) {
+    Unit& u = *host[i];
+    u.host = true;
+    u.bwd_slot = int(i % S);
+    if (i < S) continue;
+    u.bwd_slot_prev = host[i - S];
+    // The slot's previous unit is copied out once its reduce-scatters are all issued: before this
+    // unit's first one writes the slot (its wait needs that copy's event recorded first).
+    if (u.bwd_slot_prev->reduced_at >= first_reduce_scatter(u)) {
+      return absl::UnimplementedError(absl::StrCat(
+          "Compile: fsdp_host_gradient_units: unit '", u.name, "' reduce-scatters into a slot (before node ",
+          first_reduce_scatter(u), ") while unit '", u.bwd_slot_prev->name,
+          "', which used it before, still reduce-scatters (node ", u.bwd_slot_prev->reduced_at, ")"));
+    }
+  }
+  std::stable_sort(host.begin(), host.end(), [](Unit* a, Unit* b) { return a->update_at < b->update_at; });
+  for (size_t j = 0; j < host.size(); ++j) {
+    Unit& u = *host[j];
+    u.fwd_slot = int(j % S);
+    u.fwd_slot_prev = j >= S ? host[j - S] : nullptr;
+    // Copied back while the unit before it (in this order) is updated and gathered; the first at
+    // the start of the step.
+    u.load_at = j + 1 < S ? 0 : host[j - (S - 1)]->update_at;
+    if (j > 0 && host[j - 1]->update_at >= u.update_at) {
+      return absl::UnimplementedError(absl::StrCat("Compile: fsdp_host_gradient_units: units '", host[j - 1]->name,
+                                                   "' and '", u.name, "' are first gathered at the same node (",
+                                                   u.update_at, "); their updates need an order"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+TensorView ShardedDataParallelStep::SlotView(int slot, int64_t elements) const {
+  return TensorView(shards_.data() + slots_offset_ + slot * slot_bytes_, DType::kF32, {elements}, program_->device);
+}
+
+TensorView ShardedDataParallelStep::HostGradients(const Unit& u) const {
+  return TensorView(static_cast<char*>(host_grads_.get()) + u.host_offset, DType::kF32, {u.block}, Device::Cpu());
+}
+
+TensorView ShardedDataParallelStep::UnitStep(const Unit& u) const {
+  return TensorView(static_cast<char*>(unit_steps_.raw()) + 8 * u.index, DType::kI64, {}, program_->device);
 }
 
 absl::Status ShardedDataParallelStep::Allocate() {
@@ -296,15 +398,27 @@ absl::Status ShardedDataParallelStep::Allocate() {
   const int64_t packed = packed_.numel(), block = block_.numel();
   packed_ = TensorView(buckets_.data(), DType::kF32, {packed}, d);
   block_ = TensorView(buckets_.data() + AlignUp(std::max<int64_t>(packed, 1) * 4), DType::kF32, {block}, d);
+  if (memory_.host_gradient_bytes > 0) {
+    SG_ASSIGN_OR_RETURN(host_grads_, AllocateOffloadHost(d, memory_.host_gradient_bytes));
+  }
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
+    const Unit& u = *units_[size_t(p.unit)];
     const int64_t n = p.mine.length * p.row;
     char* base = shards_.data() + shard_offsets_[i];
-    const int64_t region = units_[size_t(p.unit)]->block * 4;  // SizeBuffers: the unit's 4 regions
+    const int64_t region = u.block * 4;  // SizeBuffers: the unit's 4 regions (3 on the host)
     p.shard = TensorView(base, DType::kF32, {n}, d);
-    p.grad = TensorView(base + region, DType::kF32, {n}, d);
-    p.m = TensorView(base + 2 * region, DType::kF32, {n}, d);
-    p.v = TensorView(base + 3 * region, DType::kF32, {n}, d);
+    if (u.host) {
+      p.m = TensorView(base + region, DType::kF32, {n}, d);
+      p.v = TensorView(base + 2 * region, DType::kF32, {n}, d);
+      p.grad = Flat(SlotView(u.bwd_slot, u.block), p.pack_offset, n);
+      p.update_grad = Flat(SlotView(u.fwd_slot, u.block), p.pack_offset, n);
+      p.host_grad = Flat(HostGradients(u), p.pack_offset, n);
+    } else {
+      p.grad = p.update_grad = TensorView(base + region, DType::kF32, {n}, d);
+      p.m = TensorView(base + 2 * region, DType::kF32, {n}, d);
+      p.v = TensorView(base + 3 * region, DType::kF32, {n}, d);
+    }
   }
   const int64_t W = world_size_, K = micro_batches_;
   SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, ScalarBytes()));
@@ -325,6 +439,14 @@ absl::Status ShardedDataParallelStep::Allocate() {
   for (TensorView& x : dummy_) x = take(NormRanks());
   local_losses_ = take(K);
   seeds_ = take(K);
+  if (Deferred()) {
+    const int64_t U = int64_t(units_.size());
+    lr_pending_ = take(1);
+    unit_norms_ = take(U);
+    for (TensorView& x : unit_dummy_) x = take(U);
+    unit_steps_ = TensorView(at, DType::kI64, {U}, d);
+    at += AlignUp(2 * U * 4);
+  }
   std::vector<kernels::AdamWParam> local;
   for (const auto& p : params_) {
     if (p->mine.length == 0) continue;
@@ -359,6 +481,39 @@ absl::Status ShardedDataParallelStep::Allocate() {
     SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList cl, kernels::AdamWTensorList::Create(counted));
     counted_list_ = std::make_shared<kernels::AdamWTensorList>(std::move(cl));
   }
+  if (Deferred()) {
+    // Per unit: the deferred AdamW over its shards (reading the forward slot for a host unit), and
+    // the norm over its gradient shards where the reduce-scatter leaves them (those counted).
+    for (auto& u : units_) {
+      std::vector<kernels::AdamWParam> update, norm;
+      for (int i : u->params) {
+        const Param& p = *params_[size_t(i)];
+        if (p.mine.length == 0) continue;
+        kernels::AdamWParam a;
+        a.param = p.shard;
+        a.grad = p.update_grad;
+        a.m = p.m;
+        a.v = p.v;
+        a.weight_decay = float(p.weight_decay);
+        update.push_back(a);
+        if (layout_.counts_in_norm && !layout_.counts_in_norm(p.name)) continue;
+        a.grad = p.grad;
+        norm.push_back(a);
+      }
+      for (auto [params, list] : {std::pair{&update, &u->update_list}, std::pair{&norm, &u->norm_list}}) {
+        if (params->empty()) continue;
+        SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList l, kernels::AdamWTensorList::Create(*params));
+        *list = std::make_shared<kernels::AdamWTensorList>(std::move(l));
+      }
+    }
+    kernels::AdamWParam un;
+    un.param = unit_dummy_[0];
+    un.grad = unit_norms_;
+    un.m = unit_dummy_[1];
+    un.v = unit_dummy_[2];
+    SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList ul, kernels::AdamWTensorList::Create({un}));
+    unit_norm_list_ = std::make_shared<kernels::AdamWTensorList>(std::move(ul));
+  }
   kernels::AdamWParam n;
   n.param = dummy_[0];
   n.grad = norms_;
@@ -367,7 +522,8 @@ absl::Status ShardedDataParallelStep::Allocate() {
   SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList nl, kernels::AdamWTensorList::Create({n}));
   norm_list_ = std::make_shared<kernels::AdamWTensorList>(std::move(nl));
   for (auto& u : units_) {
-    for (auto* e : {&u->fwd_done, &u->bwd_done, &u->rs_done, &u->packed}) {
+    for (auto* e : {&u->fwd_done, &u->bwd_done, &u->rs_done, &u->packed, &u->normed, &u->updated, &u->staged,
+                    &u->loaded}) {
       SG_ASSIGN_OR_RETURN(Event ev, Event::Create(d));
       *e = std::make_unique<Event>(std::move(ev));
     }
@@ -431,6 +587,68 @@ absl::Status ShardedDataParallelStep::StageFullInputs(const std::map<std::string
 
 // One micro-batch: its loss seed (and, with several, its inputs) first, then the lowered forward +
 // backward with the collectives inserted, keyed by the node index they precede, then its loss kept.
+// The deferred optimizer's copies back (issued on the copy stream from a step among the comm
+// stream's, so it keeps its place before the update that waits for it) and its updates.
+void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* before) {
+  for (auto& up : units_) {
+    const Unit* u = up.get();
+    if (!u->host) continue;
+    Step load;
+    load.kind = Step::Kind::kCopy;
+    load.name = absl::StrCat("copy gradients back ", u->name);
+    load.phase = Phase::kForward;
+    load.stream = 1;
+    load.impl = "copy";
+    load.launch = [this, u](const Stream&) -> absl::Status {
+      const Stream& copy = executor_->copy_stream();
+      SG_RETURN_IF_ERROR(ready_->Record(executor_->compute_stream()));
+      SG_RETURN_IF_ERROR(ready_->Block(copy));
+      if (u->fwd_slot_prev != nullptr) SG_RETURN_IF_ERROR(u->fwd_slot_prev->updated->Block(copy));
+      SG_RETURN_IF_ERROR(CopyTensorAsync(HostGradients(*u), SlotView(u->fwd_slot, u->block), copy));
+      return u->loaded->Record(copy);
+    };
+    before->emplace(u->load_at, std::move(load));
+  }
+  const kernels::AdamWConfig c{float(dp_.beta1), float(dp_.beta2), float(dp_.eps)};
+  for (auto& up : units_) {
+    const Unit* u = up.get();
+    before->emplace(u->update_at,
+                    CommStep(absl::StrCat("adamw (deferred) ", u->name), Phase::kForward,
+                             [this, u, c](const Stream& s) -> absl::Status {
+                               if (u->host) SG_RETURN_IF_ERROR(u->loaded->Block(s));
+                               if (u->update_list == nullptr) return absl::OkStatus();
+                               const auto& list = *std::static_pointer_cast<kernels::AdamWTensorList>(u->update_list);
+                               return kernels::AdamWStep(list, c, lr_pending_, UnitStep(*u), clip_, s);
+                             },
+                             u->updated.get()));
+  }
+}
+
+// Each unit's squared norm once its gradient shards are complete, then (a host unit) the copy
+// of its slot to the host.
+void ShardedDataParallelStep::AddDeferredStaging(std::multimap<int, Step>* before) {
+  for (auto& up : units_) {
+    const Unit* u = up.get();
+    before->emplace(u->reduced_at,
+                    CommStep(absl::StrCat(u->host ? "norm and copy to host grads " : "norm grads ", u->name),
+                             Phase::kBackward,
+                             [this, u](const Stream& s) -> absl::Status {
+                               if (u->norm_list != nullptr) {
+                                 const auto& list = *std::static_pointer_cast<kernels::AdamWTensorList>(u->norm_list);
+                                 SG_RETURN_IF_ERROR(
+                                     kernels::GradNorm(list, 0.f, Flat(unit_norms_, u->index, 1), TensorView(), s));
+                               }
+                               SG_RETURN_IF_ERROR(u->normed->Record(s));
+                               if (!u->host) return absl::OkStatus();
+                               const Stream& copy = executor_->copy_stream();
+                               SG_RETURN_IF_ERROR(u->normed->Block(copy));
+                               SG_RETURN_IF_ERROR(CopyTensorAsync(SlotView(u->bwd_slot, u->block), HostGradients(*u), copy));
+                               return u->staged->Record(copy);
+                             },
+                             u->normed.get()));
+  }
+}
+
 std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std::vector<Step>& lowered) {
   std::vector<Step> steps;
   const std::string suffix = micro_batches_ > 1 ? absl::StrCat(" (micro-batch ", index, ")") : "";
@@ -460,6 +678,12 @@ std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std:
   steps.push_back(std::move(seed));
   const bool accumulate = index > 0;
   std::multimap<int, Step> before;  // node index -> steps issued before it (in insertion order)
+  if (Deferred()) AddDeferredUpdates(&before);
+  // A unit whose gradients go to the host reduce-scatters into a slot once the unit that used it
+  // before has been copied out.
+  auto slot_free = [](const Unit* u, const Stream& s) {
+    return u->bwd_slot_prev != nullptr ? u->bwd_slot_prev->staged->Block(s) : absl::OkStatus();
+  };
   for (auto& up : units_) {
     Unit* u = up.get();
     if (u->fwd_at != INT_MAX) {
@@ -481,7 +705,8 @@ std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std:
         const Param* p = params_[size_t(i)].get();
         if (p->rs_at == INT_MAX) continue;
         before.emplace(p->rs_at, CommStep(absl::StrCat("reduce-scatter grad ", p->name, suffix), Phase::kBackward,
-                                          [this, p, accumulate](const Stream& s) {
+                                          [this, p, u, accumulate, slot_free](const Stream& s) {
+                                            SG_RETURN_IF_ERROR(slot_free(u, s));
                                             return ReduceScatterParam(*p, accumulate, s);
                                           },
                                           p->rs_done.get()));
@@ -490,7 +715,8 @@ std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std:
       }
     } else if (u->rs_at != INT_MAX) {
       before.emplace(u->rs_at, CommStep(absl::StrCat("reduce-scatter grads ", u->name, suffix), Phase::kBackward,
-                                        [this, u, accumulate](const Stream& s) {
+                                        [this, u, accumulate, slot_free](const Stream& s) {
+                                          SG_RETURN_IF_ERROR(slot_free(u, s));
                                           return ReduceScatter(*u, accumulate, s);
                                         },
                                         u->rs_done.get()));
@@ -502,6 +728,7 @@ std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std:
                                              u->rs_done.get()));
     }
   }
+  if (Deferred()) AddDeferredStaging(&before);
   // Issues before waits at the same node, so a prefetch is never queued behind a wait.
   auto emit = [&](std::vector<Step>* out, int upto) {
     std::vector<Step> waits;
@@ -549,6 +776,15 @@ absl::Status ShardedDataParallelStep::Schedule() {
   ln.phase = opt;
   ln.impl = "kernel";
   ln.launch = [this, counted](const Stream& s) { return kernels::GradNorm(*counted, 0.f, norm_local_, TensorView(), s); };
+  if (Deferred()) {
+    // The units' norms, taken on the comm stream as their gradients were complete.
+    for (const auto& u : units_) {
+      steps.push_back(WaitStep(absl::StrCat("wait norm ", u->name), opt, u->normed.get()));
+    }
+    auto units = std::static_pointer_cast<kernels::AdamWTensorList>(unit_norm_list_);
+    ln.name = "grad_norm (local, from the units' norms)";
+    ln.launch = [this, units](const Stream& s) { return kernels::GradNorm(*units, 0.f, norm_local_, TensorView(), s); };
+  }
   steps.push_back(std::move(ln));
   steps.push_back(CommStep("all-gather local grad norms", opt, [this](const Stream& s) -> absl::Status {
     comm::ProcessGroup* g = layout_.norm_group != nullptr ? layout_.norm_group : layout_.shard;
@@ -569,6 +805,13 @@ absl::Status ShardedDataParallelStep::Schedule() {
   ad.phase = opt;
   ad.impl = "kernel";
   ad.launch = [this, local, c](const Stream& s) { return kernels::AdamWStep(*local, c, lr_, counter_, clip_, s); };
+  if (Deferred()) {
+    // No update here: the next step's forward runs it, unit by unit, with this step's rate.
+    ad.name = "keep lr for the deferred adamw";
+    ad.kind = Step::Kind::kCopy;
+    ad.impl = "copy";
+    ad.launch = [this](const Stream& s) { return CopyTensor(lr_, lr_pending_, s); };
+  }
   steps.push_back(std::move(ad));
   steps.push_back(WaitStep("join comm stream", opt, comm_done_.get()));
   program_->schedule.steps = std::move(steps);
@@ -617,12 +860,34 @@ absl::Status ShardedDataParallelStep::PrepareBatch(const std::map<std::string, T
 
 absl::Status ShardedDataParallelStep::Run(const std::map<std::string, TensorView>& batch) {
   SG_RETURN_IF_ERROR(PrepareBatch(batch));
-  return executor_->Run();
+  SG_RETURN_IF_ERROR(executor_->Run());
+  pending_ = Deferred();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepTrace> ShardedDataParallelStep::TraceStep(const std::map<std::string, TensorView>& batch) {
   SG_RETURN_IF_ERROR(PrepareBatch(batch));
-  return executor_->RunTraced();
+  SG_ASSIGN_OR_RETURN(StepTrace trace, executor_->RunTraced());
+  pending_ = Deferred();
+  return trace;
+}
+
+absl::Status ShardedDataParallelStep::ApplyPendingUpdate() const {
+  if (!pending_) return absl::OkStatus();
+  SG_RETURN_IF_ERROR(Wait());
+  const Stream& s = executor_->compute_stream();
+  const kernels::AdamWConfig c{float(dp_.beta1), float(dp_.beta2), float(dp_.eps)};
+  for (const auto& u : units_) {
+    if (u->update_list == nullptr) continue;
+    if (u->host) SG_RETURN_IF_ERROR(CopyTensor(HostGradients(*u), SlotView(u->fwd_slot, u->block), s));
+    const auto& list = *std::static_pointer_cast<kernels::AdamWTensorList>(u->update_list);
+    SG_RETURN_IF_ERROR(kernels::AdamWStep(list, c, lr_pending_, UnitStep(*u), clip_, s));
+  }
+  // Applied: the next step's deferred updates are skipped.
+  SG_RETURN_IF_ERROR(kernels::Fill(clip_, std::nanf(""), s));
+  SG_RETURN_IF_ERROR(Wait());
+  pending_ = false;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<StepMetrics> ShardedDataParallelStep::ReadMetrics() const {
@@ -635,10 +900,18 @@ absl::StatusOr<StepMetrics> ShardedDataParallelStep::ReadMetrics() const {
   const Stream& s = executor_->compute_stream();
   SG_RETURN_IF_ERROR(CopyTensor(losses_, TensorView(losses.data(), DType::kF32, {n}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(CopyTensor(norm_, TensorView(&m.grad_norm, DType::kF32, {1}, Device::Cpu()), s));
-  SG_RETURN_IF_ERROR(CopyTensor(counter_, TensorView(&step, DType::kI64, {}, Device::Cpu()), s));
+  // Deferred: the units count their applied updates (all alike; the first with rows here is read),
+  // and the pending one is counted.
+  TensorView counter = counter_;
+  for (const auto& u : units_) {
+    if (!Deferred() || u->update_list == nullptr) continue;
+    counter = UnitStep(*u);
+    break;
+  }
+  SG_RETURN_IF_ERROR(CopyTensor(counter, TensorView(&step, DType::kI64, {}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(Wait());
   m.loss = TokenWeightedLoss(losses, counts_);
-  m.step = step;
+  m.step = step + (pending_ ? 1 : 0);
   return m;
 }
 
@@ -663,7 +936,11 @@ absl::StatusOr<TensorView> ShardedDataParallelStep::View(const std::string& name
   };
   for (const Kind& k : {Kind{"", &Param::shard}, Kind{"opt.m.", &Param::m}, Kind{"opt.v.", &Param::v},
                         Kind{"grad:", &Param::grad}}) {
-    if (const Param* p = FindParam(name, k.which, k.prefix)) return p->*k.which;
+    const Param* p = FindParam(name, k.which, k.prefix);
+    if (p == nullptr) continue;
+    if (k.which == &Param::grad) return p->host_grad.raw() != nullptr ? p->host_grad : p->grad;
+    SG_RETURN_IF_ERROR(ApplyPendingUpdate());  // the caller may read or write the shard
+    return p->*k.which;
   }
   if (name == "lr") return lr_;
   if (name == "grad_norm") return norm_;
@@ -675,13 +952,20 @@ absl::Status ShardedDataParallelStep::Write(const std::string& name, const Tenso
   if (name == kLrName) return SetLearningRate(*static_cast<const float*>(host.raw()));
   if (name == kStepName) {
     SG_RETURN_IF_ERROR(CheckFullF32(name, 1, host));
+    SG_RETURN_IF_ERROR(ApplyPendingUpdate());
     int64_t n = int64_t(*static_cast<const float*>(host.raw()));
     SG_RETURN_IF_ERROR(CopyTensor(TensorView(&n, DType::kI64, {}, Device::Cpu()), counter_, s));
+    if (Deferred()) {
+      std::vector<int64_t> all(units_.size(), n);
+      SG_RETURN_IF_ERROR(CopyTensor(TensorView(all.data(), DType::kI64, {int64_t(all.size())}, Device::Cpu()),
+                                    unit_steps_, s));
+    }
     return Wait();
   }
   for (const char* prefix : {"", "opt.m.", "opt.v."}) {
     const Param* p = FindParam(name, nullptr, prefix);
     if (p == nullptr) continue;
+    SG_RETURN_IF_ERROR(ApplyPendingUpdate());  // else the pending update would land on what is written
     SG_RETURN_IF_ERROR(CheckFullF32(name, p->rows * p->row, host));
     const TensorView dst = std::string(prefix).empty() ? p->shard : (prefix[4] == 'm' ? p->m : p->v);
     if (p->mine.length > 0) {
@@ -728,7 +1012,11 @@ absl::Status ShardedDataParallelStep::Read(const std::string& name, const Tensor
   };
   for (const Kind& k : {Kind{"", &Param::shard}, Kind{"opt.m.", &Param::m}, Kind{"opt.v.", &Param::v},
                         Kind{"grad:", &Param::grad}}) {
-    if (const Param* p = FindParam(name, k.which, k.prefix)) return GatherRows(p->*k.which, *p, host);
+    const Param* p = FindParam(name, k.which, k.prefix);
+    if (p == nullptr) continue;
+    if (k.which == &Param::grad) return GatherRows(p->host_grad.raw() != nullptr ? p->host_grad : p->grad, *p, host);
+    SG_RETURN_IF_ERROR(ApplyPendingUpdate());
+    return GatherRows(p->*k.which, *p, host);
   }
   if (name == "loss" || name == "grad_norm") {
     SG_RETURN_IF_ERROR(CheckFullF32(name, 1, host));

@@ -45,6 +45,23 @@
 // the replicate all-reduce) runs once per micro-batch, as in the unaccumulated step, and the first
 // micro-batch overwrites the f32 gradient shards while later ones add to them: the full-size
 // gradients never outlive their micro-batch, so memory stays that of one micro-batch.
+//
+// The deferred optimizer (CompileOptions::fsdp_host_gradient_units = n > 0, one micro-batch):
+//   backward  after each unit's reduce-scatter, on the comm stream, its squared norm (a kernel over
+//             its gradient shards); for the first n units in backward order the reduce-scatter
+//             writes into one of kHostGradientSlots device slots, and the copy stream then moves
+//             the slot to the unit's region of a pinned host buffer;
+//   end       the local norm from the units' norms, the global norm and clip factor as above, and
+//             the learning rate kept for the update; no AdamW;
+//   forward   (next step) before each unit's first all-gather, on the comm stream, AdamW of its
+//             shards with the kept learning rate and clip factor, each unit with its own step
+//             counter (all equal); a host unit's gradients are first copied back into a slot on
+//             the copy stream, issued when the unit before it in forward order is updated.
+// Step N's update reads step N's gradients, learning rate and clip factor, and step N+1's forward
+// gathers the updated shards: the parameters each forward sees are those of the eager optimizer.
+// A clip factor of NaN skips an update (AdamWStep), which is how the first step, and a step right
+// after the pending update was applied by Read/Write/View, have none. "step" counts the pending
+// update.
 #ifndef SGTRAIN_COMPILER_FSDP_H_
 #define SGTRAIN_COMPILER_FSDP_H_
 
@@ -101,6 +118,9 @@ struct ShardedStepMemory {
   // host ring (CPU) copies its input into one for each call, the device ring keeps one when the
   // shard group has more than 2 ranks; 0 otherwise. Taken while the steps run, not by Create.
   int64_t comm_scratch_bytes = 0;
+  // CompileOptions::fsdp_host_gradient_units: the gradient shards of those units in pinned host
+  // memory (not device memory: not in Total). Their device slots are in shard_bytes.
+  int64_t host_gradient_bytes = 0;
   // Parts of arena_bytes, for accounting (each the most live at one node, not necessarily at the
   // arena's peak): gathered parameters (forward and "@bwd" copies; f32, or bf16 under mixed
   // precision), f32 full unit gradients
@@ -138,13 +158,18 @@ class ShardedDataParallelStep : public CompiledStep {
   // collective over the shard group); "loss" and "grad_norm" are the global values.
   absl::Status Write(const std::string& name, const TensorView& host) override;
   absl::Status Read(const std::string& name, const TensorView& host) const override;
-  // This rank's shard of a parameter, its optimizer state or "grad:<p>"; otherwise as the base.
+  // This rank's shard of a parameter, its optimizer state or "grad:<p>" (host memory for a unit
+  // whose gradients wait there); otherwise as the base. A parameter or its state: the pending
+  // deferred update applied first, so the view holds the values after the last step.
   absl::StatusOr<TensorView> View(const std::string& name) const override;
   absl::StatusOr<StepTrace> TraceStep(const std::map<std::string, TensorView>& batch) override;
   // What this step allocated (equal to PlanMemory's answer for its options and groups).
   const ShardedStepMemory& memory() const { return memory_; }
 
   ~ShardedDataParallelStep() override;
+
+  // Device slots a unit's gradient shards pass through on their way to and from host memory.
+  static constexpr int kHostGradientSlots = 2;
 
  protected:
   // Waits for the queued steps with the deadline comm_timeout_ (compiler/dist_cuda_graph.h).
@@ -190,6 +215,20 @@ class ShardedDataParallelStep : public CompiledStep {
   absl::Status ReduceBlock(const TensorView& input, const TensorView& sum, const Stream& s);
   // The schedule of micro-batch `index`: the lowered steps with the collectives inserted.
   std::vector<Step> MicroBatchSteps(int index, const std::vector<Step>& lowered);
+  // The deferred optimizer: which units wait on the host, their slots and issue points.
+  absl::Status PlanDeferredUpdate();
+  // Its steps inside the step's schedule, keyed by node as in MicroBatchSteps: the copies back and
+  // the updates (added before the gathers, so an update precedes its unit's gather at the same
+  // node), then the norms and copies to the host (added after the reduce-scatters).
+  void AddDeferredUpdates(std::multimap<int, Step>* before);
+  void AddDeferredStaging(std::multimap<int, Step>* before);
+  TensorView SlotView(int slot, int64_t elements) const;
+  TensorView HostGradients(const Unit& u) const;  // the unit's region of the host buffer
+  TensorView UnitStep(const Unit& u) const;       // its step counter (i64)
+  // The pending deferred update applied now (eagerly, after the queued steps), so the shards and
+  // moments hold the values after the last step; nothing pending afterwards.
+  absl::Status ApplyPendingUpdate() const;
+  bool Deferred() const { return host_gradient_units_ > 0; }
   // Full-batch input buffers for micro_batches_ > 1 (staged into by Run, sliced per micro-batch).
   absl::Status AllocateFullInputs();
   absl::Status StageFullInputs(const std::map<std::string, TensorView>& batch);
@@ -227,6 +266,15 @@ class ShardedDataParallelStep : public CompiledStep {
   int micro_batches_ = 1;
   TensorView local_losses_;  // f32[micro_batches_]: this rank's loss per micro-batch
   DeviceMemory full_inputs_;
+  // The deferred optimizer (Deferred()): host units requested, the slots' offset in shards_ and
+  // bytes each, the host buffer, the learning rate the update uses, the per-unit norms and step
+  // counters (i64), dummies for the norm list over unit_norms_, and whether an update is pending.
+  int host_gradient_units_ = 0;
+  int64_t slots_offset_ = 0, slot_bytes_ = 0;
+  std::shared_ptr<void> host_grads_;
+  TensorView lr_pending_, unit_norms_, unit_steps_, unit_dummy_[3];
+  std::shared_ptr<void> unit_norm_list_;
+  mutable bool pending_ = false;
   std::map<std::string, TensorView> full_input_views_;  // by input name, [k * micro dim 0, ...]
 };
 

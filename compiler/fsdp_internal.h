@@ -34,6 +34,11 @@ struct ShardedDataParallelStep::Param {
   int rs_at = INT_MAX, rs_wait_at = INT_MAX;
   std::unique_ptr<Event> rs_done;
   TensorView shard, grad, m, v;              // this rank's rows, flat f32
+  // CompileOptions::fsdp_host_gradient_units, a unit on the host: `grad` is its rows in the unit's
+  // backward slot (what the reduce-scatter writes), `host_grad` in pinned host memory (where the
+  // gradient waits), `update_grad` in its forward slot (what the deferred AdamW reads). Otherwise
+  // update_grad is `grad` and host_grad is empty.
+  TensorView host_grad, update_grad;
 };
 
 struct ShardedDataParallelStep::Unit {
@@ -50,6 +55,22 @@ struct ShardedDataParallelStep::Unit {
   // Direct unit, whose reduce-scatter reads the full gradient itself.
   int packed_at = INT_MAX;
   std::unique_ptr<Event> fwd_done, bwd_done, rs_done, packed;
+  // The deferred optimizer (CompileOptions::fsdp_host_gradient_units > 0). Every unit: its index
+  // in units_ (its slot of the per-unit norms and step counters), where its update is issued (just
+  // before its first gather of the step), the node after which its gradients are complete (its
+  // last reduce-scatter's issue) and the event recorded after its norm is taken.
+  int index = 0, update_at = INT_MAX, reduced_at = INT_MAX;
+  std::unique_ptr<Event> normed, updated;
+  std::shared_ptr<void> update_list, norm_list;  // kernels::AdamWTensorList; null: no rows here
+  // A unit on the host: its slots (of kHostGradientSlots) in backward and forward order, the host
+  // unit that used the same slot before it (its copy to the host, or its update, must be done
+  // first), its region of the host buffer, where its copy back is issued, and the copies' events.
+  bool host = false;
+  int bwd_slot = -1, fwd_slot = -1, load_at = INT_MAX;
+  const Unit* bwd_slot_prev = nullptr;
+  const Unit* fwd_slot_prev = nullptr;
+  int64_t host_offset = 0;  // bytes
+  std::unique_ptr<Event> staged, loaded;
 };
 
 }  // namespace sg::compiler

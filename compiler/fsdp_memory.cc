@@ -86,12 +86,23 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
     u.block += AlignUp(p->chunk * p->row, kArenaAlignment / 4);
   }
   // The shards, unit by unit: four regions of the unit's block layout (this rank's parameter
-  // rows, gradient, m, v), so the gradient region is what the unit's reduce-scatter produces.
+  // rows, gradient, m, v), so the gradient region is what the unit's reduce-scatter produces. A
+  // unit whose gradients wait on the host has three (rows, m, v); its reduce-scatter writes into a
+  // slot after every unit's regions, and its region of the host buffer is one block.
   std::vector<int64_t> unit_base(units_.size(), 0);
+  int64_t host_bytes = 0;
+  slot_bytes_ = 0;
   for (size_t k = 0; k < units_.size(); ++k) {
+    Unit& u = *units_[k];
     unit_base[k] = shard_bytes;
-    shard_bytes += 4 * units_[k]->block * 4;
+    shard_bytes += (u.host ? 3 : 4) * u.block * 4;
+    if (!u.host) continue;
+    u.host_offset = host_bytes;
+    host_bytes += u.block * 4;
+    slot_bytes_ = std::max(slot_bytes_, u.block * 4);
   }
+  slots_offset_ = shard_bytes;
+  if (host_bytes > 0) shard_bytes += kHostGradientSlots * slot_bytes_;
   for (auto& p : params_) shard_offsets_.push_back(unit_base[size_t(p->unit)] + p->pack_offset * 4);
   // A Direct unit needs no packed staging. Block staging: for micro-batches after the first (they
   // add their reduce-scattered gradients to the shards), for an f32 gather's input, and for a
@@ -113,6 +124,7 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
   memory_.arena_peak = FindArenaPeak(*program_);
   memory_.state_bytes = program_->state_bytes;
   memory_.shard_bytes = shard_bytes;
+  memory_.host_gradient_bytes = host_bytes;
   memory_.bucket_bytes = AlignUp(std::max<int64_t>(packed, 1) * 4) + AlignUp(std::max<int64_t>(block, 1) * 4);
   memory_.other_bytes = ScalarBytes();
   // Inside the arena: the gathered parameters and the full unit gradients live at once, at their
@@ -170,6 +182,12 @@ int64_t ShardedDataParallelStep::ScalarBytes() const {
   const int64_t slots[] = {1, 2, 1, P, 1, 1, W * K, P, P, P, K, K};
   int64_t total = 0;
   for (int64_t n : slots) total += AlignUp(n * 4);
+  if (Deferred()) {
+    // The deferred optimizer: the kept learning rate, the units' norms, 3 dummies of as many, the
+    // units' step counters (i64).
+    const int64_t U = int64_t(units_.size());
+    for (int64_t n : {int64_t(1), U, U, U, U, 2 * U}) total += AlignUp(n * 4);
+  }
   return total;
 }
 

@@ -115,6 +115,10 @@ absl::StatusOr<std::string> ChooseRecomputeOf(const graph::Graph& forward, const
   }
   if (co->fsdp_per_parameter_collectives) absl::StrAppend(&plan, ", per-parameter collectives");
   if (co->offload_activations > 0) absl::StrAppend(&plan, ", ", co->offload_activations, " activations offloaded");
+  if (co->fsdp_host_gradient_units > 0) {
+    absl::StrAppend(&plan, ", AdamW deferred with the gradient shards of ", co->fsdp_host_gradient_units,
+                    " units on the host");
+  }
   constexpr double kGiB = double(int64_t(1) << 30);
   absl::StrAppend(&plan, absl::StrFormat(", %.2f GiB planned of %.2f", planned / kGiB, budget / kGiB));
   if (planned > budget) absl::StrAppend(&plan, " (the least memory the compiler can plan; it may not fit)");
