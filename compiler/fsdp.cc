@@ -446,6 +446,7 @@ absl::Status ShardedDataParallelStep::Allocate() {
     for (TensorView& x : unit_dummy_) x = take(U);
     unit_steps_ = TensorView(at, DType::kI64, {U}, d);
     at += AlignUp(2 * U * 4);
+    norm_scratch_view_ = take(std::max<int64_t>(norm_scratch_, 1));
   }
   std::vector<kernels::AdamWParam> local;
   for (const auto& p : params_) {
@@ -635,8 +636,8 @@ void ShardedDataParallelStep::AddDeferredStaging(std::multimap<int, Step>* befor
                              [this, u](const Stream& s) -> absl::Status {
                                if (u->norm_list != nullptr) {
                                  const auto& list = *std::static_pointer_cast<kernels::AdamWTensorList>(u->norm_list);
-                                 SG_RETURN_IF_ERROR(
-                                     kernels::GradNorm(list, 0.f, Flat(unit_norms_, u->index, 1), TensorView(), s));
+                                 SG_RETURN_IF_ERROR(kernels::GradNorm(list, 0.f, Flat(unit_norms_, u->index, 1),
+                                                                      TensorView(), s, norm_scratch_view_));
                                }
                                SG_RETURN_IF_ERROR(u->normed->Record(s));
                                if (!u->host) return absl::OkStatus();

@@ -271,6 +271,8 @@ class ShardedDataParallelStep : public CompiledStep {
   // counters (i64), dummies for the norm list over unit_norms_, and whether an update is pending.
   int host_gradient_units_ = 0;
   int64_t slots_offset_ = 0, slot_bytes_ = 0;
+  int64_t norm_scratch_ = 0;       // f32 elements: GradNorm's partial sums of the largest unit
+  TensorView norm_scratch_view_;   // (the norms run on the comm stream, off the caching allocator)
   std::shared_ptr<void> host_grads_;
   TensorView lr_pending_, unit_norms_, unit_steps_, unit_dummy_[3];
   std::shared_ptr<void> unit_norm_list_;

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/fsdp.h"
 #include "compiler/fsdp_internal.h"
+#include "kernels/adamw/adamw.h"
 #include "kernels/core/status.h"
 #include "sharding/placement.h"
 
@@ -102,6 +103,18 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
     slot_bytes_ = std::max(slot_bytes_, u.block * 4);
   }
   slots_offset_ = shard_bytes;
+  // The units' norms run on the comm stream, with their own scratch (GradNorm): the most chunks of
+  // one unit's counted gradient shards.
+  norm_scratch_ = 0;
+  for (auto& u : units_) {
+    int64_t chunks = 0;
+    for (int i : u->params) {
+      const Param& p = *params_[size_t(i)];
+      if (p.mine.length == 0 || (layout_.counts_in_norm && !layout_.counts_in_norm(p.name))) continue;
+      chunks += (p.mine.length * p.row + kernels::AdamWTensorList::kChunk - 1) / kernels::AdamWTensorList::kChunk;
+    }
+    norm_scratch_ = std::max(norm_scratch_, chunks);
+  }
   if (host_bytes > 0) shard_bytes += kHostGradientSlots * slot_bytes_;
   for (auto& p : params_) shard_offsets_.push_back(unit_base[size_t(p->unit)] + p->pack_offset * 4);
   // A Direct unit needs no packed staging. Block staging: for micro-batches after the first (they
@@ -184,9 +197,9 @@ int64_t ShardedDataParallelStep::ScalarBytes() const {
   for (int64_t n : slots) total += AlignUp(n * 4);
   if (Deferred()) {
     // The deferred optimizer: the kept learning rate, the units' norms, 3 dummies of as many, the
-    // units' step counters (i64).
+    // units' step counters (i64), the norms' scratch.
     const int64_t U = int64_t(units_.size());
-    for (int64_t n : {int64_t(1), U, U, U, U, 2 * U}) total += AlignUp(n * 4);
+    for (int64_t n : {int64_t(1), U, U, U, U, 2 * U, std::max<int64_t>(norm_scratch_, 1)}) total += AlignUp(n * 4);
   }
   return total;
 }

@@ -120,8 +120,14 @@ absl::Status AdamWStep(const AdamWTensorList& list, const AdamWConfig& config, c
 }
 
 absl::Status GradNorm(const AdamWTensorList& list, float max_norm, const TensorView& norm,
-                      const TensorView& clip_scale, const Stream& stream) {
+                      const TensorView& clip_scale, const Stream& stream, const TensorView& scratch) {
   SG_RETURN_IF_ERROR(CheckScalar("GradNorm", "norm", norm, {DType::kF32}, list.device()));
+  if (Present(scratch) && (scratch.dtype() != DType::kF32 || scratch.numel() < list.chunks() ||
+                           !(scratch.device() == list.device()))) {
+    return absl::InvalidArgumentError(absl::StrCat("GradNorm: scratch must be f32 with at least ", list.chunks(),
+                                                   " elements on ", list.device().ToString(), ", found ",
+                                                   scratch.ToString()));
+  }
   if (Present(clip_scale)) SG_RETURN_IF_ERROR(CheckScalar("GradNorm", "clip_scale", clip_scale, {DType::kF32}, list.device()));
   float* clip = Present(clip_scale) ? clip_scale.data<float>() : nullptr;
   if (list.device().is_cpu()) {
@@ -129,7 +135,8 @@ absl::Status GradNorm(const AdamWTensorList& list, float max_norm, const TensorV
     return absl::OkStatus();
   }
 #ifdef SG_WITH_CUDA
-  return adamw_internal::GradNormCuda(ListsOf(list), max_norm, norm.data<float>(), clip, list.device().ordinal,
+  return adamw_internal::GradNormCuda(ListsOf(list), max_norm, norm.data<float>(), clip,
+                                      Present(scratch) ? scratch.data<float>() : nullptr, list.device().ordinal,
                                       stream.native());
 #else
   return NoCuda("GradNorm");

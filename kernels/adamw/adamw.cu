@@ -364,10 +364,14 @@ absl::Status StepCuda(const Lists& l, const Hyper& h, void* stream) {
   return absl::OkStatus();
 }
 
-absl::Status GradNormCuda(const Lists& l, float max_norm, float* norm, float* clip, int device, void* stream) {
+absl::Status GradNormCuda(const Lists& l, float max_norm, float* norm, float* clip, float* given, int device,
+                          void* stream) {
   cudaStream_t s = static_cast<cudaStream_t>(stream);
   SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(Device::Cuda(device)));
-  SG_ASSIGN_OR_RETURN(void* scratch, alloc->Allocate(l.chunks * int64_t(sizeof(float))));
+  void* scratch = given;
+  if (scratch == nullptr) {
+    SG_ASSIGN_OR_RETURN(scratch, alloc->Allocate(l.chunks * int64_t(sizeof(float))));
+  }
   float* partial = static_cast<float*>(scratch);
   SquareSumKernel<<<cuda_vec::GridFor(l.chunks), kThreads, 0, s>>>(l, partial);
   cudaError_t err = cudaGetLastError();
@@ -375,7 +379,7 @@ absl::Status GradNormCuda(const Lists& l, float max_norm, float* norm, float* cl
     NormFinishKernel<<<1, 1024, 0, s>>>(partial, l.chunks, max_norm, norm, clip);
     err = cudaGetLastError();
   }
-  alloc->Free(scratch);  // reused only by later work on the same stream
+  if (given == nullptr) alloc->Free(scratch);  // reused only by later work on the same stream
   SG_CUDA_RETURN_IF_ERROR(err);
   return absl::OkStatus();
 }

@@ -69,8 +69,11 @@ absl::Status AdamWStep(const AdamWTensorList& list, const AdamWConfig& config, c
 // norm = sqrt(sum of grad^2 over every tensor), deterministic (per-chunk partial sums in a fixed
 // order, then one block summing them in chunk order). If clip_scale is given (f32 one element) it
 // receives min(1, max_norm / (norm + 1e-6)) (1 when max_norm <= 0), ready for AdamWStep/ScaleGrads.
+// The partial sums take list.chunks() floats: from `scratch` when given (f32, at least that many,
+// on the list's device), else a block of the device's caching allocator, which hands blocks back
+// out in one stream's order; so a norm on another stream than compute passes its own scratch.
 absl::Status GradNorm(const AdamWTensorList& list, float max_norm, const TensorView& norm,
-                      const TensorView& clip_scale, const Stream& stream);
+                      const TensorView& clip_scale, const Stream& stream, const TensorView& scratch = TensorView());
 
 // grad *= *scale for every gradient in the list (clipping applied to the gradients themselves).
 absl::Status ScaleGrads(const AdamWTensorList& list, const TensorView& scale, const Stream& stream);

@@ -60,7 +60,9 @@ void GradNormCpu(const Lists& l, float max_norm, float* norm, float* clip);
 void ScaleGradsCpu(const Lists& l, const float* scale);
 
 absl::Status StepCuda(const Lists& l, const Hyper& h, void* stream);
-absl::Status GradNormCuda(const Lists& l, float max_norm, float* norm, float* clip, int device, void* stream);
+// scratch: l.chunks floats, or null for a block of the caching allocator.
+absl::Status GradNormCuda(const Lists& l, float max_norm, float* norm, float* clip, float* scratch, int device,
+                          void* stream);
 absl::Status ScaleGradsCuda(const Lists& l, const float* scale, void* stream);
 absl::Status UpdateLossScaleCuda(const ScalerConfig& c, const ScalerValues& v, void* stream);
 

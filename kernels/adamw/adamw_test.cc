@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/adamw/adamw.h"
 #include "kernels/core/testing.h"
@@ -203,7 +204,19 @@ void CheckNorm(Device device) {
   Poison(clip);
   ASSERT_TRUE(GradNorm(list, 0.25f, norm, clip, stream).ok());
   ASSERT_TRUE(GradNorm(list, 0.25f, norm2, TensorView(), stream).ok());
+  // With the caller's scratch for the partial sums (a norm on another stream): the same bits.
+  Tensor norm3 = Tensor::Empty({}, DType::kF32, device).value();
+  Tensor scratch = Tensor::Empty({list.chunks() + 3}, DType::kF32, device).value();
+  Poison(norm3);
+  Poison(scratch);
+  ASSERT_TRUE(GradNorm(list, 0.25f, norm3, TensorView(), stream, scratch).ok());
+  const absl::Status small = GradNorm(list, 0.25f, norm3, TensorView(), stream,
+                                       TensorView(scratch.view().raw(), DType::kF32, {list.chunks() - 1}, device));
+  EXPECT_EQ(small.code(), absl::StatusCode::kInvalidArgument) << small;
+  EXPECT_NE(small.message().find(absl::StrCat("scratch must be f32 with at least ", list.chunks(), " elements")),
+            std::string::npos) << small;
   ASSERT_TRUE(stream.Synchronize().ok());
+  EXPECT_EQ(ToHost(norm3)[0], ToHost(norm2)[0]);
   double ss = 0;
   std::vector<std::vector<double>> grads;
   for (const AdamWParam& p : s.params) {
