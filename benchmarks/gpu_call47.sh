@@ -3,7 +3,8 @@
 # 25 GiB and of FSDP2 + compile, each rank 0's GPU over the timed steps (benchmarks/gpu_energy.h;
 # llama_peer.py's EnergyMeter), ours twice around the peer, with the SM clock each saw: is the
 # 2-GPU step power-limited too, and what mJ/token would 1.15x need? Then the 7b the same way
-# (steps=6: ~0.85 s each).
+# (steps=6: ~0.85 s each; since 2026-12-01 auto takes the deferred optimizer with host gradient
+# shards there, which gpu_call48.sh compares with the plan before).
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
