@@ -70,6 +70,7 @@ int ShardedDataParallelStep::NormRanks() const {
 absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const CompileOptions& o) {
   per_parameter_collectives_ = o.fsdp_per_parameter_collectives;
   host_gradient_units_ = o.fsdp_host_gradient_units;
+  wgrad_stream_ = o.wgrad_stream;
   SG_ASSIGN_OR_RETURN(dp_, SplitOptimizer(train, o.loss));
   // Mixed precision: parameters gathered (and read by the program) in the compute dtype.
   SG_ASSIGN_OR_RETURN(dp_, GatherInComputeDType(std::move(dp_)));
@@ -601,7 +602,7 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
     load.stream = 1;
     load.impl = "copy";
     load.launch = [this, u](const Stream&) -> absl::Status {
-      const Stream& copy = executor_->copy_stream();
+      const Stream& copy = HostCopyStream();
       SG_RETURN_IF_ERROR(ready_->Record(executor_->compute_stream()));
       SG_RETURN_IF_ERROR(ready_->Block(copy));
       if (u->fwd_slot_prev != nullptr) SG_RETURN_IF_ERROR(u->fwd_slot_prev->updated->Block(copy));
@@ -641,7 +642,7 @@ void ShardedDataParallelStep::AddDeferredStaging(std::multimap<int, Step>* befor
                                }
                                SG_RETURN_IF_ERROR(u->normed->Record(s));
                                if (!u->host) return absl::OkStatus();
-                               const Stream& copy = executor_->copy_stream();
+                               const Stream& copy = HostCopyStream();
                                SG_RETURN_IF_ERROR(u->normed->Block(copy));
                                SG_RETURN_IF_ERROR(CopyTensorAsync(SlotView(u->bwd_slot, u->block), HostGradients(*u), copy));
                                return u->staged->Record(copy);

@@ -49,8 +49,8 @@
 // The deferred optimizer (CompileOptions::fsdp_host_gradient_units = n > 0, one micro-batch):
 //   backward  after each unit's reduce-scatter, on the comm stream, its squared norm (a kernel over
 //             its gradient shards); for the first n units in backward order the reduce-scatter
-//             writes into one of kHostGradientSlots device slots, and the copy stream then moves
-//             the slot to the unit's region of a pinned host buffer;
+//             writes into one of kHostGradientSlots device slots, and a copy stream (HostCopyStream)
+//             then moves the slot to the unit's region of a pinned host buffer;
 //   end       the local norm from the units' norms, the global norm and clip factor as above, and
 //             the learning rate kept for the update; no AdamW;
 //   forward   (next step) before each unit's first all-gather, on the comm stream, AdamW of its
@@ -225,6 +225,12 @@ class ShardedDataParallelStep : public CompiledStep {
   TensorView SlotView(int slot, int64_t elements) const;
   TensorView HostGradients(const Unit& u) const;  // the unit's region of the host buffer
   TensorView UnitStep(const Unit& u) const;       // its step counter (i64)
+  // The stream of the host gradient copies: the executor's 4th when the weight-gradient matmuls do
+  // not use it, so they run beside the activation offloads' copies (the copy stream), which go the
+  // other way over PCIe in each phase; the copy stream otherwise.
+  const Stream& HostCopyStream() const {
+    return wgrad_stream_ ? executor_->copy_stream() : executor_->wgrad_stream();
+  }
   // The pending deferred update applied now (eagerly, after the queued steps), so the shards and
   // moments hold the values after the last step; nothing pending afterwards.
   absl::Status ApplyPendingUpdate() const;
@@ -270,6 +276,7 @@ class ShardedDataParallelStep : public CompiledStep {
   // bytes each, the host buffer, the learning rate the update uses, the per-unit norms and step
   // counters (i64), dummies for the norm list over unit_norms_, and whether an update is pending.
   int host_gradient_units_ = 0;
+  bool wgrad_stream_ = false;  // CompileOptions::wgrad_stream
   int64_t slots_offset_ = 0, slot_bytes_ = 0;
   int64_t norm_scratch_ = 0;       // f32 elements: GradNorm's partial sums of the largest unit
   TensorView norm_scratch_view_;   // (the norms run on the comm stream, off the caching allocator)
