@@ -390,6 +390,22 @@ TensorView ShardedDataParallelStep::UnitStep(const Unit& u) const {
   return TensorView(static_cast<char*>(unit_steps_.raw()) + 8 * u.index, DType::kI64, {}, program_->device);
 }
 
+namespace {
+
+// A list whose one "gradient" is `norms`, for GradNorm's sqrt of their sum of squares: the norm of
+// several norms (AdamW's other tensors are unused dummies of the same size).
+absl::StatusOr<std::shared_ptr<void>> NormOfNorms(const TensorView& norms, const TensorView (&dummies)[3]) {
+  kernels::AdamWParam n;
+  n.param = dummies[0];
+  n.grad = norms;
+  n.m = dummies[1];
+  n.v = dummies[2];
+  SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList list, kernels::AdamWTensorList::Create({n}));
+  return std::make_shared<kernels::AdamWTensorList>(std::move(list));
+}
+
+}  // namespace
+
 absl::Status ShardedDataParallelStep::Allocate() {
   const Device d = program_->device;
   const int P = shard_size_;
@@ -508,21 +524,9 @@ absl::Status ShardedDataParallelStep::Allocate() {
         *list = std::make_shared<kernels::AdamWTensorList>(std::move(l));
       }
     }
-    kernels::AdamWParam un;
-    un.param = unit_dummy_[0];
-    un.grad = unit_norms_;
-    un.m = unit_dummy_[1];
-    un.v = unit_dummy_[2];
-    SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList ul, kernels::AdamWTensorList::Create({un}));
-    unit_norm_list_ = std::make_shared<kernels::AdamWTensorList>(std::move(ul));
+    SG_ASSIGN_OR_RETURN(unit_norm_list_, NormOfNorms(unit_norms_, unit_dummy_));
   }
-  kernels::AdamWParam n;
-  n.param = dummy_[0];
-  n.grad = norms_;
-  n.m = dummy_[1];
-  n.v = dummy_[2];
-  SG_ASSIGN_OR_RETURN(kernels::AdamWTensorList nl, kernels::AdamWTensorList::Create({n}));
-  norm_list_ = std::make_shared<kernels::AdamWTensorList>(std::move(nl));
+  SG_ASSIGN_OR_RETURN(norm_list_, NormOfNorms(norms_, dummy_));
   for (auto& u : units_) {
     for (auto* e : {&u->fwd_done, &u->bwd_done, &u->rs_done, &u->packed, &u->normed, &u->updated, &u->staged,
                     &u->loaded}) {
