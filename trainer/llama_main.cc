@@ -56,6 +56,10 @@ ABSL_FLAG(double, memory_budget_gib, 0, "--recompute=auto's memory per GPU (0: 9
 ABSL_FLAG(int64_t, lm_head_chunks, 1,
           "the LM head in this many blocks of tokens, so the [tokens, vocab] logits never exist whole (a single "
           "device; --recompute=auto plans with it; 1: off)");
+ABSL_FLAG(int64_t, fsdp_host_gradient_units, 0,
+          "--strategy=fsdp: AdamW deferred into the next step's forward, with the gradient shards of this many units "
+          "(output layer first, then the last layers) in host memory between (0: off; --recompute=auto on a GPU "
+          "chooses it under --memory_budget_gib)");
 ABSL_FLAG(std::string, device, "auto", "auto (CUDA when present), cpu or cuda");
 ABSL_FLAG(std::string, precision, "", "f32, bf16 or f16 (f16: dynamic loss scaling; default: f32 on the CPU, bf16 on CUDA)");
 ABSL_FLAG(std::string, name, "", "run name: outputs go to ./runs/<name> (default: the preset)");
@@ -157,6 +161,7 @@ int main(int argc, char** argv) {
   f.recompute = absl::GetFlag(FLAGS_recompute);
   f.memory_budget_gib = absl::GetFlag(FLAGS_memory_budget_gib);
   f.lm_head_chunks = absl::GetFlag(FLAGS_lm_head_chunks);
+  f.fsdp_host_gradient_units = absl::GetFlag(FLAGS_fsdp_host_gradient_units);
   f.device = absl::GetFlag(FLAGS_device);
   f.precision = absl::GetFlag(FLAGS_precision);
   f.name = absl::GetFlag(FLAGS_name);

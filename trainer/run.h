@@ -52,6 +52,7 @@ struct RunFlags {
   std::string recompute = "auto";  // auto, none, selective or full (TrainOptions::auto_recompute)
   double memory_budget_gib = 0;    // --recompute=auto's budget per GPU; 0: 90% of the GPU's memory
   int64_t lm_head_chunks = 1;      // the LM head in this many blocks of tokens (TrainOptions)
+  int64_t fsdp_host_gradient_units = 0;  // TrainOptions::fsdp_host_gradient_units
   std::string device = "auto";
   std::string precision;
   std::string name;

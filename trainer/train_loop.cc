@@ -87,6 +87,11 @@ absl::Status ValidateOptions(const TrainOptions& o) {
   SG_CHECK_ARG(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "rank ", o.rank,
                " is outside the world of size ", o.world_size);
   SG_CHECK_ARG(o.lm_head_chunks >= 1, "--lm_head_chunks: expected >= 1, found ", o.lm_head_chunks);
+  SG_CHECK_ARG(o.fsdp_host_gradient_units >= 0, "--fsdp_host_gradient_units: expected >= 0, found ",
+               o.fsdp_host_gradient_units);
+  SG_CHECK_ARG(o.fsdp_host_gradient_units == 0 || o.strategy == compiler::Strategy::kFsdp,
+               "--fsdp_host_gradient_units: expected --strategy=fsdp, found --strategy=",
+               compiler::StrategyName(o.strategy));
   SG_CHECK_ARG(o.memory_budget_bytes >= 0, "--memory_budget_gib: expected >= 0, found ",
                double(o.memory_budget_bytes) / double(int64_t(1) << 30));
   return absl::OkStatus();
@@ -171,6 +176,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.adamw.max_grad_norm = options.grad_clip;
   co.recompute = options.recompute;
   co.lm_head_chunks = options.lm_head_chunks;
+  co.fsdp_host_gradient_units = options.fsdp_host_gradient_units;
   SG_ASSIGN_OR_RETURN(t->memory_plan_, ChooseMemoryPlan(forward, options, &co));
   SG_ASSIGN_OR_RETURN(t->compiled_, compiler::Compile(forward, co));
 

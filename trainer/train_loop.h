@@ -82,6 +82,10 @@ struct TrainOptions {
   // [tokens, vocab] logits never exist whole (at a 128256 vocabulary and 16384 tokens, 4 GiB of
   // bf16 logits become one block's). A single device; 1: off.
   int lm_head_chunks = 1;
+  // FSDP: AdamW deferred into the next step's forward, the gradient shards of this many units in
+  // host memory between (compiler::CompileOptions::fsdp_host_gradient_units); auto_recompute's
+  // plan on a GPU replaces it. 0: off.
+  int fsdp_host_gradient_units = 0;
   int rank = 0;
   int world_size = 1;
   std::string cache_dir;  // the compiler's cache; "" = none
