@@ -168,6 +168,17 @@ TEST(FsdpMemoryTest, TwoRanksPeakMatchesPlan) {
   std::cout << run.outputs[0];
 }
 
+// The same with AdamW deferred and the gradient shards of 5 of the 6 units (all but the
+// embedding) in host memory (CompileOptions::fsdp_host_gradient_units): the device buffers are
+// still exactly the plan.
+TEST(FsdpMemoryTest, TwoRanksPeakMatchesPlanWithHostGradients) {
+  comm::testing::WorkerRun run = comm::testing::RunWorkers(
+      2, "Workers.DISABLED_FsdpMemory", {absl::StrCat("SG_DIST_SEED=", sg::testing::Rng()()), "SG_HOST_UNITS=5"},
+      absl::Seconds(120));
+  EXPECT_TRUE(run.AllPassed()) << run.Summary();
+  std::cout << run.outputs[0];
+}
+
 TEST(Workers, DISABLED_FsdpMemory) {
   const int rank = int(comm::testing::EnvInt("RANK", 0)), world = int(comm::testing::EnvInt("WORLD_SIZE", 1));
   const LlamaBenchConfig c = Small();
@@ -175,6 +186,7 @@ TEST(Workers, DISABLED_FsdpMemory) {
   CompileOptions o = LlamaStepOptions(c, Device::Cpu(), RecomputePolicy::kSelective);
   o.strategy = Strategy::kFsdp;
   o.comm_timeout_s = 60;
+  o.fsdp_host_gradient_units = int(comm::testing::EnvInt("SG_HOST_UNITS", 0));
   auto planned = PlanFsdpMemory(fwd, o, world);
   ASSERT_TRUE(planned.ok()) << planned.status();
   const PlannedMemory single = PlanMemory(fwd, o).value();
@@ -221,6 +233,20 @@ TEST(Workers, DISABLED_FsdpMemory) {
   EXPECT_GE(compiled, m.Total() - m.comm_scratch_bytes);
   EXPECT_LT(std::abs(double(peak - m.Total())) / double(peak), 0.05) << out;
   EXPECT_LE(m.gathered_peak_bytes, GatheredBf16Bound(c)) << out;
+  if (o.fsdp_host_gradient_units > 0) {
+    // The host units' gradient shards left the device for two slots of the largest of them (the
+    // output projection's rows here: vocab x dim / ranks f32).
+    CompileOptions eager = o;
+    eager.fsdp_host_gradient_units = 0;
+    auto without = PlanFsdpMemory(fwd, eager, world);
+    ASSERT_TRUE(without.ok()) << without.status();
+    const int64_t slot = c.model.vocab * c.model.dim / world * 4;
+    EXPECT_GT(m.host_gradient_bytes, 2 * slot);
+    EXPECT_EQ(m.shard_bytes + m.host_gradient_bytes,
+              without->shard_bytes + ShardedDataParallelStep::kHostGradientSlots * slot) << out;
+    EXPECT_LT(m.shard_bytes, without->shard_bytes) << out;
+    return;
+  }
 
   if (rank == 0) {
     // The 1b step on 2 ranks, as llama_step_benchmark runs it (selective, SwiGLU recomputed in 2
