@@ -68,6 +68,7 @@ std::vector<double> ReadFull(CompiledStep& step, const std::string& name, int64_
 
 std::unique_ptr<CompiledStep> CompileAndInit(const StepData& d, CompileOptions o, float lr) {
   o.adamw.max_grad_norm = kMaxGradNorm;
+  if (o.device.is_cpu()) o.adamw.eps = kCompareAdamWEps;
   auto step = Compile(d.forward, o);
   EXPECT_TRUE(step.ok()) << step.status();
   if (!step.ok()) return nullptr;
