@@ -591,8 +591,6 @@ absl::Status ShardedDataParallelStep::StageFullInputs(const std::map<std::string
   return absl::OkStatus();
 }
 
-// One micro-batch: its loss seed (and, with several, its inputs) first, then the lowered forward +
-// backward with the collectives inserted, keyed by the node index they precede, then its loss kept.
 // The deferred optimizer's copies back (issued on the copy stream from a step among the comm
 // stream's, so it keeps its place before the update that waits for it) and its updates.
 void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* before) {
@@ -648,13 +646,16 @@ void ShardedDataParallelStep::AddDeferredStaging(std::multimap<int, Step>* befor
                                if (!u->host) return absl::OkStatus();
                                const Stream& copy = HostCopyStream();
                                SG_RETURN_IF_ERROR(u->normed->Block(copy));
-                               SG_RETURN_IF_ERROR(CopyTensorAsync(SlotView(u->bwd_slot, u->block), HostGradients(*u), copy));
+                               const TensorView slot = SlotView(u->bwd_slot, u->block);
+                               SG_RETURN_IF_ERROR(CopyTensorAsync(slot, HostGradients(*u), copy));
                                return u->staged->Record(copy);
                              },
                              u->normed.get()));
   }
 }
 
+// One micro-batch: its loss seed (and, with several, its inputs) first, then the lowered forward +
+// backward with the collectives inserted, keyed by the node index they precede, then its loss kept.
 std::vector<Step> ShardedDataParallelStep::MicroBatchSteps(int index, const std::vector<Step>& lowered) {
   std::vector<Step> steps;
   const std::string suffix = micro_batches_ > 1 ? absl::StrCat(" (micro-batch ", index, ")") : "";

@@ -359,7 +359,8 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
                  long(o.grad_accum), o.world_size, long(t->tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
                  budget > 0 ? absl::StrFormat(", time budget %.0f s", budget).c_str() : "");
     std::fprintf(stderr, "recompute: %s\n", t->memory_plan().c_str());
-    if (!t->compiled().explanation().empty()) std::fprintf(stderr, "step    : %s\n", t->compiled().explanation().c_str());
+    const std::string& how = t->compiled().explanation();
+    if (!how.empty()) std::fprintf(stderr, "step    : %s\n", how.c_str());
     if (r != nullptr) {
       std::fprintf(stderr, "resumed : step %ld from %s (%s, saved on %d ranks, now %d)\n", long(t->step()),
                    s.resume_dir.c_str(), s.resume_sharded ? "per-shard" : "full", r->state.world_size, world);
