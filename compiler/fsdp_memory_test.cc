@@ -160,6 +160,36 @@ TEST(FsdpMemoryTest, Plan7bTwoRanks) {
             << Table(*mh);
 }
 
+// The deferred optimizer's option: a negative count, and gradient accumulation (which adds each
+// micro-batch's gradients into the shards the deferral moves to the host), are refused by name.
+TEST(FsdpMemoryTest, HostGradientUnitsRefusesBadOptions) {
+  const LlamaBenchConfig c = Small();
+  graph::Graph fwd = graph::BuildLlamaForward(c.model).value();
+  CompileOptions o = LlamaStepOptions(c, Device::Cpu(), RecomputePolicy::kNone);
+  o.strategy = Strategy::kFsdp;
+  o.fsdp_host_gradient_units = -1;
+  auto m = PlanFsdpMemory(fwd, o, 2);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << m.status();
+  EXPECT_NE(m.status().message().find("fsdp_host_gradient_units must be >= 0, found -1"), std::string::npos)
+      << m.status();
+  o.fsdp_host_gradient_units = 2;
+  o.micro_batches = 2;
+  o.binding["batch"] = 2;
+  m = PlanFsdpMemory(fwd, o, 2);
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented) << m.status();
+  EXPECT_NE(m.status().message().find("fsdp_host_gradient_units=2 defers AdamW to the next step's forward, which "
+                                      "micro_batches=2"),
+            std::string::npos)
+      << m.status();
+  // ChooseRecompute does not offer it with micro-batches: the least memory it plans has none.
+  o.fsdp_host_gradient_units = 0;
+  ASSERT_TRUE(ChooseRecompute(fwd, 1, 2, &o).ok());
+  EXPECT_EQ(o.fsdp_host_gradient_units, 0);
+  EXPECT_EQ(o.recompute, RecomputePolicy::kFull);
+}
+
 TEST(FsdpMemoryTest, TwoRanksPeakMatchesPlan) {
   comm::testing::WorkerRun run = comm::testing::RunWorkers(2, "Workers.DISABLED_FsdpMemory",
                                                            {absl::StrCat("SG_DIST_SEED=", sg::testing::Rng()())},
