@@ -63,6 +63,17 @@ TEST(LaunchTest, OneFailingRankStopsTheOthersAndSetsTheExitCode) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(20));
 }
 
+// A rank killed from outside is the one blamed even when a peer's error exit is reaped first: rank
+// 0 exits with 3 as if reacting to it, rank 1 (ignoring the launcher's SIGTERM) is SIGKILLed half
+// a second later, well inside the grace period. Under load the killed rank's teardown made rank 0
+// the one reported (trainer/elastic's test, 2026-12-01).
+TEST(LaunchTest, ARankKilledFromOutsideIsBlamedOverAnErrorExit) {
+  Result r = Launch("--nproc=2 --grace_s=5 -- /bin/sh -c "
+                    "'if [ $RANK = 0 ]; then sleep 0.1; exit 3; fi; trap \"\" TERM; sleep 0.5; kill -9 $$'");
+  EXPECT_EQ(r.exit_code, 137) << r.output;
+  EXPECT_NE(r.output.find("launch: rank 1 exited with code 137"), std::string::npos) << r.output;
+}
+
 // Attempt 0: rank 2 fails; attempt 1 runs with 2 ranks and SG_RESTART_COUNT=1 and succeeds.
 TEST(LaunchTest, MaxRestartsRestartsWithTheRemainingRanks) {
   Result r = Launch("--nproc=3 --grace_s=1 --max_restarts=2 --min_nproc=2 -- /bin/sh -c "

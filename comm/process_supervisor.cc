@@ -24,6 +24,7 @@ struct Child {
   std::string partial;  // output after the last newline
   bool running = false;
   bool term_sent = false;
+  bool kill_sent = false;
 };
 
 int ExitCode(int status) {
@@ -147,6 +148,7 @@ absl::StatusOr<SupervisedResult> RunSupervised(const std::vector<ProcessSpec>& s
 
   size_t running = children.size();
   std::vector<pollfd> pfds;
+  bool first_killed = false;  // result.first_failed was ended by a signal not sent from here
   while (running > 0) {
     pfds.clear();
     for (const Child& c : children) {
@@ -156,6 +158,7 @@ absl::StatusOr<SupervisedResult> RunSupervised(const std::vector<ProcessSpec>& s
     for (size_t i = 0; i < children.size(); ++i) Drain(int(i), children[i], opt, false);
     int failed_now = -1;  // this round's first failure: one ended by a signal wins, since the
                           // ranks that exit with an error are usually reacting to it
+    bool killed_now = false;  // failed_now was ended by a signal this supervisor did not send
     for (size_t i = 0; i < children.size(); ++i) {
       Child& c = children[i];
       if (!c.running) continue;
@@ -167,15 +170,25 @@ absl::StatusOr<SupervisedResult> RunSupervised(const std::vector<ProcessSpec>& s
       // Whatever the process group still holds of the pipe is drained below; stop its leftovers.
       ::kill(-c.pid, SIGKILL);
       result.exit_codes[i] = ExitCode(status);
+      const bool killed = WIFSIGNALED(status) && !c.kill_sent && !(c.term_sent && WTERMSIG(status) == SIGTERM);
       if (result.exit_codes[i] != 0 &&
           (failed_now < 0 || (WIFSIGNALED(status) && result.exit_codes[size_t(failed_now)] <= 128))) {
         failed_now = int(i);
+        killed_now = killed;
       }
     }
     if (failed_now >= 0 && result.first_failed < 0) {
       result.first_failed = failed_now;
       result.exit_code = result.exit_codes[size_t(failed_now)];
+      first_killed = killed_now;
       if (opt.stop_all_on_failure) stop_all();
+    } else if (failed_now >= 0 && killed_now && !first_killed && result.exit_code <= 128) {
+      // A process killed from outside (SIGKILL, a crash) takes the blame from one that exited with
+      // an error before it was reaped: the others react to its death, and a killed process with
+      // much memory mapped can take longer to become reapable than its peers take to notice.
+      result.first_failed = failed_now;
+      result.exit_code = result.exit_codes[size_t(failed_now)];
+      first_killed = true;
     }
     absl::Time now = absl::Now();
     if (running > 0 && opt.stop_requested && opt.stop_requested()) stop_all();
@@ -184,7 +197,10 @@ absl::StatusOr<SupervisedResult> RunSupervised(const std::vector<ProcessSpec>& s
       stop_all();
     }
     if (now >= kill_at) {
-      for (Child& c : children) Signal(c, SIGKILL);
+      for (Child& c : children) {
+        Signal(c, SIGKILL);
+        c.kill_sent = true;
+      }
     }
   }
   for (size_t i = 0; i < children.size(); ++i) {

@@ -42,7 +42,10 @@ struct SupervisorOptions {
 struct SupervisedResult {
   // Per process: its exit status, or 128 + signal number when a signal ended it.
   std::vector<int> exit_codes;
-  // The first process to fail (-1 when none did), and its exit code (0 when none failed).
+  // The process whose failure ended the job (-1 when none failed), and its exit code (0 when none
+  // failed): the first to fail, except that one ended by a signal this supervisor did not send
+  // (SIGKILL from outside, a crash) takes over from processes that exited with an error, which
+  // usually react to it and may be reaped first.
   int first_failed = -1;
   int exit_code = 0;
   bool timed_out = false;
