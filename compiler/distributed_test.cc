@@ -210,6 +210,9 @@ TEST(Workers, DISABLED_FsdpWgradCuda) {
 TEST(Workers, DISABLED_FsdpHostGradients) {
   CompareWithSingleProcess(Strategy::kFsdp, {}, false, false, false, 0, false, /*host_units=*/4);
 }
+TEST(Workers, DISABLED_HybridShardHostGradients) {
+  CompareWithSingleProcess(Strategy::kHybridShard, {2, 2}, false, false, false, 0, false, /*host_units=*/4);
+}
 TEST(Workers, DISABLED_FsdpHostGradientsBf16) {
   CompareWithSingleProcess(Strategy::kFsdp, {}, false, /*bf16=*/true, false, 0, false, /*host_units=*/3);
 }
@@ -279,6 +282,12 @@ TEST(DistributedTest, FsdpHostGradientsInBf16OnTwoRanksEqualsOneProcess) {
 }
 TEST(DistributedTest, FsdpHostGradientsWithOffloadOnTwoRanksEqualsOneProcess) {
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpHostGradientsOffload", {SeedEnv()}, absl::Seconds(100));
+}
+
+// ... and on a 2 x 2 HYBRID_SHARD mesh (each unit's gradients all-reduced over the replicas before
+// its norm and its copy to the host).
+TEST(DistributedTest, HybridShardHostGradientsOn2x2MeshEqualsOneProcess) {
+  testing::ExpectWorkersPass(4, "Workers.DISABLED_HybridShardHostGradients", {SeedEnv()}, absl::Seconds(100));
 }
 
 TEST(DistributedTest, HybridShardOn2x2MeshEqualsOneProcess) {
