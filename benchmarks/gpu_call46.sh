@@ -6,12 +6,16 @@
 # rows of two tokens or more sorted and summed; the zero fill unchanged. The "singles in the fill" forms lost (23:28-23:44);
 # predicted here: 3.6-3.8 TB/s if the side stream's streaming copy runs beside the fill at ~4 TB/s
 # combined, a loss like theirs if not. The embedding tests (bitwise, with and without the knob),
-# then the knob against the default alternating, plain, hot, 128256 and dim 8.
+# then the knob against the default alternating, plain, hot, 128256 and dim 8. First, the deferred
+# optimizer's CUDA path on one GPU (FSDP over a group of one against the single-device step), in
+# case no 2-GPU machine is lent for gpu_call48.sh.
 # Bundle: gpu-bundle --flags "-c opt" //kernels/embedding:embedding_test //kernels/embedding:embedding_benchmark
+#         //compiler:distributed_test
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 source benchmarks/gpu_lib.sh
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
+t distributed_one_gpu 150 compiler/distributed_test --gtest_filter='*OneGpu*'
 t embedding 150 kernels/embedding/embedding_test
 export BM_TIMEOUT=100
 for r in 1 2; do

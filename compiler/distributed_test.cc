@@ -333,6 +333,18 @@ TEST(DistributedTest, FsdpHostGradientsOnTwoGpusEqualsOneGpu) {
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpHostGradientsCuda", {SeedEnv()}, absl::Seconds(120));
 }
 
+// The deferred optimizer's CUDA mechanics (copies to and from pinned memory on their own stream,
+// the unit norms on the comm stream, the CUDA graph) on one GPU: FSDP over a group of one.
+TEST(DistributedTest, FsdpHostGradientsOnOneGpuEqualsSingleDevice) {
+  SG_SKIP_WITHOUT_CUDA();
+  testing::ExpectWorkersPass(1, "Workers.DISABLED_FsdpHostGradientsCuda", {SeedEnv()}, absl::Seconds(120));
+}
+
+// ... and its CPU twin: the group of one takes the same path.
+TEST(DistributedTest, FsdpHostGradientsOnOneRankEqualsOneProcess) {
+  testing::ExpectWorkersPass(1, "Workers.DISABLED_FsdpHostGradientsOffload", {SeedEnv()}, absl::Seconds(100));
+}
+
 TEST(DistributedTest, FsdpWgradStreamOnTwoGpusEqualsOneGpu) {
   SG_SKIP_WITHOUT_CUDA();
   if (CudaDeviceCount() < 2) GTEST_SKIP() << "needs 2 GPUs, found " << CudaDeviceCount();
