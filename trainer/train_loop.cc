@@ -92,6 +92,9 @@ absl::Status ValidateOptions(const TrainOptions& o) {
   SG_CHECK_ARG(o.fsdp_host_gradient_units == 0 || o.strategy == compiler::Strategy::kFsdp,
                "--fsdp_host_gradient_units: expected --strategy=fsdp, found --strategy=",
                compiler::StrategyName(o.strategy));
+  SG_CHECK_ARG(o.fsdp_host_gradient_units == 0 || o.grad_accum == 1,
+               "--fsdp_host_gradient_units: expected --grad_accum=1 (the deferred AdamW takes one pass's gradients), "
+               "found --grad_accum=", o.grad_accum);
   SG_CHECK_ARG(o.memory_budget_bytes >= 0, "--memory_budget_gib: expected >= 0, found ",
                double(o.memory_budget_bytes) / double(int64_t(1) << 30));
   return absl::OkStatus();

@@ -187,6 +187,27 @@ TEST(TrainLoopTest, AutoRecomputeFitsTheBudget) {
   EXPECT_NE(st.message().find("--memory_budget_gib: expected >= 0"), std::string::npos) << st;
 }
 
+// TrainOptions::fsdp_host_gradient_units: refused by name when negative, without FSDP, and with
+// gradient accumulation (its runs are in two_rank_test.sh: FSDP needs a launcher).
+TEST(TrainLoopTest, HostGradientUnitsBadCombinationsAreNamed) {
+  TrainOptions o = SmallOptions(testing::Rng()());
+  o.fsdp_host_gradient_units = -2;
+  absl::Status st = Trainer::Create(o, DefaultCorpusTokens()).status();
+  EXPECT_NE(st.message().find("--fsdp_host_gradient_units: expected >= 0, found -2"), std::string::npos) << st;
+  o.fsdp_host_gradient_units = 3;
+  st = Trainer::Create(o, DefaultCorpusTokens()).status();
+  EXPECT_NE(st.message().find("--fsdp_host_gradient_units: expected --strategy=fsdp, found --strategy=none"),
+            std::string::npos)
+      << st;
+  o.strategy = compiler::Strategy::kFsdp;
+  o.grad_accum = 2;
+  st = Trainer::Create(o, DefaultCorpusTokens()).status();
+  EXPECT_NE(st.message().find("--fsdp_host_gradient_units: expected --grad_accum=1 (the deferred AdamW takes one "
+                              "pass's gradients), found --grad_accum=2"),
+            std::string::npos)
+      << st;
+}
+
 // TrainOptions::lm_head_chunks: the LM head in blocks of tokens trains as the whole head does (the
 // same losses to f32 rounding: dW is summed over the blocks); a value below 1 is named.
 TEST(TrainLoopTest, LmHeadInBlocksTrainsTheSame) {
