@@ -134,7 +134,8 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   }
   EXPECT_EQ(reloads, offload);
   // The deferred optimizer: one update per unit in the forward, none at the end; one copy back per
-  // unit on the host (the tiny Llama's units: its layers, the embedding, the final norm, the output).
+  // unit on the host but two (the tiny Llama's units: its layers, the embedding, the final norm,
+  // the output).
   int deferred = 0, copied_back = 0, adamw_at_end = 0;
   for (const Step& st : dist->program().schedule.steps) {
     deferred += absl::StartsWith(st.name, "adamw (deferred) ");
@@ -144,7 +145,10 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   if (host_units > 0) {
     EXPECT_GT(deferred, 2);
     EXPECT_EQ(adamw_at_end, 0);
-    EXPECT_EQ(copied_back, std::min(host_units, deferred));
+    // The first two host units in forward order are the last two in backward order, still in
+    // their slots: updated from there, not copied back (when there are more than two).
+    const int host = std::min(host_units, deferred);
+    EXPECT_EQ(copied_back, host > 2 ? host - 2 : host);
     EXPECT_TRUE(absl::StrContains(dist->explanation(), "AdamW deferred into the next forward, the gradient shards of "))
         << dist->explanation();
   } else {

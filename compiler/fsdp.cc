@@ -361,10 +361,23 @@ absl::Status ShardedDataParallelStep::PlanDeferredUpdate() {
           "', which used it before, still reduce-scatters (node ", u.bwd_slot_prev->reduced_at, ")"));
     }
   }
+  // The last S units in backward order are the last writers of the slots, and (in a transformer)
+  // the first S host units in forward order: their gradients are still in their slots when the next
+  // forward starts, so those units are updated from there, with no copy back. Only with more than S
+  // host units: the next write into a slot is then a copy back, queued on the copy stream after the
+  // copies to the host (or a reduce-scatter ordered after such a copy), within one step's schedule.
+  const std::vector<Unit*> backward_order = host;
   std::stable_sort(host.begin(), host.end(), [](Unit* a, Unit* b) { return a->update_at < b->update_at; });
+  const size_t H = host.size(), resident = std::min<size_t>(S, H);
+  bool in_place = H > size_t(S);
+  for (size_t j = 0; j < resident; ++j) {
+    in_place = in_place && std::find(backward_order.end() - resident, backward_order.end(), host[j]) !=
+                               backward_order.end();
+  }
   for (size_t j = 0; j < host.size(); ++j) {
     Unit& u = *host[j];
-    u.fwd_slot = int(j % S);
+    u.resident = in_place && j < resident;
+    u.fwd_slot = !in_place ? int(j % S) : j < resident ? u.bwd_slot : host[j - S]->fwd_slot;
     u.fwd_slot_prev = j >= S ? host[j - S] : nullptr;
     // Copied back while the unit before it (in this order) is updated and gathered; the first at
     // the start of the step.
@@ -596,7 +609,7 @@ absl::Status ShardedDataParallelStep::StageFullInputs(const std::map<std::string
 void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* before) {
   for (auto& up : units_) {
     const Unit* u = up.get();
-    if (!u->host) continue;
+    if (!u->host || u->resident) continue;
     Step load;
     load.kind = Step::Kind::kCopy;
     load.name = absl::StrCat("copy gradients back ", u->name);
@@ -619,7 +632,7 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
     before->emplace(u->update_at,
                     CommStep(absl::StrCat("adamw (deferred) ", u->name), Phase::kForward,
                              [this, u, c](const Stream& s) -> absl::Status {
-                               if (u->host) SG_RETURN_IF_ERROR(u->loaded->Block(s));
+                               if (u->host && !u->resident) SG_RETURN_IF_ERROR(u->loaded->Block(s));
                                if (u->update_list == nullptr) return absl::OkStatus();
                                const auto& list = *std::static_pointer_cast<kernels::AdamWTensorList>(u->update_list);
                                return kernels::AdamWStep(list, c, lr_pending_, UnitStep(*u), clip_, s);
