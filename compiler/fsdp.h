@@ -56,7 +56,9 @@
 //   forward   (next step) before each unit's first all-gather, on the comm stream, AdamW of its
 //             shards with the kept learning rate and clip factor, each unit with its own step
 //             counter (all equal); a host unit's gradients are first copied back into a slot on
-//             the copy stream, issued when the unit before it in forward order is updated.
+//             the copy stream, issued when the unit before it in forward order is updated, except
+//             for the first two host units in forward order (the last two in backward order),
+//             whose gradients are still in their slots.
 // Step N's update reads step N's gradients, learning rate and clip factor, and step N+1's forward
 // gathers the updated shards: the parameters each forward sees are those of the eager optimizer.
 // A clip factor of NaN skips an update (AdamWStep), which is how the first step, and a step right
