@@ -175,6 +175,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.pipeline_fsdp = options.pipeline_fsdp;
   co.adamw.beta1 = options.beta1;
   co.adamw.beta2 = options.beta2;
+  co.adamw.eps = options.eps;
   co.adamw.weight_decay = options.weight_decay;
   co.adamw.max_grad_norm = options.grad_clip;
   co.recompute = options.recompute;

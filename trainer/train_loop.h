@@ -63,6 +63,7 @@ struct TrainOptions {
   double weight_decay = 0.1;
   double beta1 = 0.9;
   double beta2 = 0.95;
+  double eps = 1e-8;  // AdamW's
   uint64_t seed = 1;
   Device device = Device::Cpu();
   compiler::Precision precision = compiler::Precision::kF32;

@@ -32,8 +32,14 @@ LlamaConfig SmallConfig() {
   return c;
 }
 
+// AdamW's eps in these comparisons of two forms of the same step (1e-5, as compiler/testing's
+// kCompareAdamWEps, for the same reason): at 1e-8 a weight whose gradient is at rounding level
+// takes an lr-sized step whose sign follows the rounding. Gradient accumulation against the larger
+// batch, seed 14206622695370858266 (2026-12-01): the losses agreed, o_proj differed 1.5e-4 after 3
+// steps.
 TrainOptions SmallOptions(uint64_t seed) {
   TrainOptions o;
+  o.eps = 1e-5;
   o.config = SmallConfig();
   o.batch = 4;
   o.seq = 32;
