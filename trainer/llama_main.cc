@@ -43,6 +43,7 @@ ABSL_FLAG(int64_t, warmup, -1, "linear warm-up steps (-1: the preset's default)"
 ABSL_FLAG(double, grad_clip, 1.0, "clip the global gradient norm to this (<= 0: off)");
 ABSL_FLAG(int64_t, grad_accum, 1, "micro-batches per optimizer step");
 ABSL_FLAG(double, weight_decay, 0.1, "AdamW weight decay (matrices only)");
+ABSL_FLAG(double, adam_eps, 1e-8, "AdamW's eps (added to the second moment's square root)");
 ABSL_FLAG(std::string, strategy, "none", "distribution: none, fsdp, hybrid, tp, auto, cp (context parallel) or pp (pipeline)");
 ABSL_FLAG(int64_t, micro_batches, 0, "--strategy=pp: micro-batches per step (0: one sequence each)");
 ABSL_FLAG(bool, pp_fsdp, false,
@@ -154,6 +155,7 @@ int main(int argc, char** argv) {
   f.grad_clip = absl::GetFlag(FLAGS_grad_clip);
   f.grad_accum = absl::GetFlag(FLAGS_grad_accum);
   f.weight_decay = absl::GetFlag(FLAGS_weight_decay);
+  f.adam_eps = absl::GetFlag(FLAGS_adam_eps);
   f.strategy = absl::GetFlag(FLAGS_strategy);
   f.mesh = absl::GetFlag(FLAGS_mesh);
   f.micro_batches = absl::GetFlag(FLAGS_micro_batches);

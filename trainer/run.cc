@@ -293,6 +293,7 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   o.warmup = f.warmup >= 0 ? f.warmup : int64_t(r ? Note(*r, "warmup", recipe.warmup) : recipe.warmup);
   o.grad_clip = f.grad_clip;
   o.weight_decay = f.weight_decay;
+  o.eps = f.adam_eps;
   o.seed = f.seed;
   o.device = device;
   o.precision = (f.precision == "bf16" || (f.precision.empty() && device.is_cuda())) ? compiler::Precision::kBF16Mixed

@@ -45,6 +45,7 @@ struct RunFlags {
   double grad_clip = 1.0;
   int64_t grad_accum = 1;
   double weight_decay = 0.1;
+  double adam_eps = 1e-8;
   std::string strategy = "none";
   std::string mesh;
   int64_t micro_batches = 0;  // --strategy=pp: 0 = one sequence per micro-batch

@@ -84,6 +84,7 @@ absl::Status ValidateOptions(const TrainOptions& o) {
   SG_CHECK_ARG(o.min_lr >= 0 && o.min_lr <= o.lr, "--min_lr: expected 0..lr (", o.lr, "), found ", o.min_lr);
   SG_CHECK_ARG(o.warmup >= 0, "--warmup: expected >= 0, found ", o.warmup);
   SG_CHECK_ARG(o.weight_decay >= 0, "--weight_decay: expected >= 0, found ", o.weight_decay);
+  SG_CHECK_ARG(o.eps > 0 && std::isfinite(o.eps), "--adam_eps: expected a positive number, found ", o.eps);
   SG_CHECK_ARG(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "rank ", o.rank,
                " is outside the world of size ", o.world_size);
   SG_CHECK_ARG(o.lm_head_chunks >= 1, "--lm_head_chunks: expected >= 1, found ", o.lm_head_chunks);

@@ -193,12 +193,17 @@ TEST(TrainLoopTest, AutoRecomputeFitsTheBudget) {
   EXPECT_NE(st.message().find("--memory_budget_gib: expected >= 0"), std::string::npos) << st;
 }
 
-// TrainOptions::fsdp_host_gradient_units: refused by name when negative, without FSDP, and with
-// gradient accumulation (its runs are in two_rank_test.sh: FSDP needs a launcher).
-TEST(TrainLoopTest, HostGradientUnitsBadCombinationsAreNamed) {
+// TrainOptions::eps must be positive; fsdp_host_gradient_units is refused by name when negative,
+// without FSDP, and with gradient accumulation (its runs are in two_rank_test.sh: FSDP needs a
+// launcher).
+TEST(TrainLoopTest, BadAdamEpsAndHostGradientUnitsAreNamed) {
   TrainOptions o = SmallOptions(testing::Rng()());
-  o.fsdp_host_gradient_units = -2;
+  o.eps = 0;
   absl::Status st = Trainer::Create(o, DefaultCorpusTokens()).status();
+  EXPECT_NE(st.message().find("--adam_eps: expected a positive number, found 0"), std::string::npos) << st;
+  o.eps = 1e-5;
+  o.fsdp_host_gradient_units = -2;
+  st = Trainer::Create(o, DefaultCorpusTokens()).status();
   EXPECT_NE(st.message().find("--fsdp_host_gradient_units: expected >= 0, found -2"), std::string::npos) << st;
   o.fsdp_host_gradient_units = 3;
   st = Trainer::Create(o, DefaultCorpusTokens()).status();
