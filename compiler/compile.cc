@@ -268,20 +268,22 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
     o->fsdp_host_gradient_units = host_gradient_units;
     return true;
   };
-  // The fewest kept activations offloaded (to host memory) with which `policy` fits, bisecting up
-  // to `most` (the plan falls monotonically with the count); sets `most` and returns false when
-  // even that does not fit.
-  auto fewest_offloads = [&](RecomputePolicy policy, bool per_parameter, int most) -> absl::StatusOr<bool> {
-    SG_ASSIGN_OR_RETURN(bool ok, fits(policy, -1, per_parameter, most));
+  // The fewest n in [1, most] with which fits_with(n) holds, bisecting (the plan falls
+  // monotonically with n), left set by that last fits_with; false when even `most` does not fit.
+  auto fewest = [&](int most, const std::function<absl::StatusOr<bool>(int)>& fits_with) -> absl::StatusOr<bool> {
+    SG_ASSIGN_OR_RETURN(bool ok, fits_with(most));
     if (!ok) return false;
     int lo = 0, hi = most;  // lo does not fit, hi does
     while (hi - lo > 1) {
       const int mid = (lo + hi) / 2;
-      SG_ASSIGN_OR_RETURN(ok, fits(policy, -1, per_parameter, mid));
+      SG_ASSIGN_OR_RETURN(ok, fits_with(mid));
       (ok ? hi : lo) = mid;
     }
-    SG_ASSIGN_OR_RETURN(ok, fits(policy, -1, per_parameter, hi));
-    return ok;
+    return fits_with(hi);
+  };
+  // The fewest kept activations offloaded (to host memory) with which `policy` fits.
+  auto fewest_offloads = [&](RecomputePolicy policy, bool per_parameter, int most) {
+    return fewest(most, [&](int n) { return fits(policy, -1, per_parameter, n); });
   };
   SG_ASSIGN_OR_RETURN(bool ok, fits(RecomputePolicy::kNone, -1));
   if (ok) return last;
@@ -326,19 +328,8 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
   // host memory, AdamW deferred into the next forward: 4 bytes a parameter each way over PCIe.
   // Units: the layers, the embedding, the final norm, the output projection.
   const int units = layers + 3;
-  auto host_fits = [&](int n) { return fits(RecomputePolicy::kFull, -1, true, layers + 1, n); };
-  SG_ASSIGN_OR_RETURN(ok, host_fits(units));
-  if (!ok) {
-    o->fsdp_host_gradient_units = units;
-    return last;
-  }
-  int lo = 0, hi = units;  // lo does not fit, hi does
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    SG_ASSIGN_OR_RETURN(ok, host_fits(mid));
-    (ok ? hi : lo) = mid;
-  }
-  SG_ASSIGN_OR_RETURN(ok, host_fits(hi));
+  SG_ASSIGN_OR_RETURN(ok, fewest(units, [&](int n) { return fits(RecomputePolicy::kFull, -1, true, layers + 1, n); }));
+  if (!ok) o->fsdp_host_gradient_units = units;
   return last;
 }
 

@@ -403,6 +403,13 @@ TensorView ShardedDataParallelStep::UnitStep(const Unit& u) const {
   return TensorView(static_cast<char*>(unit_steps_.raw()) + 8 * u.index, DType::kI64, {}, program_->device);
 }
 
+absl::Status ShardedDataParallelStep::UpdateUnit(const Unit& u, const Stream& s) const {
+  if (u.update_list == nullptr) return absl::OkStatus();
+  const kernels::AdamWConfig c{float(dp_.beta1), float(dp_.beta2), float(dp_.eps)};
+  const auto& list = *std::static_pointer_cast<kernels::AdamWTensorList>(u.update_list);
+  return kernels::AdamWStep(list, c, lr_pending_, UnitStep(u), clip_, s);
+}
+
 namespace {
 
 // A list whose one "gradient" is `norms`, for GradNorm's sqrt of their sum of squares: the norm of
@@ -626,16 +633,13 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
     };
     before->emplace(u->load_at, std::move(load));
   }
-  const kernels::AdamWConfig c{float(dp_.beta1), float(dp_.beta2), float(dp_.eps)};
   for (auto& up : units_) {
     const Unit* u = up.get();
     before->emplace(u->update_at,
                     CommStep(absl::StrCat("adamw (deferred) ", u->name), Phase::kForward,
-                             [this, u, c](const Stream& s) -> absl::Status {
+                             [this, u](const Stream& s) -> absl::Status {
                                if (u->host && !u->resident) SG_RETURN_IF_ERROR(u->loaded->Block(s));
-                               if (u->update_list == nullptr) return absl::OkStatus();
-                               const auto& list = *std::static_pointer_cast<kernels::AdamWTensorList>(u->update_list);
-                               return kernels::AdamWStep(list, c, lr_pending_, UnitStep(*u), clip_, s);
+                               return UpdateUnit(*u, s);
                              },
                              u->updated.get()));
   }
@@ -896,12 +900,10 @@ absl::Status ShardedDataParallelStep::ApplyPendingUpdate() const {
   if (!pending_) return absl::OkStatus();
   SG_RETURN_IF_ERROR(Wait());
   const Stream& s = executor_->compute_stream();
-  const kernels::AdamWConfig c{float(dp_.beta1), float(dp_.beta2), float(dp_.eps)};
   for (const auto& u : units_) {
     if (u->update_list == nullptr) continue;
     if (u->host) SG_RETURN_IF_ERROR(CopyTensor(HostGradients(*u), SlotView(u->fwd_slot, u->block), s));
-    const auto& list = *std::static_pointer_cast<kernels::AdamWTensorList>(u->update_list);
-    SG_RETURN_IF_ERROR(kernels::AdamWStep(list, c, lr_pending_, UnitStep(*u), clip_, s));
+    SG_RETURN_IF_ERROR(UpdateUnit(*u, s));
   }
   // Applied: the next step's deferred updates are skipped.
   SG_RETURN_IF_ERROR(kernels::Fill(clip_, std::nanf(""), s));
@@ -924,9 +926,10 @@ absl::StatusOr<StepMetrics> ShardedDataParallelStep::ReadMetrics() const {
   // and the pending one is counted.
   TensorView counter = counter_;
   for (const auto& u : units_) {
-    if (!Deferred() || u->update_list == nullptr) continue;
-    counter = UnitStep(*u);
-    break;
+    if (Deferred() && u->update_list != nullptr) {
+      counter = UnitStep(*u);
+      break;
+    }
   }
   SG_RETURN_IF_ERROR(CopyTensor(counter, TensorView(&step, DType::kI64, {}, Device::Cpu()), s));
   SG_RETURN_IF_ERROR(Wait());
@@ -958,7 +961,7 @@ absl::StatusOr<TensorView> ShardedDataParallelStep::View(const std::string& name
                         Kind{"grad:", &Param::grad}}) {
     const Param* p = FindParam(name, k.which, k.prefix);
     if (p == nullptr) continue;
-    if (k.which == &Param::grad) return p->host_grad.raw() != nullptr ? p->host_grad : p->grad;
+    if (k.which == &Param::grad) return p->step_grad();
     SG_RETURN_IF_ERROR(ApplyPendingUpdate());  // the caller may read or write the shard
     return p->*k.which;
   }
@@ -985,8 +988,8 @@ absl::Status ShardedDataParallelStep::Write(const std::string& name, const Tenso
   for (const char* prefix : {"", "opt.m.", "opt.v."}) {
     const Param* p = FindParam(name, nullptr, prefix);
     if (p == nullptr) continue;
-    SG_RETURN_IF_ERROR(ApplyPendingUpdate());  // else the pending update would land on what is written
     SG_RETURN_IF_ERROR(CheckFullF32(name, p->rows * p->row, host));
+    SG_RETURN_IF_ERROR(ApplyPendingUpdate());  // else the pending update would land on what is written
     const TensorView dst = std::string(prefix).empty() ? p->shard : (prefix[4] == 'm' ? p->m : p->v);
     if (p->mine.length > 0) {
       const TensorView src(static_cast<char*>(host.raw()) + p->mine.offset * p->row * 4, DType::kF32,
@@ -1034,7 +1037,7 @@ absl::Status ShardedDataParallelStep::Read(const std::string& name, const Tensor
                         Kind{"grad:", &Param::grad}}) {
     const Param* p = FindParam(name, k.which, k.prefix);
     if (p == nullptr) continue;
-    if (k.which == &Param::grad) return GatherRows(p->host_grad.raw() != nullptr ? p->host_grad : p->grad, *p, host);
+    if (k.which == &Param::grad) return GatherRows(p->step_grad(), *p, host);
     SG_RETURN_IF_ERROR(ApplyPendingUpdate());
     return GatherRows(p->*k.which, *p, host);
   }

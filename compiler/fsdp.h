@@ -227,6 +227,8 @@ class ShardedDataParallelStep : public CompiledStep {
   TensorView SlotView(int slot, int64_t elements) const;
   TensorView HostGradients(const Unit& u) const;  // the unit's region of the host buffer
   TensorView UnitStep(const Unit& u) const;       // its step counter (i64)
+  // The unit's deferred AdamW (its gradients already in its forward slot) on `s`; none without rows.
+  absl::Status UpdateUnit(const Unit& u, const Stream& s) const;
   // The stream of the host gradient copies: the executor's 4th when the weight-gradient matmuls do
   // not use it, so they run beside the activation offloads' copies (the copy stream), which go the
   // other way over PCIe in each phase; the copy stream otherwise.

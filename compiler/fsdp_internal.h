@@ -39,6 +39,8 @@ struct ShardedDataParallelStep::Param {
   // gradient waits), `update_grad` in its forward slot (what the deferred AdamW reads). Otherwise
   // update_grad is `grad` and host_grad is empty.
   TensorView host_grad, update_grad;
+  // Where the last step's gradient shard lies once the step is done: host memory or `grad`.
+  const TensorView& step_grad() const { return host_grad.raw() != nullptr ? host_grad : grad; }
 };
 
 struct ShardedDataParallelStep::Unit {
