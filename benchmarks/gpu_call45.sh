@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared for the next session (1 H200, ~5 minutes): GEMM autotuning at the power limit. The 1b
+# Run 2026-12-01 (results in benchmarks/README.md; the knobs it measured are removed). Prepared then (1 H200, ~5 minutes): GEMM autotuning at the power limit. The 1b
 # step runs at 700 W with the SM clock near 1.5 GHz (gpu_call43/44), but the tuner times each
 # cuBLASLt candidate over 5 calls right after a synchronization, at boost clocks, where another tile
 # shape may win. SG_GEMM_TUNE_MS=100 runs each candidate ~100 ms untimed, then times ~50 ms of calls

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared for the next session (1 H200, ~3 minutes): issue #3's embedding backward with
+# Run 2026-12-01 (results in benchmarks/README.md; the knobs it measured are removed). Prepared then (1 H200, ~3 minutes): issue #3's embedding backward with
 # SG_EMBEDDING_SINGLES=1 (kernels/embedding/embedding_atomic.cu): the rows of one token (77% of the
 # touched rows at 16384 of 32000) copied in token order by SinglesKernel on the side stream right
 # after the count, before the scan (phased id -> count -> dout loads, eight items a thread), only

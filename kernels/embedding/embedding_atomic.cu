@@ -57,9 +57,11 @@
 // stream sums ~4x fewer: bitwise right, but slower in all three forms tried (3.25 / 2.80 TB/s at
 // 32000 against 3.45; 3.46-3.65 at 128256 against 4.10): the single rows' dout reads slow the fill,
 // which was the faster half; only the latency-bound dim-8 shape gained (23.4 against 27.9 us).
-// Prepared then (SG_EMBEDDING_SINGLES=1, off by default, not measured yet): the rows of one token
-// copied in token order by SinglesKernel, first on the side stream, right after the count and
-// without the scan, scatter or gathered order; the fill stays a pure zero fill.
+// 2026-12-01 04:26 (gpu_call46.sh), not adopted: the rows of one token copied in token order on the
+// side stream right after the count (its own kernel, loads issued in phases), before the scan, with
+// only rows of two tokens or more sorted and summed: 2.76 TB/s against 3.42-3.44 at 32000, 3.85
+// against 4.10 at 128256, 1.37 against 1.52 with a hot id; the side stream's extra pass over the
+// singles' dout rows lengthened the latency-bound half. Bitwise right; removed.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -67,8 +69,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/allocator.h"
@@ -117,10 +117,8 @@ __global__ void __launch_bounds__(kThreads) CountKernel(const I* __restrict__ to
 // CountKernel for "atomic2s", also listing the touched rows: the leader whose atomicAdd finds
 // counts[key] == 0 is the first to count row key (exactly one per row), and appends key to
 // `touched`, with one atomicAdd on *num_touched per warp for all its new rows. The list's order is
-// arbitrary; each row's sum does not depend on it. kMulti (SG_EMBEDDING_SINGLES=1): the list is of
-// the rows with two tokens or more instead, appended by the one leader whose add takes the row's
-// count from below 2 to 2 or more.
-template <typename I, bool kMulti = false>
+// arbitrary; each row's sum does not depend on it.
+template <typename I>
 __global__ void __launch_bounds__(kThreads)
     CountTouchedKernel(const I* __restrict__ tokens, int* counts, int* __restrict__ touched, int* num_touched,
                        int64_t n, int64_t vocab) {
@@ -128,8 +126,7 @@ __global__ void __launch_bounds__(kThreads)
   const int key = KeyAt(tokens, int64_t(blockIdx.x) * kThreads + threadIdx.x, n, vocab);
   const unsigned same = __match_any_sync(0xffffffffu, key);
   const int lane = int(threadIdx.x) & 31, add = __popc(same);
-  const int old = key >= 0 && lane == __ffs(same) - 1 ? atomicAdd(&counts[key], add) : -1;
-  const bool fresh = kMulti ? old >= 0 && old < 2 && old + add >= 2 : old == 0;
+  const bool fresh = key >= 0 && lane == __ffs(same) - 1 && atomicAdd(&counts[key], add) == 0;
   const unsigned fresh_lanes = __ballot_sync(0xffffffffu, fresh);
   if (fresh_lanes == 0) return;
   const int writer = __ffs(fresh_lanes) - 1;
@@ -458,51 +455,6 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
   }
 }
 
-// The rows with exactly one token, in token order (SG_EMBEDDING_SINGLES=1): work item j is pack
-// j % packs (8 columns) of token j / packs; a thread takes kSinglePer items kThreads apart and goes
-// in phases so each phase's loads are in flight together: the items' ids, their counts (both
-// L2-resident), the dout packs of the items whose row has count 1 (kept raw), then the stores of
-// 0 + x (SumRunsThen's first addition, so bitwise the sums' result). Tokens of rows with two or
-// more are not read here (the sums read them). Where the sums wait on list -> offsets -> order ->
-// dout after the scan and the scatter, these start right after the count, reading dout in order.
-constexpr int kSinglePer = 8;
-template <typename T, typename I>
-__global__ void __launch_bounds__(kThreads)
-    SinglesKernel(const T* __restrict__ dout, const I* __restrict__ tokens, const int* __restrict__ counts,
-                  float* __restrict__ dtable, int64_t n, int64_t vocab, int packs) {
-  WaitForPrimary();
-  const int64_t items = n * packs, dim = int64_t(packs) * 8;
-  for (int64_t base = int64_t(blockIdx.x) * kThreads * kSinglePer + threadIdx.x; base < items;
-       base += int64_t(gridDim.x) * kThreads * kSinglePer) {
-    int row[kSinglePer];
-#pragma unroll
-    for (int k = 0; k < kSinglePer; ++k) {
-      const int64_t j = base + int64_t(k) * kThreads;
-      row[k] = j < items ? KeyAt(tokens, j / packs, n, vocab) : -1;
-    }
-#pragma unroll
-    for (int k = 0; k < kSinglePer; ++k) {
-      if (row[k] >= 0 && counts[row[k]] != 1) row[k] = -1;
-    }
-    cuda_vec::Raw8<T> x[kSinglePer];
-#pragma unroll
-    for (int k = 0; k < kSinglePer; ++k) {
-      const int64_t j = base + int64_t(k) * kThreads;
-      if (row[k] >= 0) x[k] = cuda_vec::LoadRawOnce(dout + (j / packs) * dim + (j % packs) * 8);
-    }
-#pragma unroll
-    for (int k = 0; k < kSinglePer; ++k) {
-      if (row[k] < 0) continue;
-      const int64_t j = base + int64_t(k) * kThreads;
-      float f[8];
-      cuda_vec::Unpack(x[k], f);
-#pragma unroll
-      for (int e = 0; e < 8; ++e) f[e] = 0.f + f[e];
-      cuda_vec::Pack8<float>::Store(dtable + int64_t(row[k]) * dim + (j % packs) * 8, f);
-    }
-  }
-}
-
 unsigned Blocks(int64_t work) { return unsigned((work + kThreads - 1) / kThreads); }
 
 // Scratch, in ints: counts [padded] | tile states [2 * tiles] | ticket | num_touched ("atomic2s"
@@ -548,12 +500,11 @@ void CarveScratch(int* scratch, int64_t n, bool atomic2s, AtomicScratch& sc) {
 // Steps 1 and 2 (ZeroKernel, CountKernel; for "atomic2s", whose scratch has the touched list,
 // CountTouchedKernel) on `s`.
 template <typename I>
-absl::Status ZeroAndCount(const Problem& p, const I* tokens, const AtomicScratch& sc, cudaStream_t s, bool pdl,
-                          bool singles = false) {
+absl::Status ZeroAndCount(const Problem& p, const I* tokens, const AtomicScratch& sc, cudaStream_t s, bool pdl) {
   SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ZeroKernel, dim3(cuda_vec::GridFor(Blocks(sc.zero_ints / 4))), kThreads, s,
                                          pdl, reinterpret_cast<int4*>(sc.counts), sc.zero_ints / 4));
   if (p.tokens > 0 && sc.touched != nullptr) {
-    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(singles ? CountTouchedKernel<I, true> : CountTouchedKernel<I, false>,
+    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(CountTouchedKernel<I>,
                                            dim3(Blocks(p.tokens)), kThreads, s, pdl, tokens, sc.counts, sc.touched,
                                            sc.num_touched, p.tokens, p.vocab));
   } else if (p.tokens > 0) {
@@ -653,38 +604,20 @@ cudaError_t LaunchOnSide(void (*kernel)(KArgs...), dim3 grid, const SideStream& 
 // Steps 3-5 on the side stream, after its wait on the fork: the scan (a full dependency on the
 // event, so no PDL), the scatter into the cursor, the sorted sums of the listed touched rows (a
 // CTA per kSumRows entries of the list, as many CTAs as the list may need).
-// With `singles` the side stream first copies the rows with one token (SinglesKernel, in token
-// order), and the list holds only rows of two tokens or more (at most n / 2).
 template <typename T, typename I>
 absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
-                       const SideStream& side, bool singles) {
+                       const SideStream& side) {
   const int64_t n = p.tokens;
-  if (singles && n > 0) {
-    const int64_t per_cta = int64_t(kThreads) * kSinglePer;
-    const unsigned grid = cuda_vec::GridFor(unsigned((n * (p.dim / 8) + per_cta - 1) / per_cta));
-    SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SinglesKernel<T, I>, dim3(grid), side, false, dout, tokens,
-                                         static_cast<const int*>(sc.counts), dtable, n, p.vocab, int(p.dim / 8)));
-  }
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScanKernel<true>, dim3(unsigned(sc.tiles)), side, false, sc.counts, sc.states,
                                        sc.ticket, sc.offsets, sc.cursor));
   if (n == 0) return absl::OkStatus();
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
                                        sc.offsets, sc.order, n, p.vocab));
-  const int64_t most = singles ? std::min(n / 2, p.vocab) : sc.listed;
-  if (most == 0) return absl::OkStatus();  // one token: no row can have two
-  const dim3 list_groups(unsigned((most + kSumRows - 1) / kSumRows));
+  const dim3 list_groups(unsigned((sc.listed + kSumRows - 1) / kSumRows));
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
                                        reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
                                        int(p.dim / 8), n));
   return absl::OkStatus();
-}
-
-// SG_EMBEDDING_SINGLES=1 (an experiment knob, read per call): the rows with one token copied in
-// token order on the side stream (SinglesKernel) before the scan, and only rows of two tokens or
-// more sorted and summed.
-bool SinglesEnabled() {
-  const char* v = std::getenv("SG_EMBEDDING_SINGLES");
-  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 // ZeroUntouchedKernel over the table on `s`: about kZeroVecs float4 per CTA, whole rows.
@@ -705,11 +638,10 @@ absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, c
 template <typename T, typename I>
 absl::Status BackwardAtomic2s(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
                               cudaStream_t s, SideStream& side) {
-  const bool singles = SinglesEnabled();
-  SG_RETURN_IF_ERROR(ZeroAndCount(p, tokens, sc, s, true, singles));
+  SG_RETURN_IF_ERROR(ZeroAndCount(p, tokens, sc, s, true));
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, s));
   SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
-  absl::Status st = SideSteps(p, dout, tokens, dtable, sc, side, singles);
+  absl::Status st = SideSteps(p, dout, tokens, dtable, sc, side);
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.join, side.stream));
   if (st.ok()) st.Update(ZeroUntouched(p, sc.counts, dtable, s));
   SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, side.join, 0));

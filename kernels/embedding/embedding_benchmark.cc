@@ -82,18 +82,6 @@ void BM_EmbeddingBackwardBF16AtomicNoPdlBatch(benchmark::State& st) {
 // Atomic2s: the atomic path with the untouched rows' zero fill on the caller's stream overlapping
 // the index preparation and touched rows' sums on a high-priority side stream.
 void BM_EmbeddingBackwardBF16Atomic2sBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "atomic2s", kBatch); }
-// atomic2s with SG_EMBEDDING_SINGLES=1 (the rows of one token copied in token order on the side
-// stream before the scan; an experiment knob).
-void BM_EmbeddingBackwardBF16Atomic2sSinglesBatch(benchmark::State& st) {
-  setenv("SG_EMBEDDING_SINGLES", "1", 1);
-  Run(st, DType::kBF16, true, "atomic2s", kBatch);
-  unsetenv("SG_EMBEDDING_SINGLES");
-}
-void BM_EmbeddingBackwardBF16Atomic2sSinglesHotBatch(benchmark::State& st) {
-  setenv("SG_EMBEDDING_SINGLES", "1", 1);
-  Run(st, DType::kBF16, true, "atomic2s", kBatch, false, true);
-  unsetenv("SG_EMBEDDING_SINGLES");
-}
 void BM_EmbeddingBackwardBF16Atomic2sHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic2s", kBatch, false, true);
 }
@@ -127,8 +115,6 @@ BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sSinglesBatch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sSinglesHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;

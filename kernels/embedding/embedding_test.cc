@@ -288,13 +288,6 @@ void CheckBackwardsBitwise(const std::vector<double>& ids, int64_t vocab, int64_
     SCOPED_TRACE(bwd);
     ExpectBitwise(GpuBackward(bwd, dout, ids_gpu, vocab, s), want);
   }
-  // atomic2s with the rows of one token copied in token order (SG_EMBEDDING_SINGLES=1, an
-  // experiment knob) and only the others sorted and summed.
-  {
-    SCOPED_TRACE("SG_EMBEDDING_SINGLES=1");
-    ScopedEnv env("SG_EMBEDDING_SINGLES", "1");
-    ExpectBitwise(GpuBackward("atomic2s", dout, ids_gpu, vocab, s), want);
-  }
 }
 
 // `lengths[k]` copies of id k, then `singles` ids drawn from [lengths.size(), vocab); shuffled.

@@ -33,9 +33,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -425,20 +423,6 @@ class Scratch {
   void* ptr_;
 };
 
-// SG_GEMM_TUNE_MS=N (an experiment knob, read once; 0 or unset: off): each candidate first runs
-// back to back for about N ms untimed, then is timed over about N / 2 ms, so it is measured at the
-// clock its own power draw leaves it. The 1b step runs at the H200's 700 W limit with the SM clock
-// near 1.5 GHz, while kTuneReps calls after an idle gap run at boost clocks (~1.98 GHz), where
-// another tile shape may win.
-int SustainedTuneMs() {
-  static const int ms = [] {
-    const char* v = std::getenv("SG_GEMM_TUNE_MS");
-    const int n = v != nullptr ? std::atoi(v) : 0;
-    return n > 0 ? n : 0;
-  }();
-  return ms;
-}
-
 // Milliseconds `calls` back-to-back calls of `algo` take, between two events on the stream.
 absl::StatusOr<float> TimeCalls(const MatmulCall& call, const cublasLtMatmulAlgo_t& algo, const void* c_ptr, void* d,
                                 int calls) {
@@ -457,21 +441,17 @@ absl::StatusOr<float> TimeCalls(const MatmulCall& call, const cublasLtMatmulAlgo
 }
 
 // Microseconds per call of `algo` on the problem, writing `d` (read as c too when the problem
-// accumulates in place): one untimed call, then kTuneReps timed (or SG_GEMM_TUNE_MS's sustained
-// form). Synchronizes on its events (the stream is not capturing).
+// accumulates in place): one untimed call, then kTuneReps timed. Synchronizes on its events (the
+// stream is not capturing). Measured and removed (2026-12-01 04:30, gpu_call45.sh, the 1b step on
+// one H200 at its 700 W limit): timing each candidate over ~50 ms after ~100 ms of untimed calls, at
+// the clock its own power draw leaves it, picked no faster algorithms: 81,267 / 81,052 tokens/s
+// against 81,394 / 81,639 with these few calls at boost clocks.
 absl::StatusOr<double> TimeAlgo(const MatmulCall& call, const cublasLtMatmulAlgo_t& algo, void* d) {
   const LtPlan& l = *call.plan;
   const void* c_ptr = l.c.ptr == l.d.ptr ? d : l.c.ptr;
   SG_CUBLAS_RETURN_IF_ERROR(call.Run(algo, c_ptr, d));
   SG_ASSIGN_OR_RETURN(float ms, TimeCalls(call, algo, c_ptr, d, kTuneReps));
-  const int sustained = SustainedTuneMs();
-  if (sustained == 0) return double(ms) * 1e3 / kTuneReps;
-  const double per_call = std::max(double(ms) / kTuneReps, 1e-3);
-  const int warm = int(std::min(1e6, std::ceil(sustained / per_call)));
-  const int timed = std::max(kTuneReps, int(std::min(1e6, std::ceil(sustained / 2.0 / per_call))));
-  SG_RETURN_IF_ERROR(TimeCalls(call, algo, c_ptr, d, warm).status());
-  SG_ASSIGN_OR_RETURN(ms, TimeCalls(call, algo, c_ptr, d, timed));
-  return double(ms) * 1e3 / timed;
+  return double(ms) * 1e3 / kTuneReps;
 }
 
 // Times the heuristic's top kTuneCandidates algorithms on the problem; the fastest as a Choice
