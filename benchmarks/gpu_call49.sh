@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-01 (1 H200, ~4 minutes): issue #3's embedding backward with SG_EMBEDDING_REGSORT=1 / 2
+# Run 2026-12-01 04:47 (results in benchmarks/README.md; the knob is removed). 1 H200, ~6 minutes: issue #3's embedding backward with SG_EMBEDDING_REGSORT=1 / 2
 # (kernels/embedding/embedding_atomic.cu): a CTA of the touched rows' sums whose runs all hold at
 # most 3 positions (98% of them at 16384 tokens over 32000 rows) sorts them in registers instead of
 # SortRuns' warp sort, barrier and reload (65% of the CTAs have a run of two or more); 1: the

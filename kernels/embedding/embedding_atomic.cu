@@ -62,6 +62,12 @@
 // only rows of two tokens or more sorted and summed: 2.76 TB/s against 3.42-3.44 at 32000, 3.85
 // against 4.10 at 128256, 1.37 against 1.52 with a hot id; the side stream's extra pass over the
 // singles' dout rows lengthened the latency-bound half. Bitwise right; removed.
+// 2026-12-01 04:48 (gpu_call49.sh), not adopted: a CTA of the touched rows' sums whose runs all
+// hold at most 3 positions (98% at 32000) sorting them in registers, each thread loading the runs,
+// instead of SortRuns' warp sort, barrier and reload: 3.28-3.30 TB/s against 3.44-3.46 with the
+// general path inlined (40 bytes spilled at 64 registers), and with it out of line (no spill) 3.97
+// against 4.09 at 128256 and 1.18 against 1.52 with a hot id. With v3's result, the sums' chain of
+// dependent loads is not what holds them back. Bitwise right; removed.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -69,8 +75,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/allocator.h"
@@ -405,93 +409,9 @@ __global__ void __launch_bounds__(kThreads, 3)
 // against 3.36 (98.0 us); with a hot id 1.56 against 1.53. (At 4 CTAs with the one-load loop the
 // hot case had lost 25%: SumRunsThen's long runs now keep four loads in flight.) 5 CTAs per SM (48
 // registers, ~200 bytes spilled) lost: 3.21 TB/s against 3.45-3.47 (2026-11-30 23:16).
-//
-// kShort (SG_EMBEDDING_REGSORT=1 or 2, an experiment knob): a CTA whose runs all hold at most kRegRun
-// positions (98% of the CTAs at 16384 tokens over 32000 rows, where ~65% have a run of two or
-// more) skips SortRuns (a warp's load, rank and store back, a CTA barrier, and the reload of
-// the sorted run) and sorts each run in registers instead (SumShortRuns).
 template <typename T>
 constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : 4;
-constexpr int kRegRun = 3;
-
-// Sorts three keys ascending (a three-comparator network).
-__device__ __forceinline__ void Sort3(int32_t (&e)[kRegRun]) {
-  auto cs = [&](int i, int j) {
-    const int32_t a = min(e[i], e[j]), b = max(e[i], e[j]);
-    e[i] = a;
-    e[j] = b;
-  };
-  cs(0, 1);
-  cs(1, 2);
-  cs(0, 1);
-}
-
-// SumRuns for runs of at most kRegRun positions, each sorted in registers (padded with INT_MAX)
-// rather than in `order`: the same additions in the same order (0 + the first row, then the others
-// ascending), so bitwise SumRuns' result. Every thread loads the runs itself (L2-resident).
 template <typename T>
-__device__ __forceinline__ void SumShortRuns(const T* __restrict__ dout, const int* order,
-                                             const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
-                                             float* __restrict__ dtable, const int32_t (&rows)[kSumRows],
-                                             int packs) {
-  const int64_t dim = int64_t(packs) * 8;
-  int32_t e[kSumRows][kRegRun];
-#pragma unroll
-  for (int r = 0; r < kSumRows; ++r) {
-#pragma unroll
-    for (int u = 0; u < kRegRun; ++u) e[r][u] = begin[r] + u < end[r] ? order[begin[r] + u] : INT_MAX;
-  }
-#pragma unroll
-  for (int r = 0; r < kSumRows; ++r) Sort3(e[r]);
-  for (int c = threadIdx.x; c < packs; c += kThreads) {
-    // Every run's first row in flight together, kept raw (half the registers of floats).
-    cuda_vec::Raw8<T> x[kSumRows];
-#pragma unroll
-    for (int r = 0; r < kSumRows; ++r) {
-      if (e[r][0] != INT_MAX) x[r] = cuda_vec::LoadRawOnce(dout + int64_t(e[r][0]) * dim + c * 8);
-    }
-    // Row r is stored as soon as it is summed (an empty run is a row past the list: no store).
-#pragma unroll
-    for (int r = 0; r < kSumRows; ++r) {
-      if (e[r][0] == INT_MAX) continue;
-      float acc[8];
-      cuda_vec::Unpack(x[r], acc);
-#pragma unroll
-      for (int k = 0; k < 8; ++k) acc[k] = 0.f + acc[k];
-      if (e[r][1] != INT_MAX) {
-        cuda_vec::Raw8<T> y[kRegRun - 1];
-#pragma unroll
-        for (int u = 1; u < kRegRun; ++u) {
-          if (e[r][u] != INT_MAX) y[u - 1] = cuda_vec::LoadRawOnce(dout + int64_t(e[r][u]) * dim + c * 8);
-        }
-#pragma unroll
-        for (int u = 1; u < kRegRun; ++u) {
-          if (e[r][u] == INT_MAX) continue;
-          float f[8];
-          cuda_vec::Unpack(y[u - 1], f);
-#pragma unroll
-          for (int k = 0; k < 8; ++k) acc[k] += f[k];
-        }
-      }
-      cuda_vec::Pack8<float>::Store(dtable + int64_t(rows[r]) * dim + c * 8, acc);
-    }
-  }
-}
-
-// kShort == 2: the general path (SortRuns, then SumRuns) out of line, so the registers of the rare
-// long runs are not allocated around the common short ones. ptxas (CUDA 13.0, sm_90a, bf16): the
-// short path alone 60 registers; both inlined (kShort == 1) 64 with 40 bytes spilled; out of line
-// 64 with no spill and a 48-64 byte stack frame (the run arrays passed by reference).
-template <typename T>
-__device__ __noinline__ void SortSumRunsOutOfLine(const T* __restrict__ dout, int* order, int* tmp,
-                                                  const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
-                                                  float* __restrict__ dtable, const int32_t (&rows)[kSumRows],
-                                                  int packs, int64_t n, SortShared& sh) {
-  SortRuns(order, tmp, begin, end, n, sh);
-  SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
-}
-
-template <typename T, int kShort>
 __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
                          const int4* __restrict__ touched, const int* __restrict__ num_touched,
@@ -509,19 +429,6 @@ __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     rows[r] = r < here ? ids[r] : -1;
     begin[r] = r < here ? offsets[rows[r]] : 0;
     end[r] = r < here ? offsets[rows[r] + 1] : 0;
-  }
-  if constexpr (kShort != 0) {
-    int longest = 0;
-#pragma unroll
-    for (int r = 0; r < kSumRows; ++r) longest = max(longest, end[r] - begin[r]);
-    if (longest <= kRegRun) {  // the same for every thread of the CTA
-      SumShortRuns<T>(dout, order, begin, end, dtable, rows, packs);
-      return;
-    }
-    if constexpr (kShort == 2) {
-      SortSumRunsOutOfLine<T>(dout, order, tmp, begin, end, dtable, rows, packs, n, sh);
-      return;
-    }
   }
   SortRuns(order, tmp, begin, end, n, sh);
   SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
@@ -700,14 +607,6 @@ cudaError_t LaunchOnSide(void (*kernel)(KArgs...), dim3 grid, const SideStream& 
   return cudaLaunchKernelEx(&config, kernel, static_cast<KArgs>(args)...);
 }
 
-// SG_EMBEDDING_REGSORT=1 or 2 (an experiment knob, read per call): SortSumTouchedKernel<T, 1 or 2>;
-// anything else 0.
-int RegSortMode() {
-  const char* v = std::getenv("SG_EMBEDDING_REGSORT");
-  if (v == nullptr) return 0;
-  return std::strcmp(v, "1") == 0 ? 1 : std::strcmp(v, "2") == 0 ? 2 : 0;
-}
-
 // Steps 3-5 on the side stream, after its wait on the fork: the scan (a full dependency on the
 // event, so no PDL), the scatter into the cursor, the sorted sums of the listed touched rows (a
 // CTA per kSumRows entries of the list, as many CTAs as the list may need).
@@ -721,10 +620,7 @@ absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* 
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
                                        sc.offsets, sc.order, n, p.vocab));
   const dim3 list_groups(unsigned((sc.listed + kSumRows - 1) / kSumRows));
-  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(RegSortMode() == 1   ? SortSumTouchedKernel<T, 1>
-                                       : RegSortMode() == 2 ? SortSumTouchedKernel<T, 2>
-                                                            : SortSumTouchedKernel<T, 0>,
-                                       list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
                                        reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
                                        int(p.dim / 8), n));
   return absl::OkStatus();

@@ -82,17 +82,6 @@ void BM_EmbeddingBackwardBF16AtomicNoPdlBatch(benchmark::State& st) {
 // Atomic2s: the atomic path with the untouched rows' zero fill on the caller's stream overlapping
 // the index preparation and touched rows' sums on a high-priority side stream.
 void BM_EmbeddingBackwardBF16Atomic2sBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "atomic2s", kBatch); }
-// atomic2s with SG_EMBEDDING_REGSORT=1 / 2 (runs of up to three sorted in registers; an experiment
-// knob).
-void RunRegSort(benchmark::State& st, const char* mode, bool hot) {
-  setenv("SG_EMBEDDING_REGSORT", mode, 1);
-  Run(st, DType::kBF16, true, "atomic2s", kBatch, false, hot);
-  unsetenv("SG_EMBEDDING_REGSORT");
-}
-void BM_EmbeddingBackwardBF16Atomic2sReg1Batch(benchmark::State& st) { RunRegSort(st, "1", false); }
-void BM_EmbeddingBackwardBF16Atomic2sReg2Batch(benchmark::State& st) { RunRegSort(st, "2", false); }
-void BM_EmbeddingBackwardBF16Atomic2sReg1HotBatch(benchmark::State& st) { RunRegSort(st, "1", true); }
-void BM_EmbeddingBackwardBF16Atomic2sReg2HotBatch(benchmark::State& st) { RunRegSort(st, "2", true); }
 void BM_EmbeddingBackwardBF16Atomic2sHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic2s", kBatch, false, true);
 }
@@ -126,10 +115,6 @@ BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sReg1Batch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sReg2Batch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sReg1HotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sReg2HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;

@@ -288,13 +288,6 @@ void CheckBackwardsBitwise(const std::vector<double>& ids, int64_t vocab, int64_
     SCOPED_TRACE(bwd);
     ExpectBitwise(GpuBackward(bwd, dout, ids_gpu, vocab, s), want);
   }
-  // atomic2s with runs of up to three sorted in registers (SG_EMBEDDING_REGSORT, an experiment
-  // knob), the longer ones' CTAs inline (1) or out of line (2).
-  for (const char* mode : {"1", "2"}) {
-    SCOPED_TRACE(std::string("SG_EMBEDDING_REGSORT=") + mode);
-    ScopedEnv env("SG_EMBEDDING_REGSORT", mode);
-    ExpectBitwise(GpuBackward("atomic2s", dout, ids_gpu, vocab, s), want);
-  }
 }
 
 // `lengths[k]` copies of id k, then `singles` ids drawn from [lengths.size(), vocab); shuffled.
@@ -317,7 +310,8 @@ TEST(EmbeddingCudaBackwardTest, SortsRunsOfEveryLength) {
   CheckBackwardsBitwise(RunIds(lengths, 101, 300), 101, 24, DType::kF16, DType::kI64);
   CheckBackwardsBitwise(RunIds(lengths, 99, 300), 99, 5, DType::kF32, DType::kI32);  // not 16-byte rows
   CheckBackwardsBitwise(RunIds(lengths, 1000, 3000), 1000, 2056, DType::kBF16, DType::kI32);
-  // Sparse: most CTAs of the touched rows' sums hold only runs of 1-3, some one of 4 or more.
+  // Sparse lists of touched rows: most CTAs of atomic2s's sums hold runs of 1-3 only, some one of
+  // 4 or more.
   CheckBackwardsBitwise(RunIds({2, 3, 4, 5, 3, 2, 40}, 20000, 9000), 20000, 64, DType::kBF16, DType::kI32);
   CheckBackwardsBitwise(RunIds({3, 4, 2}, 5003, 2500), 5003, 2048, DType::kF32, DType::kI64);
 }
