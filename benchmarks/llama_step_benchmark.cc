@@ -70,6 +70,10 @@ ABSL_FLAG(std::string, strategy, "none", "none, fsdp or hsdp");
 ABSL_FLAG(int, lm_head_chunks, 1,
           "the LM head (logits, cross-entropy, dh, dW) in this many blocks of tokens, so the logits never "
           "exist whole (CompileOptions::lm_head_chunks; --recompute=auto plans with it; 1: off)");
+ABSL_FLAG(int, fsdp_host_gradient_units, -1,
+          "--strategy=fsdp: the gradient shards of this many units wait in pinned host memory, AdamW deferred "
+          "into the next forward (CompileOptions::fsdp_host_gradient_units; -1: --recompute=auto's choice, "
+          "else 0; set, it replaces that choice)");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
           "(CompileOptions::micro_batches; --recompute=auto plans one micro-batch's activations)");
@@ -83,7 +87,7 @@ constexpr double kH200BF16Flops = 989e12;
 struct Flags {
   std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
   double memory_budget_gib = 0;
-  int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1;
+  int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1, fsdp_host_gradient_units = -1;
   bool cuda_graph = true, offload_first = false, wgrad_stream = false;
   float lr = 3e-4f;
 };
@@ -127,6 +131,7 @@ absl::StatusOr<Flags> ReadFlags() {
   f.wgrad_stream = absl::GetFlag(FLAGS_wgrad_stream);
   f.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   f.lm_head_chunks = absl::GetFlag(FLAGS_lm_head_chunks);
+  f.fsdp_host_gradient_units = absl::GetFlag(FLAGS_fsdp_host_gradient_units);
   if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
   if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
   if (f.recompute != "auto") SG_RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
@@ -136,6 +141,14 @@ absl::StatusOr<Flags> ReadFlags() {
   }
   if (f.lm_head_chunks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--lm_head_chunks: expected >= 1, found ", f.lm_head_chunks));
+  }
+  if (f.fsdp_host_gradient_units < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fsdp_host_gradient_units: expected -1 (auto) or a count >= 0, found ", f.fsdp_host_gradient_units));
+  }
+  if (f.fsdp_host_gradient_units > 0 && f.strategy != "fsdp") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--fsdp_host_gradient_units: expected --strategy=fsdp, found --strategy=", f.strategy));
   }
   if (f.micro_batches < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--micro_batches: expected >= 1, found ", f.micro_batches));
@@ -245,6 +258,7 @@ absl::Status Main(const Flags& f) {
   } else {
     SG_ASSIGN_OR_RETURN(o.recompute, ParseRecompute(f.recompute));
   }
+  if (f.fsdp_host_gradient_units >= 0) o.fsdp_host_gradient_units = f.fsdp_host_gradient_units;
   const RecomputePolicy rp = o.recompute;
   o.cuda_graph = f.cuda_graph;
   o.warmup_steps = 2;
