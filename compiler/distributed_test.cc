@@ -138,7 +138,7 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
   // the output).
   int deferred = 0, copied_back = 0, adamw_at_end = 0;
   for (const Step& st : dist->program().schedule.steps) {
-    deferred += absl::StartsWith(st.name, "adamw (deferred) ");
+    deferred += absl::StartsWith(st.name, "adamw (deferred) ") || absl::StartsWith(st.name, "adamw (deferred, host) ");
     copied_back += absl::StartsWith(st.name, "copy gradients back ");
     adamw_at_end += absl::StartsWith(st.name, "adamw (multi-tensor");
   }

@@ -68,8 +68,10 @@
 #define SGTRAIN_COMPILER_FSDP_H_
 
 #include <functional>
+#include <initializer_list>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -235,6 +237,8 @@ class ShardedDataParallelStep : public CompiledStep {
   const Stream& HostCopyStream() const {
     return wgrad_stream_ ? executor_->copy_stream() : executor_->wgrad_stream();
   }
+  // Records ready_ on the compute stream and makes each of `streams` wait for it.
+  absl::Status OrderAfterCompute(std::initializer_list<const Stream*> streams) const;
   // The pending deferred update applied now (eagerly, after the queued steps), so the shards and
   // moments hold the values after the last step; nothing pending afterwards.
   absl::Status ApplyPendingUpdate() const;
@@ -285,6 +289,10 @@ class ShardedDataParallelStep : public CompiledStep {
   int64_t norm_scratch_ = 0;       // f32 elements: GradNorm's partial sums of the largest unit
   TensorView norm_scratch_view_;   // (the norms run on the comm stream, off the caching allocator)
   std::shared_ptr<void> host_grads_;
+  // The host units in forward order (their updates' order), and the stream of their updates (a
+  // stream of the step's own, so an update waiting for its copy back holds up no collective).
+  std::vector<const Unit*> host_order_;
+  std::optional<Stream> update_stream_;
   TensorView lr_pending_, unit_norms_, unit_steps_, unit_dummy_[3];
   std::shared_ptr<void> unit_norm_list_;
   mutable bool pending_ = false;

@@ -66,12 +66,12 @@ struct ShardedDataParallelStep::Unit {
   std::shared_ptr<void> update_list, norm_list;  // kernels::AdamWTensorList; null: no rows here
   // A unit on the host: its slots (of kHostGradientSlots) in backward and forward order, the host
   // unit that used the same slot before it (its copy to the host, or its update, must be done
-  // first), its region of the host buffer, where its copy back is issued, and the copies' events.
+  // first), its region of the host buffer, and the copies' events.
   bool host = false;
   // Its gradients are still in its backward slot when the next forward updates it (one of the
   // last units in backward order, the first in forward order): no copy back (fwd_slot == bwd_slot).
   bool resident = false;
-  int bwd_slot = -1, fwd_slot = -1, load_at = INT_MAX;
+  int bwd_slot = -1, fwd_slot = -1;
   const Unit* bwd_slot_prev = nullptr;
   const Unit* fwd_slot_prev = nullptr;
   int64_t host_offset = 0;  // bytes
