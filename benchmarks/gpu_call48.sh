@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # Prepared for a session with 2 H200s (~7 minutes): the deferred optimizer with gradient shards in
-# host memory (CompileOptions::fsdp_host_gradient_units), whose CUDA path has not run yet.
+# host memory (CompileOptions::fsdp_host_gradient_units), run so far on one GPU only (gpu_call46, 51-53).
 #  1. every 2-GPU FSDP test against one GPU, the new FsdpHostGradientsOnTwoGpusEqualsOneGpu among
-#     them (per-parameter collectives, offloaded activations, 6 of 9 units on the host; CUDA graph);
+#     them (per-parameter collectives, offloaded activations, 6 of 9 units on the host; eager steps);
 #  2. the 7b at the default 42 GiB budget (auto: 31 of 35 units on the host, 41.73 GiB planned),
 #     then at 53 GiB (the plan before: 52.15 GiB planned, 52.32 measured), then the peer.
-#     Predicted: <= 42 GiB, and 12.55 GB each way over PCIe a step; the copies back (all in the
-#     ~0.21 s forward) may be partly exposed: somewhere between 9,768 tokens/s and ~8,500.
+#     Predicted: <= 42 GiB, and 12.55 GB each way over PCIe a step; eager steps (copies back);
+#     from the one-GPU stand-in (gpu_call53: -2% against the fastest plan), ~9,550-9,650 tokens/s.
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch //compiler:distributed_test
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
