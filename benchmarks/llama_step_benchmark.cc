@@ -18,7 +18,9 @@
 // --strategy=none|fsdp|hsdp (fsdp/hsdp under a launcher: one process per GPU, the GPU of its local
 // rank, the same per-GPU batch as one GPU; rank 0 prints the JSON line; auto recompute then plans
 // fsdp with compiler::PlanFsdpMemory, its own buffers included, and hsdp with the state as sharded
-// over the world).
+// over the world), --fsdp_host_gradient_units=N (fsdp: the gradient shards of N units in host
+// memory, AdamW deferred into the next forward, in place of auto's choice; e.g. the 7b over one
+// GPU, `--nproc=1`, with full recompute, to measure the copies' cost where no second GPU is).
 // Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
 // pinned buffers, a fresh random batch per step); the median step after warm-up. Memory: the
 // caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces). Energy (on
