@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-01 (1 H200, ~2.5 minutes): do replayed CUDA graphs run host copies behind compute in
+# Run 2026-12-01 05:30 (results in benchmarks/README.md: no difference). 1 H200, ~2.5 minutes: do replayed CUDA graphs run host copies behind compute in
 # general? gpu_call51-53 found the deferred optimizer's copies back overlapping the forward in
 # eager steps (845 ms) but not replayed (907 ms). The activation offloads' copies also rely on that
 # overlap: the 1b with --offload_first under 32.8 GiB (no recompute, 17 activations offloaded: 2.0
