@@ -13,6 +13,8 @@ expect 2 "--strategy: expected none|fsdp|hsdp, found 'ddp'" --strategy=ddp
 expect 2 "--config: " --config=13b
 expect 2 "--micro_batches: expected >= 1, found 0" --micro_batches=0
 expect 2 "--lm_head_chunks: expected >= 1, found 0" --lm_head_chunks=0
+expect 2 "--fsdp_host_gradient_units: expected -1 (auto) or a count >= 0, found -2" --fsdp_host_gradient_units=-2
+expect 2 "--fsdp_host_gradient_units: expected --strategy=fsdp, found --strategy=none" --fsdp_host_gradient_units=3
 expect 2 "expected only --flag=value arguments, found 'tiny'" tiny
 tiny=(--config=tiny --device=cpu --steps=1)
 expect 0 '"config":"tiny"' "${tiny[@]}" --warmup=1 --recompute=auto --memory_budget_gib=2 --lr=1e-3 --cuda_graph=0
