@@ -278,7 +278,10 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   // Host units copied back (more than the resident ones) stay eager too: replayed as a graph,
   // their copies back ran behind the forward instead of beside it (the 7b over a group of one, 16
   // host units, one H200, 2026-12-01 05:11-05:14: 907 ms a step replayed, 845 eager, 840 eager
-  // without host units), so the graph's ~1.6% is worth less than the copies' overlap.
+  // without host units), so the graph's ~1.6% is worth less than the copies' overlap. A probe of
+  // that shape (benchmarks/graph_overlap) showed it is the kernels in the copy chain: a replayed
+  // graph delays such a chain whatever its stream, priority or slots; a chain of copies alone
+  // overlaps as in eager steps.
   bool copies_back = false;
   for (const Unit* u : host_order_) copies_back = copies_back || !u->resident;
   const char* not_captured =

@@ -78,7 +78,7 @@ absl::Status Create(const OverlapProbe& p, Resources& r) {
   SG_CUDA_RETURN_IF_ERROR(cudaEventCreate(&r.start));
   SG_CUDA_RETURN_IF_ERROR(cudaEventCreate(&r.end));
   SG_CUDA_RETURN_IF_ERROR(cudaHostAlloc(&r.host, size_t(p.copy_bytes), cudaHostAllocDefault));
-  SG_CUDA_RETURN_IF_ERROR(cudaMalloc(&r.slots, size_t(2 * p.copy_bytes)));
+  SG_CUDA_RETURN_IF_ERROR(cudaMalloc(&r.slots, size_t(p.slots * p.copy_bytes)));
   SG_CUDA_RETURN_IF_ERROR(cudaMalloc(reinterpret_cast<void**>(&r.sink), sizeof(float)));
   return absl::OkStatus();
 }
@@ -89,16 +89,16 @@ absl::Status Enqueue(const OverlapProbe& p, const Resources& r) {
   SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.copy, r.fork, 0));
   SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.update, r.fork, 0));
   for (int j = 0; j < p.copies; ++j) {
-    char* slot = static_cast<char*>(r.slots) + (j % 2) * p.copy_bytes;
-    if (j >= 2) SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.copy, r.done[size_t(j - 2)], 0));
+    char* slot = static_cast<char*>(r.slots) + (j % p.slots) * p.copy_bytes;
+    if (j >= p.slots) SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.copy, r.done[size_t(j - p.slots)], 0));
     SG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slot, r.host, size_t(p.copy_bytes), cudaMemcpyHostToDevice, r.copy));
     SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.copied[size_t(j)], r.copy));
     if (p.update_kernels) {
-      SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.update, r.copied[size_t(j)], 0));
-      TouchKernel<<<unsigned(r.sms), 256, 0, r.update>>>(reinterpret_cast<const float4*>(slot), p.copy_bytes / 16,
-                                                         r.sink);
+      cudaStream_t u = p.kernels_on_copy_stream ? r.copy : r.update;
+      SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(u, r.copied[size_t(j)], 0));
+      TouchKernel<<<unsigned(r.sms), 256, 0, u>>>(reinterpret_cast<const float4*>(slot), p.copy_bytes / 16, r.sink);
       SG_CUDA_RETURN_IF_LAUNCH_ERROR(TouchKernel);
-      SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.done[size_t(j)], r.update));
+      SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.done[size_t(j)], u));
     } else {
       SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.done[size_t(j)], r.copy));
     }
@@ -138,7 +138,8 @@ absl::StatusOr<double> RunOverlapProbeCuda(const OverlapProbe& p) {
     cudaGetLastError();
     return absl::FailedPreconditionError("RunOverlapProbe: no CUDA device");
   }
-  if (p.copies < 1 || p.compute_kernels < 1 || p.copy_bytes < 16 || p.copy_bytes % 16 != 0 || p.kernel_us < 1) {
+  if (p.copies < 1 || p.compute_kernels < 1 || p.copy_bytes < 16 || p.copy_bytes % 16 != 0 || p.kernel_us < 1 ||
+      p.slots < 1) {
     return absl::InvalidArgumentError(absl::StrCat("RunOverlapProbe: expected copies, compute_kernels, kernel_us >= 1 "
                                                    "and copy_bytes a positive multiple of 16, found ",
                                                    p.copies, ", ", p.compute_kernels, ", ", p.kernel_us, ", ",

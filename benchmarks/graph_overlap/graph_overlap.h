@@ -26,6 +26,10 @@ struct OverlapProbe {
   bool update_kernels = true;
   bool graph = false;
   bool priority = false;
+  // Variants: the short kernels on the copy stream itself (no third stream), and device slots
+  // (the copy into a slot waits for the kernel that read it `slots` blocks before).
+  bool kernels_on_copy_stream = false;
+  int slots = 2;
 };
 
 // Milliseconds of one run (after one untimed run; a graph is captured and replayed once untimed

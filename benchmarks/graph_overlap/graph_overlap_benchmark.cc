@@ -13,8 +13,11 @@
 namespace sg::benchmarks {
 namespace {
 
-void BM_Overlap(benchmark::State& state, bool update_kernels, bool graph, bool priority) {
+void BM_Overlap(benchmark::State& state, bool update_kernels, bool graph, bool priority, bool on_copy = false,
+                int slots = 2) {
   OverlapProbe p;
+  p.kernels_on_copy_stream = on_copy;
+  p.slots = slots;
   p.update_kernels = update_kernels;
   p.graph = graph;
   p.priority = priority;
@@ -41,6 +44,13 @@ BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_eager, true, false, false)->UseManu
 BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_graph, true, true, false)->UseManualTime()->Iterations(3);
 BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_eager_priority, true, false, true)->UseManualTime()->Iterations(3);
 BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_graph_priority, true, true, true)->UseManualTime()->Iterations(3);
+BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_on_copy_stream_eager, true, false, false, true)
+    ->UseManualTime()
+    ->Iterations(3);
+BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_on_copy_stream_graph, true, true, false, true)
+    ->UseManualTime()
+    ->Iterations(3);
+BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_4_slots_graph, true, true, false, false, 4)->UseManualTime()->Iterations(3);
 
 }  // namespace
 }  // namespace sg::benchmarks
