@@ -143,6 +143,21 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
     adamw_at_end += absl::StartsWith(st.name, "adamw (multi-tensor");
   }
   if (host_units > 0) {
+    // The host units' copies back and updates are all issued at the step's start, before the first
+    // gather (the copies run ahead of the forward); the comm stream waits for each update later.
+    bool gathered = false;
+    int waits = 0;
+    for (const Step& st : dist->program().schedule.steps) {
+      gathered = gathered || absl::StartsWith(st.name, "all-gather ");
+      if (absl::StartsWith(st.name, "copy gradients back ") || absl::StartsWith(st.name, "adamw (deferred, host) ")) {
+        EXPECT_FALSE(gathered) << st.name << " is issued after a gather";
+      }
+      if (absl::StartsWith(st.name, "wait adamw (deferred, host) ")) {
+        EXPECT_EQ(st.stream, 1) << st.name;
+        ++waits;
+      }
+    }
+    EXPECT_EQ(waits, std::min(host_units, deferred));
     EXPECT_GT(deferred, 2);
     EXPECT_EQ(adamw_at_end, 0);
     // The first two host units in forward order are the last two in backward order, still in
