@@ -83,8 +83,8 @@ absl::Status Create(const OverlapProbe& p, Resources& r) {
   return absl::OkStatus();
 }
 
-// The work of one run, enqueued from the compute stream (capturable).
-absl::Status Enqueue(const OverlapProbe& p, const Resources& r) {
+// The copy chain, after the work already on the compute stream.
+absl::Status EnqueueChain(const OverlapProbe& p, const Resources& r) {
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.fork, r.compute));
   SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.copy, r.fork, 0));
   SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.update, r.fork, 0));
@@ -103,19 +103,33 @@ absl::Status Enqueue(const OverlapProbe& p, const Resources& r) {
       SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(r.done[size_t(j)], r.copy));
     }
   }
+  return absl::OkStatus();
+}
+
+// The compute stream's kernels, each block waited for before kernel 4 + 3 j, then the rest of the
+// chain; `wait_flags` cudaEventWaitExternal when the chain is outside the captured graph.
+absl::Status EnqueueCompute(const OverlapProbe& p, const Resources& r, unsigned wait_flags) {
   int next = 0;  // the next block a compute kernel waits for
   for (int i = 0; i < p.compute_kernels; ++i) {
     if (next < p.copies && i == 4 + 3 * next) {
-      SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.compute, r.done[size_t(next)], 0));
+      SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.compute, r.done[size_t(next)], wait_flags));
       ++next;
     }
     SpinKernel<<<unsigned(r.sms * 8), 256, 0, r.compute>>>(int64_t(p.kernel_us) * 1000, r.sink);
     SG_CUDA_RETURN_IF_LAUNCH_ERROR(SpinKernel);
   }
   // Joined: the compute stream waits for the rest of the chain (and so for both streams).
-  for (; next < p.copies; ++next) SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.compute, r.done[size_t(next)], 0));
-  SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.compute, r.copied[size_t(p.copies - 1)], 0));
+  for (; next < p.copies; ++next) {
+    SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.compute, r.done[size_t(next)], wait_flags));
+  }
+  SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(r.compute, r.copied[size_t(p.copies - 1)], wait_flags));
   return absl::OkStatus();
+}
+
+// The work of one run, enqueued from the compute stream (capturable).
+absl::Status Enqueue(const OverlapProbe& p, const Resources& r) {
+  SG_RETURN_IF_ERROR(EnqueueChain(p, r));
+  return EnqueueCompute(p, r, 0);
 }
 
 absl::StatusOr<double> Timed(const Resources& r, const std::function<absl::Status()>& run) {
@@ -150,7 +164,7 @@ absl::StatusOr<double> RunOverlapProbeCuda(const OverlapProbe& p) {
   if (!p.graph) return Timed(r, [&] { return Enqueue(p, r); });
   cudaGraph_t graph = nullptr;
   SG_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(r.compute, cudaStreamCaptureModeThreadLocal));
-  const absl::Status st = Enqueue(p, r);
+  const absl::Status st = p.chain_outside_graph ? EnqueueCompute(p, r, cudaEventWaitExternal) : Enqueue(p, r);
   const cudaError_t end = cudaStreamEndCapture(r.compute, &graph);
   SG_RETURN_IF_ERROR(st);
   SG_CUDA_RETURN_IF_ERROR(end);
@@ -160,6 +174,7 @@ absl::StatusOr<double> RunOverlapProbeCuda(const OverlapProbe& p) {
       cudaGraphInstantiateWithFlags(&exec, graph, p.priority ? cudaGraphInstantiateFlagUseNodePriority : 0));
   std::unique_ptr<CUgraphExec_st, cudaError_t (*)(cudaGraphExec_t)> exec_owner(exec, &cudaGraphExecDestroy);
   return Timed(r, [&]() -> absl::Status {
+    if (p.chain_outside_graph) SG_RETURN_IF_ERROR(EnqueueChain(p, r));
     SG_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(exec, r.compute));
     return absl::OkStatus();
   });

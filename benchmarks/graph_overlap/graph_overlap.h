@@ -30,6 +30,9 @@ struct OverlapProbe {
   // (the copy into a slot waits for the kernel that read it `slots` blocks before).
   bool kernels_on_copy_stream = false;
   int slots = 2;
+  // With `graph`: the copy chain enqueued eagerly before each launch of a graph that holds only the
+  // compute, whose waits for the blocks are external event-wait nodes (cudaEventWaitExternal).
+  bool chain_outside_graph = false;
 };
 
 // Milliseconds of one run (after one untimed run; a graph is captured and replayed once untimed

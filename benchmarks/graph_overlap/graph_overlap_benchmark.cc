@@ -14,8 +14,9 @@ namespace sg::benchmarks {
 namespace {
 
 void BM_Overlap(benchmark::State& state, bool update_kernels, bool graph, bool priority, bool on_copy = false,
-                int slots = 2) {
+                int slots = 2, bool outside = false) {
   OverlapProbe p;
+  p.chain_outside_graph = outside;
   p.kernels_on_copy_stream = on_copy;
   p.slots = slots;
   p.update_kernels = update_kernels;
@@ -51,6 +52,10 @@ BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_on_copy_stream_graph, true, true, f
     ->UseManualTime()
     ->Iterations(3);
 BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_4_slots_graph, true, true, false, false, 4)->UseManualTime()->Iterations(3);
+// The chain enqueued eagerly before each launch of a graph of the compute alone (external waits).
+BENCHMARK_CAPTURE(BM_Overlap, copies_kernels_outside_graph, true, true, false, false, 2, true)
+    ->UseManualTime()
+    ->Iterations(3);
 
 }  // namespace
 }  // namespace sg::benchmarks
