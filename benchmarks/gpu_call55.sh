@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Prepared 2026-12-01 for the next session (1 H200, under a minute): the graph-overlap probe with
+# Prepared 2026-12-01 for the next session (1 H200, under a minute; gpu_call56.sh includes it): the graph-overlap probe with
 # its new variant, the copy chain (copies and the short kernels that free the slots) enqueued
 # eagerly before each launch of a graph of the compute alone, whose waits are external event-wait
 # nodes (cudaEventWaitExternal). The 05:40 runs: chain in the graph 23.87 ms, eager 20.4, ideal

@@ -75,7 +75,10 @@ class Executor {
         comm_(std::move(comm)),
         copy_(std::move(copy)),
         wgrad_(std::move(wgrad)) {}
-  absl::Status RunEager();
+  // Every step in order; with `captured`, those outside the graph left out.
+  absl::Status RunEager(bool captured = false);
+  // The steps outside the graph (Step::outside_graph), in order: before each launch.
+  absl::Status RunOutsideGraph();
   absl::Status AfterWarmup();
 
   const Program* program_;

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -283,7 +285,7 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   // graph delays such a chain whatever its stream, priority or slots; a chain of copies alone
   // overlaps as in eager steps.
   bool copies_back = false;
-  for (const Unit* u : host_order_) copies_back = copies_back || !u->resident;
+  for (const Unit* u : host_order_) copies_back = copies_back || (!u->resident && !copies_outside_graph_);
   const char* not_captured =
       layout_.rewrite_program ? "context parallelism: ring attention is not verified under capture"
       : copies_back ? "the host units' copies back overlap the forward only in eager steps"
@@ -320,6 +322,11 @@ absl::Status ShardedDataParallelStep::PlanDeferredUpdate() {
         absl::StrCat("Compile: fsdp_host_gradient_units must be >= 0, found ", host_gradient_units_));
   }
   if (!Deferred()) return absl::OkStatus();
+  // SG_FSDP_COPIES_OUTSIDE_GRAPH=1 (an experiment knob): the copies back and their updates run
+  // eagerly before each replay of a graph of the rest (Step::outside_graph), as the graph-overlap
+  // probe's chain_outside_graph variant does; not yet measured on a GPU.
+  const char* outside = std::getenv("SG_FSDP_COPIES_OUTSIDE_GRAPH");
+  copies_outside_graph_ = outside != nullptr && std::string(outside) == "1";
   if (micro_batches_ > 1) {
     return absl::UnimplementedError(absl::StrCat("Compile: fsdp_host_gradient_units=", host_gradient_units_,
                                                  " defers AdamW to the next step's forward, which micro_batches=",
@@ -645,6 +652,7 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
       load.phase = Phase::kForward;
       load.stream = 1;  // enqueues on the copy and update streams only
       load.impl = "copy";
+      load.outside_graph = copies_outside_graph_;
       load.launch = [this, u, first](const Stream&) -> absl::Status {
         const Stream& copy = HostCopyStream();
         if (first) SG_RETURN_IF_ERROR(OrderAfterCompute({&copy, &*update_stream_}));
@@ -659,6 +667,7 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
     update.phase = Phase::kForward;
     update.stream = 1;
     update.impl = "kernel";
+    update.outside_graph = copies_outside_graph_;
     update.launch = [this, u, first](const Stream&) -> absl::Status {
       const Stream& up = *update_stream_;
       if (first && u->resident) SG_RETURN_IF_ERROR(OrderAfterCompute({&HostCopyStream(), &up}));
@@ -669,6 +678,9 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
     before->emplace(0, std::move(update));
     Step wait = WaitStep(absl::StrCat("wait adamw (deferred, host) ", u->name), Phase::kForward, u->updated.get());
     wait.stream = 1;
+    if (copies_outside_graph_) {
+      wait.launch = [u](const Stream& s) { return u->updated->BlockFromGraph(s); };
+    }
     before->emplace(u->update_at, std::move(wait));
   }
   for (auto& up : units_) {
