@@ -679,7 +679,12 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
     Step wait = WaitStep(absl::StrCat("wait adamw (deferred, host) ", u->name), Phase::kForward, u->updated.get());
     wait.stream = 1;
     if (copies_outside_graph_) {
-      wait.launch = [u](const Stream& s) { return u->updated->BlockFromGraph(s); };
+      // Ordered after compute first, which also brings the comm stream into a capture in progress
+      // (else, as the comm stream's first work, the wait would run at capture time instead).
+      wait.launch = [this, u](const Stream& s) -> absl::Status {
+        SG_RETURN_IF_ERROR(OrderAfterCompute({&s}));
+        return u->updated->BlockFromGraph(s);
+      };
     }
     before->emplace(u->update_at, std::move(wait));
   }
