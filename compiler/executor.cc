@@ -47,18 +47,9 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Program* progra
   return ex;
 }
 
-absl::Status Executor::RunEager(bool captured) {
+absl::Status Executor::RunEager(Steps which) {
   for (const Step& s : program_->schedule.steps) {
-    if (captured && s.outside_graph) continue;
-    absl::Status st = s.launch(StreamOf(s));
-    if (!st.ok()) return absl::Status(st.code(), absl::StrCat("step '", s.name, "': ", st.message()));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Executor::RunOutsideGraph() {
-  for (const Step& s : program_->schedule.steps) {
-    if (!s.outside_graph) continue;
+    if (which != Steps::kAll && s.outside_graph != (which == Steps::kOutsideGraph)) continue;
     absl::Status st = s.launch(StreamOf(s));
     if (!st.ok()) return absl::Status(st.code(), absl::StrCat("step '", s.name, "': ", st.message()));
   }
@@ -91,7 +82,7 @@ absl::Status Executor::Run() {
     SG_RETURN_IF_ERROR(RunEager());
     SG_RETURN_IF_ERROR(AfterWarmup());
   } else if (graph_.valid()) {
-    SG_RETURN_IF_ERROR(RunOutsideGraph());
+    SG_RETURN_IF_ERROR(RunEager(Steps::kOutsideGraph));
     SG_RETURN_IF_ERROR(graph_.Launch(compute_));
   } else if (runs_ < options_.warmup_steps) {
     SG_RETURN_IF_ERROR(RunEager());
@@ -110,12 +101,12 @@ absl::Status Executor::Run() {
     SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(program_->device));
     alloc->BeginHoldingFrees();
     absl::StatusOr<CudaGraph> captured =
-        CudaGraph::Capture(compute_, [this] { return RunEager(/*captured=*/true); }, {&comm_, &copy_, &wgrad_},
+        CudaGraph::Capture(compute_, [this] { return RunEager(Steps::kCaptured); }, {&comm_, &copy_, &wgrad_},
                            node_priority_);
     held_blocks_ = alloc->EndHoldingFrees();
     SG_RETURN_IF_ERROR(captured.status());
     graph_ = std::move(captured).value();
-    SG_RETURN_IF_ERROR(RunOutsideGraph());
+    SG_RETURN_IF_ERROR(RunEager(Steps::kOutsideGraph));
     SG_RETURN_IF_ERROR(graph_.Launch(compute_));
   }
   ++runs_;

@@ -75,10 +75,10 @@ class Executor {
         comm_(std::move(comm)),
         copy_(std::move(copy)),
         wgrad_(std::move(wgrad)) {}
-  // Every step in order; with `captured`, those outside the graph left out.
-  absl::Status RunEager(bool captured = false);
-  // The steps outside the graph (Step::outside_graph), in order: before each launch.
-  absl::Status RunOutsideGraph();
+  // The steps in order: every one, those a graph captures, or those outside it (Step::outside_graph,
+  // run before each launch).
+  enum class Steps { kAll, kCaptured, kOutsideGraph };
+  absl::Status RunEager(Steps which = Steps::kAll);
   absl::Status AfterWarmup();
 
   const Program* program_;

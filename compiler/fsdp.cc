@@ -285,7 +285,8 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   // graph delays such a chain whatever its stream, priority or slots; a chain of copies alone
   // overlaps as in eager steps.
   bool copies_back = false;
-  for (const Unit* u : host_order_) copies_back = copies_back || (!u->resident && !copies_outside_graph_);
+  for (const Unit* u : host_order_) copies_back = copies_back || !u->resident;
+  copies_back = copies_back && !copies_outside_graph_;  // the knob replays the rest of the step
   const char* not_captured =
       layout_.rewrite_program ? "context parallelism: ring attention is not verified under capture"
       : copies_back ? "the host units' copies back overlap the forward only in eager steps"

@@ -53,12 +53,14 @@
 //             then moves the slot to the unit's region of a pinned host buffer;
 //   end       the local norm from the units' norms, the global norm and clip factor as above, and
 //             the learning rate kept for the update; no AdamW;
-//   forward   (next step) before each unit's first all-gather, on the comm stream, AdamW of its
-//             shards with the kept learning rate and clip factor, each unit with its own step
-//             counter (all equal); a host unit's gradients are first copied back into a slot on
-//             the copy stream, issued when the unit before it in forward order is updated, except
-//             for the first two host units in forward order (the last two in backward order),
-//             whose gradients are still in their slots.
+//   forward   (next step) AdamW of each unit's shards with the kept learning rate and clip factor,
+//             each unit with its own step counter (all equal): a unit on the device on the comm
+//             stream just before its first all-gather; the host units from the step's start, in
+//             forward order, each copied back into a slot on the copy stream once the unit before
+//             it in that slot is updated (not the first two, the last two in backward order, whose
+//             gradients are still in their slots) and updated on the step's own update stream,
+//             the comm stream waiting for that update before the unit's all-gather. Steps with
+//             copies back run eagerly (a replayed graph ran them behind the forward).
 // Step N's update reads step N's gradients, learning rate and clip factor, and step N+1's forward
 // gathers the updated shards: the parameters each forward sees are those of the eager optimizer.
 // A clip factor of NaN skips an update (AdamWStep), which is how the first step, and a step right
