@@ -6,7 +6,8 @@
 //   bazel-bin/comm/launch --nproc=2 -- bazel-bin/benchmarks/llama_step_benchmark --config=1b --strategy=fsdp
 //
 // Flags: --config=124m|1b|7b|tiny, --device=cuda|cpu (default cuda when present), --steps=30,
-// --warmup=10, --recompute=auto|none|selective|full, --memory_budget_gib (auto: the least recompute
+// --warmup=10, --recompute=auto|none|selective|full (--recompute_swiglu_layers=k: selective with
+// SwiGLU recomputed in the first k layers only), --memory_budget_gib (auto: the least recompute
 // whose planned arena + state fits the budget; --offload_first: no recompute with the fewest kept
 // activations offloaded to host memory, when that fits, before any recompute; default the memory
 // targets of issue #10: 124m 10, 1b 32, 7b 42; 1b at 32.8, 0.8x the peer's 41.02 GiB measured on
@@ -76,6 +77,9 @@ ABSL_FLAG(int, fsdp_host_gradient_units, -1,
           "--strategy=fsdp: the gradient shards of this many units wait in pinned host memory, AdamW deferred "
           "into the next forward (CompileOptions::fsdp_host_gradient_units; -1: --recompute=auto's choice, "
           "else 0; set, it replaces that choice)");
+ABSL_FLAG(int, recompute_swiglu_layers, -1,
+          "--recompute=selective: SwiGLU recomputed in the first this many layers only (0: none; -1: all; "
+          "CompileOptions::recompute_swiglu_layers)");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
           "(CompileOptions::micro_batches; --recompute=auto plans one micro-batch's activations)");
@@ -89,7 +93,8 @@ constexpr double kH200BF16Flops = 989e12;
 struct Flags {
   std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
   double memory_budget_gib = 0;
-  int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1, fsdp_host_gradient_units = -1;
+  int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1, fsdp_host_gradient_units = -1,
+      recompute_swiglu_layers = -1;
   bool cuda_graph = true, offload_first = false, wgrad_stream = false;
   float lr = 3e-4f;
 };
@@ -134,12 +139,21 @@ absl::StatusOr<Flags> ReadFlags() {
   f.micro_batches = absl::GetFlag(FLAGS_micro_batches);
   f.lm_head_chunks = absl::GetFlag(FLAGS_lm_head_chunks);
   f.fsdp_host_gradient_units = absl::GetFlag(FLAGS_fsdp_host_gradient_units);
+  f.recompute_swiglu_layers = absl::GetFlag(FLAGS_recompute_swiglu_layers);
   if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
   if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
   if (f.recompute != "auto") SG_RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
   if (f.offload_first && f.recompute != "auto") {
     return absl::InvalidArgumentError(
         absl::StrCat("--offload_first: expected --recompute=auto, found --recompute=", f.recompute));
+  }
+  if (f.recompute_swiglu_layers < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--recompute_swiglu_layers: expected -1 (all) or a count >= 0, found ", f.recompute_swiglu_layers));
+  }
+  if (f.recompute_swiglu_layers != -1 && f.recompute != "selective") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--recompute_swiglu_layers: expected --recompute=selective, found --recompute=", f.recompute));
   }
   if (f.lm_head_chunks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--lm_head_chunks: expected >= 1, found ", f.lm_head_chunks));
@@ -259,6 +273,7 @@ absl::Status Main(const Flags& f) {
     SG_RETURN_IF_ERROR(ChooseRecompute(fwd, int64_t(budget * kGiB), world, &o).status());
   } else {
     SG_ASSIGN_OR_RETURN(o.recompute, ParseRecompute(f.recompute));
+    o.recompute_swiglu_layers = f.recompute_swiglu_layers;
   }
   if (f.fsdp_host_gradient_units >= 0) o.fsdp_host_gradient_units = f.fsdp_host_gradient_units;
   const RecomputePolicy rp = o.recompute;
