@@ -147,13 +147,10 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
     // gather (the copies run ahead of the forward); the comm stream waits for each update later.
     bool gathered = false;
     int waits = 0;
-    const char* env = std::getenv("SG_FSDP_COPIES_OUTSIDE_GRAPH");
-    const bool outside = env != nullptr && std::string(env) == "1";
     for (const Step& st : dist->program().schedule.steps) {
       gathered = gathered || absl::StartsWith(st.name, "all-gather ");
       if (absl::StartsWith(st.name, "copy gradients back ") || absl::StartsWith(st.name, "adamw (deferred, host) ")) {
         EXPECT_FALSE(gathered) << st.name << " is issued after a gather";
-        EXPECT_EQ(st.outside_graph, outside) << st.name;
       }
       if (absl::StartsWith(st.name, "wait adamw (deferred, host) ")) {
         EXPECT_EQ(st.stream, 1) << st.name;
@@ -170,8 +167,7 @@ void CompareWithSingleProcess(Strategy strategy, std::vector<int64_t> mesh, bool
     EXPECT_TRUE(absl::StrContains(dist->explanation(), "AdamW deferred into the next forward, the gradient shards of "))
         << dist->explanation();
     if (device.is_cuda() && copied_back > 0) {  // a replayed graph would run the copies behind the forward
-      EXPECT_TRUE(absl::StrContains(dist->explanation(), outside ? "CUDA graph: the whole step"
-                                                                 : "eager (the host units' copies back overlap the forward"))
+      EXPECT_TRUE(absl::StrContains(dist->explanation(), "eager (the host units' copies back overlap the forward"))
           << dist->explanation();
     }
   } else {
@@ -304,11 +300,6 @@ TEST(DistributedTest, FsdpWgradStreamOnTwoRanksEqualsOneProcess) {
 TEST(DistributedTest, FsdpHostGradientsOnTwoRanksEqualsOneProcess) {
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpHostGradients", {SeedEnv()}, absl::Seconds(100));
 }
-// With the copies back flagged to run outside a replayed graph (eager on the CPU: in place).
-TEST(DistributedTest, FsdpHostGradientsOutsideTheGraphOnTwoRanksEqualsOneProcess) {
-  testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpHostGradients", {SeedEnv(), "SG_FSDP_COPIES_OUTSIDE_GRAPH=1"},
-                             absl::Seconds(100));
-}
 TEST(DistributedTest, FsdpHostGradientsInBf16OnTwoRanksEqualsOneProcess) {
   testing::ExpectWorkersPass(2, "Workers.DISABLED_FsdpHostGradientsBf16", {SeedEnv()}, absl::Seconds(100));
 }
@@ -370,15 +361,6 @@ TEST(DistributedTest, FsdpHostGradientsOnTwoGpusEqualsOneGpu) {
 TEST(DistributedTest, FsdpHostGradientsOnOneGpuEqualsSingleDevice) {
   SG_SKIP_WITHOUT_CUDA();
   testing::ExpectWorkersPass(1, "Workers.DISABLED_FsdpHostGradientsCuda", {SeedEnv()}, absl::Seconds(120));
-}
-
-// The same with the copies back and their updates outside the replayed graph
-// (SG_FSDP_COPIES_OUTSIDE_GRAPH=1, an experiment knob: run eagerly before each launch, waited for
-// through external event-wait nodes).
-TEST(DistributedTest, FsdpHostGradientsOutsideTheGraphOnOneGpuEqualsSingleDevice) {
-  SG_SKIP_WITHOUT_CUDA();
-  testing::ExpectWorkersPass(1, "Workers.DISABLED_FsdpHostGradientsCuda",
-                             {SeedEnv(), "SG_FSDP_COPIES_OUTSIDE_GRAPH=1"}, absl::Seconds(120));
 }
 
 // ... and its CPU twin: the group of one takes the same path.

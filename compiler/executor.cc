@@ -47,9 +47,8 @@ absl::StatusOr<std::unique_ptr<Executor>> Executor::Create(const Program* progra
   return ex;
 }
 
-absl::Status Executor::RunEager(Steps which) {
+absl::Status Executor::RunEager() {
   for (const Step& s : program_->schedule.steps) {
-    if (which != Steps::kAll && s.outside_graph != (which == Steps::kOutsideGraph)) continue;
     absl::Status st = s.launch(StreamOf(s));
     if (!st.ok()) return absl::Status(st.code(), absl::StrCat("step '", s.name, "': ", st.message()));
   }
@@ -82,7 +81,6 @@ absl::Status Executor::Run() {
     SG_RETURN_IF_ERROR(RunEager());
     SG_RETURN_IF_ERROR(AfterWarmup());
   } else if (graph_.valid()) {
-    SG_RETURN_IF_ERROR(RunEager(Steps::kOutsideGraph));
     SG_RETURN_IF_ERROR(graph_.Launch(compute_));
   } else if (runs_ < options_.warmup_steps) {
     SG_RETURN_IF_ERROR(RunEager());
@@ -101,12 +99,10 @@ absl::Status Executor::Run() {
     SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(program_->device));
     alloc->BeginHoldingFrees();
     absl::StatusOr<CudaGraph> captured =
-        CudaGraph::Capture(compute_, [this] { return RunEager(Steps::kCaptured); }, {&comm_, &copy_, &wgrad_},
-                           node_priority_);
+        CudaGraph::Capture(compute_, [this] { return RunEager(); }, {&comm_, &copy_, &wgrad_}, node_priority_);
     held_blocks_ = alloc->EndHoldingFrees();
     SG_RETURN_IF_ERROR(captured.status());
     graph_ = std::move(captured).value();
-    SG_RETURN_IF_ERROR(RunEager(Steps::kOutsideGraph));
     SG_RETURN_IF_ERROR(graph_.Launch(compute_));
   }
   ++runs_;

@@ -75,10 +75,7 @@ class Executor {
         comm_(std::move(comm)),
         copy_(std::move(copy)),
         wgrad_(std::move(wgrad)) {}
-  // The steps in order: every one, those a graph captures, or those outside it (Step::outside_graph,
-  // run before each launch).
-  enum class Steps { kAll, kCaptured, kOutsideGraph };
-  absl::Status RunEager(Steps which = Steps::kAll);
+  absl::Status RunEager();
   absl::Status AfterWarmup();
 
   const Program* program_;

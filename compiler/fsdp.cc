@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
-#include <cstdlib>
 #include <string>
 #include <utility>
 #include <vector>
@@ -283,10 +282,12 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   // without host units), so the graph's ~1.6% is worth less than the copies' overlap. A probe of
   // that shape (benchmarks/graph_overlap) showed it is the kernels in the copy chain: a replayed
   // graph delays such a chain whatever its stream, priority or slots; a chain of copies alone
-  // overlaps as in eager steps.
+  // overlaps as in eager steps. Running the copies back and their updates eagerly before each
+  // replay of a graph of the rest (external event-wait nodes in the graph) overlapped in the probe
+  // (20.38 ms against 20.40 eager) but not in the step: the same 7b 872 ms a step against 848
+  // eager (2026-12-01 10:17, `gpu_call56.sh`; not profiled), so that form was removed.
   bool copies_back = false;
   for (const Unit* u : host_order_) copies_back = copies_back || !u->resident;
-  copies_back = copies_back && !copies_outside_graph_;  // the knob replays the rest of the step
   const char* not_captured =
       layout_.rewrite_program ? "context parallelism: ring attention is not verified under capture"
       : copies_back ? "the host units' copies back overlap the forward only in eager steps"
@@ -323,11 +324,6 @@ absl::Status ShardedDataParallelStep::PlanDeferredUpdate() {
         absl::StrCat("Compile: fsdp_host_gradient_units must be >= 0, found ", host_gradient_units_));
   }
   if (!Deferred()) return absl::OkStatus();
-  // SG_FSDP_COPIES_OUTSIDE_GRAPH=1 (an experiment knob): the copies back and their updates run
-  // eagerly before each replay of a graph of the rest (Step::outside_graph), as the graph-overlap
-  // probe's chain_outside_graph variant does; not yet measured on a GPU.
-  const char* outside = std::getenv("SG_FSDP_COPIES_OUTSIDE_GRAPH");
-  copies_outside_graph_ = outside != nullptr && std::string(outside) == "1";
   if (micro_batches_ > 1) {
     return absl::UnimplementedError(absl::StrCat("Compile: fsdp_host_gradient_units=", host_gradient_units_,
                                                  " defers AdamW to the next step's forward, which micro_batches=",
@@ -653,7 +649,6 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
       load.phase = Phase::kForward;
       load.stream = 1;  // enqueues on the copy and update streams only
       load.impl = "copy";
-      load.outside_graph = copies_outside_graph_;
       load.launch = [this, u, first](const Stream&) -> absl::Status {
         const Stream& copy = HostCopyStream();
         if (first) SG_RETURN_IF_ERROR(OrderAfterCompute({&copy, &*update_stream_}));
@@ -668,7 +663,6 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
     update.phase = Phase::kForward;
     update.stream = 1;
     update.impl = "kernel";
-    update.outside_graph = copies_outside_graph_;
     update.launch = [this, u, first](const Stream&) -> absl::Status {
       const Stream& up = *update_stream_;
       if (first && u->resident) SG_RETURN_IF_ERROR(OrderAfterCompute({&HostCopyStream(), &up}));
@@ -679,14 +673,6 @@ void ShardedDataParallelStep::AddDeferredUpdates(std::multimap<int, Step>* befor
     before->emplace(0, std::move(update));
     Step wait = WaitStep(absl::StrCat("wait adamw (deferred, host) ", u->name), Phase::kForward, u->updated.get());
     wait.stream = 1;
-    if (copies_outside_graph_) {
-      // Ordered after compute first, which also brings the comm stream into a capture in progress
-      // (else, as the comm stream's first work, the wait would run at capture time instead).
-      wait.launch = [this, u](const Stream& s) -> absl::Status {
-        SG_RETURN_IF_ERROR(OrderAfterCompute({&s}));
-        return u->updated->BlockFromGraph(s);
-      };
-    }
     before->emplace(u->update_at, std::move(wait));
   }
   for (auto& up : units_) {

@@ -295,7 +295,6 @@ class ShardedDataParallelStep : public CompiledStep {
   // stream of the step's own, so an update waiting for its copy back holds up no collective).
   std::vector<const Unit*> host_order_;
   std::optional<Stream> update_stream_;
-  bool copies_outside_graph_ = false;  // SG_FSDP_COPIES_OUTSIDE_GRAPH=1 (compiler/fsdp.cc)
   TensorView lr_pending_, unit_norms_, unit_steps_, unit_dummy_[3];
   std::shared_ptr<void> unit_norm_list_;
   mutable bool pending_ = false;

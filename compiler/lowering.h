@@ -53,10 +53,6 @@ struct Step {
   int stream = 0;     // 0: compute, 1: communication, 2: copy (offloading), 3: weight gradients
   std::string impl;   // "kernel", "reference" (CPU interpreter fallback), "copy"
   std::function<absl::Status(const Stream&)> launch;
-  // A replayed CUDA graph leaves this step out: it runs eagerly, in schedule order with the other
-  // such steps, before each launch (the captured steps wait for its events with
-  // Event::BlockFromGraph). Eager runs take it in place.
-  bool outside_graph = false;
 };
 
 struct Schedule {

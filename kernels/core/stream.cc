@@ -101,18 +101,6 @@ absl::Status Event::Block(const Stream& stream) const {
   return absl::OkStatus();
 }
 
-absl::Status Event::BlockFromGraph(const Stream& stream) const {
-  if (event_ == nullptr) return absl::OkStatus();
-#ifdef SG_WITH_CUDA
-  cudaStream_t s = static_cast<cudaStream_t>(stream.native());
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  SG_CUDA_RETURN_IF_ERROR(cudaStreamIsCapturing(s, &capture));
-  const unsigned flags = capture == cudaStreamCaptureStatusActive ? cudaEventWaitExternal : 0;
-  SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, static_cast<cudaEvent_t>(event_), flags));
-#endif
-  return absl::OkStatus();
-}
-
 absl::Status Event::Synchronize() const {
   if (event_ == nullptr) return absl::OkStatus();
 #ifdef SG_WITH_CUDA

@@ -55,10 +55,6 @@ class Event {
   absl::Status Record(const Stream& stream);
   // Makes `stream` wait (on the device) until this event's work is done. The host does not block.
   absl::Status Block(const Stream& stream) const;
-  // Block, except that while `stream` is being captured into a CUDA graph the wait becomes an
-  // external event-wait node: each replay waits for the event's last record before its launch
-  // (work recorded outside the graph, e.g. enqueued eagerly before each replay).
-  absl::Status BlockFromGraph(const Stream& stream) const;
   // Blocks the host until the recorded work is done.
   absl::Status Synchronize() const;
   // Whether the recorded work is done, without blocking (always true for CPU events).

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# 2026-12-01, 2 H200s (~5 minutes): the 1b FSDP step under 25 GiB with the deferred optimizer in
+# place of SwiGLU recompute. Auto's plan (selective, SwiGLU recomputed in 7 of 16 layers, 24.64
+# GiB planned, replayed graph) against selective recompute without SwiGLU recompute and the
+# gradient shards of all 19 units in host memory (--recompute_swiglu_layers=0
+# --fsdp_host_gradient_units=19: 24.58 GiB planned, 2.06 GiB each way over PCIe a ~215 ms step,
+# eager), alternating, with FSDP2 + compile between (tokens/s, memory, mJ/token; the 1b FSDP
+# half of gpu_call47.sh). Predicted: +1 to +2% if the copies back hide behind the forward
+# (7 SwiGLU recomputes, ~0.25% each on the one-GPU step), a loss if they do not.
+# Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch
+set -u
+out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
+export PYTHONUNBUFFERED=1
+source benchmarks/gpu_lib.sh
+echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l)"
+host=(--recompute=selective --recompute_swiglu_layers=0 --fsdp_host_gradient_units=19)
+fsdp_1b a
+fsdp_1b host_a "${host[@]}"
+timeout 200 torchrun --nproc_per_node 2 benchmarks/llama_peer.py --config 1b --compile --fsdp --steps 12 \
+  > "$logs/peer_1b_fsdp.log" 2>&1
+echo "peer 1b fsdp x2: $(json "$logs/peer_1b_fsdp.log") $(grep -E 'Error|no energy' "$logs/peer_1b_fsdp.log" | tail -1)"
+fsdp_1b host_b "${host[@]}"
+fsdp_1b b
+grep -h "strategy:" "$logs/fsdp_host_a.log" | head -1 | cut -c1-400
+tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
+echo "== done $(date -u +%FT%TZ)"
