@@ -4,8 +4,8 @@
 # GiB planned, replayed graph) against selective recompute without SwiGLU recompute and the
 # gradient shards of all 19 units in host memory (--recompute_swiglu_layers=0
 # --fsdp_host_gradient_units=19: 24.58 GiB planned, 2.06 GiB each way over PCIe a ~215 ms step,
-# eager), alternating, with FSDP2 + compile between (tokens/s, memory, mJ/token; the 1b FSDP
-# half of gpu_call47.sh). Predicted: +1 to +2% if the copies back hide behind the forward
+# eager), alternating, with FSDP2 + compile between (tokens/s, memory, mJ/token for both;
+# the 7b's were measured in gpu_call48.sh). Predicted: +1 to +2% if the copies back hide behind the forward
 # (7 SwiGLU recomputes, ~0.25% each on the one-GPU step), a loss if they do not.
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch
 set -u
