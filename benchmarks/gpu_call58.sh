@@ -5,8 +5,9 @@
 # gradient shards of all 19 units in host memory (--recompute_swiglu_layers=0
 # --fsdp_host_gradient_units=19: 24.58 GiB planned, 2.06 GiB each way over PCIe a ~215 ms step,
 # eager), alternating, with FSDP2 + compile between (tokens/s, memory, mJ/token for both;
-# the 7b's were measured in gpu_call48.sh). Predicted: +1 to +2% if the copies back hide behind the forward
-# (7 SwiGLU recomputes, ~0.25% each on the one-GPU step), a loss if they do not.
+# the 7b's were measured in gpu_call48.sh). Predicted: up to +1.2% if the copies back (~39 ms each
+# way) hide behind the ~65 ms forward (gpu_call59.sh: the 7 SwiGLU recomputes cost 1.2% on one GPU;
+# there the copies, twice these bytes, cost 7.8%), a loss if they do not.
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
