@@ -8,6 +8,8 @@
 # the 7b's were measured in gpu_call48.sh). Predicted: up to +1.2% if the copies back (~39 ms each
 # way) hide behind the ~65 ms forward (gpu_call59.sh: the 7 SwiGLU recomputes cost 1.2% on one GPU;
 # there the copies, twice these bytes, cost 7.8%), a loss if they do not.
+# Then (~3 minutes) where the 7b's 3.3% at 42 GiB goes (gpu_call48.sh: 9,307 against 9,628 tokens/s
+# for the 53 GiB plan): one traced eager step of each plan, then trace_diff.py, largest first.
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
@@ -23,5 +25,14 @@ echo "peer 1b fsdp x2: $(json "$logs/peer_1b_fsdp.log") $(grep -E 'Error|no ener
 fsdp_1b host_b "${host[@]}"
 fsdp_1b b
 grep -h "strategy:" "$logs/fsdp_host_a.log" | head -1 | cut -c1-400
+for budget in 42 53; do
+  SG_COMM_IPC=1 timeout 200 .gpu/run comm/launch --nproc=2 -- "$(pwd)/.gpu/bin/benchmarks/llama_step_benchmark" \
+    --config=7b --strategy=fsdp --recompute=auto --memory_budget_gib=$budget --steps=3 --warmup=2 \
+    --trace="$logs/trace_7b_$budget.json" > "$logs/trace_7b_$budget.log" 2>&1
+  echo "7b $budget GiB traced: $(json "$logs/trace_7b_$budget.log") $(grep -E 'rror' "$logs/trace_7b_$budget.log" | head -1 | cut -c1-200)"
+  grep -h "exposed\|summary" "$logs/trace_7b_$budget.log" | grep -v '^\[rank 0\] {' | head -2 | cut -c1-300
+done
+python3 benchmarks/trace_diff.py "$logs/trace_7b_53.json" "$logs/trace_7b_42.json" 2>&1 | head -25
+gzip -f "$logs"/trace_7b_*.json
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
 echo "== done $(date -u +%FT%TZ)"
