@@ -7,7 +7,8 @@
 //
 // Flags: --config=124m|1b|7b|tiny, --device=cuda|cpu (default cuda when present), --steps=30,
 // --warmup=10, --recompute=auto|none|selective|full (--recompute_swiglu_layers=k: selective with
-// SwiGLU recomputed in the first k layers only), --memory_budget_gib (auto: the least recompute
+// SwiGLU recomputed in the first k layers only; --offload_activations=n: the first n kept activations
+// in host memory), --memory_budget_gib (auto: the least recompute
 // whose planned arena + state fits the budget; --offload_first: no recompute with the fewest kept
 // activations offloaded to host memory, when that fits, before any recompute; default the memory
 // targets of issue #10: 124m 10, 1b 32, 7b 42; 1b at 32.8, 0.8x the peer's 41.02 GiB measured on
@@ -80,6 +81,10 @@ ABSL_FLAG(int, fsdp_host_gradient_units, -1,
 ABSL_FLAG(int, recompute_swiglu_layers, -1,
           "--recompute=selective: SwiGLU recomputed in the first this many layers only (0: none; -1: all; "
           "CompileOptions::recompute_swiglu_layers)");
+ABSL_FLAG(int, offload_activations, -1,
+          "with --recompute=none|selective|full: the first this many kept activations (forward order) wait in "
+          "pinned host memory between their forward and backward uses (CompileOptions::offload_activations; "
+          "-1: none, or --recompute=auto's choice)");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
           "(CompileOptions::micro_batches; --recompute=auto plans one micro-batch's activations)");
@@ -94,7 +99,7 @@ struct Flags {
   std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
   double memory_budget_gib = 0;
   int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1, fsdp_host_gradient_units = -1,
-      recompute_swiglu_layers = -1;
+      recompute_swiglu_layers = -1, offload_activations = -1;
   bool cuda_graph = true, offload_first = false, wgrad_stream = false;
   float lr = 3e-4f;
 };
@@ -140,6 +145,7 @@ absl::StatusOr<Flags> ReadFlags() {
   f.lm_head_chunks = absl::GetFlag(FLAGS_lm_head_chunks);
   f.fsdp_host_gradient_units = absl::GetFlag(FLAGS_fsdp_host_gradient_units);
   f.recompute_swiglu_layers = absl::GetFlag(FLAGS_recompute_swiglu_layers);
+  f.offload_activations = absl::GetFlag(FLAGS_offload_activations);
   if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
   if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
   if (f.recompute != "auto") SG_RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
@@ -154,6 +160,14 @@ absl::StatusOr<Flags> ReadFlags() {
   if (f.recompute_swiglu_layers != -1 && f.recompute != "selective") {
     return absl::InvalidArgumentError(absl::StrCat(
         "--recompute_swiglu_layers: expected --recompute=selective, found --recompute=", f.recompute));
+  }
+  if (f.offload_activations < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--offload_activations: expected -1 (none or auto's) or a count >= 0, found ", f.offload_activations));
+  }
+  if (f.offload_activations != -1 && f.recompute == "auto") {
+    return absl::InvalidArgumentError("--offload_activations: expected --recompute=none|selective|full (auto chooses "
+                                      "its own), found --recompute=auto");
   }
   if (f.lm_head_chunks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("--lm_head_chunks: expected >= 1, found ", f.lm_head_chunks));
@@ -274,6 +288,7 @@ absl::Status Main(const Flags& f) {
   } else {
     SG_ASSIGN_OR_RETURN(o.recompute, ParseRecompute(f.recompute));
     o.recompute_swiglu_layers = f.recompute_swiglu_layers;
+    if (f.offload_activations >= 0) o.offload_activations = f.offload_activations;
   }
   if (f.fsdp_host_gradient_units >= 0) o.fsdp_host_gradient_units = f.fsdp_host_gradient_units;
   const RecomputePolicy rp = o.recompute;

@@ -17,11 +17,14 @@ expect 2 "--fsdp_host_gradient_units: expected -1 (auto) or a count >= 0, found 
 expect 2 "--fsdp_host_gradient_units: expected --strategy=fsdp, found --strategy=none" --fsdp_host_gradient_units=3
 expect 2 "--recompute_swiglu_layers: expected -1 (all) or a count >= 0, found -3" --recompute_swiglu_layers=-3
 expect 2 "--recompute_swiglu_layers: expected --recompute=selective, found --recompute=auto" --recompute_swiglu_layers=0
+expect 2 "--offload_activations: expected -1 (none or auto's) or a count >= 0, found -2" --offload_activations=-2
+expect 2 "--offload_activations: expected --recompute=none|selective|full (auto chooses its own), found --recompute=auto" --offload_activations=2
 expect 2 "expected only --flag=value arguments, found 'tiny'" tiny
 tiny=(--config=tiny --device=cpu --steps=1)
 expect 0 '"config":"tiny"' "${tiny[@]}" --warmup=1 --recompute=auto --memory_budget_gib=2 --lr=1e-3 --cuda_graph=0
 expect 0 '"recompute":"selective"' "${tiny[@]}" --warmup=0 --recompute=selective --strategy=none
 expect 0 '"recompute_swiglu_layers":0' "${tiny[@]}" --warmup=0 --recompute=selective --recompute_swiglu_layers=0
+expect 0 '"offload_activations":2' "${tiny[@]}" --warmup=1 --recompute=selective --recompute_swiglu_layers=0 --offload_activations=2
 expect 0 '"wgrad_stream":true' "${tiny[@]}" --warmup=1 --wgrad_stream
 expect 0 '"micro_batches":2' "${tiny[@]}" --warmup=1 --recompute=none --micro_batches=2
 expect 0 '"micro_batches":2' "${tiny[@]}" --warmup=1 --micro_batches=2
