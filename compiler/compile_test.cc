@@ -276,8 +276,9 @@ TEST(CompileTest, RecomputeGivesTheSameGradients) {
 // Activation offloading (CompileOptions::offload_activations) moves kept activations to host memory
 // and back: the step computes the same values from the same buffers' contents, so the loss of every
 // step, the gradients and the parameters after 3 steps match the step that keeps them (f32). Under
-// full recompute (the 7b's form: the layer-boundary residual sums) and without recompute (the
-// --offload_first form: the first layers' norm, attention and FFN outputs).
+// full recompute (the 7b's form: the layer-boundary residual sums), without recompute (the
+// --offload_first form: the first layers' norm, attention and FFN outputs) and under selective
+// recompute without SwiGLU recompute (what --recompute=auto takes before recomputing SwiGLU).
 class OffloadTest : public ::testing::TestWithParam<RecomputePolicy> {};
 
 TEST_P(OffloadTest, OffloadedActivationsGiveTheSameSteps) {
@@ -285,9 +286,11 @@ TEST_P(OffloadTest, OffloadedActivationsGiveTheSameSteps) {
   auto batch = BatchOn(f.batch, Device::Cpu());
   StepsRecord ref;
   int64_t kept_arena = 0;
-  for (int offload : {0, GetParam() == RecomputePolicy::kNone ? 12 : 4}) {
+  const int most = GetParam() == RecomputePolicy::kNone ? 12 : GetParam() == RecomputePolicy::kSelective ? 8 : 4;
+  for (int offload : {0, most}) {
     CompileOptions o = Options();
     o.recompute = GetParam();
+    if (GetParam() == RecomputePolicy::kSelective) o.recompute_swiglu_layers = 0;
     o.offload_activations = offload;
     auto step = CompileWith(f, o);
     ASSERT_NE(step, nullptr);
@@ -300,7 +303,7 @@ TEST_P(OffloadTest, OffloadedActivationsGiveTheSameSteps) {
     ASSERT_TRUE(planned.ok()) << planned.status();
     if (offload == 0) {
       kept_arena = planned->arena_bytes;
-    } else if (GetParam() == RecomputePolicy::kNone) {
+    } else if (GetParam() != RecomputePolicy::kFull) {
       // (Under full recompute this model's peak is elsewhere: the weight gradients.)
       EXPECT_LT(planned->arena_bytes, kept_arena) << "the offloaded activations leave the arena at its peak";
     }
@@ -308,7 +311,8 @@ TEST_P(OffloadTest, OffloadedActivationsGiveTheSameSteps) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Recompute, OffloadTest, ::testing::Values(RecomputePolicy::kFull, RecomputePolicy::kNone),
+INSTANTIATE_TEST_SUITE_P(Recompute, OffloadTest,
+                         ::testing::Values(RecomputePolicy::kFull, RecomputePolicy::kNone, RecomputePolicy::kSelective),
                          [](const ::testing::TestParamInfo<RecomputePolicy>& p) {
                            return std::string(graph::RecomputePolicyName(p.param));
                          });
