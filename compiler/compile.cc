@@ -287,13 +287,12 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
   };
   SG_ASSIGN_OR_RETURN(bool ok, fits(RecomputePolicy::kNone, -1));
   if (ok) return last;
-  // A count of kept activations past the candidates (several per layer: the FFN's three [batch,
-  // seq, hidden] tensors, the norms' and attention's outputs), so "all of them"; the training
-  // graph's forward adds casts to the model's nodes.
-  int outputs = 0;
-  for (const graph::Node& n : forward.nodes()) outputs += int(n.outputs.size());
   if (o->offload_before_recompute) {
-    // No recompute, with the first layers' kept activations on the host.
+    // No recompute, with the first layers' kept activations (several per layer: the FFN's three
+    // [batch, seq, hidden] tensors, the norms' and attention's outputs) on the host. A count past
+    // the candidates takes them all; the training graph's forward adds casts to the model's nodes.
+    int outputs = 0;
+    for (const graph::Node& n : forward.nodes()) outputs += int(n.outputs.size());
     SG_ASSIGN_OR_RETURN(ok, fewest_offloads(RecomputePolicy::kNone, false, 2 * outputs));
     if (ok) return last;
   }
@@ -305,24 +304,8 @@ absl::StatusOr<int64_t> ChooseRecompute(const graph::Graph& forward, int64_t bud
       layers = std::max(layers, i + 1);
     }
   }
-  // Selective recompute with SwiGLU recomputed in the fewest layers, each count first alone, then
-  // (a single device, or FSDP over ranks) with the fewest kept activations offloaded: the copies
-  // overlap the step, a SwiGLU recompute does not (1b, one H200, 2026-12-01: no SwiGLU recompute
-  // and 8 offloads ran 0.2-0.5% faster than 3 recomputes, in less memory; 7 recomputes cost the
-  // FSDP-over-one step 1.2%). Offloads are tried only where all of them would fit at the most
-  // recompute, which the 7b's selective plans never do.
-  const bool may_offload = (o->strategy == Strategy::kNone && o->micro_batches == 1) ||
-                           (o->strategy == Strategy::kFsdp && state_shards > 1);
-  bool offloads_help = false;
-  if (may_offload) {
-    SG_ASSIGN_OR_RETURN(offloads_help, fits(RecomputePolicy::kSelective, -1, false, 2 * outputs));
-  }
   for (int k = 0; k <= layers; ++k) {
-    const int swiglu_layers = k == layers ? -1 : k;
-    SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kSelective, swiglu_layers));
-    if (ok) return last;
-    if (!offloads_help) continue;
-    SG_ASSIGN_OR_RETURN(ok, fewest(2 * outputs, [&](int n) { return fits(RecomputePolicy::kSelective, swiglu_layers, false, n); }));
+    SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kSelective, k == layers ? -1 : k));
     if (ok) return last;
   }
   SG_ASSIGN_OR_RETURN(ok, fits(RecomputePolicy::kFull, -1));

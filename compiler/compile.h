@@ -90,9 +90,8 @@ struct CompileOptions {
   bool fsdp_per_parameter_collectives = false;
   // Kept activations moved to host memory between their forward and backward uses: the first n
   // (in forward order) that the backward reads after a long gap (LowerOptions::offload_activations,
-  // compiler/offload.h). A memory option: ChooseRecompute takes the fewest that fit in place of
-  // SwiGLU recompute under selective recompute, and once full recompute (and per-parameter
-  // collectives) do not fit.
+  // compiler/offload.h). A memory option: ChooseRecompute takes the fewest that fit once full
+  // recompute (and per-parameter collectives) do not.
   int offload_activations = 0;
   // kFsdp / HYBRID_SHARD, one micro-batch: the gradient shards of the first n units in backward
   // order (the output layer, then the last transformer layers) wait in pinned host memory between
@@ -262,9 +261,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& graph,
 // options->strategy == kFsdp with state_shards > 1, or options->micro_batches > 1, PlanFsdpMemory's
 // total per rank): none, then
 // (options->offload_before_recompute) none with the fewest kept activations offloaded, then
-// selective with SwiGLU recomputed in 0, 1, 2, ... layers, each count alone and then (a single
-// device with one micro-batch, or FSDP over > 1 ranks) with the fewest kept activations offloaded
-// to host memory, then full, then (FSDP over > 1 ranks)
+// selective with SwiGLU recomputed in 0, 1, 2, ... layers, then full, then (FSDP over > 1 ranks)
 // full with per-parameter collectives, then that with the fewest kept activations offloaded to host
 // memory (options->offload_activations), then (one micro-batch) that with all of them offloaded and
 // the gradient shards of the fewest units in host memory (options->fsdp_host_gradient_units). Sets

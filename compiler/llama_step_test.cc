@@ -205,22 +205,18 @@ TEST(LlamaStepTest, BenchmarkShapesLowerOntoCudaKernels) {
 }
 
 // ChooseRecompute at the 1b shapes: a budget between the selective and the no-recompute plans
-// takes selective with SwiGLU recomputed in the fewest layers k, and at that k the fewest kept
-// activations offloaded: that plan fits, one offload fewer would not, and one layer fewer would not
-// even with every candidate offloaded; a roomy budget takes none; an impossible one falls back to
-// full.
+// takes selective with SwiGLU recomputed in only some layers, and that plan fits while one layer
+// fewer would not; a roomy budget takes none; an impossible one falls back to full.
 TEST(LlamaStepTest, ChooseRecomputeTakesTheLeastThatFits) {
   auto c = LlamaBenchConfigNamed("1b");
   ASSERT_TRUE(c.ok());
   graph::Graph fwd = LlamaForward(c->model);
-  auto total = [&](RecomputePolicy rp, int swiglu_layers, int offload = 0) {
+  auto total = [&](RecomputePolicy rp, int swiglu_layers) {
     CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), rp);
     o.recompute_swiglu_layers = swiglu_layers;
-    o.offload_activations = offload;
     PlannedMemory m = PlanMemory(fwd, o).value();
     return m.arena_bytes + m.state_bytes;
   };
-  constexpr int kAll = 100000;  // past the candidates: every one offloaded
   const int64_t none = total(RecomputePolicy::kNone, -1), selective = total(RecomputePolicy::kSelective, -1);
   ASSERT_LT(selective, none);
   const int64_t budget = (none + selective) / 2;
@@ -231,18 +227,12 @@ TEST(LlamaStepTest, ChooseRecomputeTakesTheLeastThatFits) {
   ASSERT_GE(o.recompute_swiglu_layers, 0);
   EXPECT_LT(o.recompute_swiglu_layers, c->model.n_layers);
   EXPECT_LE(*planned, budget);
-  const int k = o.recompute_swiglu_layers, n = o.offload_activations;
-  EXPECT_EQ(*planned, total(RecomputePolicy::kSelective, k, n));
-  if (n > 0) {
-    EXPECT_GT(total(RecomputePolicy::kSelective, k, 0), budget);
-    EXPECT_GT(total(RecomputePolicy::kSelective, k, n - 1), budget);
+  EXPECT_EQ(*planned, total(RecomputePolicy::kSelective, o.recompute_swiglu_layers));
+  if (o.recompute_swiglu_layers > 0) {
+    EXPECT_GT(total(RecomputePolicy::kSelective, o.recompute_swiglu_layers - 1), budget);
   }
-  if (k > 0) {
-    EXPECT_GT(total(RecomputePolicy::kSelective, k - 1, kAll), budget);
-  }
-  std::cout << absl::StrFormat("1b under %.2f GiB: selective with SwiGLU recomputed in %d of %d layers, %d "
-                               "activations offloaded, %.2f GiB\n",
-                               budget / kGiB, k, int(c->model.n_layers), n, *planned / kGiB);
+  std::cout << absl::StrFormat("1b under %.2f GiB: selective with SwiGLU recomputed in %d of %d layers, %.2f GiB\n",
+                               budget / kGiB, o.recompute_swiglu_layers, int(c->model.n_layers), *planned / kGiB);
 
   CompileOptions roomy = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kFull);
   ASSERT_TRUE(ChooseRecompute(fwd, none, 1, &roomy).ok());
@@ -255,15 +245,15 @@ TEST(LlamaStepTest, ChooseRecomputeTakesTheLeastThatFits) {
 // CompileOptions::lm_head_chunks at the 1b shapes: the step's peak is the start of the backward,
 // where the 1000 MiB of bf16 logits (dlogits in place) sit on every kept activation. In 4 blocks of
 // tokens they are 250 MiB, and only during the head's launch, so --recompute=auto under the 32 GiB
-// default (31.75 planned) needs neither SwiGLU recompute nor offloads; whole, the logits need a few
-// kept activations offloaded (3 SwiGLU recomputes before auto tried offloads at each count).
+// default (31.75 planned) needs no SwiGLU recompute instead of 3 layers' (the plan of a 32.8 GiB
+// budget; the 3 recomputes are ~0.55 ms of the step in the H200 trace).
 TEST(LlamaStepTest, LmHeadInBlocksPlanAtThe1b) {
   auto c = LlamaBenchConfigNamed("1b");
   ASSERT_TRUE(c.ok());
   graph::Graph fwd = LlamaForward(c->model);
   const int64_t budget = int64_t((32.0 - 0.25) * kGiB);
   int64_t planned[2] = {0, 0};
-  int swiglu[2] = {0, 0}, offload[2] = {0, 0};
+  int swiglu[2] = {0, 0};
   for (const int chunks : {1, 4}) {
     CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kNone);
     o.lm_head_chunks = chunks;
@@ -272,15 +262,11 @@ TEST(LlamaStepTest, LmHeadInBlocksPlanAtThe1b) {
     EXPECT_EQ(o.recompute, RecomputePolicy::kSelective);
     planned[chunks > 1] = *bytes;
     swiglu[chunks > 1] = o.recompute_swiglu_layers;
-    offload[chunks > 1] = o.offload_activations;
-    std::cout << absl::StrFormat("1b, lm_head_chunks %d: auto under 31.75 GiB picks SwiGLU recompute in %d layers, %d "
-                                 "activations offloaded (%.2f GiB)\n",
-                                 chunks, o.recompute_swiglu_layers, o.offload_activations, *bytes / kGiB);
+    std::cout << absl::StrFormat("1b, lm_head_chunks %d: auto under 31.75 GiB picks SwiGLU recompute in %d layers (%.2f GiB)\n",
+                                 chunks, o.recompute_swiglu_layers, *bytes / kGiB);
   }
-  EXPECT_EQ(swiglu[0], 0);
-  EXPECT_GT(offload[0], 0);
-  EXPECT_EQ(swiglu[1], 0);
-  EXPECT_EQ(offload[1], 0) << "neither SwiGLU recompute nor offloads once the logits are in blocks";
+  EXPECT_EQ(swiglu[0], 3);
+  EXPECT_EQ(swiglu[1], 0) << "no SwiGLU recompute once the logits are one block";
   EXPECT_LE(planned[1], budget);
 }
 
@@ -387,16 +373,14 @@ TEST(LlamaStepTest, OffloadBeforeRecomputeTakesNoRecomputeWithTheFewestOffloads)
         (*p)->plan.arena_bytes / kGiB, none / kGiB, peak.ToString(16));
   }
   // The default budget (32 GiB less 0.25): the copies past the 17th are not modeled through
-  // before the peak (kOffloadForwardBytesPerNode), so no count fits without recompute and the
-  // order goes on to selective recompute, without SwiGLU recompute, with the fewest offloads.
+  // before the peak (kOffloadForwardBytesPerNode), so no count fits and the order goes on to
+  // selective recompute.
   CompileOptions o = LlamaStepOptions(*c, Device::Cuda(0), RecomputePolicy::kNone);
   o.offload_before_recompute = true;
   auto planned = ChooseRecompute(fwd, int64_t((32.0 - 0.25) * kGiB), 1, &o);
   ASSERT_TRUE(planned.ok()) << planned.status();
   EXPECT_EQ(o.recompute, RecomputePolicy::kSelective);
-  EXPECT_EQ(o.recompute_swiglu_layers, 0);
-  EXPECT_GT(o.offload_activations, 0);
-  EXPECT_EQ(*planned, total(RecomputePolicy::kSelective, 0, o.offload_activations));
+  EXPECT_EQ(o.offload_activations, 0);
 }
 
 // ---- GPU ----------------------------------------------------------------------------------------

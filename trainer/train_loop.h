@@ -176,8 +176,7 @@ class Trainer {
   int64_t tokens_per_step() const;
   compiler::CompiledStep& compiled() { return *compiled_; }
   // What the step recomputes and, when auto_recompute planned it, the planned memory against the
-  // budget ("selective (SwiGLU in 0 of the layers), 6 activations offloaded, 31.59 GiB planned of 31.75");
-  // "none" otherwise.
+  // budget ("selective (SwiGLU in 3 of the layers), 31.59 GiB planned of 31.75"); "none" otherwise.
   const std::string& memory_plan() const { return memory_plan_; }
 
  private:
