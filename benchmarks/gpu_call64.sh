@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# 2026-12-01, one H200 (~4 minutes): issue #3's embedding backward with the untouched rows' zero
+# Run 2026-12-01 11:18 (results in benchmarks/README.md; the row form is removed). One H200 (~7 minutes): issue #3's embedding backward with the untouched rows' zero
 # fill row by row (ZeroUntouchedRowsKernel: a row's count read once, no division per 16-byte store)
 # against the per-store form (SG_EMBEDDING_FILL=div), alternating processes. The fill issues ~8
 # integer divisions per thread beside the side stream's sums on the same SMs (~17 us of issue slots

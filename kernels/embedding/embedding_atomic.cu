@@ -68,6 +68,11 @@
 // general path inlined (40 bytes spilled at 64 registers), and with it out of line (no spill) 3.97
 // against 4.09 at 128256 and 1.18 against 1.52 with a hot id. With v3's result, the sums' chain of
 // dependent loads is not what holds them back. Bitwise right; removed.
+// 2026-12-01 11:18-11:25 (gpu_call64.sh), not adopted: the untouched rows' fill row by row (one
+// count read per row, no division per 16-byte store; the per-store form issues ~8 divisions per
+// thread beside the sums), alternating processes: 3.362-3.408 TB/s against 3.428-3.430 at 32000,
+// 4.011-4.039 against 4.085-4.097 at 128256, hot ids no better. The divisions were not what slowed
+// the fill; its rows' count loads, one after another, may be. Removed.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -75,8 +80,6 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/allocator.h"
@@ -463,21 +466,6 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
   }
 }
 
-// The same fill row by row, for rows of at least kThreads float4: each row's count is read once
-// (the same address for the whole CTA) and its float4 stored by the threads in turn, with no
-// division per store (ZeroUntouchedKernel divides by `vecs` for each of its 16-byte stores).
-__global__ void __launch_bounds__(kThreads) ZeroUntouchedRowsKernel(const int* __restrict__ counts,
-                                                                    float4* __restrict__ dtable, int64_t vocab,
-                                                                    uint32_t vecs, uint32_t rows) {
-  const int64_t v0 = int64_t(blockIdx.x) * rows;
-  const uint32_t here = uint32_t(min(int64_t(rows), vocab - v0));
-  for (uint32_t r = 0; r < here; ++r) {
-    if (counts[v0 + r] != 0) continue;
-    float4* row = dtable + (v0 + r) * vecs;
-    for (uint32_t j = threadIdx.x; j < vecs; j += kThreads) row[j] = make_float4(0.f, 0.f, 0.f, 0.f);
-  }
-}
-
 unsigned Blocks(int64_t work) { return unsigned((work + kThreads - 1) / kThreads); }
 
 // Scratch, in ints: counts [padded] | tile states [2 * tiles] | ticket | num_touched ("atomic2s"
@@ -648,17 +636,6 @@ absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, c
   const uint32_t vecs = uint32_t(p.dim / 4);
   const uint32_t rows = uint32_t(std::max<int64_t>(1, kZeroVecs / int64_t(vecs)));
   const unsigned blocks = unsigned((p.vocab + rows - 1) / rows);
-  // SG_EMBEDDING_FILL=div: the per-store form at every width (an A/B switch while the row form is
-  // measured).
-  static const bool per_store = [] {
-    const char* v = std::getenv("SG_EMBEDDING_FILL");
-    return v != nullptr && std::string(v) == "div";
-  }();
-  if (vecs >= uint32_t(kThreads) && !per_store) {
-    ZeroUntouchedRowsKernel<<<blocks, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab, vecs, rows);
-    SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedRowsKernel);
-    return absl::OkStatus();
-  }
   ZeroUntouchedKernel<<<blocks, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab, vecs, rows);
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedKernel);
   return absl::OkStatus();
