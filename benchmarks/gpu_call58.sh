@@ -10,6 +10,7 @@
 # there the copies, twice these bytes, cost 7.8%), a loss if they do not.
 # Then (~3 minutes) where the 7b's 3.3% at 42 GiB goes (gpu_call48.sh: 9,307 against 9,628 tokens/s
 # for the 53 GiB plan): one traced eager step of each plan, then trace_diff.py, largest first.
+# SHORT=1: the four 1b runs only (~3 minutes; no peer, no 7b traces).
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
@@ -19,20 +20,23 @@ echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,power.limit --format=c
 host=(--recompute=selective --recompute_swiglu_layers=0 --fsdp_host_gradient_units=19)
 fsdp_1b a
 fsdp_1b host_a "${host[@]}"
-timeout 200 torchrun --nproc_per_node 2 benchmarks/llama_peer.py --config 1b --compile --fsdp --steps 12 \
-  > "$logs/peer_1b_fsdp.log" 2>&1
-echo "peer 1b fsdp x2: $(json "$logs/peer_1b_fsdp.log") $(grep -E 'Error|no energy' "$logs/peer_1b_fsdp.log" | tail -1)"
+if [[ ${SHORT:-0} != 1 ]]; then
+  timeout 200 torchrun --nproc_per_node 2 benchmarks/llama_peer.py --config 1b --compile --fsdp --steps 12 \
+    > "$logs/peer_1b_fsdp.log" 2>&1
+  echo "peer 1b fsdp x2: $(json "$logs/peer_1b_fsdp.log") $(grep -E 'Error|no energy' "$logs/peer_1b_fsdp.log" | tail -1)"
+fi
 fsdp_1b host_b "${host[@]}"
 fsdp_1b b
 grep -h "strategy:" "$logs/fsdp_host_a.log" | head -1 | cut -c1-400
 for budget in 42 53; do
+  [[ ${SHORT:-0} == 1 ]] && break
   SG_COMM_IPC=1 timeout 200 .gpu/run comm/launch --nproc=2 -- "$(pwd)/.gpu/bin/benchmarks/llama_step_benchmark" \
     --config=7b --strategy=fsdp --recompute=auto --memory_budget_gib=$budget --steps=3 --warmup=2 \
     --trace="$logs/trace_7b_$budget.json" > "$logs/trace_7b_$budget.log" 2>&1
   echo "7b $budget GiB traced: $(json "$logs/trace_7b_$budget.log") $(grep -E 'rror' "$logs/trace_7b_$budget.log" | head -1 | cut -c1-200)"
   grep -h "exposed\|summary" "$logs/trace_7b_$budget.log" | grep -v '^\[rank 0\] {' | head -2 | cut -c1-300
 done
-python3 benchmarks/trace_diff.py "$logs/trace_7b_53.json" "$logs/trace_7b_42.json" 2>&1 | head -25
-gzip -f "$logs"/trace_7b_*.json
+[[ ${SHORT:-0} == 1 ]] || python3 benchmarks/trace_diff.py "$logs/trace_7b_53.json" "$logs/trace_7b_42.json" 2>&1 | head -25
+gzip -f "$logs"/trace_7b_*.json 2>/dev/null
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
 echo "== done $(date -u +%FT%TZ)"
