@@ -13,20 +13,13 @@ set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 source benchmarks/gpu_lib.sh
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l)"
-one() {
-  local tag=$1
-  shift
-  timeout 150 .gpu/run comm/launch --nproc=1 -- "$(pwd)/.gpu/bin/benchmarks/llama_step_benchmark" \
-    --config=1b --strategy=fsdp --steps=12 --warmup=4 "$@" > "$logs/one_$tag.log" 2>&1
-  echo "1b fsdp over one $tag: $(json "$logs/one_$tag.log") $(grep -E 'rror' "$logs/one_$tag.log" | head -1 | cut -c1-200)"
-}
 sel=(--recompute=selective)
-one d1 "${sel[@]}" --recompute_swiglu_layers=0
-one c1 "${sel[@]}" --recompute_swiglu_layers=0 --fsdp_host_gradient_units=19
-one b1 "${sel[@]}" --recompute_swiglu_layers=7
-one c2 "${sel[@]}" --recompute_swiglu_layers=0 --fsdp_host_gradient_units=19
-one d2 "${sel[@]}" --recompute_swiglu_layers=0
-one b2 "${sel[@]}" --recompute_swiglu_layers=7
+fsdp_over_one d1 "${sel[@]}" --recompute_swiglu_layers=0
+fsdp_over_one c1 "${sel[@]}" --recompute_swiglu_layers=0 --fsdp_host_gradient_units=19
+fsdp_over_one b1 "${sel[@]}" --recompute_swiglu_layers=7
+fsdp_over_one c2 "${sel[@]}" --recompute_swiglu_layers=0 --fsdp_host_gradient_units=19
+fsdp_over_one d2 "${sel[@]}" --recompute_swiglu_layers=0
+fsdp_over_one b2 "${sel[@]}" --recompute_swiglu_layers=7
 timeout 100 .gpu/run benchmarks/llama_step_benchmark --config=1b --steps=12 --warmup=4 > "$logs/single.log" 2>&1
 echo "1b single device default: $(json "$logs/single.log")"
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"

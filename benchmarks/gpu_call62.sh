@@ -8,16 +8,9 @@ set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 source benchmarks/gpu_lib.sh
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l)"
-one() {
-  local tag=$1
-  shift
-  timeout 100 .gpu/run comm/launch --nproc=1 -- "$(pwd)/.gpu/bin/benchmarks/llama_step_benchmark" \
-    --config=1b --strategy=fsdp --steps=12 --warmup=4 --recompute=selective "$@" > "$logs/one_$tag.log" 2>&1
-  echo "1b fsdp over one $tag: $(json "$logs/one_$tag.log") $(grep -E 'rror' "$logs/one_$tag.log" | head -1 | cut -c1-200)"
-}
 for i in 1 2 3; do
-  one new$i --recompute_swiglu_layers=1 --offload_activations=12
-  one before$i --recompute_swiglu_layers=7
+  fsdp_over_one new$i --recompute=selective --recompute_swiglu_layers=1 --offload_activations=12
+  fsdp_over_one before$i --recompute=selective --recompute_swiglu_layers=7
 done
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
 echo "== done $(date -u +%FT%TZ)"

@@ -40,6 +40,14 @@ fsdp_1b() {
     > "$logs/fsdp_$tag.log" 2>&1
   echo "fsdp 1b 25 $tag: $(json "$logs/fsdp_$tag.log") $(grep -E 'rror' "$logs/fsdp_$tag.log" | head -1 | cut -c1-200)"
 }
+# The 1b as FSDP over a group of one (comm/launch --nproc=1): a one-GPU stand-in for a 2-GPU plan.
+fsdp_over_one() {
+  local tag=$1
+  shift
+  timeout 150 .gpu/run comm/launch --nproc=1 -- "$(pwd)/.gpu/bin/benchmarks/llama_step_benchmark" \
+    --config=1b --strategy=fsdp --steps=12 --warmup=4 "$@" > "$logs/one_$tag.log" 2>&1
+  echo "1b fsdp over one $tag: $(json "$logs/one_$tag.log") $(grep -E 'rror' "$logs/one_$tag.log" | head -1 | cut -c1-200)"
+}
 bm() {
   CUDA_VISIBLE_DEVICES=${BM_GPU:-0} timeout "${BM_TIMEOUT:-60}" .gpu/run kernels/embedding/embedding_benchmark \
     --benchmark_filter="$2" --benchmark_repetitions="${BM_REPS:-3}" --benchmark_report_aggregates_only=true \
