@@ -10,13 +10,17 @@
 # there the copies, twice these bytes, cost 7.8%), a loss if they do not.
 # Then (~3 minutes) where the 7b's 3.3% at 42 GiB goes (gpu_call48.sh: 9,307 against 9,628 tokens/s
 # for the 53 GiB plan): one traced eager step of each plan, then trace_diff.py, largest first.
-# SHORT=1: the four 1b runs only (~3 minutes; no peer, no 7b traces).
+# SHORT=1: the tests and the four 1b runs only (~5 minutes; no peer, no 7b traces).
+# First the 2-GPU CUDA tests of the capture path (not run since the outside-graph steps were removed).
 # Bundle: gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark //comm:launch
+#         //compiler:distributed_test //compiler:dist_cuda_graph_test
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 export PYTHONUNBUFFERED=1
 source benchmarks/gpu_lib.sh
 echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,power.limit --format=csv,noheader | head -1) x$(nvidia-smi -L | wc -l)"
+t distributed_two_gpus 200 compiler/distributed_test --gtest_filter='*TwoGpus*'
+t dist_cuda_graph 150 compiler/dist_cuda_graph_test
 host=(--recompute=selective --recompute_swiglu_layers=0 --fsdp_host_gradient_units=19)
 fsdp_1b a
 fsdp_1b host_a "${host[@]}"
