@@ -73,6 +73,17 @@
 // thread beside the sums), alternating processes: 3.362-3.408 TB/s against 3.428-3.430 at 32000,
 // 4.011-4.039 against 4.085-4.097 at 128256, hot ids no better. The divisions were not what slowed
 // the fill; its rows' count loads, one after another, may be. Removed.
+// 2026-12-01 22:05-22:27 (gpu_call67.sh, gpu_call68.sh; branch emb2c), not adopted: "atomic2c",
+// the touched rows' sums by a persistent grid (2-4 CTAs per SM, each a static share of the list, or
+// chunks of 32 entries from a ticket), each chunk's runs resolved one entry a thread into shared
+// memory (positions sorted there, tagged with their row at each run's end), then summed as one
+// flat stream with 8 dout loads in flight per thread. Bitwise right (every embedding test), but
+// 112.4-120.4 us against atomic2s's 95.2-96.0 at 32000 (2 CTAs per SM 130.2, 3 117.8), 292 against
+// 273 at 128256, 383 against 211 with a hot id. Leaving one stream's last kernel out in the same
+// runs: atomic2s's side stream alone 65.0 us (atomic2c's 84.2), the fill's stream alone 47.1 us;
+// so atomic2s's sums alone move ~3.4 TB/s and are not the latency-bound chain that ncu's clocks
+// suggested, and the two streams together move ~3.65 TB/s. Every kernel preferring the largest
+// shared-memory carveout cost atomic2s 6% (100.8-101.1 us) and gave atomic2c nothing.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -80,6 +91,8 @@
 #include <algorithm>
 #include <climits>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/allocator.h"
@@ -420,7 +433,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
                          const int4* __restrict__ touched, const int* __restrict__ num_touched,
-                         float* __restrict__ dtable, int packs, int64_t n) {
+                         float* __restrict__ dtable, int packs, int64_t n, bool streaming) {
   static_assert(kSumRows == 4, "a CTA's rows are one int4 of the touched list");
   WaitForPrimary();
   __shared__ SortShared sh;
@@ -436,7 +449,19 @@ __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     end[r] = r < here ? offsets[rows[r] + 1] : 0;
   }
   SortRuns(order, tmp, begin, end, n, sh);
-  SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
+  if (!streaming) {
+    SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
+    return;
+  }
+  // EXPERIMENT (gpu_call69.sh): evict-first stores.
+  const int64_t dim = int64_t(packs) * 8;
+  SumRunsThen<T>(dout, order, begin, end, packs, [&](int r, int c, const float (&acc)[8]) {
+    if (rows[r] >= 0) {
+      float4* q = reinterpret_cast<float4*>(dtable + int64_t(rows[r]) * dim + c * 8);
+      __stcs(q, make_float4(acc[0], acc[1], acc[2], acc[3]));
+      __stcs(q + 1, make_float4(acc[4], acc[5], acc[6], acc[7]));
+    }
+  });
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -457,13 +482,27 @@ constexpr int kZeroVecs = 2048;                     // 32 KB per CTA, 8 16-byte 
 constexpr int64_t kMaxZeroVecs = int64_t(1) << 30;  // float4 per row: rows * vecs + kThreads fits 32 bits
 __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __restrict__ counts,
                                                                 float4* __restrict__ dtable, int64_t vocab,
-                                                                uint32_t vecs, uint32_t rows) {
+                                                                uint32_t vecs, uint32_t rows, bool streaming) {
   const int64_t v0 = int64_t(blockIdx.x) * rows;
   const uint32_t here = uint32_t(min(int64_t(rows), vocab - v0)) * vecs;
   for (uint32_t i = threadIdx.x; i < here; i += kThreads) {
     const uint32_t r = i / vecs;
-    if (counts[v0 + r] == 0) dtable[(v0 + r) * vecs + (i - r * vecs)] = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (counts[v0 + r] == 0) {
+      float4* q = dtable + (v0 + r) * vecs + (i - r * vecs);
+      if (streaming) {
+        __stcs(q, make_float4(0.f, 0.f, 0.f, 0.f));  // EXPERIMENT (gpu_call69.sh)
+      } else {
+        *q = make_float4(0.f, 0.f, 0.f, 0.f);
+      }
+    }
   }
+}
+
+// EXPERIMENT (gpu_call69.sh, to be removed): SG_EMBEDDING_FILL_CS / SG_EMBEDDING_SUM_CS = 1 make
+// the zero fill's / the touched sums' stores evict-first (st.global.cs).
+bool ExperimentFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::strcmp(v, "1") == 0;
 }
 
 unsigned Blocks(int64_t work) { return unsigned((work + kThreads - 1) / kThreads); }
@@ -627,7 +666,7 @@ absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* 
   const dim3 list_groups(unsigned((sc.listed + kSumRows - 1) / kSumRows));
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
                                        reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
-                                       int(p.dim / 8), n));
+                                       int(p.dim / 8), n, ExperimentFlag("SG_EMBEDDING_SUM_CS")));
   return absl::OkStatus();
 }
 
@@ -636,7 +675,8 @@ absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, c
   const uint32_t vecs = uint32_t(p.dim / 4);
   const uint32_t rows = uint32_t(std::max<int64_t>(1, kZeroVecs / int64_t(vecs)));
   const unsigned blocks = unsigned((p.vocab + rows - 1) / rows);
-  ZeroUntouchedKernel<<<blocks, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab, vecs, rows);
+  ZeroUntouchedKernel<<<blocks, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab, vecs, rows,
+                                                   ExperimentFlag("SG_EMBEDDING_FILL_CS"));
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedKernel);
   return absl::OkStatus();
 }
