@@ -96,6 +96,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/allocator.h"
+#include "kernels/core/sm90.h"
 #include "kernels/core/status.h"
 #include "kernels/elementwise/cuda_vec.h"
 #include "kernels/embedding/embedding_cuda.cuh"
@@ -498,8 +499,33 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
   }
 }
 
+// EXPERIMENT (gpu_call69.sh, to be removed): the zero fill by the bulk-copy engine. A thread per
+// row: if its count is 0, bulk stores of a zeroed shared buffer over the row (at most
+// kBulkZeroBytes each), so a CTA's threads issue a few instructions a row instead of 16-byte stores.
+constexpr int kBulkZeroRows = 64;      // rows (threads) per CTA
+constexpr int kBulkZeroBytes = 8192;   // the zeroed buffer
+__global__ void __launch_bounds__(kBulkZeroRows) ZeroUntouchedBulkKernel(const int* __restrict__ counts,
+                                                                        float* dtable, int64_t vocab,
+                                                                        int64_t row_bytes) {
+  __shared__ __align__(128) float4 zeros[kBulkZeroBytes / 16];
+  for (int i = int(threadIdx.x); i < kBulkZeroBytes / 16; i += kBulkZeroRows) zeros[i] = make_float4(0.f, 0.f, 0.f, 0.f);
+  sm90::FenceProxyAsyncShared();  // the zeros, before bulk stores read them
+  __syncthreads();
+  const int64_t v = int64_t(blockIdx.x) * kBulkZeroRows + threadIdx.x;
+  if (v < vocab && counts[v] == 0) {
+    char* dst = reinterpret_cast<char*>(dtable) + v * row_bytes;
+    const uint32_t src = sm90::SmemAddr(zeros);
+    for (int64_t off = 0; off < row_bytes; off += kBulkZeroBytes) {
+      sm90::BulkStore(dst + off, src, uint32_t(min(int64_t(kBulkZeroBytes), row_bytes - off)));
+    }
+    sm90::BulkCommit();
+    sm90::BulkWaitRead<0>();  // the buffer outlives the copies' reads of it
+  }
+}
+
 // EXPERIMENT (gpu_call69.sh, to be removed): SG_EMBEDDING_FILL_CS / SG_EMBEDDING_SUM_CS = 1 make
-// the zero fill's / the touched sums' stores evict-first (st.global.cs).
+// the zero fill's / the touched sums' stores evict-first (st.global.cs); SG_EMBEDDING_FILL_BULK=1
+// the fill by ZeroUntouchedBulkKernel.
 bool ExperimentFlag(const char* name) {
   const char* v = std::getenv(name);
   return v != nullptr && std::strcmp(v, "1") == 0;
@@ -675,6 +701,12 @@ absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, c
   const uint32_t vecs = uint32_t(p.dim / 4);
   const uint32_t rows = uint32_t(std::max<int64_t>(1, kZeroVecs / int64_t(vecs)));
   const unsigned blocks = unsigned((p.vocab + rows - 1) / rows);
+  if (ExperimentFlag("SG_EMBEDDING_FILL_BULK")) {
+    ZeroUntouchedBulkKernel<<<unsigned((p.vocab + kBulkZeroRows - 1) / kBulkZeroRows), kBulkZeroRows, 0, s>>>(
+        counts, dtable, p.vocab, p.dim * int64_t(sizeof(float)));
+    SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedBulkKernel);
+    return absl::OkStatus();
+  }
   ZeroUntouchedKernel<<<blocks, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab, vecs, rows,
                                                    ExperimentFlag("SG_EMBEDDING_FILL_CS"));
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedKernel);
