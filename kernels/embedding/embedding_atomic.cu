@@ -34,7 +34,7 @@
 //     chain of dependent loads, offsets -> order -> dout, moved few bytes), sorting and summing
 //     as SortSumRowsKernel into each listed row; a join event;
 //   meanwhile on S: ZeroUntouchedKernel, small independent CTAs (32 KB of rows each, 16-byte
-//     stores) zeroing the rows whose count is 0: as they retire the SMs go to H's pending CTAs
+//     stores, evict-first where tokens * 4 >= vocab) zeroing the rows whose count is 0: as they retire the SMs go to H's pending CTAs
 //     first; then S waits on the join, so the scratch is freed (reused in S's order) after H's use.
 // The list's order is arbitrary (atomics), but each row's sum is its sorted run's, as in "atomic":
 // bitwise its result. The fork and join events are shared by all calls on a device: a mutex keeps
@@ -84,6 +84,15 @@
 // so atomic2s's sums alone move ~3.4 TB/s and are not the latency-bound chain that ncu's clocks
 // suggested, and the two streams together move ~3.65 TB/s. Every kernel preferring the largest
 // shared-memory carveout cost atomic2s 6% (100.8-101.1 us) and gave atomic2c nothing.
+// 2026-12-01 22:34-22:40 (gpu_call69.sh, one H200, median of 3, alternating processes, vocab 32000):
+// the zero fill's stores evict-first (st.global.cs) 94.1 / 94.0 us (3.504 TB/s; a later single run
+// 94.6) against 96.1 / 95.8 plain (3.43-3.45); the touched sums' stores evict-first as well: no
+// further change (94.0), alone none (96.1). At vocab 128256 (one run each) the evict-first fill was
+// 1.7% slower (277.7 against 273.1 us), hot ids within 1% (212.6 / 211.2 at 32000). So the fill's
+// stores are evict-first where the touched rows' traffic is a large share, tokens * 4 >= vocab (the
+// 32000 shape at 16384 tokens: 0.51 of the rows touched; 128256: 0.13); SG_EMBEDDING_FILL_CS=0|1
+// overrides for measurements. Not adopted: the fill by the bulk-copy engine (a thread per row, bulk
+// stores of a zeroed shared buffer): 112.3-112.8 us.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -96,7 +105,6 @@
 
 #include "absl/synchronization/mutex.h"
 #include "kernels/core/allocator.h"
-#include "kernels/core/sm90.h"
 #include "kernels/core/status.h"
 #include "kernels/elementwise/cuda_vec.h"
 #include "kernels/embedding/embedding_cuda.cuh"
@@ -434,7 +442,7 @@ template <typename T>
 __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
                          const int4* __restrict__ touched, const int* __restrict__ num_touched,
-                         float* __restrict__ dtable, int packs, int64_t n, bool streaming) {
+                         float* __restrict__ dtable, int packs, int64_t n) {
   static_assert(kSumRows == 4, "a CTA's rows are one int4 of the touched list");
   WaitForPrimary();
   __shared__ SortShared sh;
@@ -450,19 +458,7 @@ __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     end[r] = r < here ? offsets[rows[r] + 1] : 0;
   }
   SortRuns(order, tmp, begin, end, n, sh);
-  if (!streaming) {
-    SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
-    return;
-  }
-  // EXPERIMENT (gpu_call69.sh): evict-first stores.
-  const int64_t dim = int64_t(packs) * 8;
-  SumRunsThen<T>(dout, order, begin, end, packs, [&](int r, int c, const float (&acc)[8]) {
-    if (rows[r] >= 0) {
-      float4* q = reinterpret_cast<float4*>(dtable + int64_t(rows[r]) * dim + c * 8);
-      __stcs(q, make_float4(acc[0], acc[1], acc[2], acc[3]));
-      __stcs(q + 1, make_float4(acc[4], acc[5], acc[6], acc[7]));
-    }
-  });
+  SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -478,57 +474,35 @@ __global__ void __launch_bounds__(kThreads)
 // The zero fill of "atomic2s": rows v0 .. v0 + rows - 1 of the f32 table (`vecs` float4 each)
 // whose count is 0, i.e. the rows the side stream's SortSumTouchedKernel leaves unwritten.
 // Small independent CTAs (about kZeroVecs stores each), not a persistent grid: as they retire, the
-// SMs go to the side stream's higher-priority CTAs first.
+// SMs go to the side stream's higher-priority CTAs first. `evict_first`: st.global.cs stores, so the
+// zeros do not hold L2 lines the side stream's reads and sums could use (see the file comment).
 constexpr int kZeroVecs = 2048;                     // 32 KB per CTA, 8 16-byte stores per thread
 constexpr int64_t kMaxZeroVecs = int64_t(1) << 30;  // float4 per row: rows * vecs + kThreads fits 32 bits
 __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __restrict__ counts,
                                                                 float4* __restrict__ dtable, int64_t vocab,
-                                                                uint32_t vecs, uint32_t rows, bool streaming) {
+                                                                uint32_t vecs, uint32_t rows,
+                                                                bool evict_first) {
   const int64_t v0 = int64_t(blockIdx.x) * rows;
   const uint32_t here = uint32_t(min(int64_t(rows), vocab - v0)) * vecs;
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   for (uint32_t i = threadIdx.x; i < here; i += kThreads) {
     const uint32_t r = i / vecs;
-    if (counts[v0 + r] == 0) {
-      float4* q = dtable + (v0 + r) * vecs + (i - r * vecs);
-      if (streaming) {
-        __stcs(q, make_float4(0.f, 0.f, 0.f, 0.f));  // EXPERIMENT (gpu_call69.sh)
-      } else {
-        *q = make_float4(0.f, 0.f, 0.f, 0.f);
-      }
+    if (counts[v0 + r] != 0) continue;
+    float4* q = dtable + (v0 + r) * vecs + (i - r * vecs);
+    if (evict_first) {
+      __stcs(q, zero);
+    } else {
+      *q = zero;
     }
   }
 }
 
-// EXPERIMENT (gpu_call69.sh, to be removed): the zero fill by the bulk-copy engine. A thread per
-// row: if its count is 0, bulk stores of a zeroed shared buffer over the row (at most
-// kBulkZeroBytes each), so a CTA's threads issue a few instructions a row instead of 16-byte stores.
-constexpr int kBulkZeroRows = 64;      // rows (threads) per CTA
-constexpr int kBulkZeroBytes = 8192;   // the zeroed buffer
-__global__ void __launch_bounds__(kBulkZeroRows) ZeroUntouchedBulkKernel(const int* __restrict__ counts,
-                                                                        float* dtable, int64_t vocab,
-                                                                        int64_t row_bytes) {
-  __shared__ __align__(128) float4 zeros[kBulkZeroBytes / 16];
-  for (int i = int(threadIdx.x); i < kBulkZeroBytes / 16; i += kBulkZeroRows) zeros[i] = make_float4(0.f, 0.f, 0.f, 0.f);
-  sm90::FenceProxyAsyncShared();  // the zeros, before bulk stores read them
-  __syncthreads();
-  const int64_t v = int64_t(blockIdx.x) * kBulkZeroRows + threadIdx.x;
-  if (v < vocab && counts[v] == 0) {
-    char* dst = reinterpret_cast<char*>(dtable) + v * row_bytes;
-    const uint32_t src = sm90::SmemAddr(zeros);
-    for (int64_t off = 0; off < row_bytes; off += kBulkZeroBytes) {
-      sm90::BulkStore(dst + off, src, uint32_t(min(int64_t(kBulkZeroBytes), row_bytes - off)));
-    }
-    sm90::BulkCommit();
-    sm90::BulkWaitRead<0>();  // the buffer outlives the copies' reads of it
-  }
-}
-
-// EXPERIMENT (gpu_call69.sh, to be removed): SG_EMBEDDING_FILL_CS / SG_EMBEDDING_SUM_CS = 1 make
-// the zero fill's / the touched sums' stores evict-first (st.global.cs); SG_EMBEDDING_FILL_BULK=1
-// the fill by ZeroUntouchedBulkKernel.
-bool ExperimentFlag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::strcmp(v, "1") == 0;
+// Whether the zero fill stores evict-first: where tokens * 4 >= vocab (the file comment's
+// measurements), unless SG_EMBEDDING_FILL_CS is "0" or "1".
+bool FillEvictFirst(const Problem& p) {
+  const char* v = std::getenv("SG_EMBEDDING_FILL_CS");
+  if (v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)) return v[0] == '1';
+  return p.tokens * 4 >= p.vocab;
 }
 
 unsigned Blocks(int64_t work) { return unsigned((work + kThreads - 1) / kThreads); }
@@ -692,7 +666,7 @@ absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* 
   const dim3 list_groups(unsigned((sc.listed + kSumRows - 1) / kSumRows));
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
                                        reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
-                                       int(p.dim / 8), n, ExperimentFlag("SG_EMBEDDING_SUM_CS")));
+                                       int(p.dim / 8), n));
   return absl::OkStatus();
 }
 
@@ -701,14 +675,8 @@ absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, c
   const uint32_t vecs = uint32_t(p.dim / 4);
   const uint32_t rows = uint32_t(std::max<int64_t>(1, kZeroVecs / int64_t(vecs)));
   const unsigned blocks = unsigned((p.vocab + rows - 1) / rows);
-  if (ExperimentFlag("SG_EMBEDDING_FILL_BULK")) {
-    ZeroUntouchedBulkKernel<<<unsigned((p.vocab + kBulkZeroRows - 1) / kBulkZeroRows), kBulkZeroRows, 0, s>>>(
-        counts, dtable, p.vocab, p.dim * int64_t(sizeof(float)));
-    SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedBulkKernel);
-    return absl::OkStatus();
-  }
   ZeroUntouchedKernel<<<blocks, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab, vecs, rows,
-                                                   ExperimentFlag("SG_EMBEDDING_FILL_CS"));
+                                                   FillEvictFirst(p));
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedKernel);
   return absl::OkStatus();
 }
