@@ -1,4 +1,6 @@
 #!/usr/bin/env bash
+# Run 2026-12-01 22:34 (results in benchmarks/README.md): the evict-first fill is adopted where tokens * 4 >= vocab
+# (SG_EMBEDDING_FILL_CS=0|1 overrides); SG_EMBEDDING_SUM_CS and SG_EMBEDDING_FILL_BULK are removed.
 # One H200 (~5 minutes): issue #3's embedding backward (atomic2s, vocab 32000, dim 2048) with
 # evict-first stores (st.global.cs): the zero fill's (SG_EMBEDDING_FILL_CS=1), the touched rows'
 # sums' (SG_EMBEDDING_SUM_CS=1), both; and the zero fill by the bulk-copy engine
