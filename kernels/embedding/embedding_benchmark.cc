@@ -51,7 +51,10 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
   }
   Tensor ids = testing::FromHost(idv, {n}, DType::kI32, s.device);
   Tensor table = testing::RandomTensor({vocab, dim}, dtype, s.device, testing::Rng());
-  Tensor out = Tensor::Empty({n, dim}, dtype, s.device).value();
+  // The forward's output, and the backward's dout: random, so the backward never reads zeros or
+  // whatever the allocator's block last held.
+  Tensor out = backward ? testing::RandomTensor({n, dim}, dtype, s.device, testing::Rng())
+                        : Tensor::Empty({n, dim}, dtype, s.device).value();
   Tensor dtable = Tensor::Empty({vocab, dim}, DType::kF32, s.device).value();
   const int64_t bytes = zero_fill  ? vocab * dim * 4
                         : backward ? n * dim * SizeOf(dtype) + vocab * dim * 4 + n * 4
