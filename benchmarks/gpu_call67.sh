@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 2026-12-01 22:05 on branch emb2c (atomic2c is not on main; results in benchmarks/README.md).
+# Run 2026-12-01 22:05 on a build with "atomic2c" (since removed; results and its design in benchmarks/README.md).
 # One H200 (~5 minutes): issue #3's embedding backward with the touched rows' sums by a persistent
 # grid ("atomic2c": ChunkSumTouchedKernel, each CTA a share of the touched list with its runs'
 # positions in shared memory and 8 dout loads in flight per thread) against atomic2s (a CTA per

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run 2026-12-01 22:18 on branch emb2c (atomic2c and these knobs are not on main; results in benchmarks/README.md).
+# Run 2026-12-01 22:18 on a build with "atomic2c" and these knobs (since removed; results in benchmarks/README.md).
 # One H200 (~6 minutes): why gpu_call67's persistent sums ("atomic2c", 2-3 CTAs per SM: 117.8-130.2
 # us against atomic2s's 95.7-95.9 at vocab 32000) lost. Variants, each process timing atomic2s then
 # atomic2c (vocab 32000, dim 2048, batch of 10):

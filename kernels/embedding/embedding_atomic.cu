@@ -73,7 +73,7 @@
 // thread beside the sums), alternating processes: 3.362-3.408 TB/s against 3.428-3.430 at 32000,
 // 4.011-4.039 against 4.085-4.097 at 128256, hot ids no better. The divisions were not what slowed
 // the fill; its rows' count loads, one after another, may be. Removed.
-// 2026-12-01 22:05-22:27 (gpu_call67.sh, gpu_call68.sh; branch emb2c), not adopted: "atomic2c",
+// 2026-12-01 22:05-22:27 (gpu_call67.sh, gpu_call68.sh), not adopted, removed: "atomic2c",
 // the touched rows' sums by a persistent grid (2-4 CTAs per SM, each a static share of the list, or
 // chunks of 32 entries from a ticket), each chunk's runs resolved one entry a thread into shared
 // memory (positions sorted there, tagged with their row at each run's end), then summed as one
