@@ -34,8 +34,9 @@
 //     chain of dependent loads, offsets -> order -> dout, moved few bytes), sorting and summing
 //     as SortSumRowsKernel into each listed row; a join event;
 //   meanwhile on S: ZeroUntouchedKernel, small independent CTAs (32 KB of rows each, 16-byte
-//     stores, evict-first where tokens * 4 >= vocab) zeroing the rows whose count is 0: as they retire the SMs go to H's pending CTAs
-//     first; then S waits on the join, so the scratch is freed (reused in S's order) after H's use.
+//     stores, evict-first where tokens * 4 >= vocab) zeroing the rows whose count is 0: as they
+//     retire the SMs go to H's pending CTAs first; then S waits on the join, so the scratch is
+//     freed (reused in S's order) after H's use.
 // The list's order is arbitrary (atomics), but each row's sum is its sorted run's, as in "atomic":
 // bitwise its result. The fork and join events are shared by all calls on a device: a mutex keeps
 // one call's record and wait together. A graph captured from S takes H in with the fork and back
