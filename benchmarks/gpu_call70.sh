@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Prepared 2026-12-01, not yet run. One H200 (~6 minutes): issue #3's embedding backward at the
+# Prepared 2026-12-01, run 23:38 (results in benchmarks/README.md).
+# One H200 (~6 minutes): issue #3's embedding backward at the
 # adopted default (atomic2s, the zero fill's stores evict-first where tokens * 4 >= vocab) with more
 # repetitions than gpu_call69 had budget for, against the plain fill (SG_EMBEDDING_FILL_CS=0), in
 # three alternating pairs of processes, 5 repetitions each; vocab 128256 with the default (plain

@@ -7,9 +7,10 @@
 #   ours_1b TAG ARGS... the 1b step on one GPU (20 timed steps after 5) into $logs/ours_TAG.log, its JSON line
 #   fsdp_1b TAG ARGS... the 1b FSDP step on 2 GPUs under 25 GiB (IPC collectives; ${steps:-12} steps after 4)
 #                       into $logs/fsdp_TAG.log, its JSON line
-#   bm NAME FILTER      the embedding benchmarks matching FILTER (${BM_REPS:-3} repetitions, within
+#   bm NAME FILTER [FLAG...]
+#                       the embedding benchmarks matching FILTER (${BM_REPS:-3} repetitions, within
 #                       ${BM_TIMEOUT:-60} s; the host-side setup of a table takes seconds) into
-#                       $logs/bm_NAME.csv, on ${BM_GPU:-0}
+#                       $logs/bm_NAME.csv, on ${BM_GPU:-0}; FLAGs go to the benchmark binary
 #   bm_table            the median TB/s and time of every bm run so far, one line per benchmark
 json() {
   grep -h '^\(\[rank 0\] \)\?{' "$@" | sed 's/^\[rank 0\] //' | tail -1 | python3 -c 'import json,sys
@@ -51,7 +52,7 @@ fsdp_over_one() {
 bm() {
   CUDA_VISIBLE_DEVICES=${BM_GPU:-0} timeout "${BM_TIMEOUT:-60}" .gpu/run kernels/embedding/embedding_benchmark \
     --benchmark_filter="$2" --benchmark_repetitions="${BM_REPS:-3}" --benchmark_report_aggregates_only=true \
-    --benchmark_format=csv > "$logs/bm_$1.csv" 2> "$logs/bm_$1.err"
+    --benchmark_format=csv "${@:3}" > "$logs/bm_$1.csv" 2> "$logs/bm_$1.err"
   echo "bm $1 rc=$?"
 }
 bm_table() {

@@ -33,7 +33,7 @@
 //     (not kSumRows consecutive rows, of which ~2.4 have tokens at 16384 / 32000: each CTA's
 //     chain of dependent loads, offsets -> order -> dout, moved few bytes), sorting and summing
 //     as SortSumRowsKernel into each listed row; a join event;
-//   meanwhile on S: ZeroUntouchedKernel, small independent CTAs (32 KB of rows each, 16-byte
+//   meanwhile on S: ZeroUntouchedKernel, small independent CTAs (16 KB of rows each, 16-byte
 //     stores, evict-first where tokens * 4 >= vocab) zeroing the rows whose count is 0: as they
 //     retire the SMs go to H's pending CTAs first; then S waits on the join, so the scratch is
 //     freed (reused in S's order) after H's use.
@@ -94,6 +94,22 @@
 // 32000 shape at 16384 tokens: 0.51 of the rows touched; 128256: 0.13); SG_EMBEDDING_FILL_CS=0|1
 // overrides for measurements. Not adopted: the fill by the bulk-copy engine (a thread per row, bulk
 // stores of a zeroed shared buffer): 112.3-112.8 us.
+// 2026-12-01 23:38 - 12-02 00:18 (gpu_call70-73.sh, one H200). Across processes of one binary the
+// same call measured 94.3-98.7 us (0.1-0.5 us within a process: the placement of its buffers,
+// presumably), so the comparisons since run in one process, by Google Benchmark's random
+// interleaving. The evict-first fill against plain in three such processes: 94.3 / 97.5 / 94.3 us
+// against 95.8 / 99.4 / 96.1 (kept). The fill's CTA size (kZeroVecs float4, 2048 until then): 1024
+// 93.5 / 96.3 / 97.5 us against 2048's 94.5 / 97.5 / 97.9, 512 95.8, 4096 97.9 / 99.0, 8192 99.3 /
+// 100.1; at vocab 128256 1024 274.6 against 276.3. So 1024 (16 KB a CTA) since. Not adopted,
+// removed: "bucket", the count also keeping each row's first four positions (an int4 per row), and
+// one kernel on the caller's stream (no scan, scatter or side stream) summing the listed rows, their
+// positions sorted in registers, while zeroing its share of the untouched rows; a row of more than
+// four tokens summed by its CTA scanning all ids in order. Predicted 86-92 us if the zero stores
+// filled the time the sums' loads were in flight. Bitwise right (34 embedding tests), but 103.1 /
+// 103.3 us against 94.6 / 94.4 at 32000, 288.4 against 273.1 at 128256, 27.6 against 30.6 at dim 8
+// (71.6 against 31.2 at dim 8 of 128256); only the hot id gained (195.4 against 213.1). Without the
+// side stream nothing runs beside the count, and the one kernel's traffic was no denser than the
+// two streams'.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -477,7 +493,7 @@ __global__ void __launch_bounds__(kThreads)
 // Small independent CTAs (about kZeroVecs stores each), not a persistent grid: as they retire, the
 // SMs go to the side stream's higher-priority CTAs first. `evict_first`: st.global.cs stores, so the
 // zeros do not hold L2 lines the side stream's reads and sums could use (see the file comment).
-constexpr int kZeroVecs = 2048;                     // 32 KB per CTA, 8 16-byte stores per thread
+constexpr int kZeroVecs = 1024;                     // 16 KB per CTA, 4 16-byte stores per thread
 constexpr int64_t kMaxZeroVecs = int64_t(1) << 30;  // float4 per row: rows * vecs + kThreads fits 32 bits
 __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __restrict__ counts,
                                                                 float4* __restrict__ dtable, int64_t vocab,

@@ -353,6 +353,29 @@ TEST(EmbeddingCudaBackwardTest, EveryIdDistinct) {
   CheckBackwardsBitwise(thrice, 999, 16, DType::kF16, DType::kI32);
 }
 
+// Runs of 1..9 tokens in CTAs mixing lengths, at 16-byte rows of one pack and of 2048 columns and
+// at f32 rows of 1032; a Zipf-like spread over a Llama vocabulary (many rows of a few tokens, a few
+// of hundreds), as real text gives; one id at both ends of 1024-id chunks and far apart. (Written for
+// "bucket", a backward that kept each row's first four positions with its count; it measured
+// slower than atomic2s and was removed, see embedding_atomic.cu.)
+TEST(EmbeddingCudaBackwardTest, ShortRunsAndAZipfSpread) {
+  SG_SKIP_WITHOUT_CUDA();
+  const std::vector<int> lengths = {1, 2, 3, 4, 5, 6, 7, 8, 9, 4, 5, 1, 4, 3};
+  CheckBackwardsBitwise(RunIds(lengths, 300, 200), 300, 8, DType::kBF16, DType::kI32);
+  CheckBackwardsBitwise(RunIds(lengths, 3001, 1500), 3001, 2048, DType::kBF16, DType::kI64);
+  CheckBackwardsBitwise(RunIds(lengths, 3001, 1500), 3001, 1032, DType::kF32, DType::kI32);
+  std::vector<double> zipf(16384);
+  for (double& id : zipf) {
+    const double u = double(Rng()() % 1000000 + 1) / 1e6;
+    id = std::floor(std::pow(32000.0, u)) - 1;  // log-uniform: P(id) ~ 1 / (id + 1)
+  }
+  CheckBackwardsBitwise(zipf, 32000, 64, DType::kBF16, DType::kI32);
+  std::vector<double> ends(5000);
+  for (size_t i = 0; i < ends.size(); ++i) ends[i] = double(Rng()() % 2000);
+  ends[0] = ends[1023] = ends[1024] = ends[4999] = ends[2500] = ends[3333] = 77.0;
+  CheckBackwardsBitwise(ends, 2000, 16, DType::kF16, DType::kI64);
+}
+
 // The benchmark's "hot" case: 5% of the tokens one id, the rest spread over a Llama vocabulary.
 TEST(EmbeddingCudaBackwardTest, HotId) {
   SG_SKIP_WITHOUT_CUDA();
@@ -407,9 +430,9 @@ TEST(EmbeddingCudaBackwardTest, Scan3Segments) {
   CheckBackwardsBitwise(std::vector<double>(3000, 1.0), 2, 4104, DType::kF16, DType::kI32);
 }
 
-// The zero fill of "atomic2s" (embedding_atomic.cu: ZeroUntouchedKernel, about 2048 float4 per
-// CTA in whole rows) over poisoned tables where most rows have no token: 1024 rows a CTA and a
-// partial last CTA (dim 8, vocab 3001), 341 rows a CTA (dim 24, 6 float4 a row), one row a CTA
+// The zero fill of "atomic2s" (embedding_atomic.cu: ZeroUntouchedKernel, about 1024 float4 per
+// CTA in whole rows) over poisoned tables where most rows have no token: 512 rows a CTA and a
+// partial last CTA (dim 8, vocab 3001), 170 rows a CTA (dim 24, 6 float4 a row), one row a CTA
 // wider than the CTA's share (dim 8200: 2050 float4); a table with no token at all.
 TEST(EmbeddingCudaBackwardTest, ZeroesUntouchedRows) {
   SG_SKIP_WITHOUT_CUDA();
