@@ -514,6 +514,42 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
   }
 }
 
+// EXPERIMENT (SG_EMBEDDING_FILL_PERSIST=k, k CTAs per SM; prepared 2026-12-02, not yet run on a
+// GPU): the zero fill as a resident grid, CTA b zeroing the untouched rows of its contiguous share
+// [b * rows, (b + 1) * rows), kThreads rows' counts at a time (one load a thread, the next batch's
+// in flight while this one's zeros are stored; the untouched rows by ballot into `mask`). Its CTAs
+// hold their SM slots, so the side stream's sums (4 CTAs per SM at 64 registers: the whole
+// register file) run 3 per SM beside them instead of starving the fill until they drain.
+__global__ void __launch_bounds__(kThreads) ZeroUntouchedResidentKernel(const int* __restrict__ counts,
+                                                                        float4* __restrict__ dtable, int64_t vocab,
+                                                                        int vecs, int64_t rows, bool evict_first) {
+  __shared__ unsigned mask[kThreads / 32];
+  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
+  const int64_t r0 = int64_t(blockIdx.x) * rows, r1 = min(vocab, r0 + rows);
+  int next = r0 + threadIdx.x < r1 ? counts[r0 + threadIdx.x] : 1;
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  for (int64_t base = r0; base < r1; base += kThreads) {
+    const unsigned m = __ballot_sync(0xffffffffu, next == 0);
+    if (lane == 0) mask[warp] = m;
+    const int64_t ahead = base + kThreads + threadIdx.x;
+    next = ahead < r1 ? counts[ahead] : 1;
+    __syncthreads();
+    for (int w = 0; w < kThreads / 32; ++w) {
+      for (unsigned bits = mask[w]; bits != 0; bits &= bits - 1) {
+        float4* row = dtable + (base + w * 32 + __ffs(bits) - 1) * vecs;
+        for (int q = int(threadIdx.x); q < vecs; q += kThreads) {
+          if (evict_first) {
+            __stcs(row + q, zero);
+          } else {
+            row[q] = zero;
+          }
+        }
+      }
+    }
+    __syncthreads();  // mask is rewritten by the next batch
+  }
+}
+
 // Whether the zero fill stores evict-first: where tokens * 4 >= vocab (the file comment's
 // measurements), unless SG_EMBEDDING_FILL_CS is "0" or "1".
 bool FillEvictFirst(const Problem& p) {
@@ -689,6 +725,16 @@ absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* 
 
 // ZeroUntouchedKernel over the table on `s`: about kZeroVecs float4 per CTA, whole rows.
 absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, cudaStream_t s) {
+  const char* resident = std::getenv("SG_EMBEDDING_FILL_PERSIST");  // EXPERIMENT: CTAs per SM
+  const int per_sm = resident != nullptr ? std::atoi(resident) : 0;
+  if (per_sm >= 1 && per_sm <= 8) {
+    const unsigned grid = cuda_vec::GridFor(p.vocab, per_sm);
+    const int64_t rows = (p.vocab + grid - 1) / grid;
+    ZeroUntouchedResidentKernel<<<grid, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab,
+                                                           int(p.dim / 4), rows, FillEvictFirst(p));
+    SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedResidentKernel);
+    return absl::OkStatus();
+  }
   const uint32_t vecs = uint32_t(p.dim / 4);
   const uint32_t rows = uint32_t(std::max<int64_t>(1, kZeroVecs / int64_t(vecs)));
   const unsigned blocks = unsigned((p.vocab + rows - 1) / rows);

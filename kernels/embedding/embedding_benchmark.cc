@@ -88,6 +88,15 @@ void BM_EmbeddingBackwardBF16Atomic2sBatch(benchmark::State& st) { Run(st, DType
 void BM_EmbeddingBackwardBF16Atomic2sHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic2s", kBatch, false, true);
 }
+// EXPERIMENT (gpu_call74.sh): atomic2s with its zero fill as a resident grid of k CTAs per SM.
+void ResidentFill(benchmark::State& st, const char* per_sm, bool hot = false) {
+  setenv("SG_EMBEDDING_FILL_PERSIST", per_sm, 1);
+  Run(st, DType::kBF16, true, "atomic2s", kBatch, false, hot);
+  unsetenv("SG_EMBEDDING_FILL_PERSIST");
+}
+void BM_EmbeddingBackwardBF16Atomic2sResident1Batch(benchmark::State& st) { ResidentFill(st, "1"); }
+void BM_EmbeddingBackwardBF16Atomic2sResident2Batch(benchmark::State& st) { ResidentFill(st, "2"); }
+void BM_EmbeddingBackwardBF16Atomic2sResident1HotBatch(benchmark::State& st) { ResidentFill(st, "1", true); }
 void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "rows", kBatch, false, true);
 }
@@ -118,6 +127,9 @@ BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident1Batch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident2Batch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident1HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;

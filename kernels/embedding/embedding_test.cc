@@ -447,6 +447,28 @@ TEST(EmbeddingCudaBackwardTest, ZeroesUntouchedRows) {
   CheckBackwardsBitwise({42.0}, 3001, 8, DType::kBF16, DType::kI32);  // one token: no row can have two
 }
 
+// EXPERIMENT (SG_EMBEDDING_FILL_PERSIST): atomic2s's zero fill as a resident grid of 1 or 2 CTAs per
+// SM, each zeroing a contiguous share of rows 256 counts at a time: shares of under one batch, of
+// several (vocab 128256, 20000) with a partial last one, rows of 2 float4 and of 2050, no token.
+TEST(EmbeddingCudaBackwardTest, ResidentZeroFill) {
+  SG_SKIP_WITHOUT_CUDA();
+  for (const char* per_sm : {"1", "2"}) {
+    SCOPED_TRACE(per_sm);
+    ScopedEnv env("SG_EMBEDDING_FILL_PERSIST", per_sm);
+    std::vector<double> ids(3000);
+    for (double& id : ids) id = double(Rng()() % 20000);
+    CheckBackwardsBitwise(ids, 20000, 8, DType::kBF16, DType::kI32);
+    CheckBackwardsBitwise(ids, 20000, 2056, DType::kF32, DType::kI64);
+    std::vector<double> wide(40);
+    for (double& id : wide) id = double(Rng()() % 97);
+    CheckBackwardsBitwise(wide, 97, 8200, DType::kBF16, DType::kI32);
+    std::vector<double> llama(16384);
+    for (double& id : llama) id = double(Rng()() % 128256);
+    CheckBackwardsBitwise(llama, 128256, 16, DType::kBF16, DType::kI32);
+    CheckBackwardsBitwise(std::vector<double>(64, 5000.0), 3001, 8, DType::kBF16, DType::kI32);
+  }
+}
+
 // "atomic2s" shares one side stream and its fork / join events among all callers on a device:
 // back-to-back calls on two streams without a synchronization in between, first from one host
 // thread, then from two at once (one a stream), each result bitwise the CPU reference's. The caching
