@@ -488,6 +488,16 @@ __global__ void __launch_bounds__(kThreads)
   SortRuns(order, tmp, begin, end, n, sh);
 }
 
+// A zero float4 at q, evict-first (st.global.cs) when `evict_first`.
+__device__ __forceinline__ void StoreZero(float4* q, bool evict_first) {
+  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+  if (evict_first) {
+    __stcs(q, zero);
+  } else {
+    *q = zero;
+  }
+}
+
 // The zero fill of "atomic2s": rows v0 .. v0 + rows - 1 of the f32 table (`vecs` float4 each)
 // whose count is 0, i.e. the rows the side stream's SortSumTouchedKernel leaves unwritten.
 // Small independent CTAs (about kZeroVecs stores each), not a persistent grid: as they retire, the
@@ -501,16 +511,10 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
                                                                 bool evict_first) {
   const int64_t v0 = int64_t(blockIdx.x) * rows;
   const uint32_t here = uint32_t(min(int64_t(rows), vocab - v0)) * vecs;
-  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   for (uint32_t i = threadIdx.x; i < here; i += kThreads) {
     const uint32_t r = i / vecs;
     if (counts[v0 + r] != 0) continue;
-    float4* q = dtable + (v0 + r) * vecs + (i - r * vecs);
-    if (evict_first) {
-      __stcs(q, zero);
-    } else {
-      *q = zero;
-    }
+    StoreZero(dtable + (v0 + r) * vecs + (i - r * vecs), evict_first);
   }
 }
 
@@ -527,7 +531,6 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedResidentKernel(const in
   const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
   const int64_t r0 = int64_t(blockIdx.x) * rows, r1 = min(vocab, r0 + rows);
   int next = r0 + threadIdx.x < r1 ? counts[r0 + threadIdx.x] : 1;
-  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
   for (int64_t base = r0; base < r1; base += kThreads) {
     const unsigned m = __ballot_sync(0xffffffffu, next == 0);
     if (lane == 0) mask[warp] = m;
@@ -537,13 +540,7 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedResidentKernel(const in
     for (int w = 0; w < kThreads / 32; ++w) {
       for (unsigned bits = mask[w]; bits != 0; bits &= bits - 1) {
         float4* row = dtable + (base + w * 32 + __ffs(bits) - 1) * vecs;
-        for (int q = int(threadIdx.x); q < vecs; q += kThreads) {
-          if (evict_first) {
-            __stcs(row + q, zero);
-          } else {
-            row[q] = zero;
-          }
-        }
+        for (int q = int(threadIdx.x); q < vecs; q += kThreads) StoreZero(row + q, evict_first);
       }
     }
     __syncthreads();  // mask is rewritten by the next batch
