@@ -97,6 +97,20 @@ void ResidentFill(benchmark::State& st, const char* per_sm, bool hot = false) {
 void BM_EmbeddingBackwardBF16Atomic2sResident1Batch(benchmark::State& st) { ResidentFill(st, "1"); }
 void BM_EmbeddingBackwardBF16Atomic2sResident2Batch(benchmark::State& st) { ResidentFill(st, "2"); }
 void BM_EmbeddingBackwardBF16Atomic2sResident1HotBatch(benchmark::State& st) { ResidentFill(st, "1", true); }
+// EXPERIMENT (gpu_call74.sh): is the spread between processes (94-99 us at 16384 of 32000, 0.1-0.5
+// within one) the placement of the buffers? Every repetition first holds, for the rest of the
+// process, one block of each size the backward's tensors take, so the caching allocator gives each
+// repetition blocks no earlier one used (fresh device allocations).
+void BM_EmbeddingBackwardBF16Atomic2sPlacementBatch(benchmark::State& st) {
+  static std::vector<Tensor>* held = new std::vector<Tensor>;
+  const Device d = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
+  const int64_t n = st.range(0), vocab = st.range(1), dim = st.range(2);
+  held->push_back(Tensor::Empty({n}, DType::kI32, d).value());
+  held->push_back(Tensor::Empty({vocab, dim}, DType::kBF16, d).value());
+  held->push_back(Tensor::Empty({n, dim}, DType::kBF16, d).value());
+  held->push_back(Tensor::Empty({vocab, dim}, DType::kF32, d).value());
+  Run(st, DType::kBF16, true, "atomic2s", kBatch);
+}
 void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "rows", kBatch, false, true);
 }
@@ -130,6 +144,7 @@ BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident1Batch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident2Batch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident1HotBatch) SG_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sPlacementBatch)->Args({16384, 32000, 2048})->UseManualTime();
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
