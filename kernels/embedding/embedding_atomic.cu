@@ -453,10 +453,12 @@ __global__ void __launch_bounds__(kThreads, 3)
 // against 3.36 (98.0 us); with a hot id 1.56 against 1.53. (At 4 CTAs with the one-load loop the
 // hot case had lost 25%: SumRunsThen's long runs now keep four loads in flight.) 5 CTAs per SM (48
 // registers, ~200 bytes spilled) lost: 3.21 TB/s against 3.45-3.47 (2026-11-30 23:16).
-template <typename T>
-constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : 4;
-template <typename T>
-__global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
+// kLean (an experiment, SG_EMBEDDING_SUMS_LEAN=1): SumRuns' lean form at 5 CTAs per SM (48
+// registers) for 2-byte dout, so 4 of them fit beside a resident fill CTA (SG_EMBEDDING_FILL_PERSIST).
+template <typename T, bool kLean = false>
+constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? (kLean ? 3 : 2) : (kLean ? 5 : 4);
+template <typename T, bool kLean = false>
+__global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T, kLean>)
     SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
                          const int4* __restrict__ touched, const int* __restrict__ num_touched,
                          float* __restrict__ dtable, int packs, int64_t n) {
@@ -475,7 +477,7 @@ __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     end[r] = r < here ? offsets[rows[r] + 1] : 0;
   }
   SortRuns(order, tmp, begin, end, n, sh);
-  SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
+  SumRuns<T, kLean>(dout, order, begin, end, dtable, rows, packs);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -714,7 +716,10 @@ absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* 
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
                                        sc.offsets, sc.order, n, p.vocab));
   const dim3 list_groups(unsigned((sc.listed + kSumRows - 1) / kSumRows));
-  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
+  const char* lean = std::getenv("SG_EMBEDDING_SUMS_LEAN");  // EXPERIMENT
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(lean != nullptr && std::strcmp(lean, "1") == 0 ? SortSumTouchedKernel<T, true>
+                                                                                     : SortSumTouchedKernel<T, false>,
+                                       list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
                                        reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
                                        int(p.dim / 8), n));
   return absl::OkStatus();
