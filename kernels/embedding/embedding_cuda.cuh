@@ -52,17 +52,15 @@ cudaError_t LaunchMaybePdl(void (*kernel)(KArgs...), dim3 grid, int threads, cud
   return LaunchMaybePdlSmem(kernel, grid, threads, 0, s, pdl, args...);
 }
 
-// acc += dout rows order[j0 .. j1), columns col .. col + 7, in that order: four rows' loads in
-// flight before their additions, which stay in order (SumRunsThen's loop over a run's repeated
-// rows, for its lean form).
+// acc += dout rows order[j .. end), columns 8c .. 8c + 7, in that order: four rows' loads in flight
+// before their additions, which stay in order (SumRunsThen's loop over a run's repeated rows).
 template <typename T>
-__device__ __forceinline__ void AddRun(const T* __restrict__ dout, const int32_t* order, int32_t j0, int32_t j1,
-                                       int64_t dim, int col, float (&acc)[8]) {
-  int32_t j = j0;
-  for (; j + 4 <= j1; j += 4) {
+__device__ __forceinline__ void AddRun(const T* __restrict__ dout, const int32_t* order, int32_t j, const int32_t& end,
+                                       int64_t dim, int c, float (&acc)[8]) {
+  for (; j + 4 <= end; j += 4) {
     cuda_vec::Raw8<T> y[4];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) y[u] = cuda_vec::LoadRawOnce(dout + int64_t(order[j + u]) * dim + col);
+    for (int u = 0; u < 4; ++u) y[u] = cuda_vec::LoadRawOnce(dout + int64_t(order[j + u]) * dim + c * 8);
 #pragma unroll
     for (int u = 0; u < 4; ++u) {
       float f[8];
@@ -71,9 +69,9 @@ __device__ __forceinline__ void AddRun(const T* __restrict__ dout, const int32_t
       for (int k = 0; k < 8; ++k) acc[k] += f[k];
     }
   }
-  for (; j < j1; ++j) {
+  for (; j < end; ++j) {
     float y[8];
-    cuda_vec::Pack8<T>::Load(dout + int64_t(order[j]) * dim + col, y);
+    cuda_vec::Pack8<T>::Load(dout + int64_t(order[j]) * dim + c * 8, y);
 #pragma unroll
     for (int k = 0; k < 8; ++k) acc[k] += y[k];
   }
@@ -109,7 +107,7 @@ __device__ __forceinline__ void SumRunsThen(const T* __restrict__ dout, const in
         // 0 + x, the CPU reference's first addition (it turns -0 into +0).
 #pragma unroll
         for (int k = 0; k < 8; ++k) acc[k] = first[r] >= 0 ? 0.f + acc[k] : 0.f;
-        AddRun(dout, order, begin[r] + 1, end[r], dim, c * 8, acc);
+        AddRun(dout, order, begin[r] + 1, end[r], dim, c, acc);
         store(r, c, acc);
       }
     } else {
@@ -123,26 +121,7 @@ __device__ __forceinline__ void SumRunsThen(const T* __restrict__ dout, const in
         // 0 + x, the CPU reference's first addition (it turns -0 into +0).
 #pragma unroll
         for (int k = 0; k < 8; ++k) acc[r][k] = first[r] >= 0 ? 0.f + acc[r][k] : 0.f;
-        // Repeated ids: four rows' loads in flight before their additions, which stay in order.
-        int32_t j = begin[r] + 1;
-        for (; j + 4 <= end[r]; j += 4) {
-          cuda_vec::Raw8<T> y[4];
-#pragma unroll
-          for (int u = 0; u < 4; ++u) y[u] = cuda_vec::LoadRawOnce(dout + int64_t(order[j + u]) * dim + c * 8);
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            float f[8];
-            cuda_vec::Unpack(y[u], f);
-#pragma unroll
-            for (int k = 0; k < 8; ++k) acc[r][k] += f[k];
-          }
-        }
-        for (; j < end[r]; ++j) {
-          float y[8];
-          cuda_vec::Pack8<T>::Load(dout + int64_t(order[j]) * dim + c * 8, y);
-#pragma unroll
-          for (int k = 0; k < 8; ++k) acc[r][k] += y[k];
-        }
+        AddRun(dout, order, begin[r] + 1, end[r], dim, c, acc[r]);  // repeated ids
       }
 #pragma unroll
       for (int r = 0; r < kSumRows; ++r) store(r, c, acc[r]);
