@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# Prepared 2026-12-02, not yet run. One H200, two calls of ~4 minutes on a warm machine (PART=1,
+# Ran 2026-12-02 00:50 (PART=1; then only PART=2's placement part, twice, by hand on the warm
+# machine); results in benchmarks/README.md. The Resident and Lean variants lost and were removed,
+# with their benchmarks and test: this script no longer runs as written.
+# Prepared 2026-12-02. One H200, two calls of ~4 minutes on a warm machine (PART=1,
 # then PART=2 within the 30 s the machine stays warm): issue #3's embedding backward at 16384 of
 # 32000 x 2048 with two experiments against the default, in the same processes (random
 # interleaving; gpu_call70 found 94.3-98.7 us between processes of one binary, 0.1-0.5 within one).

@@ -110,6 +110,14 @@
 // (71.6 against 31.2 at dim 8 of 128256); only the hot id gained (195.4 against 213.1). Without the
 // side stream nothing runs beside the count, and the one kernel's traffic was no denser than the
 // two streams'.
+// 2026-12-02 00:50 (gpu_call74.sh, interleaved in two processes), not adopted, removed: the fill
+// as a resident grid (1 or 2 CTAs per SM, each a contiguous share of rows, 256 counts at a time),
+// predicted 88-93 us on the model that the sums' CTAs starve the fill's small CTAs: 105.4 / 109.3
+// us at 1 CTA per SM, 102.5 / 105.4 at 2, against 93.1 / 96.4 for these small CTAs; the sums with
+// one row's f32 sums live at a time (48 registers, 5 CTAs per SM) 94.3 / 97.3, and with the
+// resident fill 105.3 / 109.4. Bitwise right; the model was wrong. Fresh buffers every repetition
+// spread 94.96-96.68 us within one process (reused ones 0.1-0.5): placement is part of the spread
+// between processes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -453,12 +461,10 @@ __global__ void __launch_bounds__(kThreads, 3)
 // against 3.36 (98.0 us); with a hot id 1.56 against 1.53. (At 4 CTAs with the one-load loop the
 // hot case had lost 25%: SumRunsThen's long runs now keep four loads in flight.) 5 CTAs per SM (48
 // registers, ~200 bytes spilled) lost: 3.21 TB/s against 3.45-3.47 (2026-11-30 23:16).
-// kLean (an experiment, SG_EMBEDDING_SUMS_LEAN=1): SumRuns' lean form at 5 CTAs per SM (48
-// registers) for 2-byte dout, so 4 of them fit beside a resident fill CTA (SG_EMBEDDING_FILL_PERSIST).
-template <typename T, bool kLean = false>
-constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? (kLean ? 3 : 2) : (kLean ? 5 : 4);
-template <typename T, bool kLean = false>
-__global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T, kLean>)
+template <typename T>
+constexpr int kTouchedMinBlocks = sizeof(T) == 4 ? 2 : 4;
+template <typename T>
+__global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
     SortSumTouchedKernel(const T* __restrict__ dout, int* order, int* tmp, const int* __restrict__ offsets,
                          const int4* __restrict__ touched, const int* __restrict__ num_touched,
                          float* __restrict__ dtable, int packs, int64_t n) {
@@ -477,7 +483,7 @@ __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T, kLean>)
     end[r] = r < here ? offsets[rows[r] + 1] : 0;
   }
   SortRuns(order, tmp, begin, end, n, sh);
-  SumRuns<T, kLean>(dout, order, begin, end, dtable, rows, packs);
+  SumRuns<T>(dout, order, begin, end, dtable, rows, packs);
 }
 
 __global__ void __launch_bounds__(kThreads)
@@ -517,35 +523,6 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
     const uint32_t r = i / vecs;
     if (counts[v0 + r] != 0) continue;
     StoreZero(dtable + (v0 + r) * vecs + (i - r * vecs), evict_first);
-  }
-}
-
-// EXPERIMENT (SG_EMBEDDING_FILL_PERSIST=k, k CTAs per SM; prepared 2026-12-02, not yet run on a
-// GPU): the zero fill as a resident grid, CTA b zeroing the untouched rows of its contiguous share
-// [b * rows, (b + 1) * rows), kThreads rows' counts at a time (one load a thread, the next batch's
-// in flight while this one's zeros are stored; the untouched rows by ballot into `mask`). Its CTAs
-// hold their SM slots, so the side stream's sums (4 CTAs per SM at 64 registers: the whole
-// register file) run 3 per SM beside them instead of starving the fill until they drain.
-__global__ void __launch_bounds__(kThreads) ZeroUntouchedResidentKernel(const int* __restrict__ counts,
-                                                                        float4* __restrict__ dtable, int64_t vocab,
-                                                                        int vecs, int64_t rows, bool evict_first) {
-  __shared__ unsigned mask[kThreads / 32];
-  const int lane = int(threadIdx.x) & 31, warp = int(threadIdx.x) >> 5;
-  const int64_t r0 = int64_t(blockIdx.x) * rows, r1 = min(vocab, r0 + rows);
-  int next = r0 + threadIdx.x < r1 ? counts[r0 + threadIdx.x] : 1;
-  for (int64_t base = r0; base < r1; base += kThreads) {
-    const unsigned m = __ballot_sync(0xffffffffu, next == 0);
-    if (lane == 0) mask[warp] = m;
-    const int64_t ahead = base + kThreads + threadIdx.x;
-    next = ahead < r1 ? counts[ahead] : 1;
-    __syncthreads();
-    for (int w = 0; w < kThreads / 32; ++w) {
-      for (unsigned bits = mask[w]; bits != 0; bits &= bits - 1) {
-        float4* row = dtable + (base + w * 32 + __ffs(bits) - 1) * vecs;
-        for (int q = int(threadIdx.x); q < vecs; q += kThreads) StoreZero(row + q, evict_first);
-      }
-    }
-    __syncthreads();  // mask is rewritten by the next batch
   }
 }
 
@@ -716,27 +693,14 @@ absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* 
   SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
                                        sc.offsets, sc.order, n, p.vocab));
   const dim3 list_groups(unsigned((sc.listed + kSumRows - 1) / kSumRows));
-  const char* lean = std::getenv("SG_EMBEDDING_SUMS_LEAN");  // EXPERIMENT
-  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(lean != nullptr && std::strcmp(lean, "1") == 0 ? SortSumTouchedKernel<T, true>
-                                                                                     : SortSumTouchedKernel<T, false>,
-                                       list_groups, side, true, dout, sc.order, sc.tmp, sc.offsets,
-                                       reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
+  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp,
+                                       sc.offsets, reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
                                        int(p.dim / 8), n));
   return absl::OkStatus();
 }
 
 // ZeroUntouchedKernel over the table on `s`: about kZeroVecs float4 per CTA, whole rows.
 absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, cudaStream_t s) {
-  const char* resident = std::getenv("SG_EMBEDDING_FILL_PERSIST");  // EXPERIMENT: CTAs per SM
-  const int per_sm = resident != nullptr ? std::atoi(resident) : 0;
-  if (per_sm >= 1 && per_sm <= 8) {
-    const unsigned grid = cuda_vec::GridFor(p.vocab, per_sm);
-    const int64_t rows = (p.vocab + grid - 1) / grid;
-    ZeroUntouchedResidentKernel<<<grid, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab,
-                                                           int(p.dim / 4), rows, FillEvictFirst(p));
-    SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedResidentKernel);
-    return absl::OkStatus();
-  }
   const uint32_t vecs = uint32_t(p.dim / 4);
   const uint32_t rows = uint32_t(std::max<int64_t>(1, kZeroVecs / int64_t(vecs)));
   const unsigned blocks = unsigned((p.vocab + rows - 1) / rows);

@@ -88,35 +88,6 @@ void BM_EmbeddingBackwardBF16Atomic2sBatch(benchmark::State& st) { Run(st, DType
 void BM_EmbeddingBackwardBF16Atomic2sHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic2s", kBatch, false, true);
 }
-// EXPERIMENTS (gpu_call74.sh): atomic2s with its zero fill as a resident grid of `per_sm` CTAs per
-// SM ("0": the default fill) and its sums in the lean form when `lean`.
-void Experiment(benchmark::State& st, const char* per_sm, bool lean, bool hot = false) {
-  setenv("SG_EMBEDDING_FILL_PERSIST", per_sm, 1);
-  setenv("SG_EMBEDDING_SUMS_LEAN", lean ? "1" : "0", 1);
-  Run(st, DType::kBF16, true, "atomic2s", kBatch, false, hot);
-  unsetenv("SG_EMBEDDING_FILL_PERSIST");
-  unsetenv("SG_EMBEDDING_SUMS_LEAN");
-}
-void BM_EmbeddingBackwardBF16Atomic2sResident1Batch(benchmark::State& st) { Experiment(st, "1", false); }
-void BM_EmbeddingBackwardBF16Atomic2sResident2Batch(benchmark::State& st) { Experiment(st, "2", false); }
-void BM_EmbeddingBackwardBF16Atomic2sLeanBatch(benchmark::State& st) { Experiment(st, "0", true); }
-void BM_EmbeddingBackwardBF16Atomic2sResident1LeanBatch(benchmark::State& st) { Experiment(st, "1", true); }
-void BM_EmbeddingBackwardBF16Atomic2sResident1HotBatch(benchmark::State& st) { Experiment(st, "1", false, true); }
-void BM_EmbeddingBackwardBF16Atomic2sResident1LeanHotBatch(benchmark::State& st) { Experiment(st, "1", true, true); }
-// EXPERIMENT (gpu_call74.sh): is the spread between processes (94-99 us at 16384 of 32000, 0.1-0.5
-// within one) the placement of the buffers? Every repetition first holds, for the rest of the
-// process, one block of each size the backward's tensors take, so the caching allocator gives each
-// repetition blocks no earlier one used (fresh device allocations).
-void BM_EmbeddingBackwardBF16Atomic2sPlacementBatch(benchmark::State& st) {
-  static std::vector<Tensor>* held = new std::vector<Tensor>;
-  const Device d = CudaAvailable() ? Device::Cuda(0) : Device::Cpu();
-  const int64_t n = st.range(0), vocab = st.range(1), dim = st.range(2);
-  held->push_back(Tensor::Empty({n}, DType::kI32, d).value());
-  held->push_back(Tensor::Empty({vocab, dim}, DType::kBF16, d).value());
-  held->push_back(Tensor::Empty({n, dim}, DType::kBF16, d).value());
-  held->push_back(Tensor::Empty({vocab, dim}, DType::kF32, d).value());
-  Run(st, DType::kBF16, true, "atomic2s", kBatch);
-}
 void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "rows", kBatch, false, true);
 }
@@ -147,13 +118,6 @@ BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident1Batch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident2Batch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sLeanBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident1LeanBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident1HotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sResident1LeanHotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sPlacementBatch)->Args({16384, 32000, 2048})->UseManualTime();
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;

@@ -80,10 +80,8 @@ __device__ __forceinline__ void AddRun(const T* __restrict__ dout, const int32_t
 // The row sums of kSumRows rows, dim = 8 * packs, 16-byte aligned; [begin[r], end[r]) is row r's
 // run in `order`. The rows' runs are independent chains in flight together; 32-bit column math. Used
 // by every thread of the CTA. For each of the thread's packs c: store(r, c, acc) for every r,
-// acc the run's sum of columns 8c .. 8c + 7 (0 when the run is empty). kLean (an experiment,
-// SG_EMBEDDING_SUMS_LEAN): the first rows kept as raw bytes and each row stored as soon as it is
-// summed, so one row's f32 sums are live at a time instead of kSumRows'; the same additions.
-template <typename T, bool kLean = false, typename Store>
+// acc the run's sum of columns 8c .. 8c + 7 (0 when the run is empty).
+template <typename T, typename Store>
 __device__ __forceinline__ void SumRunsThen(const T* __restrict__ dout, const int32_t* order,
                                             const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
                                             int packs, Store store) {
@@ -94,38 +92,20 @@ __device__ __forceinline__ void SumRunsThen(const T* __restrict__ dout, const in
 #pragma unroll
   for (int r = 0; r < kSumRows; ++r) first[r] = begin[r] < end[r] ? order[begin[r]] : -1;
   for (int c = threadIdx.x; c < packs; c += kThreads) {
-    if constexpr (kLean) {
-      cuda_vec::Raw8<T> head[kSumRows] = {};
+    float acc[kSumRows][8];
 #pragma unroll
-      for (int r = 0; r < kSumRows; ++r) {
-        if (first[r] >= 0) head[r] = cuda_vec::LoadRawOnce(dout + int64_t(first[r]) * dim + c * 8);
-      }
-#pragma unroll
-      for (int r = 0; r < kSumRows; ++r) {
-        float acc[8];
-        cuda_vec::Unpack(head[r], acc);
-        // 0 + x, the CPU reference's first addition (it turns -0 into +0).
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc[k] = first[r] >= 0 ? 0.f + acc[k] : 0.f;
-        AddRun(dout, order, begin[r] + 1, end[r], dim, c, acc);
-        store(r, c, acc);
-      }
-    } else {
-      float acc[kSumRows][8];
-#pragma unroll
-      for (int r = 0; r < kSumRows; ++r) {
-        if (first[r] >= 0) cuda_vec::Pack8<T>::Load(dout + int64_t(first[r]) * dim + c * 8, acc[r]);
-      }
-#pragma unroll
-      for (int r = 0; r < kSumRows; ++r) {
-        // 0 + x, the CPU reference's first addition (it turns -0 into +0).
-#pragma unroll
-        for (int k = 0; k < 8; ++k) acc[r][k] = first[r] >= 0 ? 0.f + acc[r][k] : 0.f;
-        AddRun(dout, order, begin[r] + 1, end[r], dim, c, acc[r]);  // repeated ids
-      }
-#pragma unroll
-      for (int r = 0; r < kSumRows; ++r) store(r, c, acc[r]);
+    for (int r = 0; r < kSumRows; ++r) {
+      if (first[r] >= 0) cuda_vec::Pack8<T>::Load(dout + int64_t(first[r]) * dim + c * 8, acc[r]);
     }
+#pragma unroll
+    for (int r = 0; r < kSumRows; ++r) {
+      // 0 + x, the CPU reference's first addition (it turns -0 into +0).
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[r][k] = first[r] >= 0 ? 0.f + acc[r][k] : 0.f;
+      AddRun(dout, order, begin[r] + 1, end[r], dim, c, acc[r]);  // repeated ids
+    }
+#pragma unroll
+    for (int r = 0; r < kSumRows; ++r) store(r, c, acc[r]);
   }
 }
 
@@ -142,12 +122,12 @@ __device__ __forceinline__ void SumRuns(const T* __restrict__ dout, const int32_
 
 // SumRunsThen storing row r's sums to dtable row rows[r], an arbitrary row id (rows[r] < 0: none,
 // its run empty; the "atomic2s" backward's compacted list of touched rows).
-template <typename T, bool kLean = false>
+template <typename T>
 __device__ __forceinline__ void SumRuns(const T* __restrict__ dout, const int32_t* order,
                                         const int32_t (&begin)[kSumRows], const int32_t (&end)[kSumRows],
                                         float* __restrict__ dtable, const int32_t (&rows)[kSumRows], int packs) {
   const int64_t dim = int64_t(packs) * 8;
-  SumRunsThen<T, kLean>(dout, order, begin, end, packs, [&](int r, int c, const float (&acc)[8]) {
+  SumRunsThen<T>(dout, order, begin, end, packs, [&](int r, int c, const float (&acc)[8]) {
     if (rows[r] >= 0) cuda_vec::Pack8<float>::Store(dtable + int64_t(rows[r]) * dim + c * 8, acc);
   });
 }

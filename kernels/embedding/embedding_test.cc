@@ -448,35 +448,6 @@ TEST(EmbeddingCudaBackwardTest, ZeroesUntouchedRows) {
   CheckBackwardsBitwise({42.0}, 3001, 8, DType::kBF16, DType::kI32);  // one token: no row can have two
 }
 
-// EXPERIMENTS (SG_EMBEDDING_FILL_PERSIST, SG_EMBEDDING_SUMS_LEAN): atomic2s's zero fill as a
-// resident grid of 1 or 2 CTAs per SM, each zeroing a contiguous share of rows 256 counts at a time
-// (shares of under one batch, of several at vocab 128256 and 20000, a partial last one; rows of 2
-// float4 and of 2050; no token at all), and its sums in the lean form (one row's sums live at a
-// time, 48 registers), alone and with the resident fill; every backward against the sorted one.
-TEST(EmbeddingCudaBackwardTest, ResidentZeroFillAndLeanSums) {
-  SG_SKIP_WITHOUT_CUDA();
-  const std::pair<const char*, const char*> settings[] = {{"1", "0"}, {"2", "0"}, {"0", "1"}, {"1", "1"}};
-  for (const auto& [per_sm, lean] : settings) {
-    SCOPED_TRACE(std::string("resident fill CTAs per SM ") + per_sm + ", lean sums " + lean);
-    ScopedEnv env("SG_EMBEDDING_FILL_PERSIST", per_sm);
-    ScopedEnv env_lean("SG_EMBEDDING_SUMS_LEAN", lean);
-    std::vector<double> ids(3000);
-    for (double& id : ids) id = double(Rng()() % 20000);
-    CheckBackwardsBitwise(ids, 20000, 8, DType::kBF16, DType::kI32);
-    CheckBackwardsBitwise(ids, 20000, 2056, DType::kF32, DType::kI64);
-    std::vector<double> wide(40);
-    for (double& id : wide) id = double(Rng()() % 97);
-    CheckBackwardsBitwise(wide, 97, 8200, DType::kBF16, DType::kI32);
-    std::vector<double> llama(16384);
-    for (double& id : llama) id = double(Rng()() % 128256);
-    CheckBackwardsBitwise(llama, 128256, 16, DType::kBF16, DType::kI32);
-    CheckBackwardsBitwise(std::vector<double>(64, 5000.0), 3001, 8, DType::kBF16, DType::kI32);
-    // Runs of every sort class (repeated rows four at a time and the tail), 16-byte rows of 2048.
-    CheckBackwardsBitwise(RunIds({2, 3, 4, 5, 40, 2049, 1, 0, 33, 7}, 5003, 2500), 5003, 2048, DType::kBF16,
-                          DType::kI32);
-  }
-}
-
 // "atomic2s" shares one side stream and its fork / join events among all callers on a device:
 // back-to-back calls on two streams without a synchronization in between, first from one host
 // thread, then from two at once (one a stream), each result bitwise the CPU reference's. The caching
