@@ -258,9 +258,7 @@ LoweredOp Attention(const Node& n, const NodeViews& v) {
 }
 
 // The CUDA attention kernels' dtypes and head dims, for q ([batch, seq, heads, head_dim]).
-bool CudaAttentionCovers(const TensorView& q) {
-  return (q.dtype() == DType::kBF16 || q.dtype() == DType::kF16) && (q.dim(3) == 64 || q.dim(3) == 128);
-}
+bool CudaAttentionCovers(const TensorView& q) { return q.dim(3) <= kernels::kAttentionMaxHeadDim; }
 
 LoweredOp AttentionBackward(const Node& n, const NodeViews& v, bool matched) {
   const kernels::AttentionOptions o = AttnOptions(n);
@@ -378,9 +376,9 @@ absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const Sid
       return op;
     }
     case OpKind::kAttention:
-      // The CUDA kernels cover bf16 and f16 with head_dim 64/128 (f16 on the default kernel family,
-      // kernels/attention/attention.h); other cases use the reference on the CPU. On the CPU, f16 runs
-      // the graph interpreter, as the f16 CPU step always has.
+      // The CUDA kernels cover every dtype up to head_dim kAttentionMaxHeadDim (flash kernels for bf16
+      // and f16 at 64 and 128, plain ones otherwise: kernels/attention/attention.h). On the CPU, f16
+      // runs the graph interpreter, as the f16 CPU step always has.
       if (device.is_cpu() && v.in[0].dtype() == DType::kF16) return Reference(n, v, device);
       if (device.is_cpu() || CudaAttentionCovers(v.in[0])) return Attention(n, v);
       return LoweredOp{};

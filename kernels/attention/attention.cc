@@ -12,6 +12,7 @@ namespace sg::kernels {
 namespace {
 
 using internal::AttentionParams;
+static_assert(internal::kGenericMaxDim == kAttentionMaxHeadDim, "one widest head for the API and the kernels");
 
 bool IsAttentionDType(DType t) { return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16; }
 
@@ -72,16 +73,19 @@ absl::Status ExpectStat(const TensorView& t, absl::string_view what, const Atten
   return ExpectTensor(t, what, DType::kF32, {p.batch, p.heads, p.seq_q}, device);
 }
 
-// The CUDA kernels cover bf16 and f16 (the latter on the families v4 and v5 only: attention.cu
-// says so at the call) with head_dim 64 or 128.
-absl::Status CheckCudaSupport(const TensorView& q, const AttentionParams& p) {
+// Whether a CUDA call runs the generic kernels (attention_generic.cu) rather than a flash family:
+// the flash kernels cover bf16 and f16 (the latter on the families v4 and v5 only: attention.cu says
+// so at the call) with head_dim 64 or 128; the generic ones every dtype up to
+// kAttentionMaxHeadDim, and every case when SG_ATTENTION_KERNEL=generic.
+absl::StatusOr<bool> UseGenericCuda(const TensorView& q, const AttentionParams& p) {
 #ifdef SG_WITH_CUDA
-  if ((q.dtype() != DType::kBF16 && q.dtype() != DType::kF16) ||
-      (p.head_dim != 64 && p.head_dim != 128)) {
-    return absl::UnimplementedError(absl::StrCat(
-        "CUDA attention supports bf16 or f16 with head_dim 64 or 128, found ", q.ToString()));
+  if (p.head_dim > kAttentionMaxHeadDim) {
+    return absl::UnimplementedError(absl::StrCat("CUDA attention supports head_dim up to ", kAttentionMaxHeadDim,
+                                                 ", found ", q.ToString()));
   }
-  return absl::OkStatus();
+  SG_ASSIGN_OR_RETURN(internal::AttentionKernel family, internal::AttentionKernelFromEnv());
+  const bool flash = (q.dtype() == DType::kBF16 || q.dtype() == DType::kF16) && (p.head_dim == 64 || p.head_dim == 128);
+  return family == internal::AttentionKernel::kGeneric || !flash;
 #else
   return absl::FailedPreconditionError(
       absl::StrCat("attention on ", q.ToString(), ": built without CUDA"));
@@ -104,8 +108,12 @@ absl::Status AttentionForward(const TensorView& q, const TensorView& k, const Te
     });
     return absl::OkStatus();
   }
-  SG_RETURN_IF_ERROR(CheckCudaSupport(q, p));
+  SG_ASSIGN_OR_RETURN(const bool generic, UseGenericCuda(q, p));
 #ifdef SG_WITH_CUDA
+  if (generic) {
+    return internal::AttentionForwardGenericCuda(p, q.raw(), k.raw(), v.raw(), out.raw(), lse.data<float>(),
+                                                 stream.native());
+  }
   return internal::AttentionForwardCuda(p, q.raw(), k.raw(), v.raw(), out.raw(), lse.data<float>(),
                                         stream.native());
 #else
@@ -133,8 +141,12 @@ absl::Status AttentionBackwardDelta(const TensorView& out, const TensorView& dou
     });
     return absl::OkStatus();
   }
-  SG_RETURN_IF_ERROR(CheckCudaSupport(out, p));
+  SG_ASSIGN_OR_RETURN(const bool generic, UseGenericCuda(out, p));
 #ifdef SG_WITH_CUDA
+  if (generic) {
+    return internal::AttentionBackwardDeltaGenericCuda(p, out.raw(), dout.raw(), delta.data<float>(),
+                                                       stream.native());
+  }
   return internal::AttentionBackwardDeltaCuda(p, out.raw(), dout.raw(), delta.data<float>(),
                                               stream.native());
 #else
@@ -163,8 +175,13 @@ absl::Status AttentionBlockBackward(const TensorView& q, const TensorView& k, co
     });
     return absl::OkStatus();
   }
-  SG_RETURN_IF_ERROR(CheckCudaSupport(q, p));
+  SG_ASSIGN_OR_RETURN(const bool generic, UseGenericCuda(q, p));
 #ifdef SG_WITH_CUDA
+  if (generic) {
+    return internal::AttentionBlockBackwardGenericCuda(p, q.raw(), k.raw(), v.raw(), dout.raw(), lse.data<float>(),
+                                                       delta.data<float>(), dq.raw(), dk.raw(), dv.raw(),
+                                                       stream.native());
+  }
   SG_ASSIGN_OR_RETURN(Tensor dq_accum,
                       Tensor::Empty({internal::DqWorkspaceElems(p)}, DType::kF32, q.device()));
   // The allocator reuses dq_accum's block only for work ordered after this launch on the stream.

@@ -10,9 +10,11 @@
 // [batch, seq_k, kv_heads, head_dim] with kv_heads dividing heads (grouped-query attention: query
 // head h reads key/value head h / (heads / kv_heads)). lse and delta are f32 [batch, heads, seq_q].
 // All tensors contiguous and on one device. CPU: f32, bf16 or f16 (f64 accumulation, the
-// reference). CUDA: bf16 or f16 (IEEE half), head_dim 64 or 128, f32 softmax statistics; any
-// sequence lengths; f16 runs on the kernel families v4 and v5 only (the older families are
-// Unimplemented for f16). The environment variable SG_ATTENTION_KERNEL=v2|v3|v4|v5 picks the kernel
+// reference). CUDA: the flash kernels for bf16 or f16 (IEEE half) at head_dim 64 or 128, f32
+// softmax statistics, any sequence lengths; f16 runs on the kernel families v4 and v5 only (the older
+// families are Unimplemented for f16). Every other case up to head_dim kAttentionMaxHeadDim (f32 data,
+// a head of 8 or 96) runs plain deterministic kernels (attention_generic.cu), correct but without
+// tensor cores; SG_ATTENTION_KERNEL=generic forces them. SG_ATTENTION_KERNEL=v2|v3|v4|v5 picks the kernel
 // family at each call (unset: v5, the fastest measured: the Hopper forward SG_ATTN_FWD_VARIANT=ws|
 // wgmma names (unset: ws, warp-specialized; attention_fwd_v4.h) with the Hopper wgmma backward,
 // sm_90 only; v4 is that forward with v3's backward; v3 the mma.sync family for GPUs without sm_90a
@@ -39,6 +41,9 @@
 
 namespace sg::kernels {
 
+// The widest head the CUDA kernels take (the generic ones; the flash kernels take 64 and 128).
+inline constexpr int64_t kAttentionMaxHeadDim = 256;
+
 struct AttentionOptions {
   // Mask key positions greater than the query position (key_pos > query_pos). Positions are
   // q_offset + i for query row i and k_offset + j for key row j, so with zero offsets and
@@ -54,7 +59,7 @@ struct AttentionOptions {
 // over unmasked keys (natural log). A query row whose keys are all masked gets out = 0 and
 // lse = -inf (valid input to AttentionMerge). out and lse are overwritten.
 // InvalidArgument on shape/dtype/device mismatch; FailedPrecondition for CUDA tensors in a build
-// without CUDA; Unimplemented for CUDA dtypes/head dims the kernels do not cover.
+// without CUDA; Unimplemented on CUDA for head_dim > kAttentionMaxHeadDim.
 absl::Status AttentionForward(const TensorView& q, const TensorView& k, const TensorView& v,
                               const AttentionOptions& options, const TensorView& out,
                               const TensorView& lse, const Stream& stream);

@@ -56,7 +56,11 @@ void AttentionMergeCpu(int64_t batch, int64_t seq, int64_t heads, int64_t head_d
 // it is how the tests reach them. v1 (the first kernels) and v3a (v3 with v2's dq atomics, a
 // diagnostic) were deleted on 2026-11-30. Chosen at each call by SG_ATTENTION_KERNEL=v2|v3|v4|v5
 // (unset: v5).
-enum class AttentionKernel { kV2, kV3, kV4, kV5 };
+// kGeneric (SG_ATTENTION_KERNEL=generic): the plain kernels of attention_generic.cu, which also run
+// every case the flash families do not cover (f32 data, head_dim other than 64 and 128).
+enum class AttentionKernel { kV2, kV3, kV4, kV5, kGeneric };
+// The widest head the generic kernels take (kernels::kAttentionMaxHeadDim).
+constexpr int kGenericMaxDim = 256;
 inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
   const char* s = std::getenv("SG_ATTENTION_KERNEL");
   // The default: v5 (the wgmma forward and the wgmma backward).
@@ -64,8 +68,9 @@ inline absl::StatusOr<AttentionKernel> AttentionKernelFromEnv() {
   if (std::string(s) == "v4") return AttentionKernel::kV4;
   if (std::string(s) == "v3") return AttentionKernel::kV3;
   if (std::string(s) == "v2") return AttentionKernel::kV2;
+  if (std::string(s) == "generic") return AttentionKernel::kGeneric;
   return absl::InvalidArgumentError(absl::StrCat(
-      "SG_ATTENTION_KERNEL: expected v2, v3, v4 or v5 (or unset), found '", s, "'"));
+      "SG_ATTENTION_KERNEL: expected v2, v3, v4, v5 or generic (or unset), found '", s, "'"));
 }
 
 // Floats of the f32 dq workspace AttentionBlockBackwardCuda needs, for every variant: v2 uses
@@ -85,6 +90,16 @@ absl::Status AttentionBlockBackwardCuda(const AttentionParams& p, const void* q,
                                         const void* v, const void* dout, const float* lse,
                                         const float* delta, float* dq_accum, void* dq, void* dk,
                                         void* dv, void* stream);
+// --- CUDA, the generic kernels (attention_generic.cu): f32, bf16 or f16 (p.dtype), head_dim 1 ..
+// kGenericMaxDim, deterministic; where the flash families above do not apply, or when
+// SG_ATTENTION_KERNEL=generic. dq, dk, dv are overwritten (no workspace).
+absl::Status AttentionForwardGenericCuda(const AttentionParams& p, const void* q, const void* k, const void* v,
+                                         void* out, float* lse, void* stream);
+absl::Status AttentionBackwardDeltaGenericCuda(const AttentionParams& p, const void* out, const void* dout,
+                                               float* delta, void* stream);
+absl::Status AttentionBlockBackwardGenericCuda(const AttentionParams& p, const void* q, const void* k,
+                                               const void* v, const void* dout, const float* lse,
+                                               const float* delta, void* dq, void* dk, void* dv, void* stream);
 // dtype f32, bf16 or f16.
 absl::Status AttentionMergeCuda(DType dtype, int64_t batch, int64_t seq, int64_t heads,
                                 int64_t head_dim, const void* out_a, const float* lse_a,

@@ -255,6 +255,8 @@ TEST(AttentionCpuTest, KernelVariantFromEnvironment) {
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV4);
   setenv("SG_ATTENTION_KERNEL", "v5", 1);
   EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kV5);
+  setenv("SG_ATTENTION_KERNEL", "generic", 1);
+  EXPECT_EQ(internal::AttentionKernelFromEnv().value(), internal::AttentionKernel::kGeneric);
   for (const char* gone : {"fast", "v1", "v3a"}) {  // v1 and v3a: deleted families
     setenv("SG_ATTENTION_KERNEL", gone, 1);
     const auto bad = internal::AttentionKernelFromEnv();
@@ -740,6 +742,60 @@ TEST(AttentionCudaF16Test, OtherKernelsSayTheyAreBf16Only) {
   const absl::Status st = AttentionBackward(q, k, k, out, q, lse, p.Options(), dq, dk, dk, stream);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_NE(st.message().find("v2"), std::string::npos) << st;
+}
+
+// The generic kernels (attention_generic.cu): every dtype at head dims the flash kernels do not take
+// (8 as in a test's tiny model, 24, 96, 256 the widest), grouped queries, seq_q != seq_k, causal
+// masks with offsets that leave the first rows without keys (lse -inf, out 0), against the CPU
+// reference. f32 runs f32 arithmetic throughout: its bound is 1e-5 (out) and 1e-4 (gradients).
+TEST(AttentionCudaGenericTest, OtherHeadDimsAndF32MatchCpuReference) {
+  SG_SKIP_WITHOUT_CUDA();
+  constexpr Tolerance kF32Tolerance{1e-5, 1e-4};
+  for (int64_t dim : {8, 24, 96, 256}) {
+    for (const Problem& p : {Problem{2, 37, 37, 4, 2, dim, true}, Problem{1, 45, 70, 6, 1, dim, false},
+                             Problem{1, 40, 90, 2, 2, dim, true, 0, 20}, Problem{1, 33, 50, 4, 4, dim, true, 64, 3}}) {
+      SCOPED_TRACE(p.ToString());
+      const Inputs in = RandomInputs(p);
+      const Result want = RunAttention(p, in, DType::kF32, Device::Cpu());
+      ExpectMatchesReference(RunAttention(p, in, DType::kF32, Device::Cuda(0)), want, kF32Tolerance);
+      ExpectMatchesReference(RunAttention(p, in, DType::kBF16, Device::Cuda(0)), want);
+      ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)), want, kF16Tolerance);
+    }
+  }
+}
+
+// SG_ATTENTION_KERNEL=generic at the flash kernels' head dims, against the reference; the generic
+// backward is deterministic (no atomics): two runs agree bitwise.
+TEST(AttentionCudaGenericTest, ForcedAtFlashHeadDimsAndDeterministic) {
+  SG_SKIP_WITHOUT_CUDA();
+  ScopedEnv generic("SG_ATTENTION_KERNEL", "generic");
+  for (const Problem& p : {Problem{1, 131, 131, 8, 2, 64, true}, Problem{2, 77, 200, 4, 4, 128, false}}) {
+    SCOPED_TRACE(p.ToString());
+    const Inputs in = RandomInputs(p);
+    const Result want = RunAttention(p, in, DType::kF32, Device::Cpu());
+    const Result a = RunAttention(p, in, DType::kBF16, Device::Cuda(0));
+    ExpectMatchesReference(a, want);
+    const Result b = RunAttention(p, in, DType::kBF16, Device::Cuda(0));
+    EXPECT_EQ(a.dq, b.dq);
+    EXPECT_EQ(a.dk, b.dk);
+    ExpectMatchesReference(RunAttention(p, in, DType::kF16, Device::Cuda(0)), want, kF16Tolerance);
+  }
+}
+
+// Ring attention's block steps at a head of 32 in f32 and bf16 (merge and block backward with the
+// global statistics), and the widest head's bound.
+TEST(AttentionCudaGenericTest, BlocksMergedEqualFullAndWidestHead) {
+  SG_SKIP_WITHOUT_CUDA();
+  const Device gpu = Device::Cuda(0);
+  CheckBlocksEqualFull({2, 23, 31, 4, 2, 32, true}, {0, 7, 8, 20, 31}, DType::kF32, gpu, 1e-5, 1e-4);
+  CheckBlocksEqualFull({1, 60, 96, 4, 1, 32, true, 36, 0}, {0, 32, 64, 96}, DType::kBF16, gpu, 1e-2, 2e-2);
+  const Problem p{1, 4, 4, 1, 1, kAttentionMaxHeadDim + 8, false};
+  Stream stream = Stream::Create(gpu).value();
+  Tensor q = Output(p.QShape(), DType::kBF16, gpu), out = Output(p.QShape(), DType::kBF16, gpu);
+  Tensor lse = Output(p.StatShape(), DType::kF32, gpu);
+  const absl::Status st = AttentionForward(q, q, q, p.Options(), out, lse, stream);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("head_dim up to 256"), std::string::npos) << st;
 }
 
 TEST(AttentionCudaMergeTest, MergeIsExactAndHandlesEmptyRows) {

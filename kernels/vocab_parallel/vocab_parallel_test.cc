@@ -141,6 +141,7 @@ void CheckEmbedding(int64_t vocab, int64_t ranks, DType dtype, Device device) {
   Tensor out_ref = *Tensor::Empty({1, n, dim}, dtype, device), dtable_ref = *Tensor::Empty({vocab, dim}, DType::kF32, device);
   ASSERT_TRUE(EmbeddingForward(tokens.view(), table.view(), out_ref.view(), s).ok());
   ASSERT_TRUE(EmbeddingBackward(dout.view(), tokens.view(), dtable_ref.view(), s).ok());
+  ASSERT_TRUE(s.Synchronize().ok());  // s does not order against the host copies below
   const std::vector<double> full = ToHost(table.view());
   std::vector<double> sum(size_t(n * dim), 0.0), dtable;
   for (int64_t r = 0; r < ranks; ++r) {
@@ -151,6 +152,7 @@ void CheckEmbedding(int64_t vocab, int64_t ranks, DType dtype, Device device) {
     Poison(dshard.view());
     ASSERT_TRUE(VocabParallelEmbeddingForward(tokens.view(), shard.view(), b, out.view(), s).ok());
     ASSERT_TRUE(VocabParallelEmbeddingBackward(dout.view(), tokens.view(), b, dshard.view(), s).ok());
+    ASSERT_TRUE(s.Synchronize().ok());
     const std::vector<double> o = ToHost(out.view()), d = ToHost(dshard.view());
     for (size_t k = 0; k < sum.size(); ++k) sum[k] += o[k];
     dtable.insert(dtable.end(), d.begin(), d.end());
