@@ -366,8 +366,9 @@ graph::Graph Llama64() {
 }
 
 // Planning only (runs without a GPU): the attention-free model and the Llama step (attention
-// forward and backward on the f16 CUDA kernels) lower fully onto CUDA kernels in f16; a head_dim
-// the kernels lack (the tiny Llama's 8) is Unimplemented naming attention.
+// forward and backward on the f16 CUDA kernels) lower fully onto CUDA kernels in f16, and so does
+// the tiny Llama's head_dim 8 (the generic attention kernels); a head wider than the kernels take
+// (264 > kAttentionMaxHeadDim) is Unimplemented naming attention.
 TEST(F16MixedPrecisionTest, CudaPlan) {
   CompileOptions o = Options(Precision::kF16Mixed, Device::Cuda(0));
   o.binding = {{"batch", 4}, {"seq", 64}};
@@ -379,7 +380,15 @@ TEST(F16MixedPrecisionTest, CudaPlan) {
   ASSERT_TRUE(llama.ok()) << llama.status();
   EXPECT_EQ(llama->impls.count("reference"), 0u);
   EXPECT_GT(llama->impls.at("kernel"), plan->impls.at("kernel"));
-  absl::Status s = PlanMemory(Forward(), o).status();
+  auto tiny = PlanMemory(Forward(), o);
+  ASSERT_TRUE(tiny.ok()) << tiny.status();
+  EXPECT_EQ(tiny->impls.count("reference"), 0u);
+  testing::TinyLlamaConfig wide;
+  wide.dim = 528;  // 2 heads of 264
+  wide.ffn = 64;
+  auto g = testing::TinyLlama(wide);
+  ASSERT_TRUE(g.ok()) << g.status();
+  absl::Status s = PlanMemory(*g, o).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
   EXPECT_TRUE(absl::StrContains(s.message(), "attention")) << s;
 }
