@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/attention/attention_internal.h"
 #include "kernels/core/status.h"
+#include "kernels/elementwise/cuda_vec.h"
 
 namespace sg::kernels::internal {
 namespace {
@@ -30,17 +31,8 @@ namespace {
 constexpr int kWarps = 4;  // rows per CTA
 constexpr int kPer = kGenericMaxDim / 32;
 
-__device__ __forceinline__ float ToF(float x) { return x; }
-__device__ __forceinline__ float ToF(__nv_bfloat16 x) { return __bfloat162float(x); }
-__device__ __forceinline__ float ToF(__half x) { return __half2float(x); }
-template <typename T>
-__device__ __forceinline__ T FromF(float x);
-template <>
-__device__ __forceinline__ float FromF<float>(float x) { return x; }
-template <>
-__device__ __forceinline__ __nv_bfloat16 FromF<__nv_bfloat16>(float x) { return __float2bfloat16(x); }
-template <>
-__device__ __forceinline__ __half FromF<__half>(float x) { return __float2half(x); }
+using cuda_vec::FromF;
+using cuda_vec::ToF;
 
 __device__ __forceinline__ float WarpMax(float x) {
 #pragma unroll
@@ -94,6 +86,22 @@ __device__ __forceinline__ void LoadRow(const T* __restrict__ src, float* dst, i
   __syncwarp();
 }
 
+// acc (lane's elements lane + 32 t) += sum over jj < here of w from lane jj (a shuffle) times row jj
+// of `rows` (row jj at rows + jj * stride): the weighted rows of one block of 32.
+template <typename T>
+__device__ __forceinline__ void AddWeightedRows(float (&acc)[kPer], float w, const T* __restrict__ rows,
+                                                int64_t stride, int here, int d, int lane) {
+  for (int jj = 0; jj < here; ++jj) {
+    const float wb = __shfl_sync(0xffffffffu, w, jj);
+    const T* row = rows + jj * stride;
+#pragma unroll
+    for (int t = 0; t < kPer; ++t) {
+      const int e = lane + 32 * t;
+      if (e < d) acc[t] += wb * ToF(row[e]);
+    }
+  }
+}
+
 // grid (ceil(seq_q / kWarps), heads, batch), kWarps warps: warp w takes query row
 // blockIdx.x * kWarps + w of head blockIdx.y.
 template <typename T>
@@ -122,15 +130,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int t = 0; t < kPer; ++t) acc[t] *= corr;
     const int here = int(kend - j0 < 32 ? kend - j0 : 32);
-    for (int jj = 0; jj < here; ++jj) {
-      const float pb = __shfl_sync(0xffffffffu, pj, jj);
-      const T* vj = v + ((b * p.seq_k + j0 + jj) * p.kv_heads + hk) * p.d;
-#pragma unroll
-      for (int t = 0; t < kPer; ++t) {
-        const int e = lane + 32 * t;
-        if (e < p.d) acc[t] += pb * ToF(vj[e]);
-      }
-    }
+    AddWeightedRows(acc, pj, v + ((b * p.seq_k + j0) * p.kv_heads + hk) * p.d, p.kv_heads * p.d, here, p.d, lane);
     m = m_new;
   }
   T* oi = out + ((b * p.seq_q + i) * p.heads + h) * p.d;
@@ -163,13 +163,13 @@ __global__ void __launch_bounds__(kWarps * 32)
     GenericDqKernel(Dims p, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
                     T* __restrict__ dq) {
-  __shared__ float qs[kWarps][kGenericMaxDim], ds[kWarps][kGenericMaxDim];
+  __shared__ float qs[kWarps][kGenericMaxDim], dos[kWarps][kGenericMaxDim];
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
   const int64_t i = int64_t(blockIdx.x) * kWarps + w, h = blockIdx.y, b = blockIdx.z;
   if (i >= p.seq_q) return;
   const int64_t hk = h / (p.heads / p.kv_heads), row = ((b * p.seq_q + i) * p.heads + h) * p.d;
   LoadRow(q + row, qs[w], p.d, lane);
-  LoadRow(dout + row, ds[w], p.d, lane);
+  LoadRow(dout + row, dos[w], p.d, lane);
   const float lse_i = lse[(b * p.heads + h) * p.seq_q + i], delta_i = delta[(b * p.heads + h) * p.seq_q + i];
   const int64_t kend = isfinite(lse_i) ? p.KeyEnd(i) : 0;  // lse -inf: every key masked
   float acc[kPer];
@@ -181,18 +181,10 @@ __global__ void __launch_bounds__(kWarps * 32)
     if (j < kend) {
       const int64_t kv = ((b * p.seq_k + j) * p.kv_heads + hk) * p.d;
       const float pij = expf(p.scale * Dot(qs[w], k + kv, p.d) - lse_i);
-      dsj = pij * (Dot(ds[w], v + kv, p.d) - delta_i);
+      dsj = pij * (Dot(dos[w], v + kv, p.d) - delta_i);
     }
     const int here = int(kend - j0 < 32 ? kend - j0 : 32);
-    for (int jj = 0; jj < here; ++jj) {
-      const float sb = __shfl_sync(0xffffffffu, dsj, jj);
-      const T* kj = k + ((b * p.seq_k + j0 + jj) * p.kv_heads + hk) * p.d;
-#pragma unroll
-      for (int t = 0; t < kPer; ++t) {
-        const int e = lane + 32 * t;
-        if (e < p.d) acc[t] += sb * ToF(kj[e]);
-      }
-    }
+    AddWeightedRows(acc, dsj, k + ((b * p.seq_k + j0) * p.kv_heads + hk) * p.d, p.kv_heads * p.d, here, p.d, lane);
   }
 #pragma unroll
   for (int t = 0; t < kPer; ++t) {
@@ -232,18 +224,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         }
       }
       const int here = int(p.seq_q - i0 < 32 ? p.seq_q - i0 : 32);
-      for (int ii = 0; ii < here; ++ii) {
-        const float pb = __shfl_sync(0xffffffffu, pij, ii), sb = __shfl_sync(0xffffffffu, dsij, ii);
-        const int64_t row = ((b * p.seq_q + i0 + ii) * p.heads + h) * p.d;
-#pragma unroll
-        for (int t = 0; t < kPer; ++t) {
-          const int e = lane + 32 * t;
-          if (e < p.d) {
-            dv_acc[t] += pb * ToF(dout[row + e]);
-            dk_acc[t] += sb * ToF(q[row + e]);
-          }
-        }
-      }
+      const int64_t first = ((b * p.seq_q + i0) * p.heads + h) * p.d;
+      AddWeightedRows(dv_acc, pij, dout + first, p.heads * p.d, here, p.d, lane);
+      AddWeightedRows(dk_acc, dsij, q + first, p.heads * p.d, here, p.d, lane);
     }
   }
 #pragma unroll
