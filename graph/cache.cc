@@ -397,23 +397,8 @@ absl::StatusOr<std::shared_ptr<const Artifact>> CompileCache::GetOrCompile(
   SG_RETURN_IF_ERROR(spec.Admits(binding));
   const std::string key = KeyFor(request, spec);
   const std::string& guard = spec.ToString();
-  {
-    absl::MutexLock l(&mu_);
-    ++stats_.lookups;
-    auto it = memory_.find(key);
-    if (it != memory_.end() && it->second.guard == guard) {
-      ++stats_.memory_hits;
-      it->second.last_use = ++clock_;
-      return it->second.artifact;
-    }
-  }
   const int64_t corrupt_before = stats().corrupt_entries;
-  if (auto a = ReadDisk(key, guard)) {
-    InsertMemory(key, guard, a);
-    absl::MutexLock l(&mu_);
-    ++stats_.disk_hits;
-    return a;
-  }
+  if (std::shared_ptr<const Artifact> a = Find(key, guard)) return a;
   std::string reason;
   {
     absl::MutexLock l(&mu_);
@@ -440,8 +425,10 @@ absl::StatusOr<std::shared_ptr<const Artifact>> CompileCache::Lookup(const Cache
                                                                     const Binding& binding) {
   SG_ASSIGN_OR_RETURN(Specialization spec, Specialization::Make(request.symbols, request.policy, binding));
   SG_RETURN_IF_ERROR(spec.Admits(binding));
-  const std::string key = KeyFor(request, spec);
-  const std::string& guard = spec.ToString();
+  return Find(KeyFor(request, spec), spec.ToString());
+}
+
+std::shared_ptr<const Artifact> CompileCache::Find(const std::string& key, const std::string& guard) {
   {
     absl::MutexLock l(&mu_);
     ++stats_.lookups;

@@ -155,6 +155,9 @@ class CompileCache {
   };
   explicit CompileCache(Options o) : options_(std::move(o)) {}
   std::string KeyFor(const CacheRequest& r, const Specialization& s) const;
+  // The artifact cached under key with this guard, from memory or else from disk (then also kept in
+  // memory); nullptr when neither has it. Counts the lookup and the hit.
+  std::shared_ptr<const Artifact> Find(const std::string& key, const std::string& guard);
   std::shared_ptr<const Artifact> ReadDisk(const std::string& key, const std::string& guard);
   void WriteDisk(const std::string& key, const std::string& guard, const Artifact& a);
   void EvictDisk();
