@@ -673,6 +673,28 @@ TEST(CompileTest, TraceSummaryCountsWeightGradientsAsCompute) {
   EXPECT_EQ(names, 3);
 }
 
+// GPU: the tiny Llama as it is (head_dim 8, vocabulary 32) in f32: its attention lowers onto the
+// generic CUDA kernels, every other op onto its f32 kernel (cuBLASLt without TF32), and three
+// steps (losses, the first gradients, the parameters after the third; CUDA-graph replays after
+// the warm-up) match the CPU step to 1e-4. The small learning rate keeps AdamW's sign flips on
+// near-zero gradients from parting the two runs' parameters.
+TEST(CompileTest, CudaF32StepOfTheTinyLlamaMatchesTheCpuStep) {
+  SG_SKIP_WITHOUT_CUDA();
+  Fixture f = MakeFixture();
+  StepsRecord ref;
+  for (const Device d : {Device::Cpu(), Device::Cuda(0)}) {
+    SCOPED_TRACE(d.ToString());
+    auto step = CompileWith(f, Options(d));
+    ASSERT_NE(step, nullptr);
+    for (const Step& st : step->program().schedule.steps) {
+      if (!d.is_cpu()) {
+        EXPECT_NE(st.impl, "reference") << st.name;
+      }
+    }
+    RunThreeStepsAgainst(*step, BatchOn(f.batch, d), d.is_cpu(), &ref, 1e-4, 1e-4f);
+  }
+}
+
 // GPU: the captured CUDA graph's replays give what eager execution gives: the same four distinct
 // batches (device and host ones, the latter through the pinned staging buffers, replays included),
 // four optimizer steps each, enqueued without a host sync in between; parameters and AdamW moments
