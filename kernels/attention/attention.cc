@@ -73,12 +73,12 @@ absl::Status ExpectStat(const TensorView& t, absl::string_view what, const Atten
   return ExpectTensor(t, what, DType::kF32, {p.batch, p.heads, p.seq_q}, device);
 }
 
+#ifdef SG_WITH_CUDA
 // Whether a CUDA call runs the generic kernels (attention_generic.cu) rather than a flash family:
 // the flash kernels cover bf16 and f16 (the latter on the families v4 and v5 only: attention.cu says
 // so at the call) with head_dim 64 or 128; the generic ones every dtype up to
 // kAttentionMaxHeadDim, and every case when SG_ATTENTION_KERNEL=generic.
 absl::StatusOr<bool> UseGenericCuda(const TensorView& q, const AttentionParams& p) {
-#ifdef SG_WITH_CUDA
   if (p.head_dim > kAttentionMaxHeadDim) {
     return absl::UnimplementedError(absl::StrCat("CUDA attention supports head_dim up to ", kAttentionMaxHeadDim,
                                                  ", found ", q.ToString()));
@@ -86,11 +86,12 @@ absl::StatusOr<bool> UseGenericCuda(const TensorView& q, const AttentionParams& 
   SG_ASSIGN_OR_RETURN(internal::AttentionKernel family, internal::AttentionKernelFromEnv());
   const bool flash = (q.dtype() == DType::kBF16 || q.dtype() == DType::kF16) && (p.head_dim == 64 || p.head_dim == 128);
   return family == internal::AttentionKernel::kGeneric || !flash;
-#else
-  return absl::FailedPreconditionError(
-      absl::StrCat("attention on ", q.ToString(), ": built without CUDA"));
-#endif
 }
+#else
+absl::Status NoCuda(const TensorView& t) {
+  return absl::FailedPreconditionError(absl::StrCat("attention on ", t.ToString(), ": built without CUDA"));
+}
+#endif
 
 }  // namespace
 
@@ -108,8 +109,8 @@ absl::Status AttentionForward(const TensorView& q, const TensorView& k, const Te
     });
     return absl::OkStatus();
   }
-  SG_ASSIGN_OR_RETURN(const bool generic, UseGenericCuda(q, p));
 #ifdef SG_WITH_CUDA
+  SG_ASSIGN_OR_RETURN(const bool generic, UseGenericCuda(q, p));
   if (generic) {
     return internal::AttentionForwardGenericCuda(p, q.raw(), k.raw(), v.raw(), out.raw(), lse.data<float>(),
                                                  stream.native());
@@ -117,7 +118,7 @@ absl::Status AttentionForward(const TensorView& q, const TensorView& k, const Te
   return internal::AttentionForwardCuda(p, q.raw(), k.raw(), v.raw(), out.raw(), lse.data<float>(),
                                         stream.native());
 #else
-  return absl::InternalError("unreachable");
+  return NoCuda(q);
 #endif
 }
 
@@ -141,8 +142,8 @@ absl::Status AttentionBackwardDelta(const TensorView& out, const TensorView& dou
     });
     return absl::OkStatus();
   }
-  SG_ASSIGN_OR_RETURN(const bool generic, UseGenericCuda(out, p));
 #ifdef SG_WITH_CUDA
+  SG_ASSIGN_OR_RETURN(const bool generic, UseGenericCuda(out, p));
   if (generic) {
     return internal::AttentionBackwardDeltaGenericCuda(p, out.raw(), dout.raw(), delta.data<float>(),
                                                        stream.native());
@@ -150,7 +151,7 @@ absl::Status AttentionBackwardDelta(const TensorView& out, const TensorView& dou
   return internal::AttentionBackwardDeltaCuda(p, out.raw(), dout.raw(), delta.data<float>(),
                                               stream.native());
 #else
-  return absl::InternalError("unreachable");
+  return NoCuda(out);
 #endif
 }
 
@@ -175,8 +176,8 @@ absl::Status AttentionBlockBackward(const TensorView& q, const TensorView& k, co
     });
     return absl::OkStatus();
   }
-  SG_ASSIGN_OR_RETURN(const bool generic, UseGenericCuda(q, p));
 #ifdef SG_WITH_CUDA
+  SG_ASSIGN_OR_RETURN(const bool generic, UseGenericCuda(q, p));
   if (generic) {
     return internal::AttentionBlockBackwardGenericCuda(p, q.raw(), k.raw(), v.raw(), dout.raw(), lse.data<float>(),
                                                        delta.data<float>(), dq.raw(), dk.raw(), dv.raw(),
@@ -190,7 +191,7 @@ absl::Status AttentionBlockBackward(const TensorView& q, const TensorView& k, co
                                               dq_accum.data<float>(), dq.raw(), dk.raw(),
                                               dv.raw(), stream.native());
 #else
-  return absl::InternalError("unreachable");
+  return NoCuda(q);
 #endif
 }
 
