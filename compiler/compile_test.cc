@@ -35,7 +35,7 @@ struct Fixture {
 };
 
 // The tiny Llama; `cuda_shapes` picks head_dim 64 and a vocabulary that is a multiple of 8 (the
-// CUDA attention and cross-entropy kernels' cases), with the matrices scaled by 0.1 so bf16 steps
+// flash attention and cross-entropy kernels' cases), with the matrices scaled by 0.1 so bf16 steps
 // stay tame.
 Fixture MakeFixture(int layers = 2, bool cuda_shapes = false) {
   Fixture f;

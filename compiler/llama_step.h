@@ -31,7 +31,7 @@ struct LlamaBenchConfig {
 };
 
 // "124m", "1b", "7b" (the peer's shapes and seq x micro-batch), "tiny" (a CPU-sized model with
-// head_dim 64 so the CUDA attention kernels apply). InvalidArgument for another name.
+// head_dim 64 so the flash attention kernels apply). InvalidArgument for another name.
 absl::StatusOr<LlamaBenchConfig> LlamaBenchConfigNamed(const std::string& name);
 
 // bf16 mixed precision, AdamW (lr set separately, betas 0.9/0.95, wd 0.1), clipping at 1.0,

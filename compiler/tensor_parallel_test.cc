@@ -65,7 +65,7 @@ graph::LlamaConfig ModelConfig() {
 
 // The same on every rank: seeded from the parent's random seed. `model`: graph/models' Llama
 // instead of the compiler's tiny test model.
-// The CUDA model has head_dim 64 and a vocabulary that is a multiple of 8 (the CUDA attention and
+// The CUDA model has head_dim 64 and a vocabulary that is a multiple of 8 (the flash attention and
 // cross-entropy kernels' bf16 cases) and matrices scaled down so bf16 logits stay moderate.
 // `wide`: dim 512 and ffn 2048 (8M parameters) for a batch of a few tokens, where the planner's
 // cost model prefers tensor parallelism (its traffic scales with activations, DDP's and FSDP's
