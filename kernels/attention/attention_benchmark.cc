@@ -2,7 +2,9 @@
 // TFLOP/s counts the useful flops: forward 4*B*S^2*H*D (halved when causal), backward 2.5x that.
 // Compare with kernels/attention/sdpa_peer.py (PyTorch SDPA, flash backend) on the same machine.
 // `variant` picks the kernel family (SG_ATTENTION_KERNEL, set here per benchmark): 2 = v2, 3 = v3,
-// 5 = v5 (the Hopper wgmma backward; backward only, its forward is v4's).
+// 5 = v5 (the Hopper wgmma backward; backward only, its forward is v4's), 9 = the generic kernels
+// (attention_generic.cu; BM_AttentionCuda/generic_* run them beside v5 at the same shapes, to show
+// what a head the flash kernels do not take costs).
 // BM_AttentionCuda/forward_v4 runs the v4 forward variants (SG_ATTN_FWD_VARIANT, the label names
 // it; attention_fwd_v4.h lists them; variant = 100 + its index in kFwdV4Variants: wgmma 100, ws 101).
 // BM_AttentionCudaDefault runs the default kernels (both variables unset) on bf16 and on f16 data
@@ -117,7 +119,7 @@ void BM_AttentionCuda(benchmark::State& state, bool backward) {
     setenv("SG_ATTN_FWD_VARIANT", fwd, 1);
     state.SetLabel(fwd);
   } else {
-    const char* name = variant == 2 ? "v2" : variant == 3 ? "v3" : "v5";
+    const char* name = variant == 2 ? "v2" : variant == 3 ? "v3" : variant == 9 ? "generic" : "v5";
     setenv("SG_ATTENTION_KERNEL", name, 1);
     unsetenv("SG_ATTN_FWD_VARIANT");
     state.SetLabel(name);
@@ -141,10 +143,13 @@ void ForwardV4Shapes(benchmark::internal::Benchmark* b) {
   Shapes(b, variants);
 }
 void BackwardShapes(benchmark::internal::Benchmark* b) { Shapes(b, {2, 3, 5}); }
+void GenericShapes(benchmark::internal::Benchmark* b) { Shapes(b, {5, 9}); }
 
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward, false)->Apply(ForwardShapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, forward_v4, false)->Apply(ForwardV4Shapes);
 BENCHMARK_CAPTURE(BM_AttentionCuda, backward, true)->Apply(BackwardShapes);
+BENCHMARK_CAPTURE(BM_AttentionCuda, generic_forward, false)->Apply(GenericShapes);
+BENCHMARK_CAPTURE(BM_AttentionCuda, generic_backward, true)->Apply(GenericShapes);
 
 // The default kernels; dtype = range(2): 0 bf16, 1 f16; `calls` back to back per timed iteration.
 void BM_AttentionCudaDefault(benchmark::State& state, bool backward, int calls) {

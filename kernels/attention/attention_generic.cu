@@ -2,16 +2,22 @@
 // head_dim up to kGenericMaxDim (the flash families take bf16 / f16 at head_dim 64 or 128 only).
 // Small models (a test's two layers of width 32 have head_dim 8) and f32 graphs then train on the
 // GPU instead of failing to lower. Plain kernels, one warp per output row, f32 arithmetic:
-//   forward:  a warp per (b, i, h) query row, keys 32 at a time (lane j's score q_i.k_j over the
-//             whole head), an online softmax, then out_i += p_j v_j with p_j broadcast by shuffle;
+//   forward:  a warp per (b, i, h) query row, keys 32 at a time (each score q_i.k_j a warp-wide
+//             sum over the head, kept by lane j), an online softmax, then out_i += p_j v_j with p_j
+//             broadcast by shuffle; every row load is coalesced across the lanes;
 //   delta:    a warp per row, dout_i . out_i;
 //   dq:       a warp per query row, dq_i = scale sum_j P_ij (dout_i.v_j - delta_i) k_j;
 //   dk, dv:   a warp per (b, j, kv head) key row, summing over the group's query heads and rows:
 //             dv_j = sum P_ij dout_i, dk_j = scale sum dS_ij q_i.
 // Every output element is written by one lane in a fixed order: the results are deterministic (no
-// atomics), unlike the flash backward's dq. Full-precision expf, so f32 graphs match the CPU reference
-// closely. The cost is O(seq_q * seq_k * head_dim) per head in each
-// kernel, with no tensor cores: a fallback for coverage, not for speed.
+// atomics), unlike the flash backward's dq. Full-precision expf, so f32 graphs match the CPU
+// reference closely. No tiling and no tensor cores: every warp reads its head's whole K and V, so
+// this is a fallback for coverage, not for speed. Measured on the H200 (2026-12-02 02:45,
+// attention_benchmark's generic_* beside v5 in one call; B 8, S 2048, 32 heads over 8, causal,
+// bf16): forward 64.3 / 67.7 ms at head_dim 64 / 128 against v5's 0.41 / 0.62, backward 226 /
+// 250 ms against 1.21 / 2.04: 100-160x slower. The first form (each lane one key's whole dot
+// product, uncoalesced) took 163 / 300 ms and 616 / 1154 ms; the scores as warp-wide sums of
+// coalesced row loads, as now, were 2.5-4.6x faster.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -71,19 +77,35 @@ Dims MakeDims(const AttentionParams& p) {
               p.q_offset,    p.k_offset,   p.causal};
 }
 
-// The dot product of an f32 row in shared memory with a row of T in global memory, by one lane.
+// Row `src` (d elements) as the lane's elements lane + 32 t, in f32 (0 past d).
 template <typename T>
-__device__ __forceinline__ float Dot(const float* a, const T* __restrict__ b, int d) {
-  float s = 0.f;
-  for (int e = 0; e < d; ++e) s += a[e] * ToF(b[e]);
-  return s;
+__device__ __forceinline__ void LoadLanes(const T* __restrict__ src, int d, int lane, float (&x)[kPer]) {
+#pragma unroll
+  for (int t = 0; t < kPer; ++t) {
+    const int e = lane + 32 * t;
+    x[t] = e < d ? ToF(src[e]) : 0.f;
+  }
 }
 
-// Copies row src (d elements) into the warp's shared f32 row; the warp syncs after.
+// The dot products of a (held as LoadLanes holds it) with rows jj < here of `rows` (row jj at
+// rows + jj * stride), each summed across the warp: lane jj returns row jj's (0 past here). The
+// loads of one row are coalesced across the lanes.
 template <typename T>
-__device__ __forceinline__ void LoadRow(const T* __restrict__ src, float* dst, int d, int lane) {
-  for (int e = lane; e < d; e += 32) dst[e] = ToF(src[e]);
-  __syncwarp();
+__device__ __forceinline__ float DotRows(const float (&a)[kPer], const T* __restrict__ rows, int64_t stride, int here,
+                                         int d, int lane) {
+  float mine = 0.f;
+  for (int jj = 0; jj < here; ++jj) {
+    const T* row = rows + jj * stride;
+    float part = 0.f;
+#pragma unroll
+    for (int t = 0; t < kPer; ++t) {
+      const int e = lane + 32 * t;
+      if (e < d) part += a[t] * ToF(row[e]);
+    }
+    part = WarpSum(part);
+    if (lane == jj) mine = part;
+  }
+  return mine;
 }
 
 // acc (lane's elements lane + 32 t) += sum over jj < here of w from lane jj (a shuffle) times row jj
@@ -108,29 +130,29 @@ template <typename T>
 __global__ void __launch_bounds__(kWarps * 32)
     GenericForwardKernel(Dims p, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                          T* __restrict__ out, float* __restrict__ lse) {
-  __shared__ float qs[kWarps][kGenericMaxDim];
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
   const int64_t i = int64_t(blockIdx.x) * kWarps + w, h = blockIdx.y, b = blockIdx.z;
   if (i >= p.seq_q) return;
-  const int64_t hk = h / (p.heads / p.kv_heads);
-  const T* qi = q + ((b * p.seq_q + i) * p.heads + h) * p.d;
-  LoadRow(qi, qs[w], p.d, lane);
+  const int64_t hk = h / (p.heads / p.kv_heads), stride = p.kv_heads * p.d;
+  float qi[kPer];
+  LoadLanes(q + ((b * p.seq_q + i) * p.heads + h) * p.d, p.d, lane, qi);
   const int64_t kend = p.KeyEnd(i);
   float m = -INFINITY, l = 0.f, acc[kPer];
 #pragma unroll
   for (int t = 0; t < kPer; ++t) acc[t] = 0.f;
   for (int64_t j0 = 0; j0 < kend; j0 += 32) {
-    const int64_t j = j0 + lane;
-    const bool valid = j < kend;
-    const float s = valid ? p.scale * Dot(qs[w], k + ((b * p.seq_k + j) * p.kv_heads + hk) * p.d, p.d) : -INFINITY;
+    const int here = int(kend - j0 < 32 ? kend - j0 : 32);
+    const int64_t first = ((b * p.seq_k + j0) * p.kv_heads + hk) * p.d;
+    const bool valid = lane < here;
+    const float dot = DotRows(qi, k + first, stride, here, p.d, lane);  // by every lane (shuffles)
+    const float s = valid ? p.scale * dot : -INFINITY;
     const float m_new = fmaxf(m, WarpMax(s));  // finite: lane 0's key is valid
     const float pj = valid ? expf(s - m_new) : 0.f;
-    const float corr = expf(m - m_new);      // 0 on the first block (m = -inf)
+    const float corr = expf(m - m_new);        // 0 on the first block (m = -inf)
     l = l * corr + WarpSum(pj);
 #pragma unroll
     for (int t = 0; t < kPer; ++t) acc[t] *= corr;
-    const int here = int(kend - j0 < 32 ? kend - j0 : 32);
-    AddWeightedRows(acc, pj, v + ((b * p.seq_k + j0) * p.kv_heads + hk) * p.d, p.kv_heads * p.d, here, p.d, lane);
+    AddWeightedRows(acc, pj, v + first, stride, here, p.d, lane);
     m = m_new;
   }
   T* oi = out + ((b * p.seq_q + i) * p.heads + h) * p.d;
@@ -163,28 +185,26 @@ __global__ void __launch_bounds__(kWarps * 32)
     GenericDqKernel(Dims p, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                     const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
                     T* __restrict__ dq) {
-  __shared__ float qs[kWarps][kGenericMaxDim], dos[kWarps][kGenericMaxDim];
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
   const int64_t i = int64_t(blockIdx.x) * kWarps + w, h = blockIdx.y, b = blockIdx.z;
   if (i >= p.seq_q) return;
   const int64_t hk = h / (p.heads / p.kv_heads), row = ((b * p.seq_q + i) * p.heads + h) * p.d;
-  LoadRow(q + row, qs[w], p.d, lane);
-  LoadRow(dout + row, dos[w], p.d, lane);
+  const int64_t stride = p.kv_heads * p.d;
+  float qi[kPer], doi[kPer];
+  LoadLanes(q + row, p.d, lane, qi);
+  LoadLanes(dout + row, p.d, lane, doi);
   const float lse_i = lse[(b * p.heads + h) * p.seq_q + i], delta_i = delta[(b * p.heads + h) * p.seq_q + i];
   const int64_t kend = isfinite(lse_i) ? p.KeyEnd(i) : 0;  // lse -inf: every key masked
   float acc[kPer];
 #pragma unroll
   for (int t = 0; t < kPer; ++t) acc[t] = 0.f;
   for (int64_t j0 = 0; j0 < kend; j0 += 32) {
-    const int64_t j = j0 + lane;
-    float dsj = 0.f;
-    if (j < kend) {
-      const int64_t kv = ((b * p.seq_k + j) * p.kv_heads + hk) * p.d;
-      const float pij = expf(p.scale * Dot(qs[w], k + kv, p.d) - lse_i);
-      dsj = pij * (Dot(dos[w], v + kv, p.d) - delta_i);
-    }
     const int here = int(kend - j0 < 32 ? kend - j0 : 32);
-    AddWeightedRows(acc, dsj, k + ((b * p.seq_k + j0) * p.kv_heads + hk) * p.d, p.kv_heads * p.d, here, p.d, lane);
+    const int64_t first = ((b * p.seq_k + j0) * p.kv_heads + hk) * p.d;
+    const float qk = DotRows(qi, k + first, stride, here, p.d, lane);
+    const float dov = DotRows(doi, v + first, stride, here, p.d, lane);
+    const float dsj = lane < here ? expf(p.scale * qk - lse_i) * (dov - delta_i) : 0.f;
+    AddWeightedRows(acc, dsj, k + first, stride, here, p.d, lane);
   }
 #pragma unroll
   for (int t = 0; t < kPer; ++t) {
@@ -200,33 +220,34 @@ __global__ void __launch_bounds__(kWarps * 32)
     GenericDkDvKernel(Dims p, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,
                       const T* __restrict__ dout, const float* __restrict__ lse, const float* __restrict__ delta,
                       T* __restrict__ dk, T* __restrict__ dv) {
-  __shared__ float ks[kWarps][kGenericMaxDim], vs[kWarps][kGenericMaxDim];
   const int lane = int(threadIdx.x) & 31, w = int(threadIdx.x) >> 5;
   const int64_t j = int64_t(blockIdx.x) * kWarps + w, hk = blockIdx.y, b = blockIdx.z;
   if (j >= p.seq_k) return;
   const int64_t kv = ((b * p.seq_k + j) * p.kv_heads + hk) * p.d, group = p.heads / p.kv_heads;
-  LoadRow(k + kv, ks[w], p.d, lane);
-  LoadRow(v + kv, vs[w], p.d, lane);
-  float dk_acc[kPer], dv_acc[kPer];
+  const int64_t stride = p.heads * p.d;
+  float kj[kPer], vj[kPer], dk_acc[kPer], dv_acc[kPer];
+  LoadLanes(k + kv, p.d, lane, kj);
+  LoadLanes(v + kv, p.d, lane, vj);
 #pragma unroll
   for (int t = 0; t < kPer; ++t) dk_acc[t] = dv_acc[t] = 0.f;
   const int64_t ibegin = p.QueryBegin(j);
   for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
     for (int64_t i0 = ibegin; i0 < p.seq_q; i0 += 32) {
-      const int64_t i = i0 + lane;
-      float pij = 0.f, dsij = 0.f;
-      if (i < p.seq_q) {
-        const int64_t row = ((b * p.seq_q + i) * p.heads + h) * p.d, stat = (b * p.heads + h) * p.seq_q + i;
-        const float lse_i = lse[stat];
-        if (isfinite(lse_i)) {
-          pij = expf(p.scale * Dot(ks[w], q + row, p.d) - lse_i);
-          dsij = pij * (Dot(vs[w], dout + row, p.d) - delta[stat]);
-        }
-      }
       const int here = int(p.seq_q - i0 < 32 ? p.seq_q - i0 : 32);
       const int64_t first = ((b * p.seq_q + i0) * p.heads + h) * p.d;
-      AddWeightedRows(dv_acc, pij, dout + first, p.heads * p.d, here, p.d, lane);
-      AddWeightedRows(dk_acc, dsij, q + first, p.heads * p.d, here, p.d, lane);
+      const float qk = DotRows(kj, q + first, stride, here, p.d, lane);
+      const float dov = DotRows(vj, dout + first, stride, here, p.d, lane);
+      float pij = 0.f, dsij = 0.f;
+      if (lane < here) {
+        const int64_t stat = (b * p.heads + h) * p.seq_q + i0 + lane;
+        const float lse_i = lse[stat];
+        if (isfinite(lse_i)) {
+          pij = expf(p.scale * qk - lse_i);
+          dsij = pij * (dov - delta[stat]);
+        }
+      }
+      AddWeightedRows(dv_acc, pij, dout + first, stride, here, p.d, lane);
+      AddWeightedRows(dk_acc, dsij, q + first, stride, here, p.d, lane);
     }
   }
 #pragma unroll
