@@ -12,7 +12,7 @@
 // Every output element is written by one lane in a fixed order: the results are deterministic (no
 // atomics), unlike the flash backward's dq. Full-precision expf, so f32 graphs match the CPU
 // reference closely. No tiling and no tensor cores: every warp reads its head's whole K and V, so
-// this is a fallback for coverage, not for speed. Measured on the H200 (2026-12-02 02:45,
+// this is a fallback for coverage, not for speed. Measured on the H200 (2026-12-02 02:15,
 // attention_benchmark's generic_* beside v5 in one call; B 8, S 2048, 32 heads over 8, causal,
 // bf16): forward 64.3 / 67.7 ms at head_dim 64 / 128 against v5's 0.41 / 0.62, backward 226 /
 // 250 ms against 1.21 / 2.04: 100-160x slower. The first form (each lane one key's whole dot
