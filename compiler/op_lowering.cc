@@ -258,7 +258,14 @@ LoweredOp Attention(const Node& n, const NodeViews& v) {
 }
 
 // The CUDA attention kernels' dtypes and head dims, for q ([batch, seq, heads, head_dim]).
-bool CudaAttentionCovers(const TensorView& q) { return q.dim(3) <= kernels::kAttentionMaxHeadDim; }
+// OK when the CUDA attention kernels take q's head (any dtype up to kAttentionMaxHeadDim); else
+// Unimplemented, naming the head size and the limit.
+absl::Status CudaAttentionCovers(const TensorView& q) {
+  if (q.dim(3) <= kernels::kAttentionMaxHeadDim) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat("attention on ", q.device().ToString(), ": head_dim ", q.dim(3),
+                                               " is wider than the CUDA kernels take (", kernels::kAttentionMaxHeadDim,
+                                               ")"));
+}
 
 LoweredOp AttentionBackward(const Node& n, const NodeViews& v, bool matched) {
   const kernels::AttentionOptions o = AttnOptions(n);
@@ -380,12 +387,12 @@ absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const Sid
       // and f16 at 64 and 128, plain ones otherwise: kernels/attention/attention.h). On the CPU, f16
       // runs the graph interpreter, as the f16 CPU step always has.
       if (device.is_cpu() && v.in[0].dtype() == DType::kF16) return Reference(n, v, device);
-      if (device.is_cpu() || CudaAttentionCovers(v.in[0])) return Attention(n, v);
-      return LoweredOp{};
+      if (!device.is_cpu()) SG_RETURN_IF_ERROR(CudaAttentionCovers(v.in[0]));
+      return Attention(n, v);
     case OpKind::kAttentionBackward:
       if (device.is_cpu() && v.in[1].dtype() == DType::kF16) return Reference(n, v, device);
-      if (device.is_cpu() || CudaAttentionCovers(v.in[1])) return AttentionBackward(n, v, matched());
-      return LoweredOp{};
+      if (!device.is_cpu()) SG_RETURN_IF_ERROR(CudaAttentionCovers(v.in[1]));
+      return AttentionBackward(n, v, matched());
     case OpKind::kMatmul:
       return Matmul(n, v);
     case OpKind::kEmbedding: {
