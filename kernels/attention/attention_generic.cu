@@ -73,8 +73,8 @@ struct Dims {
 };
 
 Dims MakeDims(const AttentionParams& p) {
-  return Dims{p.batch,       p.seq_q,      p.seq_k,    p.heads, p.kv_heads, int(p.head_dim), float(p.scale),
-              p.q_offset,    p.k_offset,   p.causal};
+  return Dims{p.batch, p.seq_q, p.seq_k, p.heads, p.kv_heads, int(p.head_dim), float(p.scale),
+              p.q_offset, p.k_offset, p.causal};
 }
 
 // Row `src` (d elements) as the lane's elements lane + 32 t, in f32 (0 past d).
