@@ -260,7 +260,7 @@ LoweredOp Attention(const Node& n, const NodeViews& v) {
 // The CUDA attention kernels' dtypes and head dims, for q ([batch, seq, heads, head_dim]).
 // OK when the CUDA attention kernels take q's head (any dtype up to kAttentionMaxHeadDim); else
 // Unimplemented, naming the head size and the limit.
-absl::Status CudaAttentionCovers(const TensorView& q) {
+absl::Status CheckCudaAttentionHead(const TensorView& q) {
   if (q.dim(3) <= kernels::kAttentionMaxHeadDim) return absl::OkStatus();
   return absl::UnimplementedError(absl::StrCat("attention on ", q.device().ToString(), ": head_dim ", q.dim(3),
                                                " is wider than the CUDA kernels take (", kernels::kAttentionMaxHeadDim,
@@ -387,11 +387,11 @@ absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const Sid
       // and f16 at 64 and 128, plain ones otherwise: kernels/attention/attention.h). On the CPU, f16
       // runs the graph interpreter, as the f16 CPU step always has.
       if (device.is_cpu() && v.in[0].dtype() == DType::kF16) return Reference(n, v, device);
-      if (!device.is_cpu()) SG_RETURN_IF_ERROR(CudaAttentionCovers(v.in[0]));
+      if (!device.is_cpu()) SG_RETURN_IF_ERROR(CheckCudaAttentionHead(v.in[0]));
       return Attention(n, v);
     case OpKind::kAttentionBackward:
       if (device.is_cpu() && v.in[1].dtype() == DType::kF16) return Reference(n, v, device);
-      if (!device.is_cpu()) SG_RETURN_IF_ERROR(CudaAttentionCovers(v.in[1]));
+      if (!device.is_cpu()) SG_RETURN_IF_ERROR(CheckCudaAttentionHead(v.in[1]));
       return AttentionBackward(n, v, matched());
     case OpKind::kMatmul:
       return Matmul(n, v);

@@ -397,8 +397,8 @@ absl::StatusOr<std::shared_ptr<const Artifact>> CompileCache::GetOrCompile(
   SG_RETURN_IF_ERROR(spec.Admits(binding));
   const std::string key = KeyFor(request, spec);
   const std::string& guard = spec.ToString();
-  const int64_t corrupt_before = stats().corrupt_entries;
-  if (std::shared_ptr<const Artifact> a = Find(key, guard)) return a;
+  int64_t corrupt_before = 0;
+  if (std::shared_ptr<const Artifact> a = Find(key, guard, &corrupt_before)) return a;
   std::string reason;
   {
     absl::MutexLock l(&mu_);
@@ -428,7 +428,8 @@ absl::StatusOr<std::shared_ptr<const Artifact>> CompileCache::Lookup(const Cache
   return Find(KeyFor(request, spec), spec.ToString());
 }
 
-std::shared_ptr<const Artifact> CompileCache::Find(const std::string& key, const std::string& guard) {
+std::shared_ptr<const Artifact> CompileCache::Find(const std::string& key, const std::string& guard,
+                                                   int64_t* corrupt_before) {
   {
     absl::MutexLock l(&mu_);
     ++stats_.lookups;
@@ -438,6 +439,7 @@ std::shared_ptr<const Artifact> CompileCache::Find(const std::string& key, const
       it->second.last_use = ++clock_;
       return it->second.artifact;
     }
+    if (corrupt_before != nullptr) *corrupt_before = stats_.corrupt_entries;
   }
   std::shared_ptr<const Artifact> a = ReadDisk(key, guard);
   if (a != nullptr) {

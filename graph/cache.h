@@ -156,8 +156,10 @@ class CompileCache {
   explicit CompileCache(Options o) : options_(std::move(o)) {}
   std::string KeyFor(const CacheRequest& r, const Specialization& s) const;
   // The artifact cached under key with this guard, from memory or else from disk (then also kept in
-  // memory); nullptr when neither has it. Counts the lookup and the hit.
-  std::shared_ptr<const Artifact> Find(const std::string& key, const std::string& guard);
+  // memory); nullptr when neither has it. Counts the lookup and the hit. On a memory miss,
+  // *corrupt_before (when given) is the corrupt-entry count before the disk read.
+  std::shared_ptr<const Artifact> Find(const std::string& key, const std::string& guard,
+                                       int64_t* corrupt_before = nullptr);
   std::shared_ptr<const Artifact> ReadDisk(const std::string& key, const std::string& guard);
   void WriteDisk(const std::string& key, const std::string& guard, const Artifact& a);
   void EvictDisk();

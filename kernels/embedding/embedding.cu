@@ -10,7 +10,7 @@
 //     the scan, scatter and the sums of the rows with tokens (a compacted list of them, four to a
 //     CTA) run on a high-priority side stream while the caller's stream zeroes the rows without
 //     tokens (evict-first stores where tokens * 4 >= vocab, 1.5-2% faster than plain ones in the
-//     same process at 16384 of 32000; 3.38-3.52 TB/s there from one process to another,
+//     same process at 16384 of 32000; 3.38-3.54 TB/s there from one process to another,
 //     2026-12-02), then joins (embedding_atomic.cu). Rows without the 16-byte layout fall back to
 //     "atomic";
 //   "atomic", "atomic_nopdl": counts, a scan and an

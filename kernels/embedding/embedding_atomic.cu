@@ -496,16 +496,6 @@ __global__ void __launch_bounds__(kThreads)
   SortRuns(order, tmp, begin, end, n, sh);
 }
 
-// A zero float4 at q, evict-first (st.global.cs) when `evict_first`.
-__device__ __forceinline__ void StoreZero(float4* q, bool evict_first) {
-  const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
-  if (evict_first) {
-    __stcs(q, zero);
-  } else {
-    *q = zero;
-  }
-}
-
 // The zero fill of "atomic2s": rows v0 .. v0 + rows - 1 of the f32 table (`vecs` float4 each)
 // whose count is 0, i.e. the rows the side stream's SortSumTouchedKernel leaves unwritten.
 // Small independent CTAs (about kZeroVecs stores each), not a persistent grid: as they retire, the
@@ -522,7 +512,13 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
   for (uint32_t i = threadIdx.x; i < here; i += kThreads) {
     const uint32_t r = i / vecs;
     if (counts[v0 + r] != 0) continue;
-    StoreZero(dtable + (v0 + r) * vecs + (i - r * vecs), evict_first);
+    float4* q = dtable + (v0 + r) * vecs + (i - r * vecs);
+    const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (evict_first) {
+      __stcs(q, zero);
+    } else {
+      *q = zero;
+    }
   }
 }
 

@@ -54,6 +54,8 @@ cudaError_t LaunchMaybePdl(void (*kernel)(KArgs...), dim3 grid, int threads, cud
 
 // acc += dout rows order[j .. end), columns 8c .. 8c + 7, in that order: four rows' loads in flight
 // before their additions, which stay in order (SumRunsThen's loop over a run's repeated rows).
+// `end` by reference: so nvcc compiles SumRunsThen as it did before this helper existed (the code
+// measured on the H200); by value it unrolls the loop differently.
 template <typename T>
 __device__ __forceinline__ void AddRun(const T* __restrict__ dout, const int32_t* order, int32_t j, const int32_t& end,
                                        int64_t dim, int c, float (&acc)[8]) {
