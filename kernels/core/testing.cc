@@ -32,6 +32,26 @@ std::mt19937_64& Rng() {
 
 namespace {
 
+// Waits for all work this process queued on `device`. The helpers' copies go through the legacy
+// default stream, which is not ordered with the non-blocking streams kernels run on
+// (Stream::Create): without it a copy could read an output before its kernel finished, or poison a
+// buffer that a kernel still writes.
+void SyncDevice(Device device) {
+#ifdef SG_WITH_CUDA
+  if (!device.is_cuda()) return;
+  int prev = 0;
+  cudaGetDevice(&prev);
+  cudaError_t e = cudaSetDevice(device.ordinal);
+  if (e == cudaSuccess) e = cudaDeviceSynchronize();
+  if (e != cudaSuccess) {
+    ADD_FAILURE() << "cudaDeviceSynchronize on " << device.ToString() << ": " << cudaGetErrorString(e);
+  }
+  cudaSetDevice(prev);
+#else
+  (void)device;
+#endif
+}
+
 template <typename T>
 void FillHost(const TensorView& t, const std::vector<double>& v) {
   T* p = t.data<T>();
@@ -61,6 +81,7 @@ Tensor HostCopy(const TensorView& t) {
   if (t.device().is_cpu()) {
     if (t.nbytes() > 0) std::memcpy(h.view().raw(), t.raw(), size_t(t.nbytes()));  // empty: null data
   } else {
+    SyncDevice(t.device());
     Stream s = Stream::Cpu();
     absl::Status st = CopyTensor(t, h, s);
     if (!st.ok()) ADD_FAILURE() << st;
@@ -92,6 +113,7 @@ Tensor RandomTensor(const Shape& shape, DType dtype, Device device, std::mt19937
     Tensor t = Tensor::Empty(shape, dtype, device).value();
     Stream s = Stream::Create(device).value();
     absl::Status st = FillUniformCuda(t.view().raw(), dtype, t.numel(), rng(), scale, s.native());
+    if (st.ok()) st = s.Synchronize();  // the caller's kernels run on other streams
     if (!st.ok()) ADD_FAILURE() << st;
     return t;
   }
@@ -108,6 +130,7 @@ void Poison(const TensorView& t) {
     if (t.nbytes() > 0) std::memset(t.raw(), byte, size_t(t.nbytes()));
     return;
   }
+  SyncDevice(t.device());
   Tensor h = Tensor::Empty(t.shape(), t.dtype(), Device::Cpu()).value();
   std::memset(h.view().raw(), byte, size_t(t.nbytes()));
   absl::Status st = CopyTensor(h, t, Stream::Cpu());

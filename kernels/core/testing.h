@@ -20,12 +20,15 @@ namespace sg::testing {
 // printed, so a failure can be replayed.
 std::mt19937_64& Rng();
 
-// A tensor on `device` with values uniform in [-scale, scale) (rounded to its dtype).
+// A tensor on `device` with values uniform in [-scale, scale) (rounded to its dtype), complete on
+// return (usable from any stream).
 Tensor RandomTensor(const Shape& shape, DType dtype, Device device, std::mt19937_64& rng,
                     float scale = 1.0f);
-// Fills with NaN (floating types) or 0x7f7f... (integers), so an unwritten element is seen.
+// Fills with NaN (floating types) or 0x7f7f... (integers), so an unwritten element is seen. On a
+// device it first waits for the device's queued work, so no earlier kernel writes after it.
 void Poison(const TensorView& t);
-// Values as doubles on the host (copies from the device when needed).
+// Values as doubles on the host (copies from the device when needed, after the device's queued work:
+// a kernel on any stream of this process has finished writing `t`).
 std::vector<double> ToHost(const TensorView& t);
 // A tensor on `device` holding `values` converted to `dtype`.
 Tensor FromHost(const std::vector<double>& values, const Shape& shape, DType dtype, Device device);

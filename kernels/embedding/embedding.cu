@@ -10,9 +10,10 @@
 //     the scan, scatter and the sums of the rows with tokens (a compacted list of them, four to a
 //     CTA) run on a high-priority side stream while the caller's stream zeroes the rows without
 //     tokens (evict-first stores where tokens * 4 >= vocab, 1.5-2% faster than plain ones in the
-//     same process at 16384 of 32000; 3.38-3.54 TB/s there from one process to another,
-//     2026-12-02), then joins (embedding_atomic.cu). Rows without the 16-byte layout fall back to
-//     "atomic";
+//     same process at 16384 of 32000), then joins (embedding_atomic.cu); on tables of 64 MiB or
+//     more the side stream starts each call with an "early fill" of the first rows (~2.5% at
+//     16384 of 32000: 3.495-3.500 TB/s in three processes on 2026-12-02, 3.40-3.42 without it in
+//     the same processes). Rows without the 16-byte layout fall back to "atomic";
 //   "atomic", "atomic_nopdl": counts, a scan and an
 //     atomic scatter of the token positions, each run sorted in place before its row sum
 //     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";

@@ -17,6 +17,8 @@
 //      (SumRuns), so dtable is bitwise that of the sorted path. Without the 16-byte layout a
 //      SortRunsKernel sorts and the general RowSumKernel sums.
 // Out-of-range ids are neither counted nor scattered: their gradients drop, as in the sorted path.
+// On tables of 64 MiB or more, atomic2s's side stream first zeroes the table's first rows (the
+// "early fill", at EarlyRows below, with its measurements).
 // Capturable in a CUDA graph: no host synchronization, scratch from the caching allocator, static
 // shared memory only (under 48 KB, no opt-in attribute).
 //
@@ -118,6 +120,8 @@
 // resident fill 105.3 / 109.4. Bitwise right; the model was wrong. Fresh buffers every repetition
 // spread 94.96-96.68 us within one process (reused ones 0.1-0.5): placement is part of the spread
 // between processes.
+// 2026-12-02 02:58-03:24 (gpu_call76-79.sh), adopted: the early fill (EarlyRows below), 94.2-94.4 us
+// (3.495-3.500 TB/s) against 96.4-96.9 without it, each pair in one process.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -504,14 +508,14 @@ __global__ void __launch_bounds__(kThreads)
 constexpr int kZeroVecs = 1024;                     // 16 KB per CTA, 4 16-byte stores per thread
 constexpr int64_t kMaxZeroVecs = int64_t(1) << 30;  // float4 per row: rows * vecs + kThreads fits 32 bits
 __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __restrict__ counts,
-                                                                float4* __restrict__ dtable, int64_t vocab,
-                                                                uint32_t vecs, uint32_t rows,
+                                                                float4* __restrict__ dtable, int64_t first,
+                                                                int64_t end, uint32_t vecs, uint32_t rows,
                                                                 bool evict_first) {
-  const int64_t v0 = int64_t(blockIdx.x) * rows;
-  const uint32_t here = uint32_t(min(int64_t(rows), vocab - v0)) * vecs;
+  const int64_t v0 = first + int64_t(blockIdx.x) * rows;
+  const uint32_t here = uint32_t(min(int64_t(rows), end - v0)) * vecs;
   for (uint32_t i = threadIdx.x; i < here; i += kThreads) {
     const uint32_t r = i / vecs;
-    if (counts[v0 + r] != 0) continue;
+    if (counts != nullptr && counts[v0 + r] != 0) continue;
     float4* q = dtable + (v0 + r) * vecs + (i - r * vecs);
     const float4 zero = make_float4(0.f, 0.f, 0.f, 0.f);
     if (evict_first) {
@@ -626,6 +630,7 @@ struct SideStream {
   cudaStream_t stream = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   int priority = 0;
+  int least = 0;  // the device's least priority: the early fill's
 };
 
 // Creates `side`'s stream and events on `device`; the caller's current device is restored.
@@ -645,6 +650,7 @@ absl::Status CreateSideStream(int device, SideStream& side) {
     side.fork = fork;
     side.join = join;
     side.priority = greatest;
+    side.least = least;
     return absl::OkStatus();
   }();
   SG_CUDA_RETURN_IF_ERROR(cudaSetDevice(current));
@@ -695,31 +701,82 @@ absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* 
   return absl::OkStatus();
 }
 
-// ZeroUntouchedKernel over the table on `s`: about kZeroVecs float4 per CTA, whole rows.
-absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, cudaStream_t s) {
+// ZeroUntouchedKernel over rows first .. end - 1 of the table on `s`: about kZeroVecs float4 per
+// CTA, whole rows; every row of the range when counts is null.
+absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, int64_t first, int64_t end,
+                           cudaStream_t s, const int* priority = nullptr) {
+  if (end <= first) return absl::OkStatus();
   const uint32_t vecs = uint32_t(p.dim / 4);
   const uint32_t rows = uint32_t(std::max<int64_t>(1, kZeroVecs / int64_t(vecs)));
-  const unsigned blocks = unsigned((p.vocab + rows - 1) / rows);
-  ZeroUntouchedKernel<<<blocks, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), p.vocab, vecs, rows,
-                                                   FillEvictFirst(p));
-  SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedKernel);
+  const unsigned blocks = unsigned((end - first + rows - 1) / rows);
+  if (priority == nullptr) {
+    ZeroUntouchedKernel<<<blocks, kThreads, 0, s>>>(counts, reinterpret_cast<float4*>(dtable), first, end, vecs,
+                                                     rows, FillEvictFirst(p));
+    SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedKernel);
+    return absl::OkStatus();
+  }
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(unsigned(kThreads));
+  config.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributePriority;
+  attr[0].val.priority = *priority;
+  config.attrs = attr;
+  config.numAttrs = 1;
+  SG_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, ZeroUntouchedKernel, counts, reinterpret_cast<float4*>(dtable),
+                                             first, end, vecs, rows, FillEvictFirst(p)));
   return absl::OkStatus();
 }
 
-// "atomic2s" (16-byte rows, dim % 8 == 0): zero and count on `s`; fork to the side stream for
-// the scan, scatter and touched rows' sums while `s` zeroes the untouched rows; join. The side
-// stream's work is enqueued before the zero fill so it is ready the moment the count ends. The
-// join is recorded and waited even after a failed launch, so a capture never ends with the side
-// stream unjoined.
+// The early fill: the side stream starts each call by zeroing the table's first rows (one fill
+// CTA's worth, kZeroVecs float4) unconditionally, at the device's least priority, before the counts
+// exist; the fill after the count starts past them (a touched one among them is zeroed, then
+// written by the sums, which the side stream orders after it). Its bytes do not matter: measured
+// 2026-12-02 (gpu_call76-78.sh, one H200, interleaved in one process each), at 16384 of 32000 x 2048
+// the same ~2.5 us gain from 8 KB to 4 MB early (94.2-94.4 us against 96.6-96.9 without; 16 to 32
+// MB 95.2-96.1), and an event wait at the entry without the kernel gains nothing (96.8-96.9). Why
+// a side stream that starts with a kernel at the entry takes the scan sooner was not established.
+// It pays where the table is large: 128256 x 2048 271.2 against 275.5 us, a hot id 219.5 against
+// 220.9; but at dim 8 (1-4 MB tables, latency-bound) it lost: 32.5 against 30.2 us at vocab 32000,
+// 32.7 against 32.4 at 128256. So it runs for tables of kEarlyFillMinBytes or more, unless
+// SG_EMBEDDING_EARLY_FILL is "0" or "1".
+constexpr int64_t kEarlyFillMinBytes = int64_t(64) << 20;
+int64_t EarlyRows(const Problem& p) {
+  const char* v = std::getenv("SG_EMBEDDING_EARLY_FILL");
+  const bool on = v != nullptr && (std::strcmp(v, "0") == 0 || std::strcmp(v, "1") == 0)
+                      ? v[0] == '1'
+                      : p.vocab * p.dim * int64_t(sizeof(float)) >= kEarlyFillMinBytes;
+  return on ? std::min(p.vocab, std::max<int64_t>(1, kZeroVecs / (p.dim / 4))) : 0;
+}
+
+// "atomic2s" (16-byte rows, dim % 8 == 0): the early fill on the side stream where the table is
+// large; zero and count on `s`; fork to the side stream for the scan, scatter and touched rows'
+// sums while `s` zeroes the untouched rows; join. The side stream's work is enqueued before the
+// zero fill so it is ready the moment the count ends. Once the side stream has waited on `s` (the
+// early fill's fork, or the count's), the join is recorded and waited even after a failed launch,
+// so a capture never ends with the side stream unjoined.
 template <typename T, typename I>
 absl::Status BackwardAtomic2s(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
                               cudaStream_t s, SideStream& side) {
-  SG_RETURN_IF_ERROR(ZeroAndCount(p, tokens, sc, s, true));
-  SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, s));
-  SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
-  absl::Status st = SideSteps(p, dout, tokens, dtable, sc, side);
+  const int64_t early = EarlyRows(p);
+  bool forked = false;
+  absl::Status st = [&]() -> absl::Status {
+    if (early > 0) {  // ordered after `s`'s earlier work, as the rest of the side stream's
+      SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, s));
+      SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
+      forked = true;
+      SG_RETURN_IF_ERROR(ZeroUntouched(p, nullptr, dtable, 0, early, side.stream, &side.least));
+    }
+    SG_RETURN_IF_ERROR(ZeroAndCount(p, tokens, sc, s, true));
+    SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, s));
+    SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
+    forked = true;
+    return SideSteps(p, dout, tokens, dtable, sc, side);
+  }();
+  if (!forked) return st;
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.join, side.stream));
-  if (st.ok()) st.Update(ZeroUntouched(p, sc.counts, dtable, s));
+  if (st.ok()) st.Update(ZeroUntouched(p, sc.counts, dtable, early, p.vocab, s));
   SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, side.join, 0));
   return st;
 }

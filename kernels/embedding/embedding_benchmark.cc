@@ -33,11 +33,12 @@ struct Setup {
 // iteration (1: events around one call, host launch latency included; kBatch: back-to-back calls,
 // as in a CUDA-graph step). zero_fill: time ZeroTensor(dtable) instead, the write-only ceiling of
 // the backward's largest stream (the f32 dtable). hot: every 20th token is id 7 (5% on one id, the
-// rest uniform).
+// rest uniform). no_early: SG_EMBEDDING_EARLY_FILL=0 (atomic2s without its early fill).
 constexpr int kBatch = 10;
 void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel = "", int calls = 1,
-         bool zero_fill = false, bool hot = false) {
+         bool zero_fill = false, bool hot = false, bool no_early = false) {
   Setup s;
+  if (no_early) setenv("SG_EMBEDDING_EARLY_FILL", "0", 1);
   const char* var = "SG_EMBEDDING_BWD";
   if (*kernel != 0) {
     setenv(var, kernel, 1);
@@ -65,9 +66,10 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
                       : EmbeddingForward(ids, table, out, s.stream);
   });
   unsetenv(var);
+  if (no_early) unsetenv("SG_EMBEDDING_EARLY_FILL");
   state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() +
                  (zero_fill ? " zero-fill dtable" : (*kernel ? std::string(" ") + kernel : std::string(" default"))) +
-                 (hot ? " hot" : "") + (calls > 1 ? " batch" : " per-call"));
+                 (hot ? " hot" : "") + (no_early ? " no-early" : "") + (calls > 1 ? " batch" : " per-call"));
 }
 
 void BM_EmbeddingForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false); }
@@ -87,6 +89,10 @@ void BM_EmbeddingBackwardBF16AtomicNoPdlBatch(benchmark::State& st) {
 void BM_EmbeddingBackwardBF16Atomic2sBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "atomic2s", kBatch); }
 void BM_EmbeddingBackwardBF16Atomic2sHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic2s", kBatch, false, true);
+}
+// Without the early fill (embedding_atomic.cu), for comparisons in one process.
+void BM_EmbeddingBackwardBF16Atomic2sNoEarlyBatch(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "atomic2s", kBatch, false, false, true);
 }
 void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "rows", kBatch, false, true);
@@ -115,6 +121,7 @@ BENCHMARK(BM_EmbeddingBackwardBF16RowsBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicNoPdlBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sBatch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sNoEarlyBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;

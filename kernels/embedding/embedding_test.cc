@@ -448,6 +448,31 @@ TEST(EmbeddingCudaBackwardTest, ZeroesUntouchedRows) {
   CheckBackwardsBitwise({42.0}, 3001, 8, DType::kBF16, DType::kI32);  // one token: no row can have two
 }
 
+// atomic2s's early fill (embedding_atomic.cu): the side stream zeroes the table's first rows (one
+// fill CTA's, 16 KB) before the counts exist, and the fill after the count starts past them. On by
+// default from 64 MiB of table: 16400 x 1024 f32 (67 MB, 4 early rows), with rows 0 and 2 touched
+// (zeroed early, then summed) and rows 1 and 3 not; forced on for small tables (all 100 rows
+// early at dim 8; 512 of 3001; one row of 8200 floats) and off for the large one.
+TEST(EmbeddingCudaBackwardTest, EarlyFill) {
+  SG_SKIP_WITHOUT_CUDA();
+  std::vector<double> ids = {0.0, 2.0, 0.0};
+  for (int i = 0; i < 3000; ++i) ids.push_back(double(4 + Rng()() % (16400 - 4)));
+  std::shuffle(ids.begin(), ids.end(), Rng());
+  CheckBackwardsBitwise(ids, 16400, 1024, DType::kBF16, DType::kI32);
+  {
+    ScopedEnv off("SG_EMBEDDING_EARLY_FILL", "0");
+    CheckBackwardsBitwise(ids, 16400, 1024, DType::kBF16, DType::kI32);
+  }
+  ScopedEnv on("SG_EMBEDDING_EARLY_FILL", "1");
+  CheckBackwardsBitwise(RunIds({3, 0, 1, 40}, 100, 50), 100, 8, DType::kBF16, DType::kI64);
+  ids.resize(500);
+  for (double& id : ids) id = double(Rng()() % 3001);
+  CheckBackwardsBitwise(ids, 3001, 8, DType::kF32, DType::kI32);
+  ids.resize(40);
+  for (double& id : ids) id = double(1 + Rng()() % 96);  // row 0, the early one, untouched
+  CheckBackwardsBitwise(ids, 97, 8200, DType::kBF16, DType::kI32);
+}
+
 // "atomic2s" shares one side stream and its fork / join events among all callers on a device:
 // back-to-back calls on two streams without a synchronization in between, first from one host
 // thread, then from two at once (one a stream), each result bitwise the CPU reference's. The caching
