@@ -664,22 +664,29 @@ SideStream* SideStreams() {
   return sides;
 }
 
-// kernel<<<grid, kThreads, 0, side.stream>>>(args...) at the side stream's priority (a launch
-// attribute, so a captured graph node carries it too), as a programmatic dependent when `pdl`.
+// kernel<<<grid, kThreads, 0, stream>>>(args...) at `priority` (a launch attribute, so a captured
+// graph node carries it too), as a programmatic dependent when `pdl`.
 template <typename... KArgs, typename... Args>
-cudaError_t LaunchOnSide(void (*kernel)(KArgs...), dim3 grid, const SideStream& side, bool pdl, Args... args) {
+cudaError_t LaunchAt(void (*kernel)(KArgs...), dim3 grid, cudaStream_t stream, int priority, bool pdl,
+                     Args... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = dim3(unsigned(kThreads));
-  config.stream = side.stream;
+  config.stream = stream;
   cudaLaunchAttribute attr[2];
   attr[0].id = cudaLaunchAttributePriority;
-  attr[0].val.priority = side.priority;
+  attr[0].val.priority = priority;
   attr[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
   attr[1].val.programmaticStreamSerializationAllowed = 1;
   config.attrs = attr;
   config.numAttrs = pdl ? 2 : 1;
   return cudaLaunchKernelEx(&config, kernel, static_cast<KArgs>(args)...);
+}
+
+// LaunchAt on the side stream, at its priority.
+template <typename... KArgs, typename... Args>
+cudaError_t LaunchOnSide(void (*kernel)(KArgs...), dim3 grid, const SideStream& side, bool pdl, Args... args) {
+  return LaunchAt(kernel, grid, side.stream, side.priority, pdl, args...);
 }
 
 // Steps 3-5 on the side stream, after its wait on the fork: the scan (a full dependency on the
@@ -715,17 +722,8 @@ absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, i
     SG_CUDA_RETURN_IF_LAUNCH_ERROR(ZeroUntouchedKernel);
     return absl::OkStatus();
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(unsigned(kThreads));
-  config.stream = s;
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributePriority;
-  attr[0].val.priority = *priority;
-  config.attrs = attr;
-  config.numAttrs = 1;
-  SG_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, ZeroUntouchedKernel, counts, reinterpret_cast<float4*>(dtable),
-                                             first, end, vecs, rows, FillEvictFirst(p)));
+  SG_CUDA_RETURN_IF_ERROR(LaunchAt(ZeroUntouchedKernel, dim3(blocks), s, *priority, false, counts,
+                                   reinterpret_cast<float4*>(dtable), first, end, vecs, rows, FillEvictFirst(p)));
   return absl::OkStatus();
 }
 
