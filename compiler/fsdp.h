@@ -190,7 +190,21 @@ class ShardedDataParallelStep : public CompiledStep {
   struct Unit;
   // Ranks whose local gradient norms make the global one (the norm group's size, or the shard's).
   int NormRanks() const;
+  // Plans the step (fsdp_plan.cc), then allocates it, schedules it and starts its executor.
   absl::Status Build(const graph::Graph& train, const CompileOptions& options);
+  // The planning steps of Build, in order: params_ and units_ from dp_ (each parameter's first and
+  // last uses and its gradient's producer); the node each unit's gathers and reduce-scatters are
+  // issued at and waited for; the lowering options (the parameters as transient buffers, when each
+  // gradient is read and freed); the binding of one micro-batch (batch / micro_batches, checked).
+  void CollectUnits();
+  void PlanIssuePoints(const graph::Binding& binding);
+  LowerOptions PlanLowering(const CompileOptions& options) const;
+  absl::StatusOr<graph::Binding> MicroBatchBinding(const CompileOptions& options);
+  // What the plan chose, appended to explanation_ (per-parameter collectives, gather dtype, the
+  // deferred optimizer's host units).
+  void ExplainPlan();
+  // The executor (a CUDA graph where the plan allows), input staging, zeroed shards and scalars.
+  absl::Status StartExecutor(const CompileOptions& options);
   // Fills the parameters' and units' sizes and offsets and memory_, allocating nothing.
   absl::Status SizeBuffers();
   int64_t ScalarBytes() const;
