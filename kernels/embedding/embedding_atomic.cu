@@ -732,7 +732,7 @@ absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, i
 // exist; the fill after the count starts past them (a touched one among them is zeroed, then
 // written by the sums, which the side stream orders after it). Its bytes do not matter: measured
 // 2026-12-02 (gpu_call76-78.sh, one H200, interleaved in one process each), at 16384 of 32000 x 2048
-// the same ~2.5 us gain from 8 KB to 4 MB early (93.8-95.1 us against 96.2-97.9 without, and 16 KB,
+// the same ~2.5 us gain from 8 KB to 4 MB early (93.8-94.8 us against 96.2-97.9 without, and 16 KB,
 // the adopted size, 94.2-94.4 against 96.4-96.9; 16 to 32 MB 95.2-96.1), and an event wait at the
 // entry without the kernel gains nothing (96.8-96.9). Why
 // a side stream that starts with a kernel at the entry takes the scan sooner was not established.
