@@ -137,8 +137,50 @@
 #include "kernels/core/status.h"
 #include "kernels/elementwise/cuda_vec.h"
 #include "kernels/embedding/embedding_cuda.cuh"
+#include "kernels/embedding/embedding_timeline.h"
 
 namespace sg::kernels::embedding_internal {
+
+#ifdef SG_EMB_TIMELINE
+// The diagnostic timeline (embedding_timeline.h). A CTA's thread 0 takes a ticket of its kernel;
+// ticket / gridDim.x is the call (each kernel's grid is the same in every call of a benchmark).
+constexpr int kTlKernels = EmbeddingTimeline::kKernels, kTlCalls = EmbeddingTimeline::kCalls;
+__device__ unsigned long long g_tl_start[kTlKernels][kTlCalls], g_tl_waited[kTlKernels][kTlCalls],
+    g_tl_end[kTlKernels][kTlCalls];
+__device__ unsigned int g_tl_ticket[kTlKernels];
+__device__ __forceinline__ unsigned long long TlNow() {
+  unsigned long long t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+}
+struct TlScope {
+  int k = -1, call = -1;
+  __device__ explicit TlScope(int kernel) {
+    if (kernel < 0 || threadIdx.x != 0) return;
+    const int c = int(atomicAdd(&g_tl_ticket[kernel], 1u) / gridDim.x);
+    if (c >= kTlCalls) return;
+    k = kernel;
+    call = c;
+    atomicMin(&g_tl_start[k][call], TlNow());
+  }
+  __device__ void Waited() const {
+    if (call >= 0) atomicMin(&g_tl_waited[k][call], TlNow());
+  }
+  __device__ ~TlScope() {
+    if (call >= 0) atomicMax(&g_tl_end[k][call], TlNow());
+  }
+};
+#define SG_TL_SCOPE(kernel) const TlScope sg_tl_scope_(kernel)
+#define SG_TL_WAITED() sg_tl_scope_.Waited()
+#else
+#define SG_TL_SCOPE(kernel) \
+  do {                      \
+  } while (0)
+#define SG_TL_WAITED() \
+  do {                 \
+  } while (0)
+#endif
+
 namespace {
 
 constexpr int kScanPer = 16;                    // counts per thread of the scan (four int4)
@@ -151,7 +193,9 @@ static_assert(kWindowWords % kThreads == 0, "each thread owns whole bitmap words
 constexpr unsigned long long kAggregate = 1ull << 32, kInclusive = 2ull << 32;
 
 __global__ void __launch_bounds__(kThreads) ZeroKernel(int4* p, int64_t n4) {
+  SG_TL_SCOPE(EmbeddingTimeline::kZero);
   WaitForPrimary();
+  SG_TL_WAITED();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n4; i += int64_t(gridDim.x) * kThreads) {
     p[i] = make_int4(0, 0, 0, 0);
   }
@@ -184,7 +228,9 @@ template <typename I>
 __global__ void __launch_bounds__(kThreads)
     CountTouchedKernel(const I* __restrict__ tokens, int* counts, int* __restrict__ touched, int* num_touched,
                        int64_t n, int64_t vocab) {
+  SG_TL_SCOPE(EmbeddingTimeline::kCount);
   WaitForPrimary();
+  SG_TL_WAITED();
   const int key = KeyAt(tokens, int64_t(blockIdx.x) * kThreads + threadIdx.x, n, vocab);
   const unsigned same = __match_any_sync(0xffffffffu, key);
   const int lane = int(threadIdx.x) & 31, add = __popc(same);
@@ -205,7 +251,9 @@ template <typename I, bool kCursor>
 __global__ void __launch_bounds__(kThreads)
     ScatterKernel(const I* __restrict__ tokens, int* slots, const int* __restrict__ offsets, int* order, int64_t n,
                   int64_t vocab) {
+  SG_TL_SCOPE(kCursor ? EmbeddingTimeline::kScatter : -1);
   WaitForPrimary();
+  SG_TL_WAITED();
   const int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x;
   const int key = KeyAt(tokens, i, n, vocab);
   const unsigned same = __match_any_sync(0xffffffffu, key);
@@ -278,7 +326,9 @@ template <bool kCursor>
 __global__ void __launch_bounds__(kThreads)
     ScanKernel(const int* __restrict__ counts, unsigned long long* states, int* ticket, int* __restrict__ offsets,
                int* __restrict__ cursor) {
+  SG_TL_SCOPE(kCursor ? EmbeddingTimeline::kScan : -1);
   WaitForPrimary();
+  SG_TL_WAITED();
   __shared__ int tile_shared, prefix_shared;
   __shared__ int warp_sums[kThreads / 32];
   if (threadIdx.x == 0) tile_shared = atomicAdd(ticket, 1);
@@ -473,7 +523,9 @@ __global__ void __launch_bounds__(kThreads, kTouchedMinBlocks<T>)
                          const int4* __restrict__ touched, const int* __restrict__ num_touched,
                          float* __restrict__ dtable, int packs, int64_t n) {
   static_assert(kSumRows == 4, "a CTA's rows are one int4 of the touched list");
+  SG_TL_SCOPE(EmbeddingTimeline::kSums);
   WaitForPrimary();
+  SG_TL_WAITED();
   __shared__ SortShared sh;
   const int4 listed = touched[blockIdx.x];
   const int here = *num_touched - int(blockIdx.x) * kSumRows;
@@ -511,6 +563,7 @@ __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __res
                                                                 float4* __restrict__ dtable, int64_t first,
                                                                 int64_t end, uint32_t vecs, uint32_t rows,
                                                                 bool evict_first) {
+  SG_TL_SCOPE(counts == nullptr ? EmbeddingTimeline::kEarlyFill : EmbeddingTimeline::kFill);
   const int64_t v0 = first + int64_t(blockIdx.x) * rows;
   const uint32_t here = uint32_t(min(int64_t(rows), end - v0)) * vecs;
   for (uint32_t i = threadIdx.x; i < here; i += kThreads) {
@@ -846,3 +899,32 @@ absl::Status BackwardAtomic2sCuda(const Problem& p, const void* dout, const void
 }
 
 }  // namespace sg::kernels::embedding_internal
+
+#ifdef SG_EMB_TIMELINE
+namespace sg::kernels {
+
+absl::Status EmbeddingTimelineReset() {
+  using namespace embedding_internal;
+  static unsigned long long unset[kTlKernels][kTlCalls], zeros[kTlKernels][kTlCalls];
+  static unsigned int tickets[kTlKernels];
+  for (auto& row : unset) std::fill(std::begin(row), std::end(row), ~0ull);
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  SG_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(g_tl_start, unset, sizeof(unset)));
+  SG_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(g_tl_waited, unset, sizeof(unset)));
+  SG_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(g_tl_end, zeros, sizeof(zeros)));
+  SG_CUDA_RETURN_IF_ERROR(cudaMemcpyToSymbol(g_tl_ticket, tickets, sizeof(tickets)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EmbeddingTimeline> EmbeddingTimelineRead() {
+  using namespace embedding_internal;
+  EmbeddingTimeline t;
+  SG_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  SG_CUDA_RETURN_IF_ERROR(cudaMemcpyFromSymbol(t.start, g_tl_start, sizeof(t.start)));
+  SG_CUDA_RETURN_IF_ERROR(cudaMemcpyFromSymbol(t.waited, g_tl_waited, sizeof(t.waited)));
+  SG_CUDA_RETURN_IF_ERROR(cudaMemcpyFromSymbol(t.end, g_tl_end, sizeof(t.end)));
+  return t;
+}
+
+}  // namespace sg::kernels
+#endif

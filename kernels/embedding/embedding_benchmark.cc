@@ -11,8 +11,11 @@
 //     with bulk-copy data movement (embedding_scan3.cu). Atomic2s*: the default (embedding_atomic.cu).
 //   --benchmark_filter='Backward.*(Atomic|Scan|ZeroFill).*Batch/16384/(32000|128256)/2048'
 //     compares them.
+//   Built with SG_EMB_TIMELINE (embedding_timeline.h), BM_EmbeddingBackwardTimeline* report when
+//     each atomic2s kernel starts, passes its wait and ends within a call of a back-to-back batch.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -20,6 +23,7 @@
 #include "kernels/core/benchmark_timing.h"
 #include "kernels/core/testing.h"
 #include "kernels/embedding/embedding.h"
+#include "kernels/embedding/embedding_timeline.h"
 
 namespace sg::kernels {
 namespace {
@@ -107,6 +111,62 @@ void BM_EmbeddingBackwardBF16Scan3HotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "scan3", kBatch, false, true);
 }
 void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
+
+#ifdef SG_EMB_TIMELINE
+// The timeline of atomic2s's kernels (embedding_timeline.h) over kBatch back-to-back calls: for
+// each kernel, "<name>_start", "_waited" and "_end", us after the call's first kernel started,
+// and "call_us", that to the next call's first start; medians over the calls after the first and
+// the iterations. no_early: SG_EMBEDDING_EARLY_FILL=0.
+void RunTimeline(benchmark::State& state, bool no_early) {
+  Setup s;
+  if (!s.device.is_cuda()) return state.SkipWithError("no CUDA device");
+  setenv("SG_EMBEDDING_BWD", "atomic2s", 1);
+  if (no_early) setenv("SG_EMBEDDING_EARLY_FILL", "0", 1);
+  const int64_t n = state.range(0), vocab = state.range(1), dim = state.range(2);
+  std::vector<double> idv;
+  for (int64_t i = 0; i < n; ++i) idv.push_back(double(testing::Rng()() % uint64_t(vocab)));
+  Tensor ids = testing::FromHost(idv, {n}, DType::kI32, s.device);
+  Tensor dout = testing::RandomTensor({n, dim}, DType::kBF16, s.device, testing::Rng());
+  Tensor dtable = Tensor::Empty({vocab, dim}, DType::kF32, s.device).value();
+  using T = EmbeddingTimeline;
+  std::vector<double> at[T::kKernels][3], call;  // us after the call's first start
+  for (auto _ : state) {
+    absl::Status st = EmbeddingTimelineReset();
+    for (int c = 0; c < kBatch && st.ok(); ++c) st = EmbeddingBackward(dout, ids, dtable, s.stream);
+    absl::StatusOr<T> t = st.ok() ? EmbeddingTimelineRead() : absl::StatusOr<T>(st);
+    if (!t.ok()) return state.SkipWithError(std::string(t.status().message()).c_str());
+    auto first = [&](int c) {
+      uint64_t f = ~0ull;
+      for (int k = 0; k < T::kKernels; ++k) f = std::min(f, t->start[k][c]);
+      return f;
+    };
+    for (int c = 1; c + 1 < kBatch && c + 1 < T::kCalls; ++c) {
+      const uint64_t f = first(c);
+      call.push_back(double(first(c + 1) - f) / 1e3);
+      for (int k = 0; k < T::kKernels; ++k) {
+        const uint64_t v[3] = {t->start[k][c], t->waited[k][c], t->end[k][c]};
+        for (int w = 0; w < 3; ++w) {
+          if (v[w] != ~0ull && v[w] != 0) at[k][w].push_back((double(v[w]) - double(f)) / 1e3);
+        }
+      }
+    }
+    state.SetIterationTime(1e-6 * testing::Median(call));
+  }
+  const char* what[3] = {"_start", "_waited", "_end"};
+  for (int k = 0; k < T::kKernels; ++k) {
+    for (int w = 0; w < 3; ++w) {
+      if (!at[k][w].empty()) state.counters[std::string(kEmbeddingTimelineNames[k]) + what[w]] = testing::Median(at[k][w]);
+    }
+  }
+  state.counters["call_us"] = testing::Median(call);
+  unsetenv("SG_EMBEDDING_BWD");
+  if (no_early) unsetenv("SG_EMBEDDING_EARLY_FILL");
+}
+void BM_EmbeddingBackwardTimeline(benchmark::State& st) { RunTimeline(st, false); }
+void BM_EmbeddingBackwardTimelineNoEarly(benchmark::State& st) { RunTimeline(st, true); }
+BENCHMARK(BM_EmbeddingBackwardTimeline)->Args({16384, 32000, 2048})->Args({16384, 32000, 8})->UseManualTime();
+BENCHMARK(BM_EmbeddingBackwardTimelineNoEarly)->Args({16384, 32000, 2048})->Args({16384, 32000, 8})->UseManualTime();
+#endif
 
 // Llama-1B: 16384 tokens, vocab 32000 (and 128256), dim 2048; a small CPU-sized case. The index
 // shapes (dim 8): the backward with almost no row-sum bytes.
