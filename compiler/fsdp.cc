@@ -171,7 +171,6 @@ absl::StatusOr<std::shared_ptr<void>> NormOfNorms(const TensorView& norms, const
 
 absl::Status ShardedDataParallelStep::Allocate() {
   const Device d = program_->device;
-  const int P = shard_size_;
   SG_RETURN_IF_ERROR(SizeBuffers());
   SG_ASSIGN_OR_RETURN(shards_, DeviceMemory::Allocate(d, memory_.shard_bytes));
   SG_ASSIGN_OR_RETURN(buckets_, DeviceMemory::Allocate(d, memory_.bucket_bytes));
@@ -181,6 +180,15 @@ absl::Status ShardedDataParallelStep::Allocate() {
   if (memory_.host_gradient_bytes > 0) {
     SG_ASSIGN_OR_RETURN(host_grads_, AllocateOffloadHost(d, memory_.host_gradient_bytes));
   }
+  ViewShards();
+  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, ScalarBytes()));
+  CarveScalars();
+  SG_RETURN_IF_ERROR(CreateOptimizerLists());
+  return CreateEvents();
+}
+
+void ShardedDataParallelStep::ViewShards() {
+  const Device d = program_->device;
   for (size_t i = 0; i < params_.size(); ++i) {
     Param& p = *params_[i];
     const Unit& u = *units_[size_t(p.unit)];
@@ -200,8 +208,11 @@ absl::Status ShardedDataParallelStep::Allocate() {
       p.v = TensorView(base + 3 * region, DType::kF32, {n}, d);
     }
   }
+}
+
+void ShardedDataParallelStep::CarveScalars() {
+  const Device d = program_->device;
   const int64_t W = world_size_, K = micro_batches_;
-  SG_ASSIGN_OR_RETURN(scalars_, DeviceMemory::Allocate(d, ScalarBytes()));
   char* at = scalars_.data();
   auto take = [&](int64_t n, DType t = DType::kF32) {
     TensorView v(at, t, {n}, d);
@@ -228,16 +239,25 @@ absl::Status ShardedDataParallelStep::Allocate() {
     at += AlignUp(2 * U * 4);
     norm_scratch_view_ = take(std::max<int64_t>(norm_scratch_, 1));
   }
+}
+
+// AdamW's view of parameter p's shard, reading its gradient from `grad`.
+kernels::AdamWParam ShardedDataParallelStep::Adam(const Param& p, const TensorView& grad) {
+  kernels::AdamWParam a;
+  a.param = p.shard;
+  a.grad = grad;
+  a.m = p.m;
+  a.v = p.v;
+  a.weight_decay = float(p.weight_decay);
+  return a;
+}
+
+absl::Status ShardedDataParallelStep::CreateOptimizerLists() {
+  const int P = shard_size_;
   std::vector<kernels::AdamWParam> local;
   for (const auto& p : params_) {
     if (p->mine.length == 0) continue;
-    kernels::AdamWParam a;
-    a.param = p->shard;
-    a.grad = p->grad;
-    a.m = p->m;
-    a.v = p->v;
-    a.weight_decay = float(p->weight_decay);
-    local.push_back(a);
+    local.push_back(Adam(*p, p->grad));
   }
   if (local.empty()) {
     return absl::UnimplementedError(absl::StrCat("sharded data parallel: rank ", shard_rank_,
@@ -270,16 +290,9 @@ absl::Status ShardedDataParallelStep::Allocate() {
       for (int i : u->params) {
         const Param& p = *params_[size_t(i)];
         if (p.mine.length == 0) continue;
-        kernels::AdamWParam a;
-        a.param = p.shard;
-        a.grad = p.update_grad;
-        a.m = p.m;
-        a.v = p.v;
-        a.weight_decay = float(p.weight_decay);
-        update.push_back(a);
+        update.push_back(Adam(p, p.update_grad));
         if (layout_.counts_in_norm && !layout_.counts_in_norm(p.name)) continue;
-        a.grad = p.grad;
-        norm.push_back(a);
+        norm.push_back(Adam(p, p.grad));
       }
       for (auto [params, list] : {std::pair{&update, &u->update_list}, std::pair{&norm, &u->norm_list}}) {
         if (params->empty()) continue;
@@ -290,6 +303,11 @@ absl::Status ShardedDataParallelStep::Allocate() {
     SG_ASSIGN_OR_RETURN(unit_norm_list_, NormOfNorms(unit_norms_, unit_dummy_));
   }
   SG_ASSIGN_OR_RETURN(norm_list_, NormOfNorms(norms_, dummy_));
+  return absl::OkStatus();
+}
+
+absl::Status ShardedDataParallelStep::CreateEvents() {
+  const Device d = program_->device;
   for (auto& u : units_) {
     for (auto* e : {&u->fwd_done, &u->bwd_done, &u->rs_done, &u->packed, &u->normed, &u->updated, &u->staged,
                     &u->loaded}) {

@@ -84,6 +84,10 @@
 #include "compiler/dist_context.h"
 #include "kernels/core/stream.h"
 
+namespace sg::kernels {
+struct AdamWParam;  // kernels/adamw/adamw.h
+}  // namespace sg::kernels
+
 namespace sg::compiler {
 
 // Which ranks a sharded data-parallel step talks to. Null groups are this rank alone.
@@ -208,7 +212,16 @@ class ShardedDataParallelStep : public CompiledStep {
   // Fills the parameters' and units' sizes and offsets and memory_, allocating nothing.
   absl::Status SizeBuffers();
   int64_t ScalarBytes() const;
+  // The buffers SizeBuffers sized, then in order: each parameter's views into the shards (and
+  // slots or host memory for a host unit); the scalars' views; AdamW's tensor lists (this rank's
+  // shards, those counted in the norm, each unit's for the deferred update and norm); the events
+  // (and the deferred updates' stream).
   absl::Status Allocate();
+  void ViewShards();
+  void CarveScalars();
+  static kernels::AdamWParam Adam(const Param& p, const TensorView& grad);
+  absl::Status CreateOptimizerLists();
+  absl::Status CreateEvents();
   // A unit of one parameter whose rows split evenly, or (CompileOptions::
   // fsdp_per_parameter_collectives) of parameters whose rows all split evenly: each parameter
   // gathered straight into its full buffer and reduce-scattered straight from its full gradient
