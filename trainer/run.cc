@@ -239,23 +239,9 @@ absl::StatusOr<RecomputeChoice> ParseRecompute(const RunFlags& f) {
   return c;
 }
 
-// RunTraining; `link` is set once the job link starts (multi-rank runs).
-absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& link) {
-  const int rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1);
-  const bool lead = rank == 0;
-  const bool talk = lead && !f.quiet;
-  SG_ASSIGN_OR_RETURN(Setup s, ResolveRun(f));
-  SG_ASSIGN_OR_RETURN(compiler::Strategy strategy, ParseStrategy(f.strategy));
-  SG_ASSIGN_OR_RETURN(std::vector<int64_t> mesh, ParseMesh(f.mesh));
-  SG_ASSIGN_OR_RETURN(Device device, ParseDevice(f.device));
-  SG_ASSIGN_OR_RETURN(const FaultPlan fault, FaultPlan::Parse(f.inject_fault));
-  SG_ASSIGN_OR_RETURN(const RecomputeChoice recompute, ParseRecompute(f));
-  if (f.checkpoint_format != "full" && f.checkpoint_format != "sharded") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--checkpoint_format: expected full or sharded, found '", f.checkpoint_format, "'"));
-  }
-  const bool sharded_save = f.checkpoint_format == "sharded";
-
+// Makes the run directory: a fresh run (no checkpoint to resume) first moves an earlier run's
+// non-empty directory aside to <dir>.previous (the lead rank only).
+absl::Status PrepareRunDir(const Setup& s, bool lead, bool talk) {
   // A fresh run never mixes its checkpoints with an earlier run's. An empty directory holds
   // nothing to keep: it may be one another rank of this job has just made, which must not move.
   const auto empty_dir = [](const std::string& dir) {
@@ -278,9 +264,14 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
     made = MakeDirectories(s.run_dir);
   }
   SG_RETURN_IF_ERROR(made);
-  SG_ASSIGN_OR_RETURN(TrainingData data, LoadData(f, s, s.run_dir));
-  SG_RETURN_IF_ERROR(FitVocabulary(f, data, s));
+  return absl::OkStatus();
+}
 
+// The trainer's options from the flags, the resumed checkpoint's notes (for what the flags leave
+// unset) and the model's default recipe.
+absl::StatusOr<TrainOptions> MakeTrainOptions(const RunFlags& f, const Setup& s, Device device,
+                                              compiler::Strategy strategy, const std::vector<int64_t>& mesh,
+                                              const RecomputeChoice& recompute, int rank, int world) {
   const Recipe recipe = DefaultRecipe(s.config);
   const Checkpoint* r = s.resume.get();
   TrainOptions o;
@@ -323,11 +314,61 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
     o.micro_batches = int(f.micro_batches > 0 ? f.micro_batches : o.batch * o.grad_accum);
     o.pipeline_fsdp = f.pp_fsdp;
   }
-  const double budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);
   // Until the second step is timed, a time-budgeted run assumes a long schedule (the warm-up
   // does not depend on it).
   const int64_t resumed_total = r ? int64_t(Note(*r, "total_steps", 0)) : 0;
   o.total_steps = f.steps > 0 ? f.steps : (resumed_total > (r ? r->state.step : 0) ? resumed_total : 1'000'000);
+  return o;
+}
+
+// What the lead rank prints before the first step.
+void PrintRunHeader(const Setup& s, const TrainOptions& o, Trainer& t, const TrainingData& data, double budget,
+                    int world) {
+  const Checkpoint* r = s.resume.get();
+  std::fprintf(stderr, "model   : Llama %s, %.2fM parameters\n", LlamaConfigToString(o.config).c_str(),
+               double(ParameterCount(o.config)) / 1e6);
+  std::fprintf(stderr, "data    : %s\n", data.description.c_str());
+  std::fprintf(stderr, "training: %s, %s, batch %ld x seq %ld x accum %ld x ranks %d = %ld tokens/step, lr %g -> %g "
+               "(warm-up %ld, cosine)%s\n", o.device.ToString().c_str(),
+               o.precision == compiler::Precision::kF32 ? "f32"
+               : o.precision == compiler::Precision::kF16Mixed ? "f16 mixed (loss scaling)" : "bf16 mixed", long(o.batch), long(o.seq),
+               long(o.grad_accum), o.world_size, long(t.tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
+               budget > 0 ? absl::StrFormat(", time budget %.0f s", budget).c_str() : "");
+  std::fprintf(stderr, "recompute: %s\n", t.memory_plan().c_str());
+  const std::string& how = t.compiled().explanation();
+  if (!how.empty()) std::fprintf(stderr, "step    : %s\n", how.c_str());
+  if (r != nullptr) {
+    std::fprintf(stderr, "resumed : step %ld from %s (%s, saved on %d ranks, now %d)\n", long(t.step()),
+                 s.resume_dir.c_str(), s.resume_sharded ? "per-shard" : "full", r->state.world_size, world);
+  }
+  std::fprintf(stderr, "outputs : %s\n", s.run_dir.c_str());
+}
+
+// RunTraining; `link` is set once the job link starts (multi-rank runs).
+absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& link) {
+  const int rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1);
+  const bool lead = rank == 0;
+  const bool talk = lead && !f.quiet;
+  SG_ASSIGN_OR_RETURN(Setup s, ResolveRun(f));
+  SG_ASSIGN_OR_RETURN(compiler::Strategy strategy, ParseStrategy(f.strategy));
+  SG_ASSIGN_OR_RETURN(std::vector<int64_t> mesh, ParseMesh(f.mesh));
+  SG_ASSIGN_OR_RETURN(Device device, ParseDevice(f.device));
+  SG_ASSIGN_OR_RETURN(const FaultPlan fault, FaultPlan::Parse(f.inject_fault));
+  SG_ASSIGN_OR_RETURN(const RecomputeChoice recompute, ParseRecompute(f));
+  if (f.checkpoint_format != "full" && f.checkpoint_format != "sharded") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--checkpoint_format: expected full or sharded, found '", f.checkpoint_format, "'"));
+  }
+  const bool sharded_save = f.checkpoint_format == "sharded";
+
+  SG_RETURN_IF_ERROR(PrepareRunDir(s, lead, talk));
+  SG_ASSIGN_OR_RETURN(TrainingData data, LoadData(f, s, s.run_dir));
+  SG_RETURN_IF_ERROR(FitVocabulary(f, data, s));
+
+  const Checkpoint* r = s.resume.get();
+  SG_ASSIGN_OR_RETURN(const TrainOptions o, MakeTrainOptions(f, s, device, strategy, mesh, recompute, rank, world));
+  const double budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);
+  const int64_t resumed_total = r ? int64_t(Note(*r, "total_steps", 0)) : 0;
   const bool estimate_total = f.steps <= 0 && !(resumed_total > (r ? r->state.step : 0));
 
   SG_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::Create(o, data.split));
@@ -349,25 +390,7 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   RunSummary sum;
   sum.run_dir = s.run_dir;
   sum.first_step = t->step();
-  if (talk) {
-    std::fprintf(stderr, "model   : Llama %s, %.2fM parameters\n", LlamaConfigToString(o.config).c_str(),
-                 double(ParameterCount(o.config)) / 1e6);
-    std::fprintf(stderr, "data    : %s\n", data.description.c_str());
-    std::fprintf(stderr, "training: %s, %s, batch %ld x seq %ld x accum %ld x ranks %d = %ld tokens/step, lr %g -> %g "
-                 "(warm-up %ld, cosine)%s\n", device.ToString().c_str(),
-                 o.precision == compiler::Precision::kF32 ? "f32"
-                 : o.precision == compiler::Precision::kF16Mixed ? "f16 mixed (loss scaling)" : "bf16 mixed", long(o.batch), long(o.seq),
-                 long(o.grad_accum), o.world_size, long(t->tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
-                 budget > 0 ? absl::StrFormat(", time budget %.0f s", budget).c_str() : "");
-    std::fprintf(stderr, "recompute: %s\n", t->memory_plan().c_str());
-    const std::string& how = t->compiled().explanation();
-    if (!how.empty()) std::fprintf(stderr, "step    : %s\n", how.c_str());
-    if (r != nullptr) {
-      std::fprintf(stderr, "resumed : step %ld from %s (%s, saved on %d ranks, now %d)\n", long(t->step()),
-                   s.resume_dir.c_str(), s.resume_sharded ? "per-shard" : "full", r->state.world_size, world);
-    }
-    std::fprintf(stderr, "outputs : %s\n", s.run_dir.c_str());
-  }
+  if (talk) PrintRunHeader(s, o, *t, data, budget, world);
 
   const std::string metrics_path = !f.metrics.empty() ? f.metrics : JoinPath(s.run_dir, "metrics.jsonl");
   std::unique_ptr<MetricsLog> log;
