@@ -69,6 +69,9 @@ struct StoreServer::State {
   std::map<int, Conn> conns;  // by fd
   std::vector<Waiter> waiters;
   std::atomic<bool> stop{false};
+  // The server's options and rejection counter, set by Serve before its loop.
+  const StoreServerOptions* opt = nullptr;
+  std::atomic<int64_t>* rejected = nullptr;
 
   bool HasAll(const std::vector<std::string>& keys) const {
     for (const auto& k : keys) {
@@ -76,6 +79,30 @@ struct StoreServer::State {
     }
     return true;
   }
+  // An error reply; the connection stays open.
+  static void Refuse(Conn& c, const std::string& why) { c.out += ReplyFrame(StoreReply::kError, why); }
+  // An error reply, then the connection closes (a bad request, or one before authentication).
+  void Reject(Conn& c, StoreReply code, const std::string& why);
+  // Replies to every waiter whose keys now exist (or whose deadline passed, when `now` is given).
+  void ServeWaiters(absl::Time now);
+  // False (nothing stored) when the value would take the store over max_total_bytes.
+  bool StoreValue(const std::string& key, std::string value);
+  bool ReadKey(WireReader& r, std::string* k) const;
+  bool ReadKeys(WireReader& r, std::vector<std::string>* keys) const;
+  // Handles one complete request payload from connection `fd`.
+  void Handle(int fd, Conn& c, absl::string_view payload);
+  // The requests after authentication, their opcode read: false for a malformed request, which
+  // Handle rejects; otherwise the reply is queued on `c`.
+  bool HandleSet(Conn& c, WireReader& r);
+  bool HandleGetOrWait(int fd, Conn& c, WireReader& r, bool is_get);
+  bool HandleAdd(Conn& c, WireReader& r);
+  bool HandleCompareSet(Conn& c, WireReader& r);
+  bool HandleCheck(Conn& c, WireReader& r);
+  bool HandleDelete(Conn& c, WireReader& r);
+  // Accepts every pending connection on `listen_fd` and queues its hello.
+  void Accept(int listen_fd);
+  // Reads what connection `fd` sent and handles each complete frame; false once the peer is gone.
+  bool Receive(int fd, Conn& c, std::vector<char>& buf);
 };
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(StoreServerOptions options) {
@@ -104,205 +131,257 @@ StoreServer::~StoreServer() {
   }
 }
 
+void StoreServer::State::Reject(Conn& c, StoreReply code, const std::string& why) {
+  c.out += ReplyFrame(code, why);
+  c.closing = true;
+  c.in.clear();
+  ++*rejected;
+}
+
+void StoreServer::State::ServeWaiters(absl::Time now) {
+  for (size_t i = 0; i < waiters.size();) {
+    Waiter& w = waiters[i];
+    auto it = conns.find(w.conn);
+    bool ready = HasAll(w.keys);
+    if (it != conns.end() && (ready || now >= w.deadline)) {
+      WireWriter r;
+      if (ready) {
+        r.U8(uint8_t(StoreReply::kOk));
+        if (w.is_get) r.Str(data[w.keys[0]]);
+      } else {
+        r.U8(uint8_t(StoreReply::kTimeout));
+        std::vector<std::string> missing;
+        for (const auto& k : w.keys) {
+          if (!data.count(k)) missing.push_back(k);
+        }
+        r.U32(uint32_t(missing.size()));
+        for (const auto& k : missing) r.Str(k);
+      }
+      it->second.out += r.Frame();
+    }
+    if (it == conns.end() || ready || now >= w.deadline) {
+      waiters.erase(waiters.begin() + i);
+    } else {
+      ++i;
+    }
+  }
+}
+
+bool StoreServer::State::StoreValue(const std::string& key, std::string value) {
+  auto it = data.find(key);
+  size_t old = it == data.end() ? 0 : key.size() + it->second.size();
+  size_t now = key.size() + value.size();
+  if (total_bytes - old + now > opt->max_total_bytes) return false;
+  total_bytes = total_bytes - old + now;
+  data[key] = std::move(value);
+  return true;
+}
+
+bool StoreServer::State::ReadKey(WireReader& r, std::string* k) const {
+  return r.Str(k) && k->size() <= opt->max_key_bytes;
+}
+
+bool StoreServer::State::ReadKeys(WireReader& r, std::vector<std::string>* keys) const {
+  uint32_t n;
+  if (!r.U32(&n) || n == 0 || n > 65536) return false;
+  keys->resize(n);
+  for (auto& k : *keys) {
+    if (!ReadKey(r, &k)) return false;
+  }
+  return true;
+}
+
+void StoreServer::State::Handle(int fd, Conn& c, absl::string_view payload) {
+  WireReader r(payload);
+  uint8_t op_byte = 0;
+  if (!r.U8(&op_byte)) return Reject(c, StoreReply::kBadRequest, "empty store request");
+  StoreOp op = StoreOp(op_byte);
+  if (!c.authed) {
+    std::string mac;
+    if (op != StoreOp::kAuth || !r.Str(&mac) || !r.done()) {
+      return Reject(c, StoreReply::kDenied, "store requires authentication before any command (set SG_STORE_SECRET)");
+    }
+    if (!ConstantTimeEqual(mac, HmacSha256(opt->secret, c.nonce + kAuthContext))) {
+      return Reject(c, StoreReply::kDenied, "store authentication failed: wrong secret");
+    }
+    c.authed = true;
+    c.out += ReplyFrame(StoreReply::kOk);
+    return;
+  }
+  bool well_formed = false;
+  switch (op) {
+    case StoreOp::kSet: well_formed = HandleSet(c, r); break;
+    case StoreOp::kGet:
+    case StoreOp::kWait: well_formed = HandleGetOrWait(fd, c, r, op == StoreOp::kGet); break;
+    case StoreOp::kAdd: well_formed = HandleAdd(c, r); break;
+    case StoreOp::kCompareSet: well_formed = HandleCompareSet(c, r); break;
+    case StoreOp::kCheck: well_formed = HandleCheck(c, r); break;
+    case StoreOp::kDelete: well_formed = HandleDelete(c, r); break;
+    default: return Reject(c, StoreReply::kBadRequest, absl::StrCat("unknown store opcode ", int(op_byte)));
+  }
+  if (!well_formed) {
+    Reject(c, StoreReply::kBadRequest,
+           absl::StrCat("malformed store request (opcode ", int(op_byte), ", ", payload.size(), " bytes)"));
+  }
+}
+
+bool StoreServer::State::HandleSet(Conn& c, WireReader& r) {
+  std::string key, value;
+  if (!ReadKey(r, &key) || !r.Str(&value) || !r.done()) return false;
+  if (!StoreValue(key, std::move(value))) {
+    Refuse(c, "store is full (max_total_bytes)");
+    return true;
+  }
+  c.out += ReplyFrame(StoreReply::kOk);
+  ServeWaiters(absl::InfinitePast());
+  return true;
+}
+
+bool StoreServer::State::HandleGetOrWait(int fd, Conn& c, WireReader& r, bool is_get) {
+  std::string key;
+  std::vector<std::string> keys;
+  int64_t wait_ms = 0;
+  if (is_get ? !ReadKey(r, &key) : !ReadKeys(r, &keys)) return false;
+  if (!r.I64(&wait_ms) || !r.done() || wait_ms < 0) return false;
+  if (is_get) keys = {key};
+  absl::Time deadline = wait_ms == INT64_MAX ? absl::InfiniteFuture() : absl::Now() + absl::Milliseconds(wait_ms);
+  if (is_get && wait_ms == 0 && !data.count(key)) {
+    c.out += ReplyFrame(StoreReply::kNotFound);
+    return true;
+  }
+  waiters.push_back({fd, std::move(keys), deadline, is_get});
+  ServeWaiters(absl::InfinitePast());
+  return true;
+}
+
+bool StoreServer::State::HandleAdd(Conn& c, WireReader& r) {
+  std::string key;
+  int64_t delta = 0;
+  if (!ReadKey(r, &key) || !r.I64(&delta) || !r.done()) return false;
+  int64_t cur = 0;
+  if (auto it = data.find(key); it != data.end()) {
+    if (it->second.size() != 8) {
+      Refuse(c, absl::StrCat("key holds a ", it->second.size(), "-byte value, not an 8-byte counter"));
+      return true;
+    }
+    std::memcpy(&cur, it->second.data(), 8);
+  }
+  // A hostile delta must not overflow (undefined behaviour); the counter stays as it was.
+  if (__builtin_add_overflow(cur, delta, &cur)) {
+    Refuse(c, absl::StrCat("counter overflow: adding ", delta, " to the counter"));
+    return true;
+  }
+  if (!StoreValue(key, std::string(reinterpret_cast<const char*>(&cur), 8))) {
+    Refuse(c, "store is full (max_total_bytes)");
+    return true;
+  }
+  WireWriter w;
+  w.U8(uint8_t(StoreReply::kOk));
+  w.I64(cur);
+  c.out += w.Frame();
+  ServeWaiters(absl::InfinitePast());
+  return true;
+}
+
+bool StoreServer::State::HandleCompareSet(Conn& c, WireReader& r) {
+  std::string key, expected, desired;
+  if (!ReadKey(r, &key) || !r.Str(&expected) || !r.Str(&desired) || !r.done()) return false;
+  auto it = data.find(key);
+  bool match = it == data.end() ? expected.empty() : it->second == expected;
+  if (match && !StoreValue(key, std::move(desired))) {
+    Refuse(c, "store is full (max_total_bytes)");
+    return true;
+  }
+  WireWriter w;
+  w.U8(uint8_t(StoreReply::kOk));
+  w.Str(data.count(key) ? data[key] : std::string());
+  c.out += w.Frame();
+  ServeWaiters(absl::InfinitePast());
+  return true;
+}
+
+bool StoreServer::State::HandleCheck(Conn& c, WireReader& r) {
+  std::vector<std::string> keys;
+  if (!ReadKeys(r, &keys) || !r.done()) return false;
+  WireWriter w;
+  w.U8(uint8_t(StoreReply::kOk));
+  w.U8(HasAll(keys) ? 1 : 0);
+  c.out += w.Frame();
+  return true;
+}
+
+bool StoreServer::State::HandleDelete(Conn& c, WireReader& r) {
+  std::string key;
+  if (!ReadKey(r, &key) || !r.done()) return false;
+  auto it = data.find(key);
+  bool existed = it != data.end();
+  if (existed) {
+    total_bytes -= key.size() + it->second.size();
+    data.erase(it);
+  }
+  WireWriter w;
+  w.U8(uint8_t(StoreReply::kOk));
+  w.U8(existed ? 1 : 0);
+  c.out += w.Frame();
+  return true;
+}
+
+void StoreServer::State::Accept(int listen_fd) {
+  while (true) {
+    int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return;
+    if (int(conns.size()) >= opt->max_connections) {
+      ::close(fd);
+      ++*rejected;
+      continue;
+    }
+    Conn& c = conns[fd];
+    c.fd = Fd(fd);
+    c.accepted = absl::Now();
+    c.nonce.resize(kStoreNonceBytes);
+    if (::getrandom(&c.nonce[0], kStoreNonceBytes, 0) != ssize_t(kStoreNonceBytes)) {
+      // getrandom on Linux does not fail for 32 bytes once booted; fall back to the clock anyway.
+      int64_t t = absl::ToUnixNanos(absl::Now());
+      std::memcpy(&c.nonce[0], &t, sizeof(t));
+    }
+    c.authed = opt->secret.empty();
+    WireWriter hello;
+    hello.Raw(kStoreMagic, 4);
+    hello.U8(kStoreProtocolVersion);
+    hello.U8(opt->secret.empty() ? 0 : 1);
+    hello.Raw(c.nonce.data(), c.nonce.size());
+    c.out += hello.Frame();
+  }
+}
+
+bool StoreServer::State::Receive(int fd, Conn& c, std::vector<char>& buf) {
+  ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
+  if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) return false;
+  if (n < 0) return true;
+  c.in.append(buf.data(), size_t(n));
+  // Handle every complete frame in the buffer.
+  size_t pos = 0;
+  while (!c.closing && c.in.size() - pos >= 4) {
+    uint32_t len;
+    std::memcpy(&len, c.in.data() + pos, 4);
+    if (len > opt->max_message_bytes) {
+      Reject(c, StoreReply::kBadRequest,
+             absl::StrCat("store message of ", len, " bytes exceeds the limit of ", opt->max_message_bytes, " bytes"));
+      break;
+    }
+    if (c.in.size() - pos - 4 < len) break;
+    Handle(fd, c, absl::string_view(c.in).substr(pos + 4, len));
+    pos += 4 + size_t(len);
+  }
+  if (!c.closing) c.in.erase(0, pos);
+  return true;
+}
+
 void StoreServer::Serve() {
   State& st = *state_;
   const StoreServerOptions& opt = options_;
-
-  auto refuse = [&](State::Conn& c, const std::string& why) {
-    c.out += ReplyFrame(StoreReply::kError, why);
-  };
-  auto reject = [&](State::Conn& c, StoreReply code, const std::string& why) {
-    c.out += ReplyFrame(code, why);
-    c.closing = true;
-    c.in.clear();
-    ++rejected_;
-  };
-
-  // Replies to every waiter whose keys now exist (or whose deadline passed, when `now` is given).
-  auto serve_waiters = [&](absl::Time now) {
-    for (size_t i = 0; i < st.waiters.size();) {
-      State::Waiter& w = st.waiters[i];
-      auto it = st.conns.find(w.conn);
-      bool ready = st.HasAll(w.keys);
-      if (it != st.conns.end() && (ready || now >= w.deadline)) {
-        WireWriter r;
-        if (ready) {
-          r.U8(uint8_t(StoreReply::kOk));
-          if (w.is_get) r.Str(st.data[w.keys[0]]);
-        } else {
-          r.U8(uint8_t(StoreReply::kTimeout));
-          std::vector<std::string> missing;
-          for (const auto& k : w.keys) {
-            if (!st.data.count(k)) missing.push_back(k);
-          }
-          r.U32(uint32_t(missing.size()));
-          for (const auto& k : missing) r.Str(k);
-        }
-        it->second.out += r.Frame();
-      }
-      if (it == st.conns.end() || ready || now >= w.deadline) {
-        st.waiters.erase(st.waiters.begin() + i);
-      } else {
-        ++i;
-      }
-    }
-  };
-
-  auto store_value = [&](const std::string& key, std::string value) -> bool {
-    auto it = st.data.find(key);
-    size_t old = it == st.data.end() ? 0 : key.size() + it->second.size();
-    size_t now = key.size() + value.size();
-    if (st.total_bytes - old + now > opt.max_total_bytes) return false;
-    st.total_bytes = st.total_bytes - old + now;
-    st.data[key] = std::move(value);
-    return true;
-  };
-
-  // Handles one complete request payload from connection `fd`.
-  auto handle = [&](int fd, State::Conn& c, absl::string_view payload) {
-    WireReader r(payload);
-    uint8_t op_byte = 0;
-    if (!r.U8(&op_byte)) return reject(c, StoreReply::kBadRequest, "empty store request");
-    StoreOp op = StoreOp(op_byte);
-    if (!c.authed) {
-      std::string mac;
-      if (op != StoreOp::kAuth || !r.Str(&mac) || !r.done()) {
-        return reject(c, StoreReply::kDenied,
-                      "store requires authentication before any command (set SG_STORE_SECRET)");
-      }
-      if (!ConstantTimeEqual(mac, HmacSha256(opt.secret, c.nonce + kAuthContext))) {
-        return reject(c, StoreReply::kDenied, "store authentication failed: wrong secret");
-      }
-      c.authed = true;
-      c.out += ReplyFrame(StoreReply::kOk);
-      return;
-    }
-    auto read_key = [&](std::string* k) { return r.Str(k) && k->size() <= opt.max_key_bytes; };
-    auto read_keys = [&](std::vector<std::string>* keys) {
-      uint32_t n;
-      if (!r.U32(&n) || n == 0 || n > 65536) return false;
-      keys->resize(n);
-      for (auto& k : *keys) {
-        if (!read_key(&k)) return false;
-      }
-      return true;
-    };
-    std::string key, a, b;
-    int64_t num = 0;
-    std::vector<std::string> keys;
-    WireWriter w;
-    switch (op) {
-      case StoreOp::kSet:
-        if (!read_key(&key) || !r.Str(&a) || !r.done()) break;
-        if (!store_value(key, std::move(a))) {
-          return refuse(c, "store is full (max_total_bytes)");
-        }
-        c.out += ReplyFrame(StoreReply::kOk);
-        return serve_waiters(absl::InfinitePast());
-      case StoreOp::kGet:
-      case StoreOp::kWait: {
-        bool is_get = op == StoreOp::kGet;
-        if (is_get ? !read_key(&key) : !read_keys(&keys)) break;
-        if (!r.I64(&num) || !r.done() || num < 0) break;
-        if (is_get) keys = {key};
-        absl::Time deadline = num == INT64_MAX ? absl::InfiniteFuture()
-                                               : absl::Now() + absl::Milliseconds(num);
-        if (is_get && num == 0 && !st.data.count(key)) {
-          c.out += ReplyFrame(StoreReply::kNotFound);
-          return;
-        }
-        st.waiters.push_back({fd, std::move(keys), deadline, is_get});
-        return serve_waiters(absl::InfinitePast());
-      }
-      case StoreOp::kAdd: {
-        if (!read_key(&key) || !r.I64(&num) || !r.done()) break;
-        int64_t cur = 0;
-        if (auto it = st.data.find(key); it != st.data.end()) {
-          if (it->second.size() != 8) {
-            return refuse(c, absl::StrCat("key holds a ", it->second.size(),
-                                          "-byte value, not an 8-byte counter"));
-          }
-          std::memcpy(&cur, it->second.data(), 8);
-        }
-        // A hostile delta must not overflow (undefined behaviour); the counter stays as it was.
-        if (__builtin_add_overflow(cur, num, &cur)) {
-          return refuse(c, absl::StrCat("counter overflow: adding ", num, " to the counter"));
-        }
-        if (!store_value(key, std::string(reinterpret_cast<const char*>(&cur), 8))) {
-          return refuse(c, "store is full (max_total_bytes)");
-        }
-        w.U8(uint8_t(StoreReply::kOk));
-        w.I64(cur);
-        c.out += w.Frame();
-        return serve_waiters(absl::InfinitePast());
-      }
-      case StoreOp::kCompareSet: {
-        if (!read_key(&key) || !r.Str(&a) || !r.Str(&b) || !r.done()) break;
-        auto it = st.data.find(key);
-        bool match = it == st.data.end() ? a.empty() : it->second == a;
-        if (match && !store_value(key, std::move(b))) {
-          return refuse(c, "store is full (max_total_bytes)");
-        }
-        w.U8(uint8_t(StoreReply::kOk));
-        w.Str(st.data.count(key) ? st.data[key] : std::string());
-        c.out += w.Frame();
-        return serve_waiters(absl::InfinitePast());
-      }
-      case StoreOp::kCheck:
-        if (!read_keys(&keys) || !r.done()) break;
-        w.U8(uint8_t(StoreReply::kOk));
-        w.U8(st.HasAll(keys) ? 1 : 0);
-        c.out += w.Frame();
-        return;
-      case StoreOp::kDelete: {
-        if (!read_key(&key) || !r.done()) break;
-        auto it = st.data.find(key);
-        bool existed = it != st.data.end();
-        if (existed) {
-          st.total_bytes -= key.size() + it->second.size();
-          st.data.erase(it);
-        }
-        w.U8(uint8_t(StoreReply::kOk));
-        w.U8(existed ? 1 : 0);
-        c.out += w.Frame();
-        return;
-      }
-      default:
-        return reject(c, StoreReply::kBadRequest, absl::StrCat("unknown store opcode ", int(op_byte)));
-    }
-    reject(c, StoreReply::kBadRequest,
-           absl::StrCat("malformed store request (opcode ", int(op_byte), ", ", payload.size(),
-                        " bytes)"));
-  };
-
-  auto accept_all = [&] {
-    while (true) {
-      int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
-      if (fd < 0) return;
-      if (int(st.conns.size()) >= opt.max_connections) {
-        ::close(fd);
-        ++rejected_;
-        continue;
-      }
-      State::Conn& c = st.conns[fd];
-      c.fd = Fd(fd);
-      c.accepted = absl::Now();
-      c.nonce.resize(kStoreNonceBytes);
-      if (::getrandom(&c.nonce[0], kStoreNonceBytes, 0) != ssize_t(kStoreNonceBytes)) {
-        // getrandom on Linux does not fail for 32 bytes once booted; fall back to the clock anyway.
-        int64_t t = absl::ToUnixNanos(absl::Now());
-        std::memcpy(&c.nonce[0], &t, sizeof(t));
-      }
-      c.authed = opt.secret.empty();
-      WireWriter hello;
-      hello.Raw(kStoreMagic, 4);
-      hello.U8(kStoreProtocolVersion);
-      hello.U8(opt.secret.empty() ? 0 : 1);
-      hello.Raw(c.nonce.data(), c.nonce.size());
-      c.out += hello.Frame();
-    }
-  };
-
+  st.opt = &opt;
+  st.rejected = &rejected_;
   std::vector<pollfd> pfds;
   std::vector<char> buf(1 << 16);
   while (!st.stop) {
@@ -319,38 +398,15 @@ void StoreServer::Serve() {
     for (const auto& w : st.waiters) next = std::min(next, w.deadline);
     ::poll(pfds.data(), pfds.size(), PollTimeoutMs(next));
     if (st.stop) break;
-    if (pfds[1].revents & POLLIN) accept_all();
+    if (pfds[1].revents & POLLIN) st.Accept(listen_fd_.get());
     absl::Time now = absl::Now();
     for (size_t i = 2; i < pfds.size(); ++i) {
       int fd = pfds[i].fd;
       State::Conn& c = st.conns[fd];
       bool dead = (pfds[i].revents & (POLLERR | POLLNVAL)) != 0;
-      if (!dead && (pfds[i].revents & (POLLIN | POLLHUP)) && !c.closing) {
-        ssize_t n = ::recv(fd, buf.data(), buf.size(), MSG_DONTWAIT);
-        if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
-          dead = true;
-        } else if (n > 0) {
-          c.in.append(buf.data(), size_t(n));
-          // Handle every complete frame in the buffer.
-          size_t pos = 0;
-          while (!c.closing && c.in.size() - pos >= 4) {
-            uint32_t len;
-            std::memcpy(&len, c.in.data() + pos, 4);
-            if (len > opt.max_message_bytes) {
-              reject(c, StoreReply::kBadRequest,
-                     absl::StrCat("store message of ", len, " bytes exceeds the limit of ",
-                                  opt.max_message_bytes, " bytes"));
-              break;
-            }
-            if (c.in.size() - pos - 4 < len) break;
-            handle(fd, c, absl::string_view(c.in).substr(pos + 4, len));
-            pos += 4 + size_t(len);
-          }
-          if (!c.closing) c.in.erase(0, pos);
-        }
-      }
+      if (!dead && (pfds[i].revents & (POLLIN | POLLHUP)) && !c.closing) dead = !st.Receive(fd, c, buf);
       if (!dead && !c.authed && !c.closing && now >= c.accepted + opt.auth_timeout) {
-        reject(c, StoreReply::kDenied, "store authentication timed out");
+        st.Reject(c, StoreReply::kDenied, "store authentication timed out");
       }
       if (!dead && !c.out.empty()) {
         ssize_t n = ::send(fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -361,7 +417,7 @@ void StoreServer::Serve() {
       }
       if (dead || (c.closing && c.out.empty())) st.conns.erase(fd);  // waiters dropped below
     }
-    serve_waiters(now);
+    st.ServeWaiters(now);
   }
 }
 
