@@ -21,6 +21,7 @@
 namespace sg::kernels {
 namespace {
 
+#ifdef SG_WITH_CUDA
 // The number of elements that differ from `want` in value or sign (so a failure prints one line).
 int64_t Differences(const std::vector<double>& got, const std::vector<double>& want) {
   if (got.size() != want.size()) return -1;
@@ -29,7 +30,6 @@ int64_t Differences(const std::vector<double>& got, const std::vector<double>& w
   return bad;
 }
 
-#ifdef SG_WITH_CUDA
 TEST(EmbeddingCaptureFirstTest, FirstCallUnderCaptureMatchesTheCpu) {
   SG_SKIP_WITHOUT_CUDA();
   unsetenv("SG_EMBEDDING_BWD");  // the default path
