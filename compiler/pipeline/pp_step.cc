@@ -54,6 +54,13 @@ absl::StatusOr<std::unique_ptr<PipelineStep>> PipelineStep::Create(const graph::
 
 absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptions& o) {
   SG_RETURN_IF_ERROR(graph::Verify(forward));
+  SG_ASSIGN_OR_RETURN(const int stages, SetUpGroups(o));
+  SG_ASSIGN_OR_RETURN(const std::vector<std::string> parameters, LowerStage(forward, stages, o));
+  SG_RETURN_IF_ERROR(AllocateOptimizer(parameters, o));
+  return StartLink(o);
+}
+
+absl::StatusOr<int> PipelineStep::SetUpGroups(const CompileOptions& o) {
   comm::ProcessGroupOptions po;
   po.timeout = absl::Seconds(o.comm_timeout_s);
   timeout_ = po.timeout;
@@ -69,7 +76,6 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
   if (o.recompute != RecomputePolicy::kNone) {
     return absl::UnimplementedError("pipeline: stages always recompute their forward in the backward; set recompute = kNone");
   }
-  const int stages = int(shape.back());
   SG_ASSIGN_OR_RETURN(pp_, context_->Group(mesh, {int(shape.size()) - 1}));
   if (pp_ == nullptr) {
     SG_CHECK_ARG(world == 1, "pipeline: the pp dim needs at least 2 ranks, found mesh ", mesh.ToString());
@@ -88,7 +94,11 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
   micro_batch_ = batch->second / micro_;
   adamw_ = o.adamw;
   loss_name_ = o.loss;
+  return int(shape.back());
+}
 
+absl::StatusOr<std::vector<std::string>> PipelineStep::LowerStage(const graph::Graph& forward, int stages,
+                                                                  const CompileOptions& o) {
   graph::Graph g = forward;
   if (o.precision == Precision::kBF16Mixed) {
     SG_ASSIGN_OR_RETURN(g, ToMixedPrecision(forward));
@@ -130,11 +140,14 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
     act_shape_ = h.shape();
     act_dtype_ = h.dtype();
   }
+  return mine.parameters;
+}
 
+absl::Status PipelineStep::AllocateOptimizer(const std::vector<std::string>& parameters, const CompileOptions& o) {
   const Device d = o.device;
   const Stream& st = executor_->compute_stream();
   std::vector<kernels::AdamWParam> list;
-  for (const std::string& name : mine.parameters) {
+  for (const std::string& name : parameters) {
     auto p = std::make_unique<Param>();
     p->name = name;
     p->master = program_->sources.at(name);
@@ -191,6 +204,12 @@ absl::Status PipelineStep::Build(const graph::Graph& forward, const CompileOptio
   clip_ = TensorView(scalars_.data() + 192, DType::kF32, {1}, d);
   loss_sum_ = TensorView(scalars_.data() + 256, DType::kF32, {}, d);
   SG_RETURN_IF_ERROR(ZeroTensor(TensorView(scalars_.data(), DType::kF32, {80}, d), st));
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStep::StartLink(const CompileOptions& o) {
+  const Device d = o.device;
+  const Stream& st = executor_->compute_stream();
   StageLink::Options lo;
   lo.tag_base = kTagBase;
   lo.timeout = timeout_;

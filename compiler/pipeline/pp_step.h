@@ -95,6 +95,15 @@ class PipelineStep : public CompiledStep {
   struct Param;
   PipelineStep() = default;
   absl::Status Build(const graph::Graph& forward, const CompileOptions& options);
+  // Build's steps, in order: the mesh and its pp / dp groups and the micro-batch split (returns the
+  // number of stages); this rank's stage graph lowered and its executor (returns its parameters'
+  // names); their accumulators, AdamW state (sharded over dp under pipeline_fsdp) and scalars;
+  // the stage link to the neighbours, the timing events and the explanation.
+  absl::StatusOr<int> SetUpGroups(const CompileOptions& options);
+  absl::StatusOr<std::vector<std::string>> LowerStage(const graph::Graph& forward, int stages,
+                                                      const CompileOptions& options);
+  absl::Status AllocateOptimizer(const std::vector<std::string>& parameters, const CompileOptions& options);
+  absl::Status StartLink(const CompileOptions& options);
   absl::Status RunSteps(bool forward_only);
   absl::Status Feed(const std::string& name, const TensorView& src);
   absl::Status Accumulate(float weight);
