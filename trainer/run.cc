@@ -112,6 +112,13 @@ double Note(const Checkpoint& c, const std::string& key, double fallback) {
   return it != c.state.extra.end() && absl::SimpleAtod(it->second, &v) ? v : fallback;
 }
 
+// The schedule's length a resumed run continues (its checkpoint's note), or 0 without one or when
+// the checkpoint is already at or past it.
+int64_t ResumedTotalSteps(const Checkpoint* r) {
+  const int64_t total = r ? int64_t(Note(*r, "total_steps", 0)) : 0;
+  return r != nullptr && total > r->state.step ? total : 0;
+}
+
 struct Setup {
   LlamaConfig config;
   std::string run_dir;
@@ -316,8 +323,8 @@ absl::StatusOr<TrainOptions> MakeTrainOptions(const RunFlags& f, const Setup& s,
   }
   // Until the second step is timed, a time-budgeted run assumes a long schedule (the warm-up
   // does not depend on it).
-  const int64_t resumed_total = r ? int64_t(Note(*r, "total_steps", 0)) : 0;
-  o.total_steps = f.steps > 0 ? f.steps : (resumed_total > (r ? r->state.step : 0) ? resumed_total : 1'000'000);
+  const int64_t resumed_total = ResumedTotalSteps(r);
+  o.total_steps = f.steps > 0 ? f.steps : (resumed_total > 0 ? resumed_total : 1'000'000);
   return o;
 }
 
@@ -368,8 +375,7 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   const Checkpoint* r = s.resume.get();
   SG_ASSIGN_OR_RETURN(const TrainOptions o, MakeTrainOptions(f, s, device, strategy, mesh, recompute, rank, world));
   const double budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);
-  const int64_t resumed_total = r ? int64_t(Note(*r, "total_steps", 0)) : 0;
-  const bool estimate_total = f.steps <= 0 && !(resumed_total > (r ? r->state.step : 0));
+  const bool estimate_total = f.steps <= 0 && ResumedTotalSteps(r) == 0;
 
   SG_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::Create(o, data.split));
   // Multi-rank: failure detection and checkpoint coordination, started right after the compiler's

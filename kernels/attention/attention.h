@@ -15,8 +15,8 @@
 // families are Unimplemented for f16). Every other case up to head_dim kAttentionMaxHeadDim (f32 data,
 // a head of 8 or 96) runs plain deterministic kernels (attention_generic.cu), correct but without
 // tensor cores or tiling, 100-160x slower than the flash kernels at a 1B model's shape: for tests,
-// small models and f32 checks, not for training at scale. SG_ATTENTION_KERNEL=generic forces them. SG_ATTENTION_KERNEL=v2|v3|v4|v5 picks the kernel
-// family at each call (unset: v5, the fastest measured: the Hopper forward SG_ATTN_FWD_VARIANT=ws|
+// small models and f32 checks, not for training at scale. SG_ATTENTION_KERNEL=generic forces them;
+// SG_ATTENTION_KERNEL=v2|v3|v4|v5 picks the kernel family at each call (unset: v5, the fastest measured: the Hopper forward SG_ATTN_FWD_VARIANT=ws|
 // wgmma names (unset: ws, warp-specialized; attention_fwd_v4.h) with the Hopper wgmma backward,
 // sm_90 only; v4 is that forward with v3's backward; v3 the mma.sync family for GPUs without sm_90a
 // features; v2 the kernels every family falls back to where its own cannot run: scale <= 0, more
