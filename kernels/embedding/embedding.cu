@@ -6,14 +6,14 @@
 //   16384 tokens of a 32000 x 2048 bf16 table, batch timing) this won: 3.99 TB/s, against 3.71 for
 //   one row a CTA, 3.86 for four, 3.76 for the grid-stride kernel it replaced (deleted with them).
 // Backward, deterministic without float atomics, SG_EMBEDDING_BWD selecting per call:
-//   "atomic2s" (the default): the index preparation of "atomic" below, but from the count on,
-//     the scan, scatter and the sums of the rows with tokens (a compacted list of them, four to a
-//     CTA) run on a high-priority side stream while the caller's stream zeroes the rows without
-//     tokens (evict-first stores where tokens * 4 >= vocab, 1.5-2% faster than plain ones in the
-//     same process at 16384 of 32000), then joins (embedding_atomic.cu); on tables of 64 MiB or
-//     more the side stream starts each call with an "early fill" of the first rows (~2.5% at
-//     16384 of 32000: 3.495-3.500 TB/s in three processes on 2026-12-02, 3.40-3.42 without it in
-//     the same processes). Rows without the 16-byte layout fall back to "atomic";
+//   "atomic2s" (the default): the index preparation of "atomic" below and the sums of the rows
+//     with tokens (a compacted list of them, four to a CTA) on the caller's stream at a high
+//     priority, chained by programmatic dependent launch, while a side stream zeroes the rows
+//     without tokens from the count on (evict-first stores where tokens * 4 >= vocab, 1.5-2%
+//     faster than plain ones in the same process at 16384 of 32000), then joins
+//     (embedding_atomic.cu); on tables of 64 MiB or more the side stream starts each call with an
+//     "early fill" of the first rows (~2.5% at 16384 of 32000). Rows without the 16-byte layout
+//     fall back to "atomic";
 //   "atomic", "atomic_nopdl": counts, a scan and an
 //     atomic scatter of the token positions, each run sorted in place before its row sum
 //     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";

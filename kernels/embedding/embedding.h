@@ -26,8 +26,8 @@ absl::Status EmbeddingForward(const TensorView& tokens, const TensorView& table,
 // order (i ascending): 0 + dout[i0, :] + dout[i1, :] + ..., so the result is bitwise reproducible
 // and bitwise equal between CPU and CUDA; rows of unused ids are zero. On CUDA no float atomics:
 // each row's token positions are gathered in ascending order first (counted and scattered, then
-// each run sorted; by default the rows with tokens are summed on a side stream of the device while
-// `stream` zeroes the others, joined before return, so the call stays one stream's work to its
+// each run sorted; by default `stream` prepares and sums the rows with tokens while a side stream
+// of the device zeroes the others, joined before return, so the call stays one stream's work to its
 // caller and capturable in a CUDA graph; other preparations, SG_EMBEDDING_BWD=atomic / scan3 /
 // rows: on one stream), then each column's terms are added in that order. (SG_EMBEDDING_BWD selects
 // the CUDA kernel per call, for benchmarks: see embedding.cu.) The side stream is one per device,

@@ -24,26 +24,26 @@
 //
 // "atomic2s" (SG_EMBEDDING_BWD=atomic2s, 16-byte rows with dim % 8 == 0; otherwise "atomic"): the
 // zero fill of the rows without tokens (60% of a 32000-row table at 16384 tokens) overlapped with
-// the index preparation, which alone costs ~35 us of latency (the dim 8 shape), on two streams:
-//   on the caller's stream S: 1 as above (also zeroing num_touched), 2 as CountTouchedKernel: the
-//     counts as above, and the leader whose atomic finds a count of 0 appends its id to a list of
-//     the touched rows (one atomic on num_touched per warp); then a fork event;
-//   on a side stream H (one per device, cached, the device's greatest priority, also set as a
-//     launch attribute on each kernel) waiting on the fork: 3 (ScanKernel<true> also writes
-//     cursor[v] = offsets[v + 1]), 4 (ScatterKernel<I, true> decrements the cursor, so the counts
-//     stay read-only), 5 as SortSumTouchedKernel: a CTA per kSumRows entries of the touched list
-//     (not kSumRows consecutive rows, of which ~2.4 have tokens at 16384 / 32000: each CTA's
-//     chain of dependent loads, offsets -> order -> dout, moved few bytes), sorting and summing
-//     as SortSumRowsKernel into each listed row; a join event;
-//   meanwhile on S: ZeroUntouchedKernel, small independent CTAs (16 KB of rows each, 16-byte
-//     stores, evict-first where tokens * 4 >= vocab) zeroing the rows whose count is 0: as they
-//     retire the SMs go to H's pending CTAs first; then S waits on the join, so the scratch is
-//     freed (reused in S's order) after H's use.
-// The list's order is arbitrary (atomics), but each row's sum is its sorted run's, as in "atomic":
-// bitwise its result. The fork and join events are shared by all calls on a device: a mutex keeps
-// one call's record and wait together. A graph captured from S takes H in with the fork and back
-// with the join; its kernel nodes carry H's priority, used when the graph is instantiated with
-// cudaGraphInstantiateFlagUseNodePriority.
+// the index preparation, which alone costs ~30 us of latency (the dim 8 shape), on two streams:
+//   on the caller's stream S, every kernel at the device's greatest priority (a launch attribute,
+//     so graph nodes carry it too) and chained by PDL: 1 as above (also zeroing num_touched), 2 as
+//     CountTouchedKernel: the counts as above, and the leader whose atomic finds a count of 0
+//     appends its id to a list of the touched rows (one atomic on num_touched per warp); a fork
+//     event; 3 (ScanKernel<true> also writes cursor[v] = offsets[v + 1]), 4 (ScatterKernel<I, true>
+//     decrements the cursor, so the counts stay read-only), 5 as SortSumTouchedKernel: a CTA per
+//     kSumRows entries of the touched list (not kSumRows consecutive rows, of which ~2.4 have
+//     tokens at 16384 / 32000: each CTA's chain of dependent loads, offsets -> order -> dout, moved
+//     few bytes), sorting and summing as SortSumRowsKernel into each listed row. Kernels 1-3
+//     trigger their dependents at their start (griddepcontrol.launch_dependents), so the next
+//     one's CTAs are resident, waiting, when they end; the scatter does not, since the sums' CTAs
+//     would hold every SM idle while it runs (measured below);
+//   on a side stream H (one per device, cached) waiting on the fork, at the device's least
+//     priority: ZeroUntouchedKernel, small independent CTAs (16 KB of rows each, 16-byte stores,
+//     evict-first where tokens * 4 >= vocab) zeroing the rows whose count is 0: as they retire the
+//     SMs go to S's pending CTAs first; a join event, which S waits on, so the scratch is freed
+//     (reused in S's order) after the fill's reads of the counts.
+// Until 2026-12-02 the scan, scatter and sums ran on H after the fork and the fill on S; the
+// chain on S has no cross-stream wait on its path (see "2026-12-02 05:20-05:48" below).
 // Measured (H200, 16384 tokens, vocab 32000, dim 2048, bf16) before the touched list, with
 // consecutive rows per CTA: 3.04-3.08 TB/s against "atomic" 2.99 (a plain zero fill of the table
 // 4.38). With the list (2026-11-30 17:40, the default since): 3.39-3.41 at vocab 32000 (atomic
@@ -122,6 +122,22 @@
 // between processes.
 // 2026-12-02 02:58-03:24 (gpu_call76-79.sh), adopted: the early fill (EarlyRows below), 94.2-94.4 us
 // (3.495-3.500 TB/s) against 96.4-96.9 without it, each pair in one process.
+// 2026-12-02 05:20-05:48 (gpu_call81-83.sh, one H200). A timeline of the kernels (SG_EMB_TIMELINE,
+// instrumented, ~107 us a call) put each of H's kernels ~3.8 us after the one before it ended
+// (1.5-1.8 us at dim 8, with no fill beside them), and the scan 3.6 us after the count, across the
+// fork. Measured in one process each (random interleaving, median of 3), us at 16384 tokens:
+//   layout (triggering kernels)           32000 x 2048   128256 x 2048   32000 x 768   32000 x 8
+//   chain on H, fill on S (none; before)  95.7 / 94.9    272.6 / 271.0   50.3          34.0
+//   chain on H (scan)                     95.5           272.4                         30.9
+//   chain on H (scan, scatter)            99.1           274.1                         31.6
+//   chain on S, fill on H (none)          95.4 / 95.1    272.4                         29.8
+//   chain on S (zero, count, scan): now   95.2 / 95.2    272.0 / 270.3   46.5          29.7
+//   chain on S (all four)                 98.9           273.2                         29.6
+// (and 128256 x 8: 29.3 against 31.4). So the new layout is even at dim 2048, where the fill keeps
+// memory busy through the gaps, and 7-12% faster where latency dominates. Triggering the sums
+// early costs 3.5%: their resident CTAs leave the fill no SM while the scatter runs. Not adopted:
+// fewer sums CTAs per SM (dynamic shared memory so 3 or 2 fit, leaving registers for fill CTAs
+// beside them): 98.6-98.8 us at 3, 106.4-107.5 at 2.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -194,6 +210,7 @@ constexpr unsigned long long kAggregate = 1ull << 32, kInclusive = 2ull << 32;
 
 __global__ void __launch_bounds__(kThreads) ZeroKernel(int4* p, int64_t n4) {
   SG_TL_SCOPE(EmbeddingTimeline::kZero);
+  TriggerDependents();
   WaitForPrimary();
   SG_TL_WAITED();
   for (int64_t i = int64_t(blockIdx.x) * kThreads + threadIdx.x; i < n4; i += int64_t(gridDim.x) * kThreads) {
@@ -229,6 +246,7 @@ __global__ void __launch_bounds__(kThreads)
     CountTouchedKernel(const I* __restrict__ tokens, int* counts, int* __restrict__ touched, int* num_touched,
                        int64_t n, int64_t vocab) {
   SG_TL_SCOPE(EmbeddingTimeline::kCount);
+  TriggerDependents();
   WaitForPrimary();
   SG_TL_WAITED();
   const int key = KeyAt(tokens, int64_t(blockIdx.x) * kThreads + threadIdx.x, n, vocab);
@@ -327,6 +345,7 @@ __global__ void __launch_bounds__(kThreads)
     ScanKernel(const int* __restrict__ counts, unsigned long long* states, int* ticket, int* __restrict__ offsets,
                int* __restrict__ cursor) {
   SG_TL_SCOPE(kCursor ? EmbeddingTimeline::kScan : -1);
+  if (kCursor) TriggerDependents();
   WaitForPrimary();
   SG_TL_WAITED();
   __shared__ int tile_shared, prefix_shared;
@@ -553,10 +572,10 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // The zero fill of "atomic2s": rows v0 .. v0 + rows - 1 of the f32 table (`vecs` float4 each)
-// whose count is 0, i.e. the rows the side stream's SortSumTouchedKernel leaves unwritten.
+// whose count is 0, i.e. the rows the chain's SortSumTouchedKernel leaves unwritten.
 // Small independent CTAs (about kZeroVecs stores each), not a persistent grid: as they retire, the
-// SMs go to the side stream's higher-priority CTAs first. `evict_first`: st.global.cs stores, so the
-// zeros do not hold L2 lines the side stream's reads and sums could use (see the file comment).
+// SMs go to the chain's higher-priority CTAs first. `evict_first`: st.global.cs stores, so the
+// zeros do not hold L2 lines the chain's reads and sums could use (see the file comment).
 constexpr int kZeroVecs = 1024;                     // 16 KB per CTA, 4 16-byte stores per thread
 constexpr int64_t kMaxZeroVecs = int64_t(1) << 30;  // float4 per row: rows * vecs + kThreads fits 32 bits
 __global__ void __launch_bounds__(kThreads) ZeroUntouchedKernel(const int* __restrict__ counts,
@@ -682,6 +701,7 @@ struct SideStream {
   absl::Mutex mu;
   cudaStream_t stream = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
+  cudaEvent_t early = nullptr;  // the early fill's end, which the sums wait on
   int priority = 0;
   int least = 0;  // the device's least priority: the early fill's
 };
@@ -695,13 +715,15 @@ absl::Status CreateSideStream(int device, SideStream& side) {
     int least = 0, greatest = 0;  // greatest: numerically the smallest
     SG_CUDA_RETURN_IF_ERROR(cudaDeviceGetStreamPriorityRange(&least, &greatest));
     cudaStream_t stream = nullptr;
-    cudaEvent_t fork = nullptr, join = nullptr;
+    cudaEvent_t fork = nullptr, join = nullptr, early = nullptr;
     SG_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithPriority(&stream, cudaStreamNonBlocking, greatest));
     SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&fork, cudaEventDisableTiming));
     SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&join, cudaEventDisableTiming));
+    SG_CUDA_RETURN_IF_ERROR(cudaEventCreateWithFlags(&early, cudaEventDisableTiming));
     side.stream = stream;
     side.fork = fork;
     side.join = join;
+    side.early = early;
     side.priority = greatest;
     side.least = least;
     return absl::OkStatus();
@@ -736,31 +758,6 @@ cudaError_t LaunchAt(void (*kernel)(KArgs...), dim3 grid, cudaStream_t stream, i
   return cudaLaunchKernelEx(&config, kernel, static_cast<KArgs>(args)...);
 }
 
-// LaunchAt on the side stream, at its priority.
-template <typename... KArgs, typename... Args>
-cudaError_t LaunchOnSide(void (*kernel)(KArgs...), dim3 grid, const SideStream& side, bool pdl, Args... args) {
-  return LaunchAt(kernel, grid, side.stream, side.priority, pdl, args...);
-}
-
-// Steps 3-5 on the side stream, after its wait on the fork: the scan (a full dependency on the
-// event, so no PDL), the scatter into the cursor, the sorted sums of the listed touched rows (a
-// CTA per kSumRows entries of the list, as many CTAs as the list may need).
-template <typename T, typename I>
-absl::Status SideSteps(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
-                       const SideStream& side) {
-  const int64_t n = p.tokens;
-  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScanKernel<true>, dim3(unsigned(sc.tiles)), side, false, sc.counts, sc.states,
-                                       sc.ticket, sc.offsets, sc.cursor));
-  if (n == 0) return absl::OkStatus();
-  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(ScatterKernel<I, true>, dim3(Blocks(n)), side, true, tokens, sc.cursor,
-                                       sc.offsets, sc.order, n, p.vocab));
-  const dim3 list_groups(unsigned((sc.listed + kSumRows - 1) / kSumRows));
-  SG_CUDA_RETURN_IF_ERROR(LaunchOnSide(SortSumTouchedKernel<T>, list_groups, side, true, dout, sc.order, sc.tmp,
-                                       sc.offsets, reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
-                                       int(p.dim / 8), n));
-  return absl::OkStatus();
-}
-
 // ZeroUntouchedKernel over rows first .. end - 1 of the table on `s`: about kZeroVecs float4 per
 // CTA, whole rows; every row of the range when counts is null.
 absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, int64_t first, int64_t end,
@@ -783,7 +780,7 @@ absl::Status ZeroUntouched(const Problem& p, const int* counts, float* dtable, i
 // The early fill: the side stream starts each call by zeroing the table's first rows (one fill
 // CTA's worth, kZeroVecs float4) unconditionally, at the device's least priority, before the counts
 // exist; the fill after the count starts past them (a touched one among them is zeroed, then
-// written by the sums, which the side stream orders after it). Its bytes do not matter: measured
+// written by the sums, which wait on an event after it). Its bytes do not matter: measured
 // 2026-12-02 (gpu_call76-78.sh, one H200, interleaved in one process each), at 16384 of 32000 x 2048
 // the same ~2.5 us gain from 8 KB to 4 MB early (93.8-94.8 us against 96.2-97.9 without, and 16 KB,
 // the adopted size, 94.2-94.4 against 96.4-96.9; 16 to 32 MB 95.2-96.1), and an event wait at the
@@ -803,15 +800,16 @@ int64_t EarlyRows(const Problem& p) {
 }
 
 // "atomic2s" (16-byte rows, dim % 8 == 0): the early fill on the side stream where the table is
-// large; zero and count on `s`; fork to the side stream for the scan, scatter and touched rows'
-// sums while `s` zeroes the untouched rows; join. The side stream's work is enqueued before the
-// zero fill so it is ready the moment the count ends. Once the side stream has waited on `s` (the
-// early fill's fork, or the count's), the join is recorded and waited even after a failed launch,
-// so a capture never ends with the side stream unjoined.
+// large; on `s` the chain (zero, count, scan, scatter, sums) at the greatest priority, with a fork
+// after the count to the side stream's fill of the untouched rows; `s` then waits on the join.
+// Once the side stream has waited on `s` (the early fill's fork, or the count's), the join is
+// recorded and waited even after a failed launch, so a capture never ends with the side stream
+// unjoined.
 template <typename T, typename I>
 absl::Status BackwardAtomic2s(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
                               cudaStream_t s, SideStream& side) {
-  const int64_t early = EarlyRows(p);
+  const int64_t early = EarlyRows(p), n = p.tokens;
+  const int hi = side.priority;
   bool forked = false;
   absl::Status st = [&]() -> absl::Status {
     if (early > 0) {  // ordered after `s`'s earlier work, as the rest of the side stream's
@@ -819,16 +817,30 @@ absl::Status BackwardAtomic2s(const Problem& p, const T* dout, const I* tokens, 
       SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
       forked = true;
       SG_RETURN_IF_ERROR(ZeroUntouched(p, nullptr, dtable, 0, early, side.stream, &side.least));
+      SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.early, side.stream));
     }
-    SG_RETURN_IF_ERROR(ZeroAndCount(p, tokens, sc, s, true));
+    SG_CUDA_RETURN_IF_ERROR(LaunchAt(ZeroKernel, dim3(cuda_vec::GridFor(Blocks(sc.zero_ints / 4))), s, hi, true,
+                                     reinterpret_cast<int4*>(sc.counts), sc.zero_ints / 4));
+    if (n == 0) return ZeroUntouched(p, sc.counts, dtable, early, p.vocab, s);  // every row untouched
+    SG_CUDA_RETURN_IF_ERROR(LaunchAt(CountTouchedKernel<I>, dim3(Blocks(n)), s, hi, true, tokens, sc.counts,
+                                     sc.touched, sc.num_touched, n, p.vocab));
     SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.fork, s));
     SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(side.stream, side.fork, 0));
     forked = true;
-    return SideSteps(p, dout, tokens, dtable, sc, side);
+    SG_CUDA_RETURN_IF_ERROR(LaunchAt(ScanKernel<true>, dim3(unsigned(sc.tiles)), s, hi, true, sc.counts, sc.states,
+                                     sc.ticket, sc.offsets, sc.cursor));
+    SG_CUDA_RETURN_IF_ERROR(LaunchAt(ScatterKernel<I, true>, dim3(Blocks(n)), s, hi, true, tokens, sc.cursor,
+                                     sc.offsets, sc.order, n, p.vocab));
+    // A touched row among the early fill's is zeroed there first (long done by now).
+    if (early > 0) SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, side.early, 0));
+    const dim3 list_groups(unsigned((sc.listed + kSumRows - 1) / kSumRows));
+    SG_CUDA_RETURN_IF_ERROR(LaunchAt(SortSumTouchedKernel<T>, list_groups, s, hi, true, dout, sc.order, sc.tmp,
+                                     sc.offsets, reinterpret_cast<const int4*>(sc.touched), sc.num_touched, dtable,
+                                     int(p.dim / 8), n));
+    return ZeroUntouched(p, sc.counts, dtable, early, p.vocab, side.stream, &side.least);
   }();
   if (!forked) return st;
   SG_CUDA_RETURN_IF_ERROR(cudaEventRecord(side.join, side.stream));
-  if (st.ok()) st.Update(ZeroUntouched(p, sc.counts, dtable, early, p.vocab, s));
   SG_CUDA_RETURN_IF_ERROR(cudaStreamWaitEvent(s, side.join, 0));
   return st;
 }

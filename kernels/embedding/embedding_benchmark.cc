@@ -168,10 +168,10 @@ BENCHMARK(BM_EmbeddingBackwardTimeline)->Args({16384, 32000, 2048})->Args({16384
 BENCHMARK(BM_EmbeddingBackwardTimelineNoEarly)->Args({16384, 32000, 2048})->Args({16384, 32000, 8})->UseManualTime();
 #endif
 
-// Llama-1B: 16384 tokens, vocab 32000 (and 128256), dim 2048; a small CPU-sized case. The index
-// shapes (dim 8): the backward with almost no row-sum bytes.
+// Llama-1B: 16384 tokens, vocab 32000 (and 128256), dim 2048; a small CPU-sized case. The backward
+// also at the 124m's dim 768, and the index shapes (dim 8): almost no row-sum bytes.
 #define SG_SHAPES ->Args({16384, 32000, 2048})->Args({16384, 128256, 2048})->Args({256, 1000, 256})->UseManualTime()
-#define SG_BWD_SHAPES SG_SHAPES->Args({16384, 32000, 8})->Args({16384, 128256, 8})
+#define SG_BWD_SHAPES SG_SHAPES->Args({16384, 32000, 768})->Args({16384, 32000, 8})->Args({16384, 128256, 8})
 BENCHMARK(BM_EmbeddingForwardBF16) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16) SG_SHAPES;
 BENCHMARK(BM_EmbeddingForwardF32) SG_SHAPES;

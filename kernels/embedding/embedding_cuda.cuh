@@ -27,6 +27,10 @@ static_assert(kSumRows <= kThreads / 32, "the atomic path sorts each CTA's short
 // at once otherwise. Every kernel that LaunchMaybePdl may launch with pdl = true calls it before
 // touching memory.
 __device__ __forceinline__ void WaitForPrimary() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// Lets the next kernel on the stream, if launched as this one's programmatic dependent, be scheduled
+// now rather than when this grid ends (its CTAs then wait in WaitForPrimary, holding their SM
+// slots). Ordering is unchanged: WaitForPrimary still waits for this whole grid and its writes.
+__device__ __forceinline__ void TriggerDependents() { asm volatile("griddepcontrol.launch_dependents;" :::); }
 
 // kernel<<<grid, threads, 0, s>>>(args...), as a programmatic dependent of the previous kernel on
 // the stream when `pdl` (it may be scheduled while that kernel drains; see WaitForPrimary).
