@@ -136,9 +136,9 @@ static __device__ __noinline__ void TrapOnTimeout() { __trap(); }
 // Waits for the phase of parity `parity` with a deadline: a wait that cannot end (a wrong parity or
 // byte count, a lost arrival) traps after kMbarWaitClocks instead of hanging the process, and the
 // launch's stream reports the error. kInlineTrap puts the trap inline instead of behind the call
-// above: WgmmaGemm and the embedding's scan3 kernel compile to their previous code with it, and the
-// GEMM measured 1.5-1.8% slower with the call (H200, 2026-11-30, the two binaries alternating in one
-// run: 658 / 647 TFLOP/s inline against 648 / 635 behind the call, 16384 x N x 2048, N = 3072 / 8192).
+// above: WgmmaGemm compiles to its previous code with it, and the GEMM measured 1.5-1.8% slower
+// with the call (H200, 2026-11-30, the two binaries alternating in one run: 658 / 647 TFLOP/s
+// inline against 648 / 635 behind the call, 16384 x N x 2048, N = 3072 / 8192).
 template <bool kInlineTrap = false>
 __device__ __forceinline__ void MbarWait(uint32_t bar, uint32_t parity) {
   if (MbarTryWait(bar, parity)) return;

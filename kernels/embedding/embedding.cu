@@ -17,9 +17,6 @@
 //   "atomic", "atomic_nopdl": counts, a scan and an
 //     atomic scatter of the token positions, each run sorted in place before its row sum
 //     (embedding_atomic.cu), chained by programmatic dependent launch unless "_nopdl";
-//   "scan3": one kernel, each CTA reading all ids and listing those of
-//     its 64 vocabulary rows, the dout rows pulled into a shared-memory ring by bulk copies, rows
-//     without tokens by bulk stores of a zeroed buffer (embedding_scan3.cu);
 //   "rows": the sorted index preparation below, then a row sum.
 // Why atomic2s: on the H200 (2026-11-30 17:40, one call, Batch, decimal TB/s at vocab 32000 /
 // 128256) atomic2s 3.39-3.41 / 4.11 (3.43-3.44 at 32000 since its sums run 4 CTAs per SM, 19:58), atomic 3.00-3.01 / 2.38, scan3 2.86 / 3.37, a plain zero fill
@@ -28,7 +25,10 @@
 // 32000. Until then the default depended on the vocabulary (atomic up to 65536, scan3 above):
 // (same call, 12:31) atomic 2.97 / 2.39 (2.81 at 32000 without PDL), scan3 2.81 / 3.38;
 // 5% of the tokens on one id: atomic 1.16 / -, scan3 ~1.0 / 3.32. Removed as beaten: "scan2" (one
-// kernel, per-thread dout loads: 2.76 / 2.91, hot 1.48 / 2.70) and scan3's store variants (zero
+// kernel, per-thread dout loads: 2.76 / 2.91, hot 1.48 / 2.70), scan3 itself (one kernel, each CTA
+// reading all ids and listing those of its 64 vocabulary rows, the dout rows pulled into a
+// shared-memory ring by bulk copies; removed 2026-12-02: atomic2s beat it at every shape but a hot
+// id at 128256, 3.19 against 3.34) and scan3's store variants (zero
 // rows by streaming stores 2.87 / -, rows with tokens bulk-stored 2.72 / 3.39, 128 rows a CTA
 // 2.94 / 3.47 but hot 3.06 at 128256). Earlier (11:02 the same day) atomic 3.00 / 2.40, scan2
 // with 128 or 32 rows a CTA 2.74 / 2.80, 2.61 / 2.84; 5% of the tokens on one id: atomic 1.20 /
@@ -130,17 +130,16 @@ __global__ void __launch_bounds__(kThreads)
   SumRuns<T>(dout, order, begin, end, dtable, v0, vocab, packs);
 }
 
-// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "atomic2s", "rows",
-// "scan3"; unset or unknown: atomic2s, see the header); read at every call so benchmarks and tests
+// The backward selected per call by SG_EMBEDDING_BWD ("atomic", "atomic_nopdl", "atomic2s", "rows";
+// unset or unknown: atomic2s, see the header); read at every call so benchmarks and tests
 // can switch.
-enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kAtomic2s, kScan3 };
+enum class BackwardVariant { kRows, kAtomic, kAtomicNoPdl, kAtomic2s };
 BackwardVariant BackwardVariantFromEnv() {
   const char* v = std::getenv("SG_EMBEDDING_BWD");
   if (v != nullptr && std::strcmp(v, "rows") == 0) return BackwardVariant::kRows;
   if (v != nullptr && std::strcmp(v, "atomic") == 0) return BackwardVariant::kAtomic;
   if (v != nullptr && std::strcmp(v, "atomic_nopdl") == 0) return BackwardVariant::kAtomicNoPdl;
   if (v != nullptr && std::strcmp(v, "atomic2s") == 0) return BackwardVariant::kAtomic2s;
-  if (v != nullptr && std::strcmp(v, "scan3") == 0) return BackwardVariant::kScan3;
   return BackwardVariant::kAtomic2s;
 }
 
@@ -261,8 +260,6 @@ absl::Status BackwardCuda(const Problem& p, const void* dout, const void* tokens
       return BackwardAtomicCuda(p, dout, tokens, dtable, device, s, false);
     case BackwardVariant::kAtomic2s:
       return BackwardAtomic2sCuda(p, dout, tokens, dtable, device, s);
-    case BackwardVariant::kScan3:
-      return BackwardScan3Cuda(p, dout, tokens, dtable, device, s);
     case BackwardVariant::kRows:
       break;
   }

@@ -28,7 +28,7 @@ absl::Status EmbeddingForward(const TensorView& tokens, const TensorView& table,
 // each row's token positions are gathered in ascending order first (counted and scattered, then
 // each run sorted; by default `stream` prepares and sums the rows with tokens while a side stream
 // of the device zeroes the others, joined before return, so the call stays one stream's work to its
-// caller and capturable in a CUDA graph; other preparations, SG_EMBEDDING_BWD=atomic / scan3 /
+// caller and capturable in a CUDA graph; other preparations, SG_EMBEDDING_BWD=atomic /
 // rows: on one stream), then each column's terms are added in that order. (SG_EMBEDDING_BWD selects
 // the CUDA kernel per call, for benchmarks: see embedding.cu.) The side stream is one per device,
 // shared by every caller: calls from several host threads are safe (serialized on it), but while one

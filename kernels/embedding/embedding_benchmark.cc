@@ -7,9 +7,9 @@
 //   --benchmark_filter='Backward.*Batch'  rows (sorted) against atomic, atomic_nopdl and atomic2s
 //     (the zero fill of rows without tokens overlapped with the index preparation); the "Hot"
 //     entries put 5% of the tokens on one id; dim 8 shapes leave little but the index preparation
-//     and the launches (the row sums write vocab x 32 bytes). Scan3*: the one-kernel backward
-//     with bulk-copy data movement (embedding_scan3.cu). Atomic2s*: the default (embedding_atomic.cu).
-//   --benchmark_filter='Backward.*(Atomic|Scan|ZeroFill).*Batch/16384/(32000|128256)/2048'
+//     and the launches (the row sums write vocab x 32 bytes). Atomic2s*: the default
+//     (embedding_atomic.cu).
+//   --benchmark_filter='Backward.*(Atomic|ZeroFill).*Batch/16384/(32000|128256)/2048'
 //     compares them.
 //   Built with SG_EMB_TIMELINE (embedding_timeline.h), BM_EmbeddingBackwardTimeline* report when
 //     each atomic2s kernel starts, passes its wait and ends within a call of a back-to-back batch.
@@ -104,12 +104,6 @@ void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
 void BM_EmbeddingBackwardBF16AtomicHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic", kBatch, false, true);
 }
-// The bulk-copy scan3 backward (embedding_scan3.cu; the default above a vocabulary of 65536 until
-// atomic2s replaced both).
-void BM_EmbeddingBackwardBF16Scan3Batch(benchmark::State& st) { Run(st, DType::kBF16, true, "scan3", kBatch); }
-void BM_EmbeddingBackwardBF16Scan3HotBatch(benchmark::State& st) {
-  Run(st, DType::kBF16, true, "scan3", kBatch, false, true);
-}
 void BM_EmbeddingBackwardZeroFillBatch(benchmark::State& st) { Run(st, DType::kBF16, true, "", kBatch, true); }
 
 #ifdef SG_EMB_TIMELINE
@@ -185,8 +179,6 @@ BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sNoEarlyBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan3Batch) SG_BWD_SHAPES;
-BENCHMARK(BM_EmbeddingBackwardBF16Scan3HotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardZeroFillBatch) SG_SHAPES;
 
 }  // namespace

@@ -1,7 +1,7 @@
 // Device code shared by the CUDA files of the embedding (nvcc only): the row sums of the backward
 // over runs of token positions already in ascending order, a launcher with optional programmatic
-// dependent launch, and the entry of the "atomic" backward (embedding_atomic.cu), which embedding.cu
-// dispatches to, and of the one-kernel "scan3" backward (embedding_scan3.cu).
+// dependent launch, and the entries of the "atomic" and "atomic2s" backwards (embedding_atomic.cu),
+// which embedding.cu dispatches to.
 //
 // A run: the token positions order[offsets[v]] .. order[offsets[v + 1] - 1] whose id is v,
 // ascending, so dtable[v, :] = 0 + dout[order[begin], :] + dout[order[begin + 1], :] + ... in f32:
@@ -177,17 +177,11 @@ absl::Status BackwardAtomicCuda(const Problem& p, const void* dout, const void* 
                                 cudaStream_t s, bool pdl);
 
 // The "atomic2s" backward (embedding_atomic.cu): the atomic path's index preparation and row sums
-// of touched rows on a cached high-priority side stream, overlapped with the zero fill of the
-// untouched rows on `s`; joined back into `s` before it returns. Falls back to the atomic path
+// of touched rows on `s` at a high priority, overlapped with the zero fill of the untouched rows on
+// a cached side stream; joined back into `s` before it returns. Falls back to the atomic path
 // where the rows lack the 16-byte layout.
 absl::Status BackwardAtomic2sCuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
                                   cudaStream_t s);
-
-// The one-kernel backward of embedding_scan3.cu: an id listing per 64 vocabulary rows, dout rows
-// pulled into a shared-memory ring by bulk copies. Falls back to the atomic path where the rows
-// lack the 16-byte layout.
-absl::Status BackwardScan3Cuda(const Problem& p, const void* dout, const void* tokens, float* dtable, int device,
-                               cudaStream_t s);
 
 }  // namespace sg::kernels::embedding_internal
 

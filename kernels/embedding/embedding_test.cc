@@ -163,9 +163,9 @@ class ScopedEnv {
 };
 
 // The CUDA backward kernels selected per call by SG_EMBEDDING_BWD (embedding.cu), "" = the default.
-const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "atomic2s", "scan3"};
+const char* const kBackwards[] = {"", "rows", "atomic", "atomic_nopdl", "atomic2s"};
 // Those compared bitwise against "rows" (and so against the CPU reference) on constructed ids.
-const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "atomic2s", "scan3"};
+const char* const kComparedBackwards[] = {"atomic", "atomic_nopdl", "atomic2s"};
 
 class EmbeddingCudaTest : public ::testing::TestWithParam<const char*> {
  protected:
@@ -386,12 +386,11 @@ TEST(EmbeddingCudaBackwardTest, HotId) {
   CheckBackwardsBitwise(ids, 128256, 16, DType::kF32, DType::kI64);  // 32 tiles of the count scan
 }
 
-// The scan3 kernel's passes (embedding_scan3.cu): id 0 on most tokens overflows the first CTA's
-// list (2560 pairs) again and again, so its rows are summed in several passes, each continuing the
-// partial sums written by the last: long runs in every pass (ids 0, 1), runs of a few tokens per
-// pass (ids 6..), id 3 only in the first pass and id 4 only in the last (partial rows with no
-// tokens in a pass are left as they are); rows of more than one ring segment (2056 bf16 = 257
-// packs), and rows without the 16-byte layout (the atomic path).
+// A hot range (written for the removed one-kernel "scan3", whose CTA lists overflowed on it; kept
+// for the sorts): ids 0 and 1 on most of 20000 tokens (runs past kBitonicCap, sorted by position
+// windows), ids 3 and 4 only among the first and the last 1000 tokens, runs of a few tokens (ids
+// 6..); rows of 2056 bf16 (257 packs: more than one per thread), and rows without the 16-byte
+// layout (the atomic path).
 TEST(EmbeddingCudaBackwardTest, ScanPassesOverAHotRange) {
   SG_SKIP_WITHOUT_CUDA();
   std::vector<double> ids(20000);
@@ -412,12 +411,10 @@ TEST(EmbeddingCudaBackwardTest, ScanPassesOverAHotRange) {
   CheckBackwardsBitwise(ids, 300, 2056, DType::kBF16, DType::kI32);
 }
 
-// The bulk-copy backward (embedding_scan3.cu): rows of several segments (2048 columns each: bf16
-// 4096 = two full, f32 2056 = a full one and one pack), f32 dout (8 KB ring slots, fewer of them),
-// a hot id over several passes with two segments a row (the ring's sequence running on across
-// passes), a run far longer than the ring with a one-pack last segment. (Rows without the 16-byte
-// layout, e.g. dim 5 above, go to the atomic path.)
-TEST(EmbeddingCudaBackwardTest, Scan3Segments) {
+// Wide rows (written for the removed "scan3"'s ring segments of 2048 columns; kept for the row
+// sums' loops over packs): bf16 4096 and f32 2056 / 2048 columns, f32 dout, hot ids with wide
+// rows, and one id on 3000 tokens of f16 rows of 4104 columns.
+TEST(EmbeddingCudaBackwardTest, WideRows) {
   SG_SKIP_WITHOUT_CUDA();
   std::vector<double> ids(6000);
   for (size_t i = 0; i < ids.size(); ++i) ids[i] = double(Rng()() % 700);
@@ -581,12 +578,11 @@ TEST(EmbeddingCudaBackwardTest, NoTokens) {
 
 #ifdef SG_WITH_CUDA
 // The forward and a backward (atomic: its scratch held by the allocator for the graph's life;
-// atomic2s: the same, with a fork to its side stream and a join back; scan3: one kernel, no
-// scratch), chained by programmatic dependent launch, captured in a CUDA graph and replayed twice
+// atomic2s: the same, with a fork to its side stream and a join back), chained by programmatic dependent launch, captured in a CUDA graph and replayed twice
 // over poisoned outputs: the same bits as the eager calls.
 class EmbeddingCudaGraphTest : public ::testing::TestWithParam<const char*> {};
 INSTANTIATE_TEST_SUITE_P(Backward, EmbeddingCudaGraphTest,
-                         ::testing::Values("atomic", "atomic2s", "scan3"),
+                         ::testing::Values("atomic", "atomic2s"),
                          [](const ::testing::TestParamInfo<const char*>& info) { return std::string(info.param); });
 
 TEST_P(EmbeddingCudaGraphTest, CapturesInACudaGraph) {
