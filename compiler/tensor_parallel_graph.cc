@@ -129,6 +129,346 @@ int ResidualInput(const Node& n) {
   return -1;
 }
 
+// Lowers a data-parallel graph to tp rank `tp_rank` of T, node by node in graph order: each value's
+// placement on the "tp" mesh and its value in the rank's graph, and the partial sums to all-reduce.
+class TpLowering {
+ public:
+  // `start`: the rank's graph before any node (dp.graph's symbols). Keeps references to `dp` and
+  // `options`: it lives inside BuildTensorParallelGraph.
+  TpLowering(const DataParallelGraph& dp, int T, int tp_rank, const TensorParallelGraphOptions& options,
+             sharding::DeviceMesh mesh, Graph start);
+
+  // Node i in the rank's graph, after the all-reduces of the partial sums it needs summed.
+  absl::Status LowerNode(int i);
+  // Graph outputs: the loss replicated, each gradient in its parameter's placement.
+  absl::Status LowerOutputs();
+  // The rank's graph, its all-reduces in issue order and its parameters in dp.params' order. Once:
+  // it moves the result out.
+  absl::StatusOr<TensorParallelGraph> Finish();
+
+ private:
+  struct Pending {
+    int value, issue_after, needed_by;
+    std::string where;
+  };
+
+  // A partial sum is all-reduced in place before node `needed_by`, for every later reader too:
+  // issued once its producer and every reader of it (or of an alias) as a partial sum are done.
+  void Reduce(int v, int needed_by, std::string where);
+  // Reduce(v) before node i, both named in the all-reduce's `where`.
+  void ReduceBefore(int v, int i);
+  // A parameter node: its tp placement and local shape; a "<p>@bwd" copy takes <p>'s.
+  absl::Status LowerParameter(int i);
+  // A vocabulary-parallel node: its sharded operand stays on the shard; every other operand
+  // (ids, targets, the loss cotangent, the embedding's output gradient) must be whole.
+  sharding::OpSharding PlaceOnVocabShard(int i);
+  // Any other node: as the sharding rules place it, its partial operands all-reduced where it needs
+  // them whole. *drop_residual: its residual epilogue is dropped on this rank.
+  absl::StatusOr<sharding::OpSharding> PlaceByPropagation(int i, bool* drop_residual);
+  // The sharding rule of node i over its operands' current placements.
+  absl::StatusOr<sharding::OpSharding> Propagate(int i) const;
+  // Emits node i placed as `s` (attributes in local shapes), checking its outputs' local shapes.
+  absl::Status EmitNode(int i, const sharding::OpSharding& s, bool on_shard, bool drop_residual);
+  void CollectAllReduces();
+  absl::Status CollectParams();
+
+  const DataParallelGraph& dp_;
+  const Graph& g_;
+  const std::vector<Node>& nodes_;
+  const int T_, tp_rank_;
+  const TensorParallelGraphOptions& options_;
+  const bool vp_;
+  const int64_t vocab_;
+  bool table_sharded_ = false;  // an embedding ran on its vocabulary shard: its backward does too
+  const sharding::DeviceMesh mesh_;
+  sharding::PropagationOptions popt_;
+  std::vector<Placement> pl_;
+  std::vector<int> last_partial_reader_;
+  std::vector<int> new_node_;  // old node index -> new
+  std::vector<graph::Value> map_;
+  std::vector<Pending> reduces_;  // old ids and node indices
+  std::map<std::string, Placement> param_pl_;
+  // Reshapes alias their input's buffer, so a partial sum and its reshapes are summed together.
+  std::vector<int> alias_root_;
+  std::map<int, std::vector<int>> aliases_;  // root -> every value sharing its buffer
+  graph::Builder b_;
+  TensorParallelGraph out_;
+};
+
+TpLowering::TpLowering(const DataParallelGraph& dp, int T, int tp_rank,
+                       const TensorParallelGraphOptions& options, sharding::DeviceMesh mesh, Graph start)
+    : dp_(dp),
+      g_(dp.graph),
+      nodes_(g_.nodes()),
+      T_(T),
+      tp_rank_(tp_rank),
+      options_(options),
+      vp_(options.vocab_parallel),
+      vocab_(vp_ ? VocabOf(g_) : 0),
+      mesh_(std::move(mesh)),
+      pl_(size_t(g_.num_value_ids())),
+      last_partial_reader_(size_t(g_.num_value_ids()), -1),
+      new_node_(nodes_.size(), -1),
+      map_(size_t(g_.num_value_ids())),
+      alias_root_(size_t(g_.num_value_ids())),
+      b_(std::move(start)) {
+  popt_.policy = {sharding::ConflictPolicy::kMoveActivations};
+  for (int v = 0; v < g_.num_value_ids(); ++v) alias_root_[size_t(v)] = v;
+}
+
+void TpLowering::Reduce(int v, int needed_by, std::string where) {
+  const std::vector<int>& group = aliases_[alias_root_[size_t(v)]];
+  int issue_after = g_.value(v).producer;
+  for (int a : group) {
+    issue_after = std::max({issue_after, g_.value(a).producer, last_partial_reader_[size_t(a)]});
+  }
+  reduces_.push_back({v, issue_after, needed_by, std::move(where)});
+  for (int a : group) {
+    if (pl_[size_t(a)].is_partial()) pl_[size_t(a)] = Placement::Replicate();
+  }
+  pl_[size_t(v)] = Placement::Replicate();
+}
+
+void TpLowering::ReduceBefore(int v, int i) {
+  Reduce(v, i, absl::StrCat(NodeName(nodes_[size_t(g_.value(v).producer)]), " output (P(sum) -> R before ",
+                            NodeName(nodes_[size_t(i)]), ")"));
+}
+
+absl::Status TpLowering::LowerNode(int i) {
+  const Node& n = nodes_[size_t(i)];
+  auto scope = b_.EnterScope(n.scope);
+  b_.set_phase(n.phase);
+  if (n.op == OpKind::kParameter) return LowerParameter(i);
+  if (n.op == OpKind::kInput) {
+    map_[size_t(n.outputs[0])] = b_.Input(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
+                                          graph::AttrShape(n, "shape"));
+    return absl::OkStatus();
+  }
+  // The norms' backward is linear in dy, so propagation would carry a partial dy through it and
+  // sum dx and dw after; summing dy first is one all-reduce instead of two (Megatron's choice).
+  if (n.op == OpKind::kRmsNormBackward || n.op == OpKind::kAddRmsNormBackward) {
+    for (int v : n.inputs) {
+      if (pl_[size_t(v)].is_partial()) ReduceBefore(v, i);
+    }
+  }
+  sharding::OpSharding s;
+  bool drop_residual = false;
+  SG_ASSIGN_OR_RETURN(const bool on_shard, VocabNode(g_, n, pl_, vp_, vocab_, table_sharded_));
+  if (on_shard) {
+    s = PlaceOnVocabShard(i);
+  } else {
+    SG_ASSIGN_OR_RETURN(s, PlaceByPropagation(i, &drop_residual));
+  }
+  return EmitNode(i, s, on_shard, drop_residual);
+}
+
+absl::Status TpLowering::LowerParameter(int i) {
+  const Node& n = nodes_[size_t(i)];
+  const std::string& name = graph::AttrString(n, "name");
+  if (absl::EndsWith(name, kBackwardSuffix)) {
+    const int base = g_.FindSource(name.substr(0, name.size() - std::string(kBackwardSuffix).size()));
+    if (base < 0 || !map_[size_t(base)].valid()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor parallel: '", name, "' has no parameter before it"));
+    }
+    pl_[size_t(n.outputs[0])] = pl_[size_t(base)];
+    if (options_.keep_backward_copies) {
+      map_[size_t(n.outputs[0])] = b_.Parameter(name, graph::AttrDType(n, "dtype"),
+                                                b_.type(map_[size_t(base)]).shape, /*trainable=*/false);
+    } else {
+      map_[size_t(n.outputs[0])] = map_[size_t(base)];
+    }
+    return absl::OkStatus();
+  }
+  Placement p;
+  if (graph::AttrBool(n, "trainable")) {
+    SG_ASSIGN_OR_RETURN(p, ParamPlacement(g_, n, mesh_, vp_));
+  }
+  SG_ASSIGN_OR_RETURN(graph::SymShape local, LocalShape(graph::AttrShape(n, "shape"), p, T_, tp_rank_, vocab_,
+                                                        absl::StrCat("parameter '", name, "'")));
+  pl_[size_t(n.outputs[0])] = p;
+  param_pl_[name] = p;
+  map_[size_t(n.outputs[0])] =
+      b_.Parameter(name, graph::AttrDType(n, "dtype"), local, graph::AttrBool(n, "trainable"));
+  return absl::OkStatus();
+}
+
+sharding::OpSharding TpLowering::PlaceOnVocabShard(int i) {
+  const Node& n = nodes_[size_t(i)];
+  sharding::OpSharding s;
+  s.inputs.assign(n.inputs.size(), {Placement::Replicate()});
+  for (int k = 0; k < int(n.inputs.size()); ++k) {
+    const int v = n.inputs[k];
+    if (pl_[size_t(v)].is_shard()) {
+      s.inputs[size_t(k)] = {pl_[size_t(v)]};
+    } else if (pl_[size_t(v)].is_partial()) {
+      ReduceBefore(v, i);
+    }
+  }
+  Placement out_pl = Placement::Replicate();  // the loss
+  if (n.op == OpKind::kEmbedding) out_pl = Placement::Partial();  // zeros outside the shard
+  if (n.op == OpKind::kEmbeddingBackward) out_pl = Placement::Shard(0);
+  if (n.op == OpKind::kSoftmaxCrossEntropyBackward) {
+    out_pl = Placement::Shard(g_.type(n.inputs[1]).rank() - 1);
+  }
+  s.outputs = {{out_pl}};
+  table_sharded_ = table_sharded_ || n.op == OpKind::kEmbedding;
+  return s;
+}
+
+absl::StatusOr<sharding::OpSharding> TpLowering::PlaceByPropagation(int i, bool* drop_residual) {
+  const Node& n = nodes_[size_t(i)];
+  SG_ASSIGN_OR_RETURN(sharding::OpSharding s, Propagate(i));
+  // Mixing a partial sum with a replicated operand (e.g. the residual gradient): sum the partial
+  // operand rather than zero a copy of the replicated one off rank 0.
+  bool to_partial = false, has_partial = false;
+  for (int k = 0; k < int(n.inputs.size()); ++k) {
+    const Placement have = pl_[size_t(n.inputs[k])];
+    has_partial = has_partial || have.is_partial();
+    to_partial = to_partial ||
+                 (have.is_replicate() && s.inputs[size_t(k)][0].is_partial() && k != ResidualInput(n));
+  }
+  if (to_partial && has_partial) {
+    for (int v : n.inputs) {
+      if (pl_[size_t(v)].is_partial()) ReduceBefore(v, i);
+    }
+    SG_ASSIGN_OR_RETURN(s, Propagate(i));
+  }
+  if (!s.internal.empty()) {
+    return absl::UnimplementedError(absl::StrCat("tensor parallel: node ", i, " (", NodeName(n),
+                                                 ") needs a sharded kernel with an internal collective (",
+                                                 s.internal[0].what, "), which is not lowered"));
+  }
+  for (int k = 0; k < int(n.inputs.size()); ++k) {
+    const int v = n.inputs[k];
+    const Placement have = pl_[size_t(v)], want = s.inputs[size_t(k)][0];
+    if (have == want) {
+      if (have.is_partial()) last_partial_reader_[size_t(v)] = i;
+      continue;
+    }
+    if (have.is_partial() && want.is_replicate()) {
+      ReduceBefore(v, i);
+      continue;
+    }
+    if (have.is_replicate() && want.is_partial() && k == ResidualInput(n)) {
+      *drop_residual = tp_rank_ != 0;  // R -> P(sum): rank 0 keeps the residual, the others add zero
+      continue;
+    }
+    return absl::UnimplementedError(absl::StrCat(
+        "tensor parallel: node ", i, " (", NodeName(n), ") needs input ", k, " as ", want.ToString(),
+        ", it is ", have.ToString(), "; the tensor-parallel runtime only all-reduces partial sums"));
+  }
+  return s;
+}
+
+absl::StatusOr<sharding::OpSharding> TpLowering::Propagate(int i) const {
+  const Node& n = nodes_[size_t(i)];
+  std::vector<graph::Type> types;
+  for (int v : n.inputs) types.push_back(g_.type(v));
+  std::vector<sharding::Placements> in;
+  for (int v : n.inputs) in.push_back({pl_[size_t(v)]});
+  absl::StatusOr<sharding::OpSharding> r = sharding::Propagate(n, types, in, mesh_, popt_);
+  if (!r.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensor parallel: node ", i, " (", NodeName(n), "): ",
+                                                   r.status().message()));
+  }
+  return r;
+}
+
+absl::Status TpLowering::EmitNode(int i, const sharding::OpSharding& s, bool on_shard, bool drop_residual) {
+  const Node& n = nodes_[size_t(i)];
+  std::vector<graph::Value> ins;
+  for (int v : n.inputs) ins.push_back(map_[size_t(v)]);
+  graph::Attrs attrs = n.attrs;
+  if (drop_residual) {
+    ins.pop_back();
+    attrs["epilogue"] = std::string(graph::AttrString(n, "epilogue") == "bias_residual" ? "bias" : "none");
+    ++out_.dropped_residuals;
+  }
+  if (n.outputs.size() == 1 && attrs.count("shape") && n.op != OpKind::kParameter) {
+    SG_ASSIGN_OR_RETURN(attrs["shape"],
+                        LocalShape(graph::AttrShape(n, "shape"), s.outputs[0][0], T_, tp_rank_, vocab_,
+                                   absl::StrCat("the shape of node ", i, " (", NodeName(n), ")")));
+  }
+  if (on_shard) {
+    const sharding::ChunkRange c = sharding::Chunk(vocab_, T_, tp_rank_);
+    if (n.op == OpKind::kEmbeddingBackward) attrs["num_embeddings"] = c.length;
+    out_.vocab_ops.push_back({int(b_.graph().nodes().size()), n.op, c.offset, c.length, vocab_});
+  }
+  new_node_[size_t(i)] = int(b_.graph().nodes().size());
+  std::vector<graph::Value> outs = b_.Emit(n.op, ins, attrs);
+  SG_RETURN_IF_ERROR(b_.status());
+  if (n.op == OpKind::kReshape) alias_root_[size_t(n.outputs[0])] = alias_root_[size_t(n.inputs[0])];
+  for (size_t j = 0; j < outs.size(); ++j) {
+    const int v = n.outputs[j];
+    aliases_[alias_root_[size_t(v)]].push_back(v);
+    pl_[size_t(v)] = s.outputs[j][0];
+    map_[size_t(v)] = outs[j];
+    SG_ASSIGN_OR_RETURN(graph::SymShape want,
+                        LocalShape(g_.type(v).shape, pl_[size_t(v)], T_, tp_rank_, vocab_,
+                                   absl::StrCat("output ", j, " of node ", i, " (", NodeName(n), ")")));
+    if (b_.type(outs[j]).shape != want) {
+      return absl::InternalError(absl::StrCat(
+          "tensor parallel: node ", i, " (", NodeName(n), ") has local shape ",
+          graph::SymShapeToString(b_.type(outs[j]).shape), ", its placement ", pl_[size_t(v)].ToString(),
+          " expects ", graph::SymShapeToString(want)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TpLowering::LowerOutputs() {
+  for (const graph::GraphOutput& o : g_.outputs()) {
+    Placement want = Placement::Replicate();
+    if (absl::StartsWith(o.name, "grad:")) want = param_pl_[o.name.substr(5)];
+    const Placement have = pl_[size_t(o.value)];
+    if (have.is_partial() && want.is_replicate()) {
+      Reduce(o.value, INT_MAX, absl::StrCat("output ", o.name, " (P(sum) -> R)"));
+    } else if (have != want) {
+      return absl::UnimplementedError(absl::StrCat("tensor parallel: output '", o.name, "' comes out ",
+                                                   have.ToString(), ", expected ", want.ToString()));
+    }
+    b_.Output(o.name, map_[size_t(o.value)]);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorParallelGraph> TpLowering::Finish() {
+  SG_ASSIGN_OR_RETURN(out_.graph, b_.Finish());
+  CollectAllReduces();
+  SG_RETURN_IF_ERROR(CollectParams());
+  return std::move(out_);
+}
+
+void TpLowering::CollectAllReduces() {
+  for (const Pending& r : reduces_) {
+    out_.all_reduces.push_back({map_[size_t(r.value)].id, new_node_[size_t(r.issue_after)],
+                                r.needed_by == INT_MAX ? INT_MAX : new_node_[size_t(r.needed_by)], r.where});
+  }
+  std::stable_sort(out_.all_reduces.begin(), out_.all_reduces.end(),
+                   [](const TpAllReduce& a, const TpAllReduce& c) { return a.issue_after < c.issue_after; });
+}
+
+absl::Status TpLowering::CollectParams() {
+  for (const DataParallelParam& p : dp_.params) {
+    TpParam t;
+    t.name = p.name;
+    t.weight_decay = p.weight_decay;
+    const Placement pp = param_pl_[p.name];
+    t.dim = pp.is_shard() ? pp.dim() : -1;
+    const int v = g_.FindSource(p.name);
+    for (const graph::Dim& d : g_.type(v).shape) t.global.push_back(d.value());
+    t.local = t.global;
+    if (t.dim >= 0) {
+      SG_ASSIGN_OR_RETURN(sharding::ChunkRange c,
+                          SplitRange(g_.type(v).shape[size_t(t.dim)], T_, tp_rank_, vocab_, p.name, t.dim));
+      t.local[size_t(t.dim)] = c.length;
+    }
+    out_.params.push_back(std::move(t));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string TensorParallelGraph::Summary() const {
@@ -154,241 +494,15 @@ std::string TensorParallelGraph::Summary() const {
 absl::StatusOr<TensorParallelGraph> BuildTensorParallelGraph(const DataParallelGraph& dp, int T, int tp_rank,
                                                              const TensorParallelGraphOptions& options) {
   const Graph& g = dp.graph;
-  const bool vp = options.vocab_parallel;
-  const int64_t vocab = vp ? VocabOf(g) : 0;
-  bool table_sharded = false;  // an embedding ran on its vocabulary shard: its backward does too
   SG_CHECK_ARG(T >= 1 && tp_rank >= 0 && tp_rank < T, "tensor parallel: rank ", tp_rank, " of ", T);
   SG_RETURN_IF_ERROR(CheckHeads(g, T));
   SG_ASSIGN_OR_RETURN(sharding::DeviceMesh mesh, sharding::DeviceMesh::Create({"tp"}, {T}));
-  sharding::PropagationOptions popt;
-  popt.policy = {sharding::ConflictPolicy::kMoveActivations};
-
-  const std::vector<Node>& nodes = g.nodes();
-  std::vector<Placement> pl(size_t(g.num_value_ids()));
-  std::vector<int> last_partial_reader(size_t(g.num_value_ids()), -1);
-  std::vector<int> new_node(nodes.size(), -1);  // old node index -> new
-  std::vector<graph::Value> map(size_t(g.num_value_ids()));
-  struct Pending {
-    int value, issue_after, needed_by;
-    std::string where;
-  };
-  std::vector<Pending> reduces;  // old ids and node indices
-  std::map<std::string, Placement> param_pl;
-
-  // Reshapes alias their input's buffer, so a partial sum and its reshapes are summed together.
-  std::vector<int> alias_root(size_t(g.num_value_ids()));
-  for (int v = 0; v < g.num_value_ids(); ++v) alias_root[size_t(v)] = v;
-  std::map<int, std::vector<int>> aliases;  // root -> every value sharing its buffer
-  // A partial sum is all-reduced in place before node `needed_by`, for every later reader too:
-  // issued once its producer and every reader of it (or of an alias) as a partial sum are done.
-  auto reduce = [&](int v, int needed_by, std::string where) {
-    const std::vector<int>& group = aliases[alias_root[size_t(v)]];
-    int issue_after = g.value(v).producer;
-    for (int a : group) issue_after = std::max({issue_after, g.value(a).producer, last_partial_reader[size_t(a)]});
-    reduces.push_back({v, issue_after, needed_by, std::move(where)});
-    for (int a : group) {
-      if (pl[size_t(a)].is_partial()) pl[size_t(a)] = Placement::Replicate();
-    }
-    pl[size_t(v)] = Placement::Replicate();
-  };
-
   Graph start;
   for (const graph::SymbolInfo& s : g.symbols()) SG_RETURN_IF_ERROR(start.AddSymbol(s));
-  graph::Builder b(std::move(start));
-  TensorParallelGraph out;
-  for (int i = 0; i < int(nodes.size()); ++i) {
-    const Node& n = nodes[i];
-    auto scope = b.EnterScope(n.scope);
-    b.set_phase(n.phase);
-    if (n.op == OpKind::kParameter) {
-      const std::string& name = graph::AttrString(n, "name");
-      if (absl::EndsWith(name, kBackwardSuffix)) {
-        const int base = g.FindSource(name.substr(0, name.size() - std::string(kBackwardSuffix).size()));
-        if (base < 0 || !map[size_t(base)].valid()) {
-          return absl::InvalidArgumentError(absl::StrCat("tensor parallel: '", name, "' has no parameter before it"));
-        }
-        pl[size_t(n.outputs[0])] = pl[size_t(base)];
-        if (options.keep_backward_copies) {
-          map[size_t(n.outputs[0])] = b.Parameter(name, graph::AttrDType(n, "dtype"), b.type(map[size_t(base)]).shape,
-                                                  /*trainable=*/false);
-        } else {
-          map[size_t(n.outputs[0])] = map[size_t(base)];
-        }
-        continue;
-      }
-      Placement p;
-      if (graph::AttrBool(n, "trainable")) {
-        SG_ASSIGN_OR_RETURN(p, ParamPlacement(g, n, mesh, vp));
-      }
-      SG_ASSIGN_OR_RETURN(graph::SymShape local, LocalShape(graph::AttrShape(n, "shape"), p, T, tp_rank, vocab,
-                                                            absl::StrCat("parameter '", name, "'")));
-      pl[size_t(n.outputs[0])] = p;
-      param_pl[name] = p;
-      map[size_t(n.outputs[0])] = b.Parameter(name, graph::AttrDType(n, "dtype"), local, graph::AttrBool(n, "trainable"));
-      continue;
-    }
-    if (n.op == OpKind::kInput) {
-      map[size_t(n.outputs[0])] = b.Input(graph::AttrString(n, "name"), graph::AttrDType(n, "dtype"),
-                                          graph::AttrShape(n, "shape"));
-      continue;
-    }
-    auto reduce_before = [&](int v) {
-      reduce(v, i, absl::StrCat(NodeName(nodes[size_t(g.value(v).producer)]), " output (P(sum) -> R before ",
-                                NodeName(n), ")"));
-    };
-    // The norms' backward is linear in dy, so propagation would carry a partial dy through it and
-    // sum dx and dw after; summing dy first is one all-reduce instead of two (Megatron's choice).
-    if (n.op == OpKind::kRmsNormBackward || n.op == OpKind::kAddRmsNormBackward) {
-      for (int v : n.inputs) {
-        if (pl[size_t(v)].is_partial()) reduce_before(v);
-      }
-    }
-    std::vector<graph::Type> types;
-    for (int v : n.inputs) types.push_back(g.type(v));
-    auto propagate = [&]() -> absl::StatusOr<sharding::OpSharding> {
-      std::vector<sharding::Placements> in;
-      for (int v : n.inputs) in.push_back({pl[size_t(v)]});
-      absl::StatusOr<sharding::OpSharding> r = sharding::Propagate(n, types, in, mesh, popt);
-      if (!r.ok()) {
-        return absl::InvalidArgumentError(absl::StrCat("tensor parallel: node ", i, " (", NodeName(n), "): ",
-                                                       r.status().message()));
-      }
-      return r;
-    };
-    sharding::OpSharding s;
-    bool drop_residual = false;
-    SG_ASSIGN_OR_RETURN(const bool on_shard, VocabNode(g, n, pl, vp, vocab, table_sharded));
-    if (on_shard) {
-      // A vocabulary-parallel node: its sharded operand stays on the shard; every other operand
-      // (ids, targets, the loss cotangent, the embedding's output gradient) must be whole.
-      s.inputs.assign(n.inputs.size(), {Placement::Replicate()});
-      for (int k = 0; k < int(n.inputs.size()); ++k) {
-        const int v = n.inputs[k];
-        if (pl[size_t(v)].is_shard()) {
-          s.inputs[size_t(k)] = {pl[size_t(v)]};
-        } else if (pl[size_t(v)].is_partial()) {
-          reduce_before(v);
-        }
-      }
-      Placement out_pl = Placement::Replicate();  // the loss
-      if (n.op == OpKind::kEmbedding) out_pl = Placement::Partial();  // zeros outside the shard
-      if (n.op == OpKind::kEmbeddingBackward) out_pl = Placement::Shard(0);
-      if (n.op == OpKind::kSoftmaxCrossEntropyBackward) out_pl = Placement::Shard(g.type(n.inputs[1]).rank() - 1);
-      s.outputs = {{out_pl}};
-      table_sharded = table_sharded || n.op == OpKind::kEmbedding;
-    } else {
-      SG_ASSIGN_OR_RETURN(s, propagate());
-      // Mixing a partial sum with a replicated operand (e.g. the residual gradient): sum the partial
-      // operand rather than zero a copy of the replicated one off rank 0.
-      bool to_partial = false, has_partial = false;
-      for (int k = 0; k < int(n.inputs.size()); ++k) {
-        const Placement have = pl[size_t(n.inputs[k])];
-        has_partial = has_partial || have.is_partial();
-        to_partial = to_partial || (have.is_replicate() && s.inputs[size_t(k)][0].is_partial() && k != ResidualInput(n));
-      }
-      if (to_partial && has_partial) {
-        for (int v : n.inputs) {
-          if (pl[size_t(v)].is_partial()) reduce_before(v);
-        }
-        SG_ASSIGN_OR_RETURN(s, propagate());
-      }
-      if (!s.internal.empty()) {
-        return absl::UnimplementedError(absl::StrCat("tensor parallel: node ", i, " (", NodeName(n),
-                                                     ") needs a sharded kernel with an internal collective (",
-                                                     s.internal[0].what, "), which is not lowered"));
-      }
-      for (int k = 0; k < int(n.inputs.size()); ++k) {
-        const int v = n.inputs[k];
-        const Placement have = pl[size_t(v)], want = s.inputs[size_t(k)][0];
-        if (have == want) {
-          if (have.is_partial()) last_partial_reader[size_t(v)] = i;
-          continue;
-        }
-        if (have.is_partial() && want.is_replicate()) {
-          reduce_before(v);
-          continue;
-        }
-        if (have.is_replicate() && want.is_partial() && k == ResidualInput(n)) {
-          drop_residual = tp_rank != 0;  // R -> P(sum): rank 0 keeps the residual, the others add zero
-          continue;
-        }
-        return absl::UnimplementedError(absl::StrCat(
-            "tensor parallel: node ", i, " (", NodeName(n), ") needs input ", k, " as ", want.ToString(),
-            ", it is ", have.ToString(), "; the tensor-parallel runtime only all-reduces partial sums"));
-      }
-    }
-    std::vector<graph::Value> ins;
-    for (int v : n.inputs) ins.push_back(map[size_t(v)]);
-    graph::Attrs attrs = n.attrs;
-    if (drop_residual) {
-      ins.pop_back();
-      attrs["epilogue"] = std::string(graph::AttrString(n, "epilogue") == "bias_residual" ? "bias" : "none");
-      ++out.dropped_residuals;
-    }
-    if (n.outputs.size() == 1 && attrs.count("shape") && n.op != OpKind::kParameter) {
-      SG_ASSIGN_OR_RETURN(attrs["shape"], LocalShape(graph::AttrShape(n, "shape"), s.outputs[0][0], T, tp_rank, vocab,
-                                                     absl::StrCat("the shape of node ", i, " (", NodeName(n), ")")));
-    }
-    if (on_shard) {
-      const sharding::ChunkRange c = sharding::Chunk(vocab, T, tp_rank);
-      if (n.op == OpKind::kEmbeddingBackward) attrs["num_embeddings"] = c.length;
-      out.vocab_ops.push_back({int(b.graph().nodes().size()), n.op, c.offset, c.length, vocab});
-    }
-    new_node[size_t(i)] = int(b.graph().nodes().size());
-    std::vector<graph::Value> outs = b.Emit(n.op, ins, attrs);
-    SG_RETURN_IF_ERROR(b.status());
-    if (n.op == OpKind::kReshape) alias_root[size_t(n.outputs[0])] = alias_root[size_t(n.inputs[0])];
-    for (size_t j = 0; j < outs.size(); ++j) {
-      const int v = n.outputs[j];
-      aliases[alias_root[size_t(v)]].push_back(v);
-      pl[size_t(v)] = s.outputs[j][0];
-      map[size_t(v)] = outs[j];
-      SG_ASSIGN_OR_RETURN(graph::SymShape want, LocalShape(g.type(v).shape, pl[size_t(v)], T, tp_rank, vocab,
-                                                           absl::StrCat("output ", j, " of node ", i, " (", NodeName(n), ")")));
-      if (b.type(outs[j]).shape != want) {
-        return absl::InternalError(absl::StrCat("tensor parallel: node ", i, " (", NodeName(n), ") has local shape ",
-                                                graph::SymShapeToString(b.type(outs[j]).shape), ", its placement ",
-                                                pl[size_t(v)].ToString(), " expects ", graph::SymShapeToString(want)));
-      }
-    }
-  }
-  // Graph outputs: the loss replicated, each gradient in its parameter's placement.
-  for (const graph::GraphOutput& o : g.outputs()) {
-    Placement want = Placement::Replicate();
-    if (absl::StartsWith(o.name, "grad:")) want = param_pl[o.name.substr(5)];
-    const Placement have = pl[size_t(o.value)];
-    if (have.is_partial() && want.is_replicate()) {
-      reduce(o.value, INT_MAX, absl::StrCat("output ", o.name, " (P(sum) -> R)"));
-    } else if (have != want) {
-      return absl::UnimplementedError(absl::StrCat("tensor parallel: output '", o.name, "' comes out ", have.ToString(),
-                                                   ", expected ", want.ToString()));
-    }
-    b.Output(o.name, map[size_t(o.value)]);
-  }
-  SG_ASSIGN_OR_RETURN(out.graph, b.Finish());
-  for (const Pending& r : reduces) {
-    out.all_reduces.push_back({map[size_t(r.value)].id, new_node[size_t(r.issue_after)],
-                               r.needed_by == INT_MAX ? INT_MAX : new_node[size_t(r.needed_by)], r.where});
-  }
-  std::stable_sort(out.all_reduces.begin(), out.all_reduces.end(),
-                   [](const TpAllReduce& a, const TpAllReduce& c) { return a.issue_after < c.issue_after; });
-  for (const DataParallelParam& p : dp.params) {
-    TpParam t;
-    t.name = p.name;
-    t.weight_decay = p.weight_decay;
-    const Placement pp = param_pl[p.name];
-    t.dim = pp.is_shard() ? pp.dim() : -1;
-    const int v = g.FindSource(p.name);
-    for (const graph::Dim& d : g.type(v).shape) t.global.push_back(d.value());
-    t.local = t.global;
-    if (t.dim >= 0) {
-      SG_ASSIGN_OR_RETURN(sharding::ChunkRange c, SplitRange(g.type(v).shape[size_t(t.dim)], T, tp_rank, vocab,
-                                                             p.name, t.dim));
-      t.local[size_t(t.dim)] = c.length;
-    }
-    out.params.push_back(std::move(t));
-  }
-  return out;
+  TpLowering tp(dp, T, tp_rank, options, std::move(mesh), std::move(start));
+  for (int i = 0; i < int(g.nodes().size()); ++i) SG_RETURN_IF_ERROR(tp.LowerNode(i));
+  SG_RETURN_IF_ERROR(tp.LowerOutputs());
+  return tp.Finish();
 }
 
 }  // namespace sg::compiler
