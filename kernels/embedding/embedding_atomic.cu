@@ -648,17 +648,12 @@ void CarveScratch(int* scratch, int64_t n, bool atomic2s, AtomicScratch& sc) {
   sc.tmp = sc.order + n;
 }
 
-// Steps 1 and 2 (ZeroKernel, CountKernel; for "atomic2s", whose scratch has the touched list,
-// CountTouchedKernel) on `s`.
+// Steps 1 and 2 of "atomic" (ZeroKernel, CountKernel) on `s`.
 template <typename I>
 absl::Status ZeroAndCount(const Problem& p, const I* tokens, const AtomicScratch& sc, cudaStream_t s, bool pdl) {
   SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(ZeroKernel, dim3(cuda_vec::GridFor(Blocks(sc.zero_ints / 4))), kThreads, s,
                                          pdl, reinterpret_cast<int4*>(sc.counts), sc.zero_ints / 4));
-  if (p.tokens > 0 && sc.touched != nullptr) {
-    SG_CUDA_RETURN_IF_ERROR(LaunchMaybePdl(CountTouchedKernel<I>,
-                                           dim3(Blocks(p.tokens)), kThreads, s, pdl, tokens, sc.counts, sc.touched,
-                                           sc.num_touched, p.tokens, p.vocab));
-  } else if (p.tokens > 0) {
+  if (p.tokens > 0) {
     SG_CUDA_RETURN_IF_ERROR(
         LaunchMaybePdl(CountKernel<I>, dim3(Blocks(p.tokens)), kThreads, s, pdl, tokens, sc.counts, p.tokens, p.vocab));
   }
