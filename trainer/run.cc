@@ -351,33 +351,89 @@ void PrintRunHeader(const Setup& s, const TrainOptions& o, Trainer& t, const Tra
   std::fprintf(stderr, "outputs : %s\n", s.run_dir.c_str());
 }
 
-// RunTraining; `link` is set once the job link starts (multi-rank runs).
-absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& link) {
-  const int rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1);
-  const bool lead = rank == 0;
-  const bool talk = lead && !f.quiet;
-  SG_ASSIGN_OR_RETURN(Setup s, ResolveRun(f));
-  SG_ASSIGN_OR_RETURN(compiler::Strategy strategy, ParseStrategy(f.strategy));
+// One training run: the state its steps share and the steps, which Train takes in order. Members
+// are declared in the order the run makes them, so that they are destroyed in the reverse order:
+// the metrics log and progress line before the trainer, the trainer before its data and options.
+struct TrainingRun {
+  TrainingRun(const RunFlags& flags, std::unique_ptr<JobLink>& job_link) : f(flags), link(job_link) {}
+
+  // Set-up: the run resolved and the flags parsed, the run directory made, the data loaded and the
+  // trainer's options chosen.
+  absl::Status SetUp();
+  // The trainer, the job link of a multi-rank run, and the weights or resumed state it starts from.
+  absl::Status StartTrainer();
+  // The header, the metrics log and the progress line.
+  absl::Status OpenOutputs();
+  // Steps until the schedule's end or the time budget, then the training part of the summary.
+  absl::Status TrainSteps();
+  // A step's metrics (and validation loss) to the log, the progress line and a periodic checkpoint.
+  absl::Status RecordStep(const StepResult& step, double tps, double elapsed);
+  // The end: validation loss, a text sample, the last checkpoint, the loss curve and the job's end.
+  absl::Status Validate();
+  absl::Status SampleText();
+  absl::Status Finish();
+
+  // What a checkpoint's notes record, for a resumed run's defaults.
+  std::map<std::string, std::string> Notes(double loss) const;
+  // A checkpoint in `dir`, which every rank takes part in (the weights' reads are collective).
+  absl::Status Save(const std::string& dir, double loss);
+
+  const RunFlags& f;
+  std::unique_ptr<JobLink>& link;  // set once the job link starts (multi-rank runs)
+  int rank = 0, world = 1;
+  bool lead = true, talk = true;
+  Setup s;
+  compiler::Strategy strategy = compiler::Strategy::kNone;
+  Device device;
+  FaultPlan fault;
+  bool sharded_save = false;
+  TrainingData data;
+  const Checkpoint* r = nullptr;  // s.resume: the checkpoint to continue, or null
+  TrainOptions o;
+  double budget = 0;
+  bool estimate_total = false;
+  std::unique_ptr<Trainer> t;
+  RunSummary sum;
+  std::string metrics_path;
+  std::unique_ptr<MetricsLog> log;
+  ProgressBar bar{stderr, false, 1e300};  // OpenOutputs picks the console's
+  std::map<std::string, std::string> extra_files;
+  int64_t saved_step = -1;
+  // The step loop's clocks: the training time's start and the rate's (after the first step).
+  Clock::time_point start, rate_start;
+  int64_t rate_tokens = 0, done = 0;
+  double loss = 0, last_step_s = 0;
+};
+
+absl::Status TrainingRun::SetUp() {
+  rank = EnvInt("RANK", 0), world = EnvInt("WORLD_SIZE", 1);
+  lead = rank == 0;
+  talk = lead && !f.quiet;
+  SG_ASSIGN_OR_RETURN(s, ResolveRun(f));
+  SG_ASSIGN_OR_RETURN(strategy, ParseStrategy(f.strategy));
   SG_ASSIGN_OR_RETURN(std::vector<int64_t> mesh, ParseMesh(f.mesh));
-  SG_ASSIGN_OR_RETURN(Device device, ParseDevice(f.device));
-  SG_ASSIGN_OR_RETURN(const FaultPlan fault, FaultPlan::Parse(f.inject_fault));
+  SG_ASSIGN_OR_RETURN(device, ParseDevice(f.device));
+  SG_ASSIGN_OR_RETURN(fault, FaultPlan::Parse(f.inject_fault));
   SG_ASSIGN_OR_RETURN(const RecomputeChoice recompute, ParseRecompute(f));
   if (f.checkpoint_format != "full" && f.checkpoint_format != "sharded") {
     return absl::InvalidArgumentError(
         absl::StrCat("--checkpoint_format: expected full or sharded, found '", f.checkpoint_format, "'"));
   }
-  const bool sharded_save = f.checkpoint_format == "sharded";
+  sharded_save = f.checkpoint_format == "sharded";
 
   SG_RETURN_IF_ERROR(PrepareRunDir(s, lead, talk));
-  SG_ASSIGN_OR_RETURN(TrainingData data, LoadData(f, s, s.run_dir));
+  SG_ASSIGN_OR_RETURN(data, LoadData(f, s, s.run_dir));
   SG_RETURN_IF_ERROR(FitVocabulary(f, data, s));
 
-  const Checkpoint* r = s.resume.get();
-  SG_ASSIGN_OR_RETURN(const TrainOptions o, MakeTrainOptions(f, s, device, strategy, mesh, recompute, rank, world));
-  const double budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);
-  const bool estimate_total = f.steps <= 0 && ResumedTotalSteps(r) == 0;
+  r = s.resume.get();
+  SG_ASSIGN_OR_RETURN(o, MakeTrainOptions(f, s, device, strategy, mesh, recompute, rank, world));
+  budget = f.time_budget >= 0 ? f.time_budget : (f.steps > 0 ? 0.0 : 120.0);
+  estimate_total = f.steps <= 0 && ResumedTotalSteps(r) == 0;
+  return absl::OkStatus();
+}
 
-  SG_ASSIGN_OR_RETURN(std::unique_ptr<Trainer> t, Trainer::Create(o, data.split));
+absl::Status TrainingRun::StartTrainer() {
+  SG_ASSIGN_OR_RETURN(t, Trainer::Create(o, data.split));
   // Multi-rank: failure detection and checkpoint coordination, started right after the compiler's
   // rendezvous so that every rank's first heartbeat comes within moments of the others'.
   if (world > 1) {
@@ -392,52 +448,54 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
   if (r != nullptr) {
     SG_RETURN_IF_ERROR(s.resume_sharded ? t->RestoreShards(s.resume_dir, r->state) : t->Restore(*r));
   }
+  return absl::OkStatus();
+}
 
-  RunSummary sum;
+absl::Status TrainingRun::OpenOutputs() {
   sum.run_dir = s.run_dir;
   sum.first_step = t->step();
   if (talk) PrintRunHeader(s, o, *t, data, budget, world);
 
-  const std::string metrics_path = !f.metrics.empty() ? f.metrics : JoinPath(s.run_dir, "metrics.jsonl");
-  std::unique_ptr<MetricsLog> log;
+  metrics_path = !f.metrics.empty() ? f.metrics : JoinPath(s.run_dir, "metrics.jsonl");
   if (lead) {
     SG_ASSIGN_OR_RETURN(log, MetricsLog::Open(metrics_path, /*append=*/r != nullptr));
   }
-  ProgressBar bar = f.quiet ? ProgressBar(stderr, false, 1e300) : ProgressBar::ForStderr(5.0);
-  std::map<std::string, std::string> extra_files;
+  bar = f.quiet ? ProgressBar(stderr, false, 1e300) : ProgressBar::ForStderr(5.0);
   if (!data.tokenizer_file.empty()) extra_files["tokenizer.model"] = data.tokenizer_file;
-  auto notes = [&](double loss) -> std::map<std::string, std::string> {
-    return {{"loss", absl::StrCat(loss)},           {"batch", absl::StrCat(o.batch)},
-            {"seq", absl::StrCat(o.seq)},           {"grad_accum", absl::StrCat(o.grad_accum)},
-            {"lr", absl::StrCat(o.lr)},             {"min_lr", absl::StrCat(o.min_lr)},
-            {"warmup", absl::StrCat(o.warmup)},     {"total_steps", absl::StrCat(t->options().total_steps)},
-            {"tokenizer", data.tokenizer ? data.tokenizer->Describe() : "pre-tokenized shards"}};
-  };
-  int64_t saved_step = -1;
-  auto save = [&](const std::string& dir, double loss) -> absl::Status {
-    saved_step = t->step();
-    if (sharded_save) {
-      // Every rank writes its own shard; rank 0 commits the manifest once all are written.
-      ShardedSaveOptions so;
-      so.notes = notes(loss);
-      so.extra_files = extra_files;
-      if (fault.Applies(FaultPlan::Kind::kKillInSave, rank, t->step())) {
-        so.after_write = [&] { KillSelfNow(absl::StrCat("after writing rank ", rank, "'s shard of ", dir)); };
-      }
-      SG_RETURN_IF_ERROR(SaveTrainerShards(*t, dir, so, link.get()));
-      if (talk) std::fprintf(stderr, "\nsaved   : %s (per-shard, %d ranks)\n", dir.c_str(), world);
-      return lead ? PruneShardedCheckpoints(s.run_dir, 3, link ? link->attempt() : "0") : absl::OkStatus();
-    }
-    // Every rank reads the (possibly sharded) weights: the reads are collective. Rank 0 writes.
-    if (!lead) return t->Save(dir, {}, {}, /*write=*/false);
-    SG_RETURN_IF_ERROR(t->Save(dir, notes(loss), extra_files));
-    return PruneCheckpoints(s.run_dir, 3);
-  };
+  return absl::OkStatus();
+}
 
-  const Clock::time_point start = Clock::now();
-  Clock::time_point rate_start = start;
-  int64_t rate_tokens = 0, done = 0;
-  double loss = 0, last_step_s = 0;
+std::map<std::string, std::string> TrainingRun::Notes(double loss) const {
+  return {{"loss", absl::StrCat(loss)},           {"batch", absl::StrCat(o.batch)},
+          {"seq", absl::StrCat(o.seq)},           {"grad_accum", absl::StrCat(o.grad_accum)},
+          {"lr", absl::StrCat(o.lr)},             {"min_lr", absl::StrCat(o.min_lr)},
+          {"warmup", absl::StrCat(o.warmup)},     {"total_steps", absl::StrCat(t->options().total_steps)},
+          {"tokenizer", data.tokenizer ? data.tokenizer->Describe() : "pre-tokenized shards"}};
+}
+
+absl::Status TrainingRun::Save(const std::string& dir, double loss) {
+  saved_step = t->step();
+  if (sharded_save) {
+    // Every rank writes its own shard; rank 0 commits the manifest once all are written.
+    ShardedSaveOptions so;
+    so.notes = Notes(loss);
+    so.extra_files = extra_files;
+    if (fault.Applies(FaultPlan::Kind::kKillInSave, rank, t->step())) {
+      so.after_write = [&] { KillSelfNow(absl::StrCat("after writing rank ", rank, "'s shard of ", dir)); };
+    }
+    SG_RETURN_IF_ERROR(SaveTrainerShards(*t, dir, so, link.get()));
+    if (talk) std::fprintf(stderr, "\nsaved   : %s (per-shard, %d ranks)\n", dir.c_str(), world);
+    return lead ? PruneShardedCheckpoints(s.run_dir, 3, link ? link->attempt() : "0") : absl::OkStatus();
+  }
+  // Every rank reads the (possibly sharded) weights: the reads are collective. Rank 0 writes.
+  if (!lead) return t->Save(dir, {}, {}, /*write=*/false);
+  SG_RETURN_IF_ERROR(t->Save(dir, Notes(loss), extra_files));
+  return PruneCheckpoints(s.run_dir, 3);
+}
+
+absl::Status TrainingRun::TrainSteps() {
+  start = Clock::now();
+  rate_start = start;
   while (t->step() < t->options().total_steps && !(budget > 0 && Since(start) >= budget)) {
     for (FaultPlan::Kind k : {FaultPlan::Kind::kKillInStep, FaultPlan::Kind::kStopInStep}) {
       // Half-way through the step (by the last one's time): the others are inside its collectives.
@@ -468,51 +526,63 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
       const int64_t fit = int64_t((budget - elapsed) / std::max(per_step, 1e-6));
       t->SetTotalSteps(t->step() + std::max<int64_t>(fit, 1));
     }
-    std::map<std::string, double> m = {{"loss", loss}, {"lr", step.lr}, {"grad_norm", step.grad_norm},
-                                       {"tokens_per_s", tps}, {"memory_bytes", double(MemoryBytes(device))}};
-    if (o.precision == compiler::Precision::kF16Mixed) {
-      m["loss_scale"] = step.loss_scale;
-      m["skipped"] = step.skipped ? 1 : 0;
-    }
-    if (device.is_cuda()) {
-      const double peak = o.precision == compiler::Precision::kF32 ? 67e12 : 989e12;  // H200 dense
-      m["mfu"] = tps * FlopsPerToken(o.config, o.seq) / peak;
-    }
-    if (f.eval_every > 0 && step.step % f.eval_every == 0) {
-      SG_ASSIGN_OR_RETURN(const double val, t->ValidationLoss(f.eval_batches));
-      m["val_loss"] = val;
-    }
-    if (log != nullptr) SG_RETURN_IF_ERROR(log->Write(step.step, m));
-    ProgressUpdate u;
-    u.step = step.step;
-    u.total_steps = estimate_total && done < 2 ? 0 : t->options().total_steps;  // 0: not known yet
-    u.loss = loss;
-    u.tokens_per_s = tps;
-    u.elapsed_s = elapsed;
-    u.memory_bytes = MemoryBytes(device);
-    u.memory_label = device.is_cuda() ? "gpu" : "mem";
-    if (talk) bar.Update(u);
-    if (f.checkpoint_every > 0 && step.step % f.checkpoint_every == 0) {
-      SG_RETURN_IF_ERROR(save(StepDir(s.run_dir, step.step), loss));
-    }
+    SG_RETURN_IF_ERROR(RecordStep(step, tps, elapsed));
   }
   if (talk) bar.Finish();
   sum.train_seconds = Since(start);
   sum.steps = t->step();
   sum.last_loss = loss;
   sum.tokens_per_s = done > 1 ? double(rate_tokens) / std::max(1e-9, Since(rate_start)) : 0.0;
+  return absl::OkStatus();
+}
 
+absl::Status TrainingRun::RecordStep(const StepResult& step, double tps, double elapsed) {
+  std::map<std::string, double> m = {{"loss", loss}, {"lr", step.lr}, {"grad_norm", step.grad_norm},
+                                     {"tokens_per_s", tps}, {"memory_bytes", double(MemoryBytes(device))}};
+  if (o.precision == compiler::Precision::kF16Mixed) {
+    m["loss_scale"] = step.loss_scale;
+    m["skipped"] = step.skipped ? 1 : 0;
+  }
+  if (device.is_cuda()) {
+    const double peak = o.precision == compiler::Precision::kF32 ? 67e12 : 989e12;  // H200 dense
+    m["mfu"] = tps * FlopsPerToken(o.config, o.seq) / peak;
+  }
+  if (f.eval_every > 0 && step.step % f.eval_every == 0) {
+    SG_ASSIGN_OR_RETURN(const double val, t->ValidationLoss(f.eval_batches));
+    m["val_loss"] = val;
+  }
+  if (log != nullptr) SG_RETURN_IF_ERROR(log->Write(step.step, m));
+  ProgressUpdate u;
+  u.step = step.step;
+  u.total_steps = estimate_total && done < 2 ? 0 : t->options().total_steps;  // 0: not known yet
+  u.loss = loss;
+  u.tokens_per_s = tps;
+  u.elapsed_s = elapsed;
+  u.memory_bytes = MemoryBytes(device);
+  u.memory_label = device.is_cuda() ? "gpu" : "mem";
+  if (talk) bar.Update(u);
+  if (f.checkpoint_every > 0 && step.step % f.checkpoint_every == 0) {
+    SG_RETURN_IF_ERROR(Save(StepDir(s.run_dir, step.step), loss));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::Validate() {
   SG_ASSIGN_OR_RETURN(sum.val_loss, t->ValidationLoss(f.eval_batches));
   if (log != nullptr) {
     SG_RETURN_IF_ERROR(log->Write(t->step(), {{"val_loss", sum.val_loss}}));
   }
-  // Sampling runs one forward pass per token: minutes for a large model on the CPU.
-  const bool sample = device.is_cuda() || ParameterCount(o.config) <= 50'000'000;
   if (talk) {
     std::fprintf(stderr, "trained %ld steps in %.1f s: loss %.4f -> %.4f, %.0f tokens/s\n",
                  long(sum.steps - sum.first_step), sum.train_seconds, sum.first_loss, sum.last_loss, sum.tokens_per_s);
     std::fprintf(stderr, "validation loss: %.4f nats/token\n", sum.val_loss);
   }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::SampleText() {
+  // Sampling runs one forward pass per token: minutes for a large model on the CPU.
+  const bool sample = device.is_cuda() || ParameterCount(o.config) <= 50'000'000;
   if (sample && data.tokenizer != nullptr && !f.quiet) {
     std::vector<int32_t> prompt = {data.tokenizer->bos_id()};
     SG_ASSIGN_OR_RETURN(std::vector<int32_t> p, data.tokenizer->Encode(f.prompt));
@@ -523,8 +593,12 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
     sum.sample = f.prompt + text;
     if (talk) std::fprintf(stderr, "sample (temperature %g):\n----\n%s\n----\n", f.temperature, sum.sample.c_str());
   }
+  return absl::OkStatus();
+}
+
+absl::Status TrainingRun::Finish() {
   sum.checkpoint = StepDir(s.run_dir, t->step());
-  if (!(sharded_save && saved_step == t->step())) SG_RETURN_IF_ERROR(save(sum.checkpoint, loss));
+  if (!(sharded_save && saved_step == t->step())) SG_RETURN_IF_ERROR(Save(sum.checkpoint, loss));
   if (lead) {
     SG_ASSIGN_OR_RETURN(auto train_curve, ReadMetric(metrics_path, "loss"));
     SG_ASSIGN_OR_RETURN(auto val_curve, ReadMetric(metrics_path, "val_loss"));
@@ -542,7 +616,20 @@ absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& li
     SG_ASSIGN_OR_RETURN(std::shared_ptr<compiler::DistContext> ctx, compiler::DistContext::FromEnv(device, {}));
     SG_RETURN_IF_ERROR(ctx->Finalize(absl::Now() + absl::Seconds(60)));
   }
-  return sum;
+  return absl::OkStatus();
+}
+
+// RunTraining; `link` is set once the job link starts (multi-rank runs).
+absl::StatusOr<RunSummary> Train(const RunFlags& f, std::unique_ptr<JobLink>& link) {
+  TrainingRun run(f, link);
+  SG_RETURN_IF_ERROR(run.SetUp());
+  SG_RETURN_IF_ERROR(run.StartTrainer());
+  SG_RETURN_IF_ERROR(run.OpenOutputs());
+  SG_RETURN_IF_ERROR(run.TrainSteps());
+  SG_RETURN_IF_ERROR(run.Validate());
+  SG_RETURN_IF_ERROR(run.SampleText());
+  SG_RETURN_IF_ERROR(run.Finish());
+  return run.sum;
 }
 
 }  // namespace
