@@ -163,107 +163,133 @@ std::optional<RankFault> HealthMonitor::Check(absl::Time now) {
   absl::Time d = now + std::min(options_.interval * 2, options_.deadline / 2);
   absl::Status beat = store_->Set(HealthKey(g, "hb", info_.rank),
                                   absl::StrCat(++beats_, " ", ::getpid(), " ", hostname_), d);
-  if (!beat.ok()) {
-    if (now - store_ok_ < options_.deadline) return std::nullopt;
-    RankFault f;
-    f.kind = RankFault::Kind::kStoreLost;
-    f.rank = 0;
-    f.silent_for = now - store_ok_;
-    f.detail = absl::StrCat("the store it hosts is unreachable: ", beat.message());
-    f.reporter = info_.rank;
-    f.detected = now;
-    return f;
-  }
+  if (!beat.ok()) return StoreFault(now, beat);
   store_ok_ = now;
 
   // Read every rank's state first; judge after, against the newest collective.
-  int64_t newest = 0;
-  std::string newest_op;
+  const Collective newest = ReadPeers(now, d);
+  if (std::optional<RankFault> f = FindSilent(now, newest)) return f;
+  return FindBehind(now, newest);
+}
+
+std::optional<RankFault> HealthMonitor::StoreFault(absl::Time now, const absl::Status& beat) const {
+  if (now - store_ok_ < options_.deadline) return std::nullopt;
+  RankFault f;
+  f.kind = RankFault::Kind::kStoreLost;
+  f.rank = 0;
+  f.silent_for = now - store_ok_;
+  f.detail = absl::StrCat("the store it hosts is unreachable: ", beat.message());
+  f.reporter = info_.rank;
+  f.detected = now;
+  return f;
+}
+
+HealthMonitor::Collective HealthMonitor::ReadPeers(absl::Time now, absl::Time d) {
+  Collective newest;
   for (int r = 0; r < info_.world_size; ++r) {
-    Peer& p = peers_[size_t(r)];
-    if (p.done) continue;
-    if (store_->TryGet(HealthKey(g, "done", r), d).ok()) {
-      p.done = true;
-      continue;
-    }
-    if (absl::StatusOr<std::string> hb = store_->TryGet(HealthKey(g, "hb", r), d); hb.ok()) {
-      if (*hb != p.last_beat) {
-        p.last_beat = *hb;
-        p.beat_changed = now;
-        std::istringstream in(*hb);
-        int64_t counter = 0;
-        in >> counter >> p.pid >> p.host;
-      }
-    }
-    if (absl::StatusOr<std::string> pr = store_->TryGet(absl::StrCat(g, "/progress/", r), d);
-        pr.ok()) {
-      std::istringstream in(*pr);
-      int64_t seq = 0;
-      std::string op;
-      in >> seq >> op;
-      if (seq != p.seq) {
-        p.seq = seq;
-        p.op = op;
-        p.seq_changed = now;
-      }
-    }
-    if (p.seq > newest) {
-      newest = p.seq;
-      newest_op = p.op;
+    const Peer& p = peers_[size_t(r)];
+    if (!ReadPeer(r, now, d)) continue;
+    if (p.seq > newest.seq) {
+      newest.seq = p.seq;
+      newest.op = p.op;
     }
   }
+  return newest;
+}
 
-  auto fault_for = [&](int r, RankFault::Kind kind, absl::Duration silent) {
-    const Peer& p = peers_[size_t(r)];
-    RankFault f;
-    f.kind = kind;
-    f.rank = r;
-    f.op = p.op;
-    f.seq = p.seq;
-    f.waiting_op = newest_op;
-    f.waiting_seq = newest;
-    for (int q = 0; q < info_.world_size; ++q) {
-      if (peers_[size_t(q)].seq == newest && q != r) f.waiting_ranks.push_back(q);
+bool HealthMonitor::ReadPeer(int r, absl::Time now, absl::Time d) {
+  const std::string& g = options_.group;
+  Peer& p = peers_[size_t(r)];
+  if (p.done) return false;
+  if (store_->TryGet(HealthKey(g, "done", r), d).ok()) {
+    p.done = true;
+    return false;
+  }
+  if (absl::StatusOr<std::string> hb = store_->TryGet(HealthKey(g, "hb", r), d); hb.ok()) {
+    if (*hb != p.last_beat) {
+      p.last_beat = *hb;
+      p.beat_changed = now;
+      std::istringstream in(*hb);
+      int64_t counter = 0;
+      in >> counter >> p.pid >> p.host;
     }
-    f.silent_for = silent;
-    f.reporter = info_.rank;
-    f.detected = now;
-    return f;
-  };
+  }
+  if (absl::StatusOr<std::string> pr = store_->TryGet(absl::StrCat(g, "/progress/", r), d);
+      pr.ok()) {
+    std::istringstream in(*pr);
+    int64_t seq = 0;
+    std::string op;
+    in >> seq >> op;
+    if (seq != p.seq) {
+      p.seq = seq;
+      p.op = op;
+      p.seq_changed = now;
+    }
+  }
+  return true;
+}
 
+RankFault HealthMonitor::FaultFor(int r, RankFault::Kind kind, absl::Duration silent, absl::Time now,
+                                  const Collective& newest) const {
+  const Peer& p = peers_[size_t(r)];
+  RankFault f;
+  f.kind = kind;
+  f.rank = r;
+  f.op = p.op;
+  f.seq = p.seq;
+  f.waiting_op = newest.op;
+  f.waiting_seq = newest.seq;
+  for (int q = 0; q < info_.world_size; ++q) {
+    if (peers_[size_t(q)].seq == newest.seq && q != r) f.waiting_ranks.push_back(q);
+  }
+  f.silent_for = silent;
+  f.reporter = info_.rank;
+  f.detected = now;
+  return f;
+}
+
+std::optional<RankFault> HealthMonitor::FindSilent(absl::Time now, const Collective& newest) const {
   for (int r = 0; r < info_.world_size; ++r) {
-    Peer& p = peers_[size_t(r)];
+    const Peer& p = peers_[size_t(r)];
     if (p.done || r == info_.rank) continue;
     absl::Duration silent = now - p.beat_changed;
     const bool gone = expedite_ && p.host == hostname_ && p.pid > 0 &&
                       (ProcessState(p.pid) == 'X' || ProcessState(p.pid) == 'Z');
     if (silent < options_.deadline && !gone) continue;
-    RankFault f = fault_for(r, RankFault::Kind::kSilent, silent);
-    if (p.host == hostname_ && p.pid > 0) {
-      char s = ProcessState(p.pid);
-      if (s == 'X' || s == 'Z') {
-        f.kind = RankFault::Kind::kDead;
-        f.detail = absl::StrCat("process ", p.pid, " is gone");
-      } else if (s == 'T') {
-        f.kind = RankFault::Kind::kStopped;
-        f.detail = absl::StrCat("process ", p.pid, " is stopped (SIGSTOP or a debugger)");
-      } else {
-        f.kind = RankFault::Kind::kHung;
-        f.detail = absl::StrCat("process ", p.pid, " is alive but its heartbeat thread is not running");
-      }
-    } else if (p.pid > 0) {
-      f.detail = absl::StrCat("process ", p.pid, " on ", p.host, ": died or hung");
-    } else {
-      f.detail = "it never sent a heartbeat";
-    }
+    RankFault f = FaultFor(r, RankFault::Kind::kSilent, silent, now, newest);
+    DescribeSilence(p, &f);
     return f;
   }
+  return std::nullopt;
+}
+
+void HealthMonitor::DescribeSilence(const Peer& p, RankFault* f) const {
+  if (p.host == hostname_ && p.pid > 0) {
+    char s = ProcessState(p.pid);
+    if (s == 'X' || s == 'Z') {
+      f->kind = RankFault::Kind::kDead;
+      f->detail = absl::StrCat("process ", p.pid, " is gone");
+    } else if (s == 'T') {
+      f->kind = RankFault::Kind::kStopped;
+      f->detail = absl::StrCat("process ", p.pid, " is stopped (SIGSTOP or a debugger)");
+    } else {
+      f->kind = RankFault::Kind::kHung;
+      f->detail = absl::StrCat("process ", p.pid, " is alive but its heartbeat thread is not running");
+    }
+  } else if (p.pid > 0) {
+    f->detail = absl::StrCat("process ", p.pid, " on ", p.host, ": died or hung");
+  } else {
+    f->detail = "it never sent a heartbeat";
+  }
+}
+
+std::optional<RankFault> HealthMonitor::FindBehind(absl::Time now, const Collective& newest) {
   // Progress: a rank still heartbeating whose newest collective stays behind the group's. Timed
   // from when it was first seen behind (or last moved), not from its last change alone: it may
   // have been idle together with everyone until the others moved on.
   for (int r = 0; r < info_.world_size; ++r) {
     Peer& p = peers_[size_t(r)];
-    if (p.done || p.seq >= newest) {
+    if (p.done || p.seq >= newest.seq) {
       p.behind_since = absl::InfinitePast();
       continue;
     }
@@ -271,8 +297,8 @@ std::optional<RankFault> HealthMonitor::Check(absl::Time now) {
       p.behind_since = now;
     }
     if (now - p.behind_since >= options_.lag_deadline) {
-      RankFault f = fault_for(r, RankFault::Kind::kBehind, now - p.behind_since);
-      f.detail = absl::StrCat("heartbeating, but ", newest - p.seq, " collective(s) behind");
+      RankFault f = FaultFor(r, RankFault::Kind::kBehind, now - p.behind_since, now, newest);
+      f.detail = absl::StrCat("heartbeating, but ", newest.seq - p.seq, " collective(s) behind");
       return f;
     }
   }

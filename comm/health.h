@@ -119,6 +119,32 @@ class HealthMonitor {
     absl::Time behind_since = absl::InfinitePast();  // InfinitePast: not behind
     bool done = false;
   };
+  // A collective as the progress keys name it (seq 0: none). Check judges every rank against the
+  // newest one any rank entered.
+  struct Collective {
+    int64_t seq = 0;
+    std::string op;
+  };
+
+  // Check's steps, in order. A failed heartbeat of our own judges only the store: the store is
+  // lost once no round trip has succeeded for `deadline`; until then no verdict (nullopt).
+  std::optional<RankFault> StoreFault(absl::Time now, const absl::Status& beat) const;
+  // Refreshes every rank's Peer from the store (store calls bounded by `d`); returns the newest
+  // collective among the ranks not done.
+  Collective ReadPeers(absl::Time now, absl::Time d);
+  // One rank's done, heartbeat and progress keys; false when it is done (it is no longer watched).
+  bool ReadPeer(int r, absl::Time now, absl::Time d);
+  // The first other rank whose heartbeat has not moved for `deadline` (or, after Expedite(), whose
+  // process on this host is gone), named as dead, stopped, hung or silent.
+  std::optional<RankFault> FindSilent(absl::Time now, const Collective& newest) const;
+  // What this host can tell of a silent rank's process: sets `f`'s kind and detail.
+  void DescribeSilence(const Peer& p, RankFault* f) const;
+  // The first rank whose progress has stayed behind `newest` for `lag_deadline`; updates each
+  // rank's behind_since.
+  std::optional<RankFault> FindBehind(absl::Time now, const Collective& newest);
+  // A fault of `kind` for rank `r`, with what it and the waiting ranks last entered.
+  RankFault FaultFor(int r, RankFault::Kind kind, absl::Duration silent, absl::Time now,
+                     const Collective& newest) const;
 
   RankInfo info_;
   HealthOptions options_;

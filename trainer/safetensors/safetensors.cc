@@ -97,6 +97,126 @@ absl::StatusOr<SafetensorsEntry> ParseEntry(const std::string& path, const std::
   return e;
 }
 
+// The whole file, memory-mapped read-only.
+struct MappedFile {
+  std::shared_ptr<const char> bytes;  // unmapped with the last copy
+  int64_t size = 0;
+};
+
+// Maps `path` after checking it is a regular file long enough to hold the header length.
+absl::StatusOr<MappedFile> MapFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    const std::string msg = absl::StrCat("cannot open safetensors file '", path, "': ", std::strerror(errno));
+    return errno == ENOENT ? absl::NotFoundError(msg) : absl::InternalError(msg);
+  }
+  struct stat st;
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Bad(path, "not a regular file");
+  }
+  const int64_t size = st.st_size;
+  if (size < 8) {
+    ::close(fd);
+    return Bad(path, absl::StrCat("expected at least 8 bytes (the header length), found ", size));
+  }
+  void* p = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (p == MAP_FAILED) return absl::InternalError(absl::StrCat("cannot mmap '", path, "': ", std::strerror(map_errno)));
+
+  MappedFile file;
+  file.size = size;
+  file.bytes = std::shared_ptr<const char>(static_cast<const char*>(p),
+                                           [size](const char* q) { ::munmap(const_cast<char*>(q), size_t(size)); });
+  return file;
+}
+
+// The JSON header's bytes, as the 8-byte little-endian length at the start of `file` delimits them: the length is
+// checked against the reader's bound and the file before anything is read past it.
+absl::StatusOr<absl::string_view> HeaderText(const std::string& path, const MappedFile& file) {
+  const int64_t size = file.size;
+  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(file.bytes.get());
+  uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= uint64_t(bytes[i]) << (8 * i);
+  if (header_len < 2 || header_len > uint64_t(kMaxSafetensorsHeaderBytes) || header_len > uint64_t(size - 8)) {
+    return Bad(path, absl::StrCat("header length ", header_len, " is not in [2, min(", kMaxSafetensorsHeaderBytes,
+                                  ", file size - 8 = ", size - 8, ")]"));
+  }
+  const char* text = file.bytes.get() + 8;
+  if (text[0] != '{') {
+    return Bad(path, absl::StrCat("header must start with '{', found byte 0x", absl::Hex(uint8_t(text[0]))));
+  }
+  return absl::string_view(text, size_t(header_len));
+}
+
+// The header text as a JSON object.
+absl::StatusOr<json> ParseHeader(const std::string& path, absl::string_view text) {
+  json header;
+  try {
+    header = json::parse(text.data(), text.data() + text.size());
+  } catch (const json::exception& e) {
+    return Bad(path, absl::StrCat("header is not valid JSON: ", e.what()));
+  }
+  if (!header.is_object()) return Bad(path, absl::StrCat("header: expected a JSON object, found ", Found(header)));
+  return header;
+}
+
+// The "__metadata__" object: string -> string.
+absl::Status ParseMetadata(const std::string& path, const json& v, std::map<std::string, std::string>* metadata) {
+  if (!v.is_object()) return Bad(path, absl::StrCat("'__metadata__': expected an object, found ", Found(v)));
+  for (auto m = v.begin(); m != v.end(); ++m) {
+    if (!m->is_string()) {
+      return Bad(path, absl::StrCat("'__metadata__' field '", m.key(), "': expected a string, found ", Found(*m)));
+    }
+    (*metadata)[m.key()] = m->get<std::string>();
+  }
+  return absl::OkStatus();
+}
+
+// Every field of the header object, in the object's order: "__metadata__" into `metadata`, each other one a
+// tensor's entry appended to `entries`. The first bad field is the error.
+absl::Status ParseHeaderFields(const std::string& path, const json& header,
+                               std::map<std::string, std::string>* metadata, std::vector<SafetensorsEntry>* entries) {
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      SG_RETURN_IF_ERROR(ParseMetadata(path, *it, metadata));
+      continue;
+    }
+    SG_ASSIGN_OR_RETURN(SafetensorsEntry e, ParseEntry(path, it.key(), *it));
+    entries->push_back(std::move(e));
+  }
+  return absl::OkStatus();
+}
+
+// `entries`, sorted by offsets, must tile the data section of `data_size` bytes exactly: the first starts at 0, each
+// next one where the previous ends, none past the end, and the last ends at the end.
+absl::Status CheckTensorsTileData(const std::string& path, const std::vector<SafetensorsEntry>& entries,
+                                  int64_t data_size) {
+  int64_t expected_begin = 0;
+  const SafetensorsEntry* previous = nullptr;
+  for (const SafetensorsEntry& e : entries) {
+    if (e.begin != expected_begin) {
+      return Bad(path, absl::StrCat("tensor '", e.name, "' starts at data offset ", e.begin, ", expected ",
+                                    expected_begin,
+                                    previous ? absl::StrCat(" (the end of '", previous->name, "'): tensors ",
+                                                            e.begin < expected_begin ? "overlap" : "leave a hole")
+                                             : std::string(" (the first tensor starts at 0)")));
+    }
+    if (e.end > data_size) {
+      return Bad(path, absl::StrCat("tensor '", e.name, "' ends at data offset ", e.end,
+                                    ", past the end of the data section (", data_size, " bytes): file truncated?"));
+    }
+    expected_begin = e.end;
+    previous = &e;
+  }
+  if (expected_begin != data_size) {
+    return Bad(path, absl::StrCat("data section has ", data_size, " bytes, expected ", expected_begin,
+                                  " (the end of the last tensor)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::string_view SafetensorsDTypeName(DType t) {
@@ -151,89 +271,19 @@ absl::Status WriteSafetensors(const std::string& path, const std::vector<NamedTe
 }
 
 absl::StatusOr<SafetensorsFile> SafetensorsFile::Open(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    const std::string msg = absl::StrCat("cannot open safetensors file '", path, "': ", std::strerror(errno));
-    return errno == ENOENT ? absl::NotFoundError(msg) : absl::InternalError(msg);
-  }
-  struct stat st;
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Bad(path, "not a regular file");
-  }
-  const int64_t size = st.st_size;
-  if (size < 8) {
-    ::close(fd);
-    return Bad(path, absl::StrCat("expected at least 8 bytes (the header length), found ", size));
-  }
-  void* p = ::mmap(nullptr, size_t(size), PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  if (p == MAP_FAILED) return absl::InternalError(absl::StrCat("cannot mmap '", path, "': ", std::strerror(map_errno)));
-
   SafetensorsFile f;
   f.path_ = path;
-  f.mapping_ = std::shared_ptr<const char>(static_cast<const char*>(p),
-                                           [size](const char* q) { ::munmap(const_cast<char*>(q), size_t(size)); });
-  const unsigned char* bytes = reinterpret_cast<const unsigned char*>(p);
-  uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) header_len |= uint64_t(bytes[i]) << (8 * i);
-  if (header_len < 2 || header_len > uint64_t(kMaxSafetensorsHeaderBytes) || header_len > uint64_t(size - 8)) {
-    return Bad(path, absl::StrCat("header length ", header_len, " is not in [2, min(", kMaxSafetensorsHeaderBytes,
-                                  ", file size - 8 = ", size - 8, ")]"));
-  }
-  f.data_start_ = 8 + int64_t(header_len);
-  const char* text = f.mapping_.get() + 8;
-  if (text[0] != '{') {
-    return Bad(path, absl::StrCat("header must start with '{', found byte 0x", absl::Hex(uint8_t(text[0]))));
-  }
-  json header;
-  try {
-    header = json::parse(text, text + header_len);
-  } catch (const json::exception& e) {
-    return Bad(path, absl::StrCat("header is not valid JSON: ", e.what()));
-  }
-  if (!header.is_object()) return Bad(path, absl::StrCat("header: expected a JSON object, found ", Found(header)));
-
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (!it->is_object()) return Bad(path, absl::StrCat("'__metadata__': expected an object, found ", Found(*it)));
-      for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string()) {
-          return Bad(path, absl::StrCat("'__metadata__' field '", m.key(), "': expected a string, found ", Found(*m)));
-        }
-        f.metadata_[m.key()] = m->get<std::string>();
-      }
-      continue;
-    }
-    SG_ASSIGN_OR_RETURN(SafetensorsEntry e, ParseEntry(path, it.key(), *it));
-    f.entries_.push_back(std::move(e));
-  }
-
-  std::sort(f.entries_.begin(), f.entries_.end(),
-            [](const SafetensorsEntry& a, const SafetensorsEntry& b) { return a.begin < b.begin || (a.begin == b.begin && a.end < b.end); });
-  const int64_t data_size = size - f.data_start_;
-  int64_t expected_begin = 0;
-  const SafetensorsEntry* previous = nullptr;
-  for (const SafetensorsEntry& e : f.entries_) {
-    if (e.begin != expected_begin) {
-      return Bad(path, absl::StrCat("tensor '", e.name, "' starts at data offset ", e.begin, ", expected ",
-                                    expected_begin,
-                                    previous ? absl::StrCat(" (the end of '", previous->name, "'): tensors ",
-                                                            e.begin < expected_begin ? "overlap" : "leave a hole")
-                                             : std::string(" (the first tensor starts at 0)")));
-    }
-    if (e.end > data_size) {
-      return Bad(path, absl::StrCat("tensor '", e.name, "' ends at data offset ", e.end,
-                                    ", past the end of the data section (", data_size, " bytes): file truncated?"));
-    }
-    expected_begin = e.end;
-    previous = &e;
-  }
-  if (expected_begin != data_size) {
-    return Bad(path, absl::StrCat("data section has ", data_size, " bytes, expected ", expected_begin,
-                                  " (the end of the last tensor)"));
-  }
+  SG_ASSIGN_OR_RETURN(const MappedFile file, MapFile(path));
+  f.mapping_ = file.bytes;
+  SG_ASSIGN_OR_RETURN(const absl::string_view text, HeaderText(path, file));
+  f.data_start_ = 8 + int64_t(text.size());
+  SG_ASSIGN_OR_RETURN(const json header, ParseHeader(path, text));
+  SG_RETURN_IF_ERROR(ParseHeaderFields(path, header, &f.metadata_, &f.entries_));
+  // Offset order is what entries() promises, and what the tiling check walks.
+  std::sort(f.entries_.begin(), f.entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return a.begin < b.begin || (a.begin == b.begin && a.end < b.end);
+  });
+  SG_RETURN_IF_ERROR(CheckTensorsTileData(path, f.entries_, file.size - f.data_start_));
   return f;
 }
 
