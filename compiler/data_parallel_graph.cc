@@ -35,43 +35,41 @@ std::string InputSourceOf(const Graph& g, int v) {
   return "";
 }
 
-}  // namespace
-
-std::string UnitOf(const std::string& param) {
-  std::vector<std::string> parts = absl::StrSplit(param, '.');
-  if (parts.size() >= 2 && parts[0] == "layers") return absl::StrCat(parts[0], ".", parts[1]);
-  return parts[0];
-}
-
-absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::string& loss) {
-  DataParallelGraph dp;
+// The optimizer nodes (adamw, grad_norm), dead in the split graph, and AdamW's hyperparameters and
+// updated parameters into `dp`.
+absl::Status CollectOptimizer(const Graph& train, DataParallelGraph* dp, std::map<int, int>* param_of_value,
+                              std::set<int>* dead) {
   const auto& nodes = train.nodes();
-  std::map<int, int> param_of_value;  // parameter value id -> index in dp.params
-  std::set<int> dead;
   bool any_adamw = false;
   for (int i = 0; i < int(nodes.size()); ++i) {
     const Node& n = nodes[i];
     if (n.op == OpKind::kGradNorm) {
-      dp.max_grad_norm = graph::AttrFloat(n, "max_norm");
-      dead.insert(i);
+      dp->max_grad_norm = graph::AttrFloat(n, "max_norm");
+      dead->insert(i);
     }
     if (n.op != OpKind::kAdamW) continue;
     any_adamw = true;
-    dead.insert(i);
+    dead->insert(i);
     const Node& p = nodes[train.value(n.inputs[0]).producer];
     if (p.op != OpKind::kParameter) {
       return absl::InvalidArgumentError(absl::StrCat("adamw node ", i, " updates a ", graph::OpName(p.op),
                                                      ", expected a parameter"));
     }
-    param_of_value[n.inputs[0]] = int(dp.params.size());
-    dp.params.push_back({graph::AttrString(p, "name"), graph::AttrFloat(n, "weight_decay")});
-    dp.beta1 = graph::AttrFloat(n, "beta1");
-    dp.beta2 = graph::AttrFloat(n, "beta2");
-    dp.eps = graph::AttrFloat(n, "eps");
+    (*param_of_value)[n.inputs[0]] = int(dp->params.size());
+    dp->params.push_back({graph::AttrString(p, "name"), graph::AttrFloat(n, "weight_decay")});
+    dp->beta1 = graph::AttrFloat(n, "beta1");
+    dp->beta2 = graph::AttrFloat(n, "beta2");
+    dp->eps = graph::AttrFloat(n, "eps");
   }
   if (!any_adamw) return absl::InvalidArgumentError("SplitOptimizer: the graph has no adamw nodes");
+  return absl::OkStatus();
+}
 
-  // Kept outputs: the loss and every updated parameter's gradient.
+// Kept outputs: the loss and every updated parameter's gradient. Also the loss's ignore_index and
+// targets input into `dp`.
+absl::StatusOr<std::vector<graph::GraphOutput>> KeptOutputs(const Graph& train, const std::string& loss,
+                                                            DataParallelGraph* dp) {
+  const auto& nodes = train.nodes();
   const int loss_index = train.FindOutput(loss);
   if (loss_index < 0) return absl::InvalidArgumentError(absl::StrCat("SplitOptimizer: no output '", loss, "'"));
   const int loss_value = train.outputs()[loss_index].value;
@@ -81,37 +79,80 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::
         "distributed training needs the loss '", loss, "' to be a softmax_cross_entropy or nll_loss output "
         "(to normalize by the global token count), found ", graph::OpName(loss_node.op)));
   }
-  dp.ignore_index = graph::AttrInt(loss_node, "ignore_index");
-  dp.targets = InputSourceOf(train, loss_node.inputs[1]);
-  if (dp.targets.empty()) {
+  dp->ignore_index = graph::AttrInt(loss_node, "ignore_index");
+  dp->targets = InputSourceOf(train, loss_node.inputs[1]);
+  if (dp->targets.empty()) {
     return absl::UnimplementedError("distributed training needs the loss targets to be a graph input (or a reshape of one)");
   }
   std::vector<graph::GraphOutput> kept = {{loss, loss_value}};
-  for (const DataParallelParam& p : dp.params) {
+  for (const DataParallelParam& p : dp->params) {
     const int o = train.FindOutput("grad:" + p.name);
     if (o < 0) return absl::InvalidArgumentError(absl::StrCat("SplitOptimizer: no output 'grad:", p.name, "'"));
     kept.push_back(train.outputs()[o]);
   }
+  return kept;
+}
 
-  // Dead code: the optimizer nodes and whatever only they read (moments, step, lr, ...). A
-  // parameter nothing live reads goes too: the full-size AdamW moments would otherwise stay in the
-  // lowered program's state (8 bytes per parameter on every rank, beside the runtime's shards).
+// Dead code: the optimizer nodes and whatever only they read (moments, step, lr, ...). A
+// parameter nothing live reads goes too: the full-size AdamW moments would otherwise stay in the
+// lowered program's state (8 bytes per parameter on every rank, beside the runtime's shards).
+void MarkDead(const Graph& train, const std::vector<graph::GraphOutput>& kept,
+              const std::map<int, int>& param_of_value, std::set<int>* dead) {
+  const auto& nodes = train.nodes();
   std::vector<int> uses(train.num_value_ids(), 0);
   for (const graph::GraphOutput& o : kept) ++uses[o.value];
   for (int i = int(nodes.size()) - 1; i >= 0; --i) {
     const Node& n = nodes[i];
-    bool live = !dead.count(i);
+    bool live = !dead->count(i);
     if (live && !(n.op == OpKind::kParameter && param_of_value.count(n.outputs[0]))) {
       live = false;
       for (int v : n.outputs) live = live || uses[v] > 0;
     }
     if (!live) {
-      dead.insert(i);
+      dead->insert(i);
       continue;
     }
     for (int v : n.inputs) ++uses[v];
   }
+}
 
+// The inputs of the copy of live node `n`: the loss backward's constant seed becomes the
+// kLossScaleName input (counted in `seeds`), an updated parameter read outside the forward its
+// non-trainable "<p>" + kBackwardSuffix copy (one per parameter, in `bwd_copy`).
+std::vector<Value> CopyInputs(const Graph& train, const Node& n, const std::map<int, int>& param_of_value,
+                              const std::vector<Value>& map, Builder& b, std::map<int, Value>* bwd_copy,
+                              Value* loss_scale, int* seeds) {
+  const auto& nodes = train.nodes();
+  std::vector<Value> ins;
+  for (int k = 0; k < int(n.inputs.size()); ++k) {
+    const int v = n.inputs[k];
+    if (IsLossBackward(n.op) && k == 0 && nodes[train.value(v).producer].op == OpKind::kFill) {
+      if (!loss_scale->valid()) *loss_scale = b.Input(kLossScaleName, DType::kF32, {});
+      ins.push_back(*loss_scale);
+      ++*seeds;
+      continue;
+    }
+    auto p = param_of_value.find(v);
+    if (p != param_of_value.end() && n.phase != graph::Phase::kForward) {
+      auto c = bwd_copy->find(v);
+      if (c == bwd_copy->end()) {
+        const Node& src = nodes[train.value(v).producer];
+        c = bwd_copy->emplace(v, b.Parameter(graph::AttrString(src, "name") + kBackwardSuffix,
+                                             graph::AttrDType(src, "dtype"), graph::AttrShape(src, "shape"),
+                                             /*trainable=*/false)).first;
+      }
+      ins.push_back(c->second);
+      continue;
+    }
+    ins.push_back(map[v]);
+  }
+  return ins;
+}
+
+// The live nodes of `train` copied in order into a new graph with the `kept` outputs.
+absl::StatusOr<Graph> CopyLive(const Graph& train, const std::set<int>& dead, const std::map<int, int>& param_of_value,
+                               const std::vector<graph::GraphOutput>& kept) {
+  const auto& nodes = train.nodes();
   Graph start;
   for (const graph::SymbolInfo& s : train.symbols()) SG_RETURN_IF_ERROR(start.AddSymbol(s));
   Builder b(std::move(start));
@@ -128,29 +169,7 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::
       map[n.outputs[0]] = v;  // a parameter or input
       continue;
     }
-    std::vector<Value> ins;
-    for (int k = 0; k < int(n.inputs.size()); ++k) {
-      const int v = n.inputs[k];
-      if (IsLossBackward(n.op) && k == 0 && nodes[train.value(v).producer].op == OpKind::kFill) {
-        if (!loss_scale.valid()) loss_scale = b.Input(kLossScaleName, DType::kF32, {});
-        ins.push_back(loss_scale);
-        ++seeds;
-        continue;
-      }
-      auto p = param_of_value.find(v);
-      if (p != param_of_value.end() && n.phase != graph::Phase::kForward) {
-        auto c = bwd_copy.find(v);
-        if (c == bwd_copy.end()) {
-          const Node& src = nodes[train.value(v).producer];
-          c = bwd_copy.emplace(v, b.Parameter(graph::AttrString(src, "name") + kBackwardSuffix,
-                                              graph::AttrDType(src, "dtype"), graph::AttrShape(src, "shape"),
-                                              /*trainable=*/false)).first;
-        }
-        ins.push_back(c->second);
-        continue;
-      }
-      ins.push_back(map[v]);
-    }
+    std::vector<Value> ins = CopyInputs(train, n, param_of_value, map, b, &bwd_copy, &loss_scale, &seeds);
     std::vector<Value> outs = b.Emit(n.op, ins, n.attrs);
     SG_RETURN_IF_ERROR(b.status());
     for (size_t k = 0; k < outs.size(); ++k) map[n.outputs[k]] = outs[k];
@@ -160,7 +179,25 @@ absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::
                                                  "loss's backward, found ", seeds));
   }
   for (const graph::GraphOutput& o : kept) b.Output(o.name, map[o.value]);
-  SG_ASSIGN_OR_RETURN(dp.graph, b.Finish());
+  return b.Finish();
+}
+
+}  // namespace
+
+std::string UnitOf(const std::string& param) {
+  std::vector<std::string> parts = absl::StrSplit(param, '.');
+  if (parts.size() >= 2 && parts[0] == "layers") return absl::StrCat(parts[0], ".", parts[1]);
+  return parts[0];
+}
+
+absl::StatusOr<DataParallelGraph> SplitOptimizer(const Graph& train, const std::string& loss) {
+  DataParallelGraph dp;
+  std::map<int, int> param_of_value;  // parameter value id -> index in dp.params
+  std::set<int> dead;
+  SG_RETURN_IF_ERROR(CollectOptimizer(train, &dp, &param_of_value, &dead));
+  SG_ASSIGN_OR_RETURN(const std::vector<graph::GraphOutput> kept, KeptOutputs(train, loss, &dp));
+  MarkDead(train, kept, param_of_value, &dead);
+  SG_ASSIGN_OR_RETURN(dp.graph, CopyLive(train, dead, param_of_value, kept));
   return dp;
 }
 

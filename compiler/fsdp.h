@@ -211,6 +211,16 @@ class ShardedDataParallelStep : public CompiledStep {
   absl::Status StartExecutor(const CompileOptions& options);
   // Fills the parameters' and units' sizes and offsets and memory_, allocating nothing.
   absl::Status SizeBuffers();
+  // Its steps, in order: each parameter's sizes, gather dtypes and place in its unit's block; the
+  // units' regions of the shards and of the host buffer (their offsets into `unit_base`, the shard
+  // bytes returned); the units' norm scratch; the staging buckets and the largest collective; the
+  // peaks of the gathered parameters and unit gradients in the arena; the micro-batches' inputs.
+  absl::Status SizeParams();
+  int64_t LayOutShards(std::vector<int64_t>* unit_base, int64_t* host_bytes);
+  void SizeNormScratch();
+  void SizeStaging(int64_t* packed, int64_t* block, int64_t* largest) const;
+  void PlanArenaPeaks();
+  void AddMicroBatchInputs();
   int64_t ScalarBytes() const;
   // The buffers SizeBuffers sized, then in order: each parameter's views into the shards (and
   // slots or host memory for a host unit); the scalars' views; AdamW's tensor lists (this rank's

@@ -47,8 +47,35 @@ bool ShardedDataParallelStep::Direct(const Unit& u) const {
 
 absl::Status ShardedDataParallelStep::SizeBuffers() {
   const int P = shard_size_;
-  int64_t shard_bytes = 0;
   shard_offsets_.clear();
+  SG_RETURN_IF_ERROR(SizeParams());
+  std::vector<int64_t> unit_base(units_.size(), 0);
+  int64_t host_bytes = 0;
+  int64_t shard_bytes = LayOutShards(&unit_base, &host_bytes);
+  slots_offset_ = shard_bytes;
+  SizeNormScratch();
+  if (host_bytes > 0) shard_bytes += kHostGradientSlots * slot_bytes_;
+  for (auto& p : params_) shard_offsets_.push_back(unit_base[size_t(p->unit)] + p->pack_offset * 4);
+  int64_t packed = 0, block = 0, largest = 0;
+  SizeStaging(&packed, &block, &largest);
+  packed_ = TensorView(nullptr, DType::kF32, {packed}, program_->device);
+  block_ = TensorView(nullptr, DType::kF32, {block}, program_->device);
+  memory_ = ShardedStepMemory();
+  memory_.arena_bytes = program_->plan.arena_bytes;
+  memory_.arena_peak = FindArenaPeak(*program_);
+  memory_.state_bytes = program_->state_bytes;
+  memory_.shard_bytes = shard_bytes;
+  memory_.host_gradient_bytes = host_bytes;
+  memory_.bucket_bytes = AlignUp(std::max<int64_t>(packed, 1) * 4) + AlignUp(std::max<int64_t>(block, 1) * 4);
+  memory_.other_bytes = ScalarBytes();
+  PlanArenaPeaks();
+  if (P > 1 && (program_->device.is_cpu() || P > 2)) memory_.comm_scratch_bytes = largest * 4;
+  if (micro_batches_ > 1) AddMicroBatchInputs();
+  return absl::OkStatus();
+}
+
+absl::Status ShardedDataParallelStep::SizeParams() {
+  const int P = shard_size_;
   std::set<std::pair<int, bool>> seen;  // (unit, backward) whose gather dtype is set
   for (auto& p : params_) {
     const TensorView full = program_->sources.count(p->name) ? program_->sources.at(p->name)
@@ -86,23 +113,29 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
     p->pack_offset = u.block;
     u.block += AlignUp(p->chunk * p->row, kArenaAlignment / 4);
   }
+  return absl::OkStatus();
+}
+
+int64_t ShardedDataParallelStep::LayOutShards(std::vector<int64_t>* unit_base, int64_t* host_bytes) {
   // The shards, unit by unit: four regions of the unit's block layout (this rank's parameter
   // rows, gradient, m, v), so the gradient region is what the unit's reduce-scatter produces. A
   // unit whose gradients wait on the host has three (rows, m, v); its reduce-scatter writes into a
   // slot after every unit's regions, and its region of the host buffer is one block.
-  std::vector<int64_t> unit_base(units_.size(), 0);
-  int64_t host_bytes = 0;
+  int64_t shard_bytes = 0;
   slot_bytes_ = 0;
   for (size_t k = 0; k < units_.size(); ++k) {
     Unit& u = *units_[k];
-    unit_base[k] = shard_bytes;
+    (*unit_base)[k] = shard_bytes;
     shard_bytes += (u.host ? 3 : 4) * u.block * 4;
     if (!u.host) continue;
-    u.host_offset = host_bytes;
-    host_bytes += u.block * 4;
+    u.host_offset = *host_bytes;
+    *host_bytes += u.block * 4;
     slot_bytes_ = std::max(slot_bytes_, u.block * 4);
   }
-  slots_offset_ = shard_bytes;
+  return shard_bytes;
+}
+
+void ShardedDataParallelStep::SizeNormScratch() {
   // The units' norms run on the comm stream, with their own scratch (GradNorm): the most chunks of
   // one unit's counted gradient shards.
   norm_scratch_ = 0;
@@ -115,31 +148,25 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
     }
     norm_scratch_ = std::max(norm_scratch_, chunks);
   }
-  if (host_bytes > 0) shard_bytes += kHostGradientSlots * slot_bytes_;
-  for (auto& p : params_) shard_offsets_.push_back(unit_base[size_t(p->unit)] + p->pack_offset * 4);
+}
+
+void ShardedDataParallelStep::SizeStaging(int64_t* packed, int64_t* block, int64_t* largest) const {
+  const int P = shard_size_;
   // A Direct unit needs no packed staging. Block staging: for micro-batches after the first (they
   // add their reduce-scattered gradients to the shards), for an f32 gather's input, and for a
   // unit with a short (uneven) chunk on this rank; otherwise the reduce-scatter writes straight
   // into the gradient region.
-  int64_t packed = 0, block = 0, largest = 0;
   for (auto& u : units_) {
-    if (!Direct(*u)) packed = std::max(packed, u->block * P);
-    if (micro_batches_ > 1 || (!Direct(*u) && !ScatterIntoShards(*u))) block = std::max(block, u->block);
-    if (!Direct(*u)) largest = std::max(largest, u->block * P);
+    if (!Direct(*u)) *packed = std::max(*packed, u->block * P);
+    if (micro_batches_ > 1 || (!Direct(*u) && !ScatterIntoShards(*u))) *block = std::max(*block, u->block);
+    if (!Direct(*u)) *largest = std::max(*largest, u->block * P);
     for (int i : u->params) {
-      if (Direct(*u)) largest = std::max(largest, params_[size_t(i)]->rows * params_[size_t(i)]->row);
+      if (Direct(*u)) *largest = std::max(*largest, params_[size_t(i)]->rows * params_[size_t(i)]->row);
     }
   }
-  packed_ = TensorView(nullptr, DType::kF32, {packed}, program_->device);
-  block_ = TensorView(nullptr, DType::kF32, {block}, program_->device);
-  memory_ = ShardedStepMemory();
-  memory_.arena_bytes = program_->plan.arena_bytes;
-  memory_.arena_peak = FindArenaPeak(*program_);
-  memory_.state_bytes = program_->state_bytes;
-  memory_.shard_bytes = shard_bytes;
-  memory_.host_gradient_bytes = host_bytes;
-  memory_.bucket_bytes = AlignUp(std::max<int64_t>(packed, 1) * 4) + AlignUp(std::max<int64_t>(block, 1) * 4);
-  memory_.other_bytes = ScalarBytes();
+}
+
+void ShardedDataParallelStep::PlanArenaPeaks() {
   // Inside the arena: the gathered parameters and the full unit gradients live at once, at their
   // busiest node (each from where the runtime issues it to its last reader).
   const int num_nodes = int(dp_.graph.nodes().size());
@@ -165,15 +192,14 @@ absl::Status ShardedDataParallelStep::SizeBuffers() {
     memory_.gathered_peak_bytes = std::max(memory_.gathered_peak_bytes, g_sum);
     memory_.unit_grads_peak_bytes = std::max(memory_.unit_grads_peak_bytes, r_sum);
   }
-  if (P > 1 && (program_->device.is_cpu() || P > 2)) memory_.comm_scratch_bytes = largest * 4;
-  if (micro_batches_ > 1) {
-    for (const std::string& name : program_->input_names) {
-      if (name == kLossScaleName) continue;
-      const TensorView& micro = program_->sources.at(name);
-      memory_.other_bytes += AlignUp(micro.numel() * int64_t(SizeOf(micro.dtype())) * micro_batches_);
-    }
+}
+
+void ShardedDataParallelStep::AddMicroBatchInputs() {
+  for (const std::string& name : program_->input_names) {
+    if (name == kLossScaleName) continue;
+    const TensorView& micro = program_->sources.at(name);
+    memory_.other_bytes += AlignUp(micro.numel() * int64_t(SizeOf(micro.dtype())) * micro_batches_);
   }
-  return absl::OkStatus();
 }
 
 bool ShardedDataParallelStep::PerParameter(const Unit& u) const { return per_parameter_collectives_ && Direct(u); }
