@@ -51,18 +51,11 @@ Step Wait(std::string name, graph::Phase phase, const Event* done) {
   return st;
 }
 
-}  // namespace
-
-absl::Status ReplaceVocabSteps(Program& program, const TensorParallelGraph& tp_, comm::ProcessGroup* group,
-                               const TpCommStep& comm_step, TpStepResources* owned) {
-  if (tp_.vocab_ops.empty()) return absl::OkStatus();
+// The statistics buffers: per cross-entropy forward (and unmatched backward) 3 * tokens floats
+// of this rank's and 3 * tokens * T gathered, plus one scratch loss.
+int64_t VocabScratchBytes(const Program& program, const TensorParallelGraph& tp_, int tp_size) {
   const graph::Graph& g = program.graph;
-  const Device d = program.device;
-  const int tp_size = group != nullptr ? group->size() : 1;
   auto view = [&](int v) { return program.values[size_t(v)]; };
-  // The statistics buffers: per cross-entropy forward (and unmatched backward) 3 * tokens floats
-  // of this rank's and 3 * tokens * T gathered, plus one scratch loss.
-  std::vector<int> ce_nodes;
   int64_t bytes = AlignUp(4);
   for (const TpVocabOp& op : tp_.vocab_ops) {
     if (op.op != OpKind::kSoftmaxCrossEntropy && op.op != OpKind::kSoftmaxCrossEntropyBackward) continue;
@@ -70,99 +63,162 @@ absl::Status ReplaceVocabSteps(Program& program, const TensorParallelGraph& tp_,
     const int64_t tokens = view(n.inputs[op.op == OpKind::kSoftmaxCrossEntropy ? 1 : 2]).numel();
     bytes += AlignUp(3 * tokens * 4) + AlignUp(3 * tokens * 4 * tp_size);
   }
-  SG_ASSIGN_OR_RETURN(owned->vocab_scratch, DeviceMemory::Allocate(d, bytes));
-  int64_t at = 0;
-  auto take = [&](Shape s) {
-    TensorView v(owned->vocab_scratch.data() + at, DType::kF32, s, d);
-    at += AlignUp(std::max<int64_t>(v.numel() * 4, 4));
-    return v;
-  };
-  const TensorView scratch_loss = take({});
+  return bytes;
+}
 
+// Lowers the vocab ops one at a time into their replacement steps, handing out the statistics
+// buffers from owned->vocab_scratch (allocated by the caller) in order; a cross-entropy backward
+// reuses the statistics its forward gathered.
+class VocabLowering {
+ public:
+  VocabLowering(const Program& program, int tp_size, comm::ProcessGroup* group, const TpCommStep& comm_step,
+                TpStepResources* owned)
+      : program_(program), tp_size_(tp_size), group_(group), comm_step_(comm_step), owned_(owned) {
+    scratch_loss_ = Take({});
+  }
+
+  absl::Status Lower(const TpVocabOp& op);
+  // Node -> its new steps, in order.
+  std::multimap<int, Step>& replacement() { return replacement_; }
+
+ private:
   struct Gathered {
     int logits = -1, targets = -1;
     TensorView stats;
   };
-  std::vector<Gathered> forward_stats;
-  std::multimap<int, Step> replacement;  // node -> its new steps, in order
-  for (const TpVocabOp& op : tp_.vocab_ops) {
-    const graph::Node& n = g.nodes()[size_t(op.node)];
-    const std::string where = absl::StrCat(graph::OpName(n.op), n.scope.empty() ? "" : " @", n.scope);
-    const int64_t start = op.start;
-    const graph::Phase phase = n.phase;
-    switch (op.op) {
-      case OpKind::kEmbedding: {
-        const TensorView table = view(n.inputs[0]), ids = view(n.inputs[1]), out = view(n.outputs[0]);
-        replacement.emplace(op.node, Kernel(absl::StrCat("vocab_parallel ", where), op.node, phase, [=](const Stream& s) {
-          return kernels::VocabParallelEmbeddingForward(ids, table, start, out, s);
-        }));
-        break;
-      }
-      case OpKind::kEmbeddingBackward: {
-        const TensorView dy = view(n.inputs[0]), ids = view(n.inputs[1]), dtable = view(n.outputs[0]);
-        if (dtable.dtype() != DType::kF32) {
-          return absl::UnimplementedError(absl::StrCat("tensor parallel: ", where, " writes its vocabulary shard's "
-                                                       "gradient as ", DTypeName(dtable.dtype()),
-                                                       ", expected f32 (a folded cast)"));
-        }
-        replacement.emplace(op.node, Kernel(absl::StrCat("vocab_parallel ", where), op.node, phase, [=](const Stream& s) {
-          return kernels::VocabParallelEmbeddingBackward(dy, ids, start, dtable, s);
-        }));
-        break;
-      }
-      case OpKind::kSoftmaxCrossEntropy:
-      case OpKind::kSoftmaxCrossEntropyBackward: {
-        const bool backward = op.op == OpKind::kSoftmaxCrossEntropyBackward;
-        const int lv = n.inputs[backward ? 1 : 0], tv = n.inputs[backward ? 2 : 1];
-        const TensorView logits = Matrix(view(lv)), targets = Flat(view(tv));
-        kernels::VocabParallelCrossEntropyOptions o;
-        o.vocab = op.vocab;
-        o.ignore_index = graph::AttrInt(n, "ignore_index");
-        TensorView gathered;
-        for (const Gathered& f : forward_stats) {
-          if (backward && f.logits == lv && f.targets == tv) gathered = f.stats;
-        }
-        if (gathered.raw() == nullptr) {
-          const TensorView stats = take({3, logits.dim(0)});
-          gathered = take({tp_size, 3, logits.dim(0)});
-          replacement.emplace(op.node, Kernel(absl::StrCat("vocab_parallel stats ", where), op.node, phase,
-                                              [=](const Stream& s) {
-                                                return kernels::VocabParallelCrossEntropyStats(logits, targets, start,
-                                                                                               o, stats, s);
-                                              }));
-          SG_ASSIGN_OR_RETURN(Event ev, Event::Create(d));
-          owned->events.push_back(std::make_unique<Event>(std::move(ev)));
-          Event* done = owned->events.back().get();
-          comm::ProcessGroup* tp = group;
-          Step gather = comm_step(absl::StrCat("all-gather(tp) vocab_parallel stats ", where), phase,
-                                 [tp, stats, gathered](const Stream& s) -> absl::Status {
-                                   if (tp == nullptr) return CopyTensor(stats, Flat(gathered), s);
-                                   return tp->AllGather(Flat(stats), Flat(gathered), s);
-                                 },
-                                 done);
-          gather.node = op.node;
-          replacement.emplace(op.node, std::move(gather));
-          Step wait = Wait(absl::StrCat("wait all-gather(tp) vocab_parallel stats ", where), phase, done);
-          wait.node = op.node;
-          replacement.emplace(op.node, std::move(wait));
-          if (!backward) forward_stats.push_back({lv, tv, gathered});
-        }
-        const TensorView loss = backward ? scratch_loss : view(n.outputs[0]);
-        const TensorView dloss = backward ? view(n.inputs[0]) : TensorView();
-        const TensorView dlogits = backward ? Matrix(view(n.outputs[0])) : TensorView();
-        replacement.emplace(op.node, Kernel(absl::StrCat("vocab_parallel ", backward ? "dlogits " : "loss ", where),
-                                            op.node, phase, [=](const Stream& s) {
-                                              return kernels::VocabParallelCrossEntropyFinish(
-                                                  logits, targets, start, gathered, dloss, o, loss, dlogits, s);
-                                            }));
-        break;
-      }
-      default:
-        return absl::InternalError(absl::StrCat("tensor parallel: no vocabulary-parallel lowering of ", where));
-    }
+
+  TensorView View(int v) const { return program_.values[size_t(v)]; }
+  TensorView Take(Shape s) {
+    TensorView v(owned_->vocab_scratch.data() + at_, DType::kF32, s, program_.device);
+    at_ += AlignUp(std::max<int64_t>(v.numel() * 4, 4));
+    return v;
   }
-  // Each replaced node must have had exactly one step (a fused cross-entropy pair has one step for
-  // two nodes: its backward's dlogits would go missing).
+  absl::Status LowerEmbedding(const TpVocabOp& op, const graph::Node& n, const std::string& where);
+  absl::Status LowerEmbeddingBackward(const TpVocabOp& op, const graph::Node& n, const std::string& where);
+  absl::Status LowerCrossEntropy(const TpVocabOp& op, const graph::Node& n, const std::string& where);
+  // The stats kernel, the all-gather(tp) of its output and the wait for it; returns the gathered
+  // statistics.
+  absl::StatusOr<TensorView> GatherStats(const TpVocabOp& op, const graph::Node& n, const std::string& where,
+                                         const TensorView& logits, const TensorView& targets,
+                                         const kernels::VocabParallelCrossEntropyOptions& o);
+
+  const Program& program_;
+  const int tp_size_;
+  comm::ProcessGroup* const group_;
+  const TpCommStep& comm_step_;
+  TpStepResources* const owned_;
+  int64_t at_ = 0;
+  TensorView scratch_loss_;
+  std::vector<Gathered> forward_stats_;
+  std::multimap<int, Step> replacement_;
+};
+
+absl::Status VocabLowering::Lower(const TpVocabOp& op) {
+  const graph::Node& n = program_.graph.nodes()[size_t(op.node)];
+  const std::string where = absl::StrCat(graph::OpName(n.op), n.scope.empty() ? "" : " @", n.scope);
+  switch (op.op) {
+    case OpKind::kEmbedding:
+      return LowerEmbedding(op, n, where);
+    case OpKind::kEmbeddingBackward:
+      return LowerEmbeddingBackward(op, n, where);
+    case OpKind::kSoftmaxCrossEntropy:
+    case OpKind::kSoftmaxCrossEntropyBackward:
+      return LowerCrossEntropy(op, n, where);
+    default:
+      return absl::InternalError(absl::StrCat("tensor parallel: no vocabulary-parallel lowering of ", where));
+  }
+}
+
+absl::Status VocabLowering::LowerEmbedding(const TpVocabOp& op, const graph::Node& n, const std::string& where) {
+  const int64_t start = op.start;
+  const graph::Phase phase = n.phase;
+  const TensorView table = View(n.inputs[0]), ids = View(n.inputs[1]), out = View(n.outputs[0]);
+  replacement_.emplace(op.node, Kernel(absl::StrCat("vocab_parallel ", where), op.node, phase, [=](const Stream& s) {
+    return kernels::VocabParallelEmbeddingForward(ids, table, start, out, s);
+  }));
+  return absl::OkStatus();
+}
+
+absl::Status VocabLowering::LowerEmbeddingBackward(const TpVocabOp& op, const graph::Node& n,
+                                                   const std::string& where) {
+  const int64_t start = op.start;
+  const graph::Phase phase = n.phase;
+  const TensorView dy = View(n.inputs[0]), ids = View(n.inputs[1]), dtable = View(n.outputs[0]);
+  if (dtable.dtype() != DType::kF32) {
+    return absl::UnimplementedError(absl::StrCat("tensor parallel: ", where, " writes its vocabulary shard's "
+                                                 "gradient as ", DTypeName(dtable.dtype()),
+                                                 ", expected f32 (a folded cast)"));
+  }
+  replacement_.emplace(op.node, Kernel(absl::StrCat("vocab_parallel ", where), op.node, phase, [=](const Stream& s) {
+    return kernels::VocabParallelEmbeddingBackward(dy, ids, start, dtable, s);
+  }));
+  return absl::OkStatus();
+}
+
+absl::Status VocabLowering::LowerCrossEntropy(const TpVocabOp& op, const graph::Node& n, const std::string& where) {
+  const int64_t start = op.start;
+  const graph::Phase phase = n.phase;
+  const bool backward = op.op == OpKind::kSoftmaxCrossEntropyBackward;
+  const int lv = n.inputs[backward ? 1 : 0], tv = n.inputs[backward ? 2 : 1];
+  const TensorView logits = Matrix(View(lv)), targets = Flat(View(tv));
+  kernels::VocabParallelCrossEntropyOptions o;
+  o.vocab = op.vocab;
+  o.ignore_index = graph::AttrInt(n, "ignore_index");
+  TensorView gathered;
+  for (const Gathered& f : forward_stats_) {
+    if (backward && f.logits == lv && f.targets == tv) gathered = f.stats;
+  }
+  if (gathered.raw() == nullptr) {
+    SG_ASSIGN_OR_RETURN(gathered, GatherStats(op, n, where, logits, targets, o));
+    if (!backward) forward_stats_.push_back({lv, tv, gathered});
+  }
+  const TensorView loss = backward ? scratch_loss_ : View(n.outputs[0]);
+  const TensorView dloss = backward ? View(n.inputs[0]) : TensorView();
+  const TensorView dlogits = backward ? Matrix(View(n.outputs[0])) : TensorView();
+  replacement_.emplace(op.node, Kernel(absl::StrCat("vocab_parallel ", backward ? "dlogits " : "loss ", where),
+                                       op.node, phase, [=](const Stream& s) {
+                                         return kernels::VocabParallelCrossEntropyFinish(
+                                             logits, targets, start, gathered, dloss, o, loss, dlogits, s);
+                                       }));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TensorView> VocabLowering::GatherStats(const TpVocabOp& op, const graph::Node& n,
+                                                      const std::string& where, const TensorView& logits,
+                                                      const TensorView& targets,
+                                                      const kernels::VocabParallelCrossEntropyOptions& o) {
+  const int64_t start = op.start;
+  const graph::Phase phase = n.phase;
+  const TensorView stats = Take({3, logits.dim(0)});
+  const TensorView gathered = Take({tp_size_, 3, logits.dim(0)});
+  replacement_.emplace(op.node, Kernel(absl::StrCat("vocab_parallel stats ", where), op.node, phase,
+                                       [=](const Stream& s) {
+                                         return kernels::VocabParallelCrossEntropyStats(logits, targets, start, o,
+                                                                                        stats, s);
+                                       }));
+  SG_ASSIGN_OR_RETURN(Event ev, Event::Create(program_.device));
+  owned_->events.push_back(std::make_unique<Event>(std::move(ev)));
+  Event* done = owned_->events.back().get();
+  comm::ProcessGroup* tp = group_;
+  Step gather = comm_step_(absl::StrCat("all-gather(tp) vocab_parallel stats ", where), phase,
+                           [tp, stats, gathered](const Stream& s) -> absl::Status {
+                             if (tp == nullptr) return CopyTensor(stats, Flat(gathered), s);
+                             return tp->AllGather(Flat(stats), Flat(gathered), s);
+                           },
+                           done);
+  gather.node = op.node;
+  replacement_.emplace(op.node, std::move(gather));
+  Step wait = Wait(absl::StrCat("wait all-gather(tp) vocab_parallel stats ", where), phase, done);
+  wait.node = op.node;
+  replacement_.emplace(op.node, std::move(wait));
+  return gathered;
+}
+
+// Splices `replacement` into the schedule in place of each replaced node's step. Each replaced
+// node must have had exactly one step (a fused cross-entropy pair has one step for two nodes: its
+// backward's dlogits would go missing).
+absl::Status SpliceVocabSteps(Program& program, const TensorParallelGraph& tp_,
+                              std::multimap<int, Step>& replacement) {
   std::map<int, int> seen;
   std::vector<Step> steps;
   for (Step& st : program.schedule.steps) {
@@ -186,6 +242,19 @@ absl::Status ReplaceVocabSteps(Program& program, const TensorParallelGraph& tp_,
   }
   program.schedule.steps = std::move(steps);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ReplaceVocabSteps(Program& program, const TensorParallelGraph& tp_, comm::ProcessGroup* group,
+                               const TpCommStep& comm_step, TpStepResources* owned) {
+  if (tp_.vocab_ops.empty()) return absl::OkStatus();
+  const int tp_size = group != nullptr ? group->size() : 1;
+  SG_ASSIGN_OR_RETURN(owned->vocab_scratch,
+                      DeviceMemory::Allocate(program.device, VocabScratchBytes(program, tp_, tp_size)));
+  VocabLowering lowering(program, tp_size, group, comm_step, owned);
+  for (const TpVocabOp& op : tp_.vocab_ops) SG_RETURN_IF_ERROR(lowering.Lower(op));
+  return SpliceVocabSteps(program, tp_, lowering.replacement());
 }
 
 absl::Status InsertTpAllReduces(Program& program, const TensorParallelGraph& tp, comm::ProcessGroup* group,

@@ -287,14 +287,46 @@ absl::Status PipelineStep::RefreshWeightCopies() {
   return executor_->Synchronize();
 }
 
+// One Run's 1F1B schedule on this stage: its actions, its micro-batches' inputs and the received
+// activations in flight.
+struct PipelineStep::RunState {
+  std::vector<PipelineAction> order;
+  const MicroBatches& micro;
+  std::map<int, TensorView> stash;  // micro-batch -> its received h_in (a link buffer)
+  bool events = false;              // busy times from the CUDA timing events (else host clocks)
+  absl::Time t0;
+};
+
 absl::Status PipelineStep::Run(const std::map<std::string, TensorView>& batch) {
-  using K = PipelineAction::Kind;
-  const int me = spec_.stage, m = micro_;
   const Stream& st = executor_->compute_stream();
   // Micro-batch inputs this stage reads (host batches staged onto the device once, so the schedule
   // below only copies device to device).
-  std::vector<std::map<std::string, TensorView>> micro(static_cast<size_t>(m));
   std::vector<Tensor> staged;
+  SG_ASSIGN_OR_RETURN(const MicroBatches micro, SplitMicroBatches(batch, &staged));
+  SG_ASSIGN_OR_RETURN(std::vector<float> weight, MicroBatchWeights(batch));
+  for (auto& p : params_) SG_RETURN_IF_ERROR(ZeroTensor(p->acc.view(), st));
+  SG_RETURN_IF_ERROR(ZeroTensor(loss_sum_, st));
+  if (bucket_ != nullptr) {  // the stage's full weights for this step's passes
+    std::vector<TensorView> full;
+    for (const auto& p : params_) full.push_back(p->master);
+    SG_RETURN_IF_ERROR(bucket_->Gather(Shards(&Param::shard), full, st));
+    SG_RETURN_IF_ERROR(RefreshWeightCopies());
+  }
+  SG_RETURN_IF_ERROR(RunSchedule(micro, weight));
+  if (bucket_ != nullptr) {
+    std::vector<TensorView> full;
+    for (const auto& p : params_) full.push_back(p->acc.view());
+    SG_RETURN_IF_ERROR(bucket_->ReduceScatter(full, Shards(&Param::grad_shard), st));
+  }
+  SG_RETURN_IF_ERROR(Optimize());
+  return !timing_.empty() ? ReadEventTimes() : absl::OkStatus();
+}
+
+absl::StatusOr<PipelineStep::MicroBatches> PipelineStep::SplitMicroBatches(
+    const std::map<std::string, TensorView>& batch, std::vector<Tensor>* staged) {
+  const int m = micro_;
+  const Stream& st = executor_->compute_stream();
+  MicroBatches micro(static_cast<size_t>(m));
   for (const std::string& name : program_->input_names) {
     if (name == kStageInput || name == "cotangent") continue;
     auto it = batch.find(name);
@@ -309,106 +341,105 @@ absl::Status PipelineStep::Run(const std::map<std::string, TensorView>& batch) {
       SG_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(whole.shape(), whole.dtype(), program_->device));
       SG_RETURN_IF_ERROR(CopyTensor(whole, t.view(), st));
       whole = t.view();
-      staged.push_back(std::move(t));
+      staged->push_back(std::move(t));
     }
     for (int i = 0; i < m; ++i) micro[size_t(i)][name] = Rows(whole, i, micro_batch_);
   }
-  SG_ASSIGN_OR_RETURN(std::vector<float> weight, MicroBatchWeights(batch));
-  for (auto& p : params_) SG_RETURN_IF_ERROR(ZeroTensor(p->acc.view(), st));
-  SG_RETURN_IF_ERROR(ZeroTensor(loss_sum_, st));
-  if (bucket_ != nullptr) {  // the stage's full weights for this step's passes
-    std::vector<TensorView> full;
-    for (const auto& p : params_) full.push_back(p->master);
-    SG_RETURN_IF_ERROR(bucket_->Gather(Shards(&Param::shard), full, st));
-    SG_RETURN_IF_ERROR(RefreshWeightCopies());
-  }
+  return micro;
+}
 
-  const std::vector<PipelineAction> order = OneFOneBSchedule(spec_.num_stages, me, m);
-  // The message an action needs before it runs: F(i)'s activation (not on stage 0), B(i)'s
-  // gradient (not on the last stage, whose B(i) only sends).
-  auto needs = [&](size_t k, StageLink::Kind* kind) {
-    if (k >= order.size()) return false;
-    *kind = order[k].kind == K::kForward ? StageLink::kActivation : StageLink::kGradient;
-    return order[k].kind == K::kForward ? !spec_.first() : !spec_.last();
-  };
-  auto post_needed = [&](size_t k) -> absl::Status {
-    StageLink::Kind kind;
-    return needs(k, &kind) ? link_->PostRecv(kind, order[k].micro) : absl::OkStatus();
-  };
-  std::map<int, TensorView> stash;  // micro-batch -> its received h_in (a link buffer)
-  auto feed_micro = [&](int i) -> absl::Status {
-    for (const auto& [name, v] : micro[size_t(i)]) SG_RETURN_IF_ERROR(Feed(name, v));
-    if (!spec_.first()) SG_RETURN_IF_ERROR(Feed(kStageInput, stash.at(i)));
-    return absl::OkStatus();
-  };
-
-  actions_ = order;
-  times_.assign(order.size(), Interval{});
-  const bool events = !timing_.empty();
+absl::Status PipelineStep::RunSchedule(const MicroBatches& micro, const std::vector<float>& weight) {
+  using K = PipelineAction::Kind;
+  const Stream& st = executor_->compute_stream();
+  RunState r{OneFOneBSchedule(spec_.num_stages, spec_.stage, micro_), micro, /*stash=*/{}, /*events=*/!timing_.empty(),
+             /*t0=*/absl::Time()};
+  actions_ = r.order;
+  times_.assign(r.order.size(), Interval{});
   SG_RETURN_IF_ERROR(executor_->Synchronize());
   SG_RETURN_IF_ERROR(pp_->Barrier());
-  const absl::Time t0 = absl::Now();
-  auto since = [&] { return absl::ToDoubleSeconds(absl::Now() - t0); };
-  if (events) SG_RETURN_IF_ERROR(timing_[0].Record(st));
-  auto mark = [&](size_t k, bool end) -> absl::Status {
-    if (events) return timing_[1 + 2 * k + (end ? 1 : 0)].Record(st);
-    (end ? times_[k].end : times_[k].start) = since();
-    return absl::OkStatus();
-  };
-  SG_RETURN_IF_ERROR(post_needed(0));
-  for (size_t k = 0; k < order.size(); ++k) {
-    const PipelineAction& a = order[k];
+  r.t0 = absl::Now();
+  if (r.events) SG_RETURN_IF_ERROR(timing_[0].Record(st));
+  SG_RETURN_IF_ERROR(PostNeeded(r, 0));
+  for (size_t k = 0; k < r.order.size(); ++k) {
+    const PipelineAction& a = r.order[k];
     const int i = a.micro;
     StageLink::Kind kind;
     TensorView received;
-    if (needs(k, &kind)) {
+    if (Needs(r, k, &kind)) {
       SG_ASSIGN_OR_RETURN(received, link_->Received(kind, i));
     }
-    if (a.kind == K::kForward && !spec_.first()) stash[i] = received;
-    SG_RETURN_IF_ERROR(mark(k, false));
-    const float w = weight[size_t(i)];
-    if (a.kind == K::kForward && spec_.last()) {
-      // Forward and backward at once: B(i) follows F(i) directly on the last stage, which sends
-      // grad h_in (scaled by the micro-batch's weight, in place) at B(i).
-      SG_RETURN_IF_ERROR(feed_micro(i));
-      SG_RETURN_IF_ERROR(RunSteps(false));
-      SG_RETURN_IF_ERROR(kernels::AddScaled(program_->outputs.at(loss_name_), w, loss_sum_, loss_sum_, st));
-      SG_RETURN_IF_ERROR(Accumulate(w));
-      if (!spec_.first()) {
-        const TensorView g = program_->outputs.at("grad:" + std::string(kStageInput));
-        SG_RETURN_IF_ERROR(kernels::Scale(g, w, g, st));
-      }
-      SG_RETURN_IF_ERROR(mark(k, true));
-    } else if (a.kind == K::kForward) {
-      SG_RETURN_IF_ERROR(feed_micro(i));
-      SG_RETURN_IF_ERROR(RunSteps(true));
-      SG_RETURN_IF_ERROR(mark(k, true));
-      SG_RETURN_IF_ERROR(link_->PostSend(StageLink::kActivation, i, program_->outputs.at(kStageOutput)));
-    } else {
-      if (!spec_.last()) {
-        SG_RETURN_IF_ERROR(feed_micro(i));
-        SG_RETURN_IF_ERROR(Feed("cotangent", received));
-        SG_RETURN_IF_ERROR(RunSteps(false));
-        SG_RETURN_IF_ERROR(Accumulate(1.f));
-      }
-      SG_RETURN_IF_ERROR(mark(k, true));
-      if (!spec_.first()) {
-        SG_RETURN_IF_ERROR(link_->PostSend(StageLink::kGradient, i,
-                                           program_->outputs.at("grad:" + std::string(kStageInput))));
-      }
-      stash.erase(i);
-    }
+    if (a.kind == K::kForward && !spec_.first()) r.stash[i] = received;
+    SG_RETURN_IF_ERROR(Mark(r, k, false));
+    SG_RETURN_IF_ERROR(RunAction(r, k, received, weight[size_t(i)]));
     // Posted after this action's send: the two start together (stage_link.h).
-    SG_RETURN_IF_ERROR(post_needed(k + 1));
+    SG_RETURN_IF_ERROR(PostNeeded(r, k + 1));
   }
-  SG_RETURN_IF_ERROR(link_->Finish());
-  if (bucket_ != nullptr) {
-    std::vector<TensorView> full;
-    for (const auto& p : params_) full.push_back(p->acc.view());
-    SG_RETURN_IF_ERROR(bucket_->ReduceScatter(full, Shards(&Param::grad_shard), st));
+  return link_->Finish();
+}
+
+absl::Status PipelineStep::RunAction(RunState& r, size_t k, const TensorView& received, float w) {
+  using K = PipelineAction::Kind;
+  const Stream& st = executor_->compute_stream();
+  const PipelineAction& a = r.order[k];
+  const int i = a.micro;
+  if (a.kind == K::kForward && spec_.last()) {
+    // Forward and backward at once: B(i) follows F(i) directly on the last stage, which sends
+    // grad h_in (scaled by the micro-batch's weight, in place) at B(i).
+    SG_RETURN_IF_ERROR(FeedMicro(r, i));
+    SG_RETURN_IF_ERROR(RunSteps(false));
+    SG_RETURN_IF_ERROR(kernels::AddScaled(program_->outputs.at(loss_name_), w, loss_sum_, loss_sum_, st));
+    SG_RETURN_IF_ERROR(Accumulate(w));
+    if (!spec_.first()) {
+      const TensorView g = program_->outputs.at("grad:" + std::string(kStageInput));
+      SG_RETURN_IF_ERROR(kernels::Scale(g, w, g, st));
+    }
+    SG_RETURN_IF_ERROR(Mark(r, k, true));
+  } else if (a.kind == K::kForward) {
+    SG_RETURN_IF_ERROR(FeedMicro(r, i));
+    SG_RETURN_IF_ERROR(RunSteps(true));
+    SG_RETURN_IF_ERROR(Mark(r, k, true));
+    SG_RETURN_IF_ERROR(link_->PostSend(StageLink::kActivation, i, program_->outputs.at(kStageOutput)));
+  } else {
+    if (!spec_.last()) {
+      SG_RETURN_IF_ERROR(FeedMicro(r, i));
+      SG_RETURN_IF_ERROR(Feed("cotangent", received));
+      SG_RETURN_IF_ERROR(RunSteps(false));
+      SG_RETURN_IF_ERROR(Accumulate(1.f));
+    }
+    SG_RETURN_IF_ERROR(Mark(r, k, true));
+    if (!spec_.first()) {
+      SG_RETURN_IF_ERROR(link_->PostSend(StageLink::kGradient, i,
+                                         program_->outputs.at("grad:" + std::string(kStageInput))));
+    }
+    r.stash.erase(i);
   }
-  SG_RETURN_IF_ERROR(Optimize());
-  return events ? ReadEventTimes() : absl::OkStatus();
+  return absl::OkStatus();
+}
+
+// The message an action needs before it runs: F(i)'s activation (not on stage 0), B(i)'s
+// gradient (not on the last stage, whose B(i) only sends).
+bool PipelineStep::Needs(const RunState& r, size_t k, StageLink::Kind* kind) const {
+  using K = PipelineAction::Kind;
+  if (k >= r.order.size()) return false;
+  *kind = r.order[k].kind == K::kForward ? StageLink::kActivation : StageLink::kGradient;
+  return r.order[k].kind == K::kForward ? !spec_.first() : !spec_.last();
+}
+
+absl::Status PipelineStep::PostNeeded(const RunState& r, size_t k) {
+  StageLink::Kind kind;
+  return Needs(r, k, &kind) ? link_->PostRecv(kind, r.order[k].micro) : absl::OkStatus();
+}
+
+absl::Status PipelineStep::FeedMicro(const RunState& r, int i) {
+  for (const auto& [name, v] : r.micro[size_t(i)]) SG_RETURN_IF_ERROR(Feed(name, v));
+  if (!spec_.first()) SG_RETURN_IF_ERROR(Feed(kStageInput, r.stash.at(i)));
+  return absl::OkStatus();
+}
+
+absl::Status PipelineStep::Mark(const RunState& r, size_t k, bool end) {
+  if (r.events) return timing_[1 + 2 * k + (end ? 1 : 0)].Record(executor_->compute_stream());
+  (end ? times_[k].end : times_[k].start) = absl::ToDoubleSeconds(absl::Now() - r.t0);
+  return absl::OkStatus();
 }
 
 // Micro-batch i's share of the non-ignored targets over every replica (1/m each off the last stage,

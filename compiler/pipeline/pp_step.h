@@ -104,6 +104,24 @@ class PipelineStep : public CompiledStep {
                                                       const CompileOptions& options);
   absl::Status AllocateOptimizer(const std::vector<std::string>& parameters, const CompileOptions& options);
   absl::Status StartLink(const CompileOptions& options);
+  // Run's steps: the batch cut into micro-batches (host inputs staged onto the device into
+  // `staged`, which Run keeps until it returns), then the 1F1B schedule over them (the sends and
+  // receives and each action's compute; ends with the link's last transfers).
+  struct RunState;
+  using MicroBatches = std::vector<std::map<std::string, TensorView>>;  // per micro-batch: input -> its rows
+  absl::StatusOr<MicroBatches> SplitMicroBatches(const std::map<std::string, TensorView>& batch,
+                                                 std::vector<Tensor>* staged);
+  absl::Status RunSchedule(const MicroBatches& micro, const std::vector<float>& weight);
+  // Action k of the schedule, its message (if it needs one) received and its start marked;
+  // `w`: its micro-batch's weight.
+  absl::Status RunAction(RunState& r, size_t k, const TensorView& received, float w);
+  // Whether action k (none past the end) needs a message first, and which kind; posting its receive.
+  bool Needs(const RunState& r, size_t k, StageLink::Kind* kind) const;
+  absl::Status PostNeeded(const RunState& r, size_t k);
+  // Feeds micro-batch i's inputs (and its received h_in off stage 0) into the stage program.
+  absl::Status FeedMicro(const RunState& r, int i);
+  // Records action k's start or end (a CUDA timing event, or seconds since the schedule's start).
+  absl::Status Mark(const RunState& r, size_t k, bool end);
   absl::Status RunSteps(bool forward_only);
   absl::Status Feed(const std::string& name, const TensorView& src);
   absl::Status Accumulate(float weight);
