@@ -688,8 +688,8 @@ absl::Status BackwardAtomic(const Problem& p, const T* dout, const I* tokens, fl
   return absl::OkStatus();
 }
 
-// The side stream of "atomic2s" on one device, at the device's greatest priority, and its fork
-// and join events; created at the first call on the device and never destroyed (they live as long
+// The side stream of "atomic2s" on one device (created at the device's greatest priority, though
+// every kernel on it carries the least as a launch attribute), its events, and the priorities; created at the first call on the device and never destroyed (they live as long
 // as the process). `mu` is held from the fork's record to the join's wait, so two host threads'
 // records of the shared events never interleave.
 struct SideStream {
@@ -697,8 +697,8 @@ struct SideStream {
   cudaStream_t stream = nullptr;
   cudaEvent_t fork = nullptr, join = nullptr;
   cudaEvent_t early = nullptr;  // the early fill's end, which the sums wait on
-  int priority = 0;
-  int least = 0;  // the device's least priority: the early fill's
+  int greatest = 0;  // the device's greatest priority: the chain's on the caller's stream
+  int least = 0;     // the device's least priority: the fills' on the side stream
 };
 
 // Creates `side`'s stream and events on `device`; the caller's current device is restored.
@@ -719,7 +719,7 @@ absl::Status CreateSideStream(int device, SideStream& side) {
     side.fork = fork;
     side.join = join;
     side.early = early;
-    side.priority = greatest;
+    side.greatest = greatest;
     side.least = least;
     return absl::OkStatus();
   }();
@@ -804,7 +804,7 @@ template <typename T, typename I>
 absl::Status BackwardAtomic2s(const Problem& p, const T* dout, const I* tokens, float* dtable, const AtomicScratch& sc,
                               cudaStream_t s, SideStream& side) {
   const int64_t early = EarlyRows(p), n = p.tokens;
-  const int hi = side.priority;
+  const int hi = side.greatest;
   bool forked = false;
   absl::Status st = [&]() -> absl::Status {
     if (early > 0) {  // ordered after `s`'s earlier work, as the rest of the side stream's
