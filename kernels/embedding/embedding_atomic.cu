@@ -689,9 +689,10 @@ absl::Status BackwardAtomic(const Problem& p, const T* dout, const I* tokens, fl
 }
 
 // The side stream of "atomic2s" on one device (created at the device's greatest priority, though
-// every kernel on it carries the least as a launch attribute), its events, and the priorities; created at the first call on the device and never destroyed (they live as long
-// as the process). `mu` is held from the fork's record to the join's wait, so two host threads'
-// records of the shared events never interleave.
+// every kernel on it carries the least as a launch attribute), its events and the priorities;
+// created at the first call on the device and never destroyed (they live as long as the process).
+// `mu` is held from the fork's record to the join's wait, so two host threads' records of the
+// shared events never interleave.
 struct SideStream {
   absl::Mutex mu;
   cudaStream_t stream = nullptr;
