@@ -138,12 +138,13 @@
 // early costs 3.5%: their resident CTAs leave the fill no SM while the scatter runs. Not adopted:
 // fewer sums CTAs per SM (dynamic shared memory so 3 or 2 fit, leaving registers for fill CTAs
 // beside them): 98.6-98.8 us at 3, 106.4-107.5 at 2.
-// 2026-12-02 18:19-18:33 (gpu_call86-87.sh, one H200 each, interleaved in one process), not adopted,
+// 2026-12-02 18:19-18:40 (gpu_call86-88.sh, one H200 each, interleaved in one process), not adopted,
 // removed: a larger early fill, 1-4 MB even with 16 KB (93.7 against 94.3 / 93.7 us), 8-24 MB
 // slower (94.0-95.2); fill CTAs of 512 / 2048 float4 97.3 / 94.8 against 94.3; 8 listed rows per sums
 // CTA at 4 CTAs per SM (heads held raw, 64 registers) 101.9; the sums' columns split so every store
 // instruction writes whole 32-byte sectors (8-byte loads) 98.6-99.0 against 94.5-95.4, and 287 against
-// 217 us with a hot id.
+// 217 us with a hot id; the sums after the fill (S waits on the fill's join before them) 98.2-98.4
+// against 93.5-93.9: the overlap itself gains.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
