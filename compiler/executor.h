@@ -84,7 +84,6 @@ class Executor {
   Stream comm_;
   Stream copy_;
   Stream wgrad_;
-  bool node_priority_ = false;  // SG_WGRAD_PRIORITY set: the captured graph keeps stream priorities
   CudaGraph graph_;
   // Scratch blocks the captured graph still uses (kernels/core/allocator.h), given back with it.
   std::vector<void*> held_blocks_;

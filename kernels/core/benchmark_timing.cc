@@ -7,7 +7,13 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "kernels/core/allocator.h"
 #include "kernels/core/testing.h"
+
+#ifdef SG_WITH_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace sg::testing {
 namespace {
@@ -23,17 +29,10 @@ absl::Status WarmUp(const Stream& stream, const std::function<absl::Status()>& f
   return absl::OkStatus();
 }
 
-}  // namespace
-
-void TimeCalls(benchmark::State& state, const Stream& stream, int calls, int64_t bytes_per_call,
-               const std::function<absl::Status()>& fn) {
+// The timing loop of both: `batch` enqueues one timed iteration of `calls` calls.
+void TimeBatches(benchmark::State& state, const Stream& stream, int calls, int64_t bytes_per_call,
+                 const std::function<absl::Status()>& batch) {
   const Device device = stream.device();
-  auto batch = [&]() -> absl::Status {
-    for (int i = 0; i < calls; ++i) {
-      if (absl::Status st = fn(); !st.ok()) return st;
-    }
-    return absl::OkStatus();
-  };
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
   if (device.is_cuda()) {
     if (absl::Status st = WarmUp(stream, batch); !st.ok()) return fail(st);
@@ -78,6 +77,62 @@ void TimeCalls(benchmark::State& state, const Stream& stream, int calls, int64_t
   for (double t : per_call) total += t;
   state.counters["mean_TBps"] = double(bytes_per_call) * double(per_call.size()) / total / 1e12;
   state.counters["median_TBps"] = double(bytes_per_call) / Median(per_call) / 1e12;
+}
+
+// `calls` calls of fn.
+std::function<absl::Status()> Batch(int calls, const std::function<absl::Status()>& fn) {
+  return [calls, &fn]() -> absl::Status {
+    for (int i = 0; i < calls; ++i) {
+      if (absl::Status st = fn(); !st.ok()) return st;
+    }
+    return absl::OkStatus();
+  };
+}
+
+}  // namespace
+
+void TimeCalls(benchmark::State& state, const Stream& stream, int calls, int64_t bytes_per_call,
+               const std::function<absl::Status()>& fn) {
+  TimeBatches(state, stream, calls, bytes_per_call, Batch(calls, fn));
+}
+
+void TimeGraphReplays(benchmark::State& state, const Stream& stream, int calls, int64_t bytes_per_call,
+                      const std::function<absl::Status()>& fn, bool node_priority) {
+  auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
+#ifdef SG_WITH_CUDA
+  if (!stream.device().is_cuda()) return fail(absl::FailedPreconditionError("graph replays need a CUDA stream"));
+  const std::function<absl::Status()> batch = Batch(calls, fn);
+  if (absl::Status st = WarmUp(stream, batch); !st.ok()) return fail(st);
+  absl::StatusOr<Allocator*> alloc = AllocatorFor(stream.device());
+  if (!alloc.ok()) return fail(alloc.status());
+  cudaStream_t s = static_cast<cudaStream_t>(stream.native());
+  cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+  if (err != cudaSuccess) return fail(absl::InternalError(cudaGetErrorString(err)));
+  (*alloc)->BeginHoldingFrees();
+  const absl::Status body = batch();
+  cudaGraph_t graph = nullptr;
+  err = cudaStreamEndCapture(s, &graph);
+  const std::vector<void*> held = (*alloc)->EndHoldingFrees();
+  cudaGraphExec_t exec = nullptr;
+  if (body.ok() && err == cudaSuccess) {
+    err = cudaGraphInstantiate(&exec, graph, node_priority ? cudaGraphInstantiateFlagUseNodePriority : 0);
+  }
+  if (body.ok() && err == cudaSuccess) {
+    TimeBatches(state, stream, calls, bytes_per_call, [&]() -> absl::Status {
+      const cudaError_t e = cudaGraphLaunch(exec, s);
+      return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(e));
+    });
+  } else {
+    fail(body.ok() ? absl::InternalError(absl::StrCat("capture: ", cudaGetErrorString(err))) : body);
+  }
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  if (absl::Status st = stream.Synchronize(); !st.ok()) fail(st);
+  (*alloc)->ReleaseHeld(held);
+#else
+  (void)calls, (void)bytes_per_call, (void)fn, (void)node_priority;
+  fail(absl::FailedPreconditionError("graph replays need CUDA (built without it)"));
+#endif
 }
 
 }  // namespace sg::testing

@@ -30,6 +30,14 @@ namespace sg::testing {
 void TimeCalls(benchmark::State& state, const Stream& stream, int calls, int64_t bytes_per_call,
                const std::function<absl::Status()>& fn);
 
+// TimeCalls with the `calls` calls captured once into a CUDA graph (after the eager warm-up, so
+// whatever `fn` creates on first use exists) and each iteration one replay, as a compiled
+// training step runs them. `node_priority`: the replays keep each kernel's launch priority
+// (cudaGraphInstantiateFlagUseNodePriority); otherwise every node runs at the launch stream's.
+// Blocks `fn` frees inside the capture stay reserved for the graph's lifetime. A CUDA stream only.
+void TimeGraphReplays(benchmark::State& state, const Stream& stream, int calls, int64_t bytes_per_call,
+                      const std::function<absl::Status()>& fn, bool node_priority);
+
 }  // namespace sg::testing
 
 #endif  // SGTRAIN_KERNELS_CORE_BENCHMARK_TIMING_H_

@@ -11,6 +11,8 @@
 //     (embedding_atomic.cu).
 //   --benchmark_filter='Backward.*(Atomic|ZeroFill).*Batch/16384/(32000|128256)/2048'
 //     compares them.
+//   Atomic2sGraph, Atomic2sGraphPriority: the default's batch captured once into a CUDA graph and
+//     replayed (as a compiled step runs it), without and with the kernels' launch priorities kept.
 //   Built with SG_EMB_TIMELINE (embedding_timeline.h), BM_EmbeddingBackwardTimeline* report when
 //     each atomic2s kernel starts, passes its wait and ends within a call of a back-to-back batch.
 #include <benchmark/benchmark.h>
@@ -39,8 +41,10 @@ struct Setup {
 // the backward's largest stream (the f32 dtable). hot: every 20th token is id 7 (5% on one id, the
 // rest uniform). no_early: SG_EMBEDDING_EARLY_FILL=0 (atomic2s without its early fill).
 constexpr int kBatch = 10;
+// graph: 0 back-to-back calls; 1 the batch replayed as a captured CUDA graph (as a compiled step runs
+// it); 2 the same keeping each kernel's launch priority in the replay (testing::TimeGraphReplays).
 void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel = "", int calls = 1,
-         bool zero_fill = false, bool hot = false, bool no_early = false) {
+         bool zero_fill = false, bool hot = false, bool no_early = false, int graph = 0) {
   Setup s;
   if (no_early) setenv("SG_EMBEDDING_EARLY_FILL", "0", 1);
   const char* var = "SG_EMBEDDING_BWD";
@@ -64,16 +68,22 @@ void Run(benchmark::State& state, DType dtype, bool backward, const char* kernel
   const int64_t bytes = zero_fill  ? vocab * dim * 4
                         : backward ? n * dim * SizeOf(dtype) + vocab * dim * 4 + n * 4
                                    : 2 * n * dim * SizeOf(dtype) + n * 4;
-  testing::TimeCalls(state, s.stream, calls, bytes, [&] {
+  auto call = [&] {
     return zero_fill  ? ZeroTensor(dtable, s.stream)
            : backward ? EmbeddingBackward(out, ids, dtable, s.stream)
                       : EmbeddingForward(ids, table, out, s.stream);
-  });
+  };
+  if (graph > 0) {
+    testing::TimeGraphReplays(state, s.stream, calls, bytes, call, graph == 2);
+  } else {
+    testing::TimeCalls(state, s.stream, calls, bytes, call);
+  }
   unsetenv(var);
   if (no_early) unsetenv("SG_EMBEDDING_EARLY_FILL");
   state.SetLabel(std::string(DTypeName(dtype)) + "@" + s.device.ToString() +
                  (zero_fill ? " zero-fill dtable" : (*kernel ? std::string(" ") + kernel : std::string(" default"))) +
-                 (hot ? " hot" : "") + (no_early ? " no-early" : "") + (calls > 1 ? " batch" : " per-call"));
+                 (hot ? " hot" : "") + (no_early ? " no-early" : "") + (calls > 1 ? " batch" : " per-call") +
+                 (graph == 1 ? " graph" : graph == 2 ? " graph+priorities" : ""));
 }
 
 void BM_EmbeddingForwardBF16(benchmark::State& st) { Run(st, DType::kBF16, false); }
@@ -97,6 +107,15 @@ void BM_EmbeddingBackwardBF16Atomic2sHotBatch(benchmark::State& st) {
 // Without the early fill (embedding_atomic.cu), for comparisons in one process.
 void BM_EmbeddingBackwardBF16Atomic2sNoEarlyBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic2s", kBatch, false, false, true);
+}
+// The default backward as a compiled step runs it: the batch captured into a CUDA graph, replayed
+// as the executor instantiates it (without node priorities unless SG_WGRAD_PRIORITY is set) and
+// with them (the chain's greatest and the fill's least priority kept).
+void BM_EmbeddingBackwardBF16Atomic2sGraph(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "atomic2s", kBatch, false, false, false, 1);
+}
+void BM_EmbeddingBackwardBF16Atomic2sGraphPriority(benchmark::State& st) {
+  Run(st, DType::kBF16, true, "atomic2s", kBatch, false, false, false, 2);
 }
 void BM_EmbeddingBackwardBF16RowsHotBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "rows", kBatch, false, true);
@@ -176,6 +195,8 @@ BENCHMARK(BM_EmbeddingBackwardBF16AtomicBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicNoPdlBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sBatch) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sNoEarlyBatch) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sGraph) SG_BWD_SHAPES;
+BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sGraphPriority) SG_BWD_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16RowsHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16AtomicHotBatch) SG_SHAPES;
 BENCHMARK(BM_EmbeddingBackwardBF16Atomic2sHotBatch) SG_SHAPES;
