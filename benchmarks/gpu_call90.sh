@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Prepared 2026-12-02 20:20. One H200, ~5 minutes; carry [".gpu_all.tar.xz"] (benchmarks/gpu_tests.sh
+# Ran 2026-12-02 20:26:25-20:29:43 (results: benchmarks/README.md). Prepared 20:20 (no machine could be
+# started then; run at 20:26).
+# One H200, ~5 minutes; carry [".gpu_all.tar.xz"] (benchmarks/gpu_tests.sh
 # pack's bundle with //kernels/embedding:embedding_benchmark added to its targets).
 # After gpu_call89 (the embedding backward replayed as a CUDA graph: 90.0-90.1 us, 88.4-88.6 with
 # the node priorities kept, against 94.0 as stream calls): the executor now instantiates every
