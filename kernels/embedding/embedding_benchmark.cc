@@ -108,9 +108,9 @@ void BM_EmbeddingBackwardBF16Atomic2sHotBatch(benchmark::State& st) {
 void BM_EmbeddingBackwardBF16Atomic2sNoEarlyBatch(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic2s", kBatch, false, false, true);
 }
-// The default backward as a compiled step runs it: the batch captured into a CUDA graph, replayed
-// as the executor instantiates it (without node priorities unless SG_WGRAD_PRIORITY is set) and
-// with them (the chain's greatest and the fill's least priority kept).
+// The default backward captured into a CUDA graph and replayed: with every node at the launch
+// stream's priority, and with the kernels' own priorities kept (the chain's greatest, the fill's
+// least), as the executor now instantiates a compiled step.
 void BM_EmbeddingBackwardBF16Atomic2sGraph(benchmark::State& st) {
   Run(st, DType::kBF16, true, "atomic2s", kBatch, false, false, false, 1);
 }
