@@ -2,8 +2,8 @@
 // dispatch on the tensors' device). On CUDA, after `warmup_steps` eager runs the whole schedule is
 // captured into a CUDA graph and each later Run is one graph launch; steps on the communication
 // stream join the capture through their events and the capture joins that stream back at its end
-// (compiler/cuda_graph.h). Run never synchronizes the device or allocates (except once, before the
-// capture: ExecutorOptions::before_capture); Synchronize() is the only blocking call.
+// (kernels/core/cuda_graph.h). Run never synchronizes the device or allocates (except once, before
+// the capture: ExecutorOptions::before_capture); Synchronize() is the only blocking call.
 //
 //   SG_ASSIGN_OR_RETURN(auto ex, Executor::Create(program.get(), {.cuda_graph = true}));
 //   SG_RETURN_IF_ERROR(ex->Run());          // enqueue one step
@@ -17,9 +17,9 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
-#include "compiler/cuda_graph.h"
 #include "compiler/lowering.h"
 #include "compiler/trace.h"
+#include "kernels/core/cuda_graph.h"
 #include "kernels/core/stream.h"
 
 namespace sg::compiler {

@@ -7,13 +7,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
 #include "kernels/core/allocator.h"
+#include "kernels/core/cuda_graph.h"
 #include "kernels/core/testing.h"
-
-#ifdef SG_WITH_CUDA
-#include <cuda_runtime.h>
-#endif
 
 namespace sg::testing {
 namespace {
@@ -99,40 +95,23 @@ void TimeCalls(benchmark::State& state, const Stream& stream, int calls, int64_t
 void TimeGraphReplays(benchmark::State& state, const Stream& stream, int calls, int64_t bytes_per_call,
                       const std::function<absl::Status()>& fn, bool node_priority) {
   auto fail = [&](const absl::Status& st) { state.SkipWithError(std::string(st.message()).c_str()); };
-#ifdef SG_WITH_CUDA
   if (!stream.device().is_cuda()) return fail(absl::FailedPreconditionError("graph replays need a CUDA stream"));
   const std::function<absl::Status()> batch = Batch(calls, fn);
   if (absl::Status st = WarmUp(stream, batch); !st.ok()) return fail(st);
   absl::StatusOr<Allocator*> alloc = AllocatorFor(stream.device());
   if (!alloc.ok()) return fail(alloc.status());
-  cudaStream_t s = static_cast<cudaStream_t>(stream.native());
-  cudaError_t err = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
-  if (err != cudaSuccess) return fail(absl::InternalError(cudaGetErrorString(err)));
+  // Blocks the batch frees inside the capture are used by every replay: held until the graph is gone.
   (*alloc)->BeginHoldingFrees();
-  const absl::Status body = batch();
-  cudaGraph_t graph = nullptr;
-  err = cudaStreamEndCapture(s, &graph);
+  absl::StatusOr<CudaGraph> graph = CudaGraph::Capture(stream, batch, /*join=*/{}, node_priority);
   const std::vector<void*> held = (*alloc)->EndHoldingFrees();
-  cudaGraphExec_t exec = nullptr;
-  if (body.ok() && err == cudaSuccess) {
-    err = cudaGraphInstantiate(&exec, graph, node_priority ? cudaGraphInstantiateFlagUseNodePriority : 0);
-  }
-  if (body.ok() && err == cudaSuccess) {
-    TimeBatches(state, stream, calls, bytes_per_call, [&]() -> absl::Status {
-      const cudaError_t e = cudaGraphLaunch(exec, s);
-      return e == cudaSuccess ? absl::OkStatus() : absl::InternalError(cudaGetErrorString(e));
-    });
+  if (graph.ok()) {
+    TimeBatches(state, stream, calls, bytes_per_call, [&] { return graph->Launch(stream); });
   } else {
-    fail(body.ok() ? absl::InternalError(absl::StrCat("capture: ", cudaGetErrorString(err))) : body);
+    fail(graph.status());
   }
-  if (exec != nullptr) cudaGraphExecDestroy(exec);
-  if (graph != nullptr) cudaGraphDestroy(graph);
   if (absl::Status st = stream.Synchronize(); !st.ok()) fail(st);
+  graph = CudaGraph();
   (*alloc)->ReleaseHeld(held);
-#else
-  (void)calls, (void)bytes_per_call, (void)fn, (void)node_priority;
-  fail(absl::FailedPreconditionError("graph replays need CUDA (built without it)"));
-#endif
 }
 
 }  // namespace sg::testing

@@ -7,6 +7,7 @@
 
 #include "gtest/gtest.h"
 #include "kernels/core/allocator.h"
+#include "kernels/core/cuda_graph.h"
 #include "kernels/core/device.h"
 #include "kernels/core/parallel.h"
 #include "kernels/core/status.h"
@@ -211,6 +212,93 @@ TEST(CudaTest, StreamHoldWaitsForReleaseAndTimesOut) {
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GE(waited, 0.15);
   EXPECT_LT(waited, 10.0);
+}
+
+// CudaGraph refuses what it cannot capture, on any build: a CPU stream, and a replay of nothing.
+TEST(CudaGraphTest, CpuStreamAndEmptyGraphAreErrors) {
+  Stream cpu = Stream::Cpu();
+  bool ran = false;
+  absl::StatusOr<CudaGraph> g = CudaGraph::Capture(cpu, [&] {
+    ran = true;
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(g.status().code(), absl::StatusCode::kFailedPrecondition) << g.status();
+  EXPECT_FALSE(ran) << "the body must not run when nothing can capture it";
+  CudaGraph empty;
+  EXPECT_FALSE(empty.valid());
+  EXPECT_EQ(empty.Launch(cpu).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A captured chain of device copies (src -> mid -> dst, with a branch on a second stream that
+// forks from and is joined back into the capturing stream) does not run at capture, and every
+// replay reads src as it is at that replay: new random values before each launch arrive in dst.
+TEST(CudaGraphTest, ReplaysReadCurrentInputsAndJoinForkedStreams) {
+  SG_SKIP_WITHOUT_CUDA();
+  auto& rng = testing::Rng();
+  const Device gpu = Device::Cuda(0);
+  Stream s = Stream::Create(gpu).value();
+  Stream side = Stream::Create(gpu).value();
+  Tensor src = Tensor::Empty({3000}, DType::kF32, gpu).value();
+  Tensor mid = Tensor::Empty({3000}, DType::kF32, gpu).value();
+  Tensor dst = Tensor::Empty({3000}, DType::kF32, gpu).value();
+  Tensor branch = Tensor::Empty({3000}, DType::kF32, gpu).value();
+  for (Tensor* t : {&src, &mid, &dst, &branch}) testing::Poison(*t);
+  Event fork = Event::Create(gpu).value();
+  for (bool node_priority : {false, true}) {
+    absl::StatusOr<CudaGraph> g = CudaGraph::Capture(
+        s,
+        [&]() -> absl::Status {
+          SG_RETURN_IF_ERROR(CopyTensorAsync(src, mid, s));
+          SG_RETURN_IF_ERROR(fork.Record(s));
+          SG_RETURN_IF_ERROR(fork.Block(side));
+          SG_RETURN_IF_ERROR(CopyTensorAsync(mid, branch, side));
+          return CopyTensorAsync(mid, dst, s);
+        },
+        {&side}, node_priority);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE(g->valid());
+    ASSERT_TRUE(s.Synchronize().ok());
+    if (!node_priority) {
+      for (double v : testing::ToHost(dst)) ASSERT_TRUE(std::isnan(v)) << "the capture ran the copies";
+    }
+    for (int replay = 0; replay < 3; ++replay) {
+      Tensor fresh = testing::RandomTensor({3000}, DType::kF32, Device::Cpu(), rng);
+      ASSERT_TRUE(CopyTensor(fresh, src, s).ok());
+      ASSERT_TRUE(g->Launch(s).ok());
+      ASSERT_TRUE(s.Synchronize().ok());
+      EXPECT_EQ(testing::ToHost(dst), testing::ToHost(fresh)) << "replay " << replay;
+      EXPECT_EQ(testing::ToHost(branch), testing::ToHost(fresh)) << "replay " << replay << " (forked stream)";
+    }
+  }
+}
+
+// A body's error comes back after the capture has ended, as does a forked stream left unjoined,
+// and the stream stays usable for eager work afterwards.
+TEST(CudaGraphTest, FailedCaptureLeavesStreamUsable) {
+  SG_SKIP_WITHOUT_CUDA();
+  auto& rng = testing::Rng();
+  const Device gpu = Device::Cuda(0);
+  Stream s = Stream::Create(gpu).value();
+  Stream side = Stream::Create(gpu).value();
+  Tensor a = testing::RandomTensor({512}, DType::kF32, gpu, rng);
+  Tensor b = Tensor::Empty({512}, DType::kF32, gpu).value();
+  absl::StatusOr<CudaGraph> failed = CudaGraph::Capture(s, [&]() -> absl::Status {
+    SG_RETURN_IF_ERROR(CopyTensorAsync(a, b, s));
+    return absl::DataLossError("body failed on purpose");
+  });
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kDataLoss) << failed.status();
+  EXPECT_NE(failed.status().message().find("on purpose"), std::string::npos) << failed.status();
+  Event fork = Event::Create(gpu).value();
+  absl::StatusOr<CudaGraph> unjoined = CudaGraph::Capture(s, [&]() -> absl::Status {
+    SG_RETURN_IF_ERROR(fork.Record(s));
+    SG_RETURN_IF_ERROR(fork.Block(side));
+    return CopyTensorAsync(a, b, side);
+  });  // `side` not in the join list
+  EXPECT_FALSE(unjoined.ok()) << "a capture with an unjoined forked stream must fail";
+  testing::Poison(b);
+  ASSERT_TRUE(CopyTensor(a, b, s).ok());
+  ASSERT_TRUE(s.Synchronize().ok());
+  EXPECT_EQ(testing::ToHost(b), testing::ToHost(a));
 }
 
 // Median against a full sort of fresh random values, odd and even counts (benchmarks report it).

@@ -1,4 +1,4 @@
-#include "compiler/cuda_graph.h"
+#include "kernels/core/cuda_graph.h"
 
 #include <utility>
 
@@ -8,7 +8,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace sg::compiler {
+namespace sg {
 
 CudaGraph& CudaGraph::operator=(CudaGraph&& o) noexcept {
   if (this != &o) {
@@ -95,4 +95,4 @@ CudaGraph::~CudaGraph() = default;
 
 #endif
 
-}  // namespace sg::compiler
+}  // namespace sg

@@ -1,5 +1,7 @@
 // A captured CUDA graph: record everything a function enqueues on a stream once, replay it with
-// one launch. The executor captures the whole training step after warm-up.
+// one launch. The compiler's executor captures the whole training step after warm-up
+// (compiler/executor.h); the kernel benchmarks time replays of a batch of calls
+// (testing::TimeGraphReplays, kernels/core/benchmark_timing.h).
 //
 //   SG_ASSIGN_OR_RETURN(CudaGraph g, CudaGraph::Capture(stream, [&] { return RunSchedule(stream); }));
 //   SG_RETURN_IF_ERROR(g.Launch(stream));   // each step
@@ -13,8 +15,12 @@
 // communication stream, and comm/ for its own streams); every such stream must be joined back --
 // the capturing stream waits on an event recorded on it -- before the capture ends. Capture joins
 // the streams it is given (the executor's communication stream) itself.
-#ifndef SGTRAIN_COMPILER_CUDA_GRAPH_H_
-#define SGTRAIN_COMPILER_CUDA_GRAPH_H_
+//
+// Memory the body frees during the capture is still used by every replay: a caller whose body
+// frees through the caching allocator brackets Capture with Allocator::BeginHoldingFrees() /
+// EndHoldingFrees() and releases the held blocks only after the graph is destroyed.
+#ifndef SGTRAIN_KERNELS_CORE_CUDA_GRAPH_H_
+#define SGTRAIN_KERNELS_CORE_CUDA_GRAPH_H_
 
 #include <functional>
 #include <vector>
@@ -22,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/core/stream.h"
 
-namespace sg::compiler {
+namespace sg {
 
 class CudaGraph {
  public:
@@ -49,6 +55,6 @@ class CudaGraph {
   void* exec_ = nullptr;   // cudaGraphExec_t
 };
 
-}  // namespace sg::compiler
+}  // namespace sg
 
-#endif  // SGTRAIN_COMPILER_CUDA_GRAPH_H_
+#endif  // SGTRAIN_KERNELS_CORE_CUDA_GRAPH_H_
