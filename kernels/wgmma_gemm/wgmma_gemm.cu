@@ -102,6 +102,29 @@ __device__ __forceinline__ uint32_t SwiGluBf16x2(float g0, float g1, float u0, f
   const float2 u = __bfloat1622float2(__floats2bfloat162_rn(u0, u1));
   return PackBf16x2(__fdividef(g.x, 1.f + __expf(-g.x)) * u.x, __fdividef(g.y, 1.f + __expf(-g.y)) * u.y);
 }
+// kernels/swiglu's backward of one element from dh d, gate g and up u (its flat kernel's expression
+// and operation order, so the fused form matches the unfused one bit for bit).
+__device__ __forceinline__ void SwiGluBackward1(float d, float g, float u, float& dg, float& du) {
+  const float s = __fdividef(1.f, 1.f + __expf(-g));
+  const float silu = g * s;
+  dg = d * u * s * (1.f + g * (1.f - s));
+  du = d * silu;
+}
+
+// Two adjacent columns of dgate and dup from the f32 accumulators of dh (rounded to bf16 first, the
+// dh an unfused GEMM writes) and the bf16x2 gate and up there.
+// (dgate and dup may be gate's and up's registers: both are read first.)
+__device__ __forceinline__ void SwiGluBackwardBf16x2(float d0, float d1, uint32_t gate, uint32_t up, uint32_t& dgate,
+                                                     uint32_t& dup) {
+  const float2 d = __bfloat1622float2(__floats2bfloat162_rn(d0, d1));
+  const float2 g = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&gate));
+  const float2 u = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&up));
+  float dg0, du0, dg1, du1;
+  SwiGluBackward1(d.x, g.x, u.x, dg0, du0);
+  SwiGluBackward1(d.y, g.y, u.y, dg1, du1);
+  dgate = PackBf16x2(dg0, dg1);
+  dup = PackBf16x2(du0, du1);
+}
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 // kTmaStore: the epilogue writes the scaled bf16 tile into swizzled shared-memory boxes and a TMA
@@ -119,12 +142,17 @@ __device__ __forceinline__ uint32_t SwiGluBf16x2(float g0, float g1, float u0, f
 // through the same pair of staging buffers (4 + 2 boxes a tile with d, 2 without: even, so box c of
 // every tile uses buffer c % 2). tmap_h is last among the parameters so the kScale kernels' others
 // keep their offsets.
+// kSwiGluBackward: the tile is dh; tmap_d writes dgate and tmap_h dup, box c of each (8 a tile:
+// dgate in buffer 0, dup in buffer 1), from gate_in and up_in at the accumulator's positions, read
+// by each thread just before its boxes are filled (the tile's rows are prefetched into L2 when its
+// k-loop starts). Those loads are plain (not .nc): dgate and dup may overwrite gate and up, which
+// is safe because a tile reads only its own region, before its stores are issued.
 template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, bf16* __restrict__ d,
                     const float* __restrict__ row_scale, int m, int n, int k,
-                    const __grid_constant__ CUtensorMap tmap_h) {
+                    const __grid_constant__ CUtensorMap tmap_h, const bf16* gate_in, const bf16* up_in) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(kCluster == 1 || (kCluster == 2 && kGroupM % 2 == 0), "pairs must be M-adjacent tiles");
   static_assert(kEpi == Epilogue::kScale || (kTmaStore && kCluster == 1),
@@ -205,6 +233,17 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.f;
       }
+      if constexpr (kEpi == Epilogue::kSwiGluBackward) {
+        // This warpgroup's 64 rows x 256 columns of gate and up (512 bytes a row, two 128-byte lines
+        // per thread and tensor) into L2 while the k-loop runs.
+        const int t = int(threadIdx.x) % 128;
+        const int64_t at = int64_t(m0 + 64 * cg + t / 2) * n + n0 + (t % 2) * 128;
+#pragma unroll
+        for (int line = 0; line < 2; ++line) {
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(gate_in + at + 64 * line));
+          asm volatile("prefetch.global.L2 [%0];" ::"l"(up_in + at + 64 * line));
+        }
+      }
       for (int kb = 0; kb < k_blocks; ++kb, ++it) {
         const int s = it % kStages;
         const uint32_t a_tile = ring + s * kStageBytes + cg * 64 * 128, b_tile = ring + s * kStageBytes + kABytes;
@@ -269,6 +308,34 @@ __global__ void __launch_bounds__(kThreads, 1)
             store_box(c, &tmap_d, n0 + c * kEpiCols,
                       [&](int jj, int half) { return d_pair(4 * (8 * c + jj) + 2 * half, half); });
           }
+        } else if constexpr (kEpi == Epilogue::kSwiGluBackward) {
+          // Register pair 4 (8 c + jj) + 2 half holds row row_in_wg + 8 half, columns
+          // 64 c + 8 jj + 2 (lane % 4) and the next: gate and up are read there (all 32 pairs of a box
+          // before its math, so the loads are in flight together).
+          const int64_t first = int64_t(row) * n + n0 + 2 * (lane % 4);
+#pragma unroll
+          for (int c = 0; c < kBlockN / kEpiCols; ++c) {
+            uint32_t g[8][2], u[8][2];  // then dgate and dup, in the same registers
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                const int64_t at = first + int64_t(8 * half) * n + 64 * c + 8 * jj;
+                g[jj][half] = *reinterpret_cast<const uint32_t*>(gate_in + at);
+                u[jj][half] = *reinterpret_cast<const uint32_t*>(up_in + at);
+              }
+            }
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+#pragma unroll
+              for (int half = 0; half < 2; ++half) {
+                const int i = 4 * (8 * c + jj) + 2 * half;
+                SwiGluBackwardBf16x2(acc[i], acc[i + 1], g[jj][half], u[jj][half], g[jj][half], u[jj][half]);
+              }
+            }
+            store_box(2 * c, &tmap_d, n0 + c * kEpiCols, [&](int jj, int half) { return g[jj][half]; });
+            store_box(2 * c + 1, &tmap_h, n0 + c * kEpiCols, [&](int jj, int half) { return u[jj][half]; });
+          }
         } else {
           // h's box c (columns 64 c.. of the half-tile) from d's boxes c (gate) and c + 2 (up): with
           // kSwiGluGateUp those two go first, so each register dies within its three boxes.
@@ -316,7 +383,7 @@ absl::Status EncodeKMajor(CUtensorMap* map, const void* base, int64_t rows, int6
 template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
 absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
                     const CUtensorMap& map_h, void* d, const float* row_scale, int64_t m, int64_t n, int64_t k,
-                    int sms, cudaStream_t stream) {
+                    int sms, cudaStream_t stream, const void* gate = nullptr, const void* up = nullptr) {
   auto* const kernel = WgmmaGemmKernel<kTmaStore, kCluster, kEpi>;
   constexpr int kSmem = SmemBytes(kTmaStore);
   SG_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
@@ -343,7 +410,8 @@ absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CU
   }
   config.gridDim = dim3(unsigned(kCluster * std::min(units, resident)));
   SG_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_d, static_cast<bf16*>(d), row_scale,
-                                             int(m), int(n), int(k), map_h));
+                                             int(m), int(n), int(k), map_h, static_cast<const bf16*>(gate),
+                                             static_cast<const bf16*>(up)));
   return absl::OkStatus();
 }
 
@@ -393,6 +461,50 @@ absl::Status WgmmaGemmSwiGluCuda(int64_t m, int64_t n, int64_t k, const void* a,
   }
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_d, d, m, n, 64));
   return Launch<true, 1, Epilogue::kSwiGluGateUp>(map_a, map_b, map_d, map_h, d, row_scale, m, n, k, sms, s);
+}
+
+absl::Status WgmmaGemmSwiGluBackwardCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b,
+                                         const void* gate, const void* up, void* dgate, void* dup, void* stream) {
+  SG_ASSIGN_OR_RETURN(const int sms, Sm90MultiProcessors("WgmmaGemmSwiGluBackward"));
+  CUtensorMap map_a, map_b, map_dgate, map_dup;
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_a, a, m, k, kBlockM));
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_b, b, n, k, kBlockN));
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_dgate, dgate, m, n, 64));  // the epilogue's 64 x 64 boxes
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_dup, dup, m, n, 64));
+  return Launch<true, 1, Epilogue::kSwiGluBackward>(map_a, map_b, map_dgate, map_dup, dgate, nullptr, m, n, k, sms,
+                                                    static_cast<cudaStream_t>(stream), gate, up);
+}
+
+namespace {
+
+// dst = src^T through a 64 x 64 shared-memory tile (one more column against bank conflicts): 256
+// threads, each reading 16 elements down the tile's rows and writing 16 down its columns.
+constexpr int kTransposeTile = 64, kTransposeThreads = 256;
+
+__global__ void __launch_bounds__(kTransposeThreads)
+    Transpose2ByteKernel(const uint16_t* __restrict__ src, uint16_t* __restrict__ dst, int64_t rows, int64_t cols) {
+  __shared__ uint16_t tile[kTransposeTile][kTransposeTile + 1];
+  const int64_t r0 = int64_t(blockIdx.y) * kTransposeTile, c0 = int64_t(blockIdx.x) * kTransposeTile;
+  const int tx = int(threadIdx.x) % kTransposeTile, ty = int(threadIdx.x) / kTransposeTile;
+  constexpr int kStep = kTransposeThreads / kTransposeTile;
+  for (int i = ty; i < kTransposeTile; i += kStep) {
+    if (r0 + i < rows && c0 + tx < cols) tile[i][tx] = src[(r0 + i) * cols + c0 + tx];
+  }
+  __syncthreads();
+  for (int i = ty; i < kTransposeTile; i += kStep) {
+    if (c0 + i < cols && r0 + tx < rows) dst[(c0 + i) * rows + r0 + tx] = tile[tx][i];
+  }
+}
+
+}  // namespace
+
+absl::Status Transpose2ByteCuda(int64_t rows, int64_t cols, const void* src, void* dst, void* stream) {
+  const dim3 grid(unsigned((cols + kTransposeTile - 1) / kTransposeTile),
+                  unsigned((rows + kTransposeTile - 1) / kTransposeTile));
+  Transpose2ByteKernel<<<grid, kTransposeThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      static_cast<const uint16_t*>(src), static_cast<uint16_t*>(dst), rows, cols);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(Transpose2ByteKernel);
+  return absl::OkStatus();
 }
 
 absl::Status CopyRuns2dCuda(void* dst, int64_t dst_pitch, const void* src, int64_t src_pitch, int64_t width,

@@ -23,8 +23,11 @@ enum class KernelVariant : int { kRegisterStores, kTmaStore, kClusterMulticast }
 //   kScale:        d = bf16(t), the plain GEMM;
 //   kSwiGlu:       h = silu(g) * u only, where the tile's columns [0, 128) are gate g = bf16(t) and
 //                  [128, 256) the matching up u = bf16(t) (the interleaved W13);
-//   kSwiGluGateUp: h and the interleaved d = bf16(t) (the backward's saved gate | up blocks).
-enum class Epilogue : int { kScale, kSwiGlu, kSwiGluGateUp };
+//   kSwiGluGateUp: h and the interleaved d = bf16(t) (the backward's saved gate | up blocks);
+//   kSwiGluBackward: t is dh (the gradient of h = silu(gate) * up, rounded to bf16 as a GEMM would
+//                  write it); the tile's gate and up are read from memory and the epilogue writes
+//                  dgate and dup (kernels/swiglu's backward arithmetic) instead of dh.
+enum class Epilogue : int { kScale, kSwiGlu, kSwiGluGateUp, kSwiGluBackward };
 
 // d[i, j] = row_scale[i] * sum_k a[i, k] b[j, k] (row_scale null: 1), rounded once to bf16.
 // a: bf16 [m, k], b: bf16 [n, k], d: bf16 [m, n], all contiguous and 16-byte aligned; m, n, k
@@ -38,6 +41,17 @@ absl::Status WgmmaGemmCuda(int64_t m, int64_t n, int64_t k, const void* a, const
 // contiguous and 16-byte aligned.
 absl::Status WgmmaGemmSwiGluCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b,
                                  const float* row_scale, void* d, void* h, void* stream);
+
+// The SwiGLU backward epilogue on the kTmaStore kernel: with dh = bf16(a b^T) ([m, n], never
+// written), dgate = dh * up * silu'(gate) and dup = dh * silu(gate), elementwise over [m, n] bf16
+// gate and up, as kernels/swiglu's SwiGluBackward computes them from that dh. dgate and dup may be
+// gate and up (each tile reads its own region before it writes it). Same preconditions as
+// WgmmaGemmCuda; gate, up, dgate and dup contiguous and 16-byte aligned.
+absl::Status WgmmaGemmSwiGluBackwardCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b,
+                                         const void* gate, const void* up, void* dgate, void* dup, void* stream);
+
+// dst[c, r] = src[r, c] for a contiguous [rows, cols] matrix of 2-byte elements, ordered on `stream`.
+absl::Status Transpose2ByteCuda(int64_t rows, int64_t cols, const void* src, void* dst, void* stream);
 
 // The current device's SM count, or Unimplemented naming `op` on a GPU other than sm_90.
 absl::StatusOr<int> Sm90MultiProcessors(const char* op);

@@ -2,6 +2,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/status.h"
@@ -156,6 +157,87 @@ absl::Status WgmmaGemmSwiGlu(const TensorView& x, const TensorView& w13, const s
 #else
   (void)stream;
   return absl::UnimplementedError(absl::StrCat(kOp, ": CUDA tensors given to a build without CUDA"));
+#endif
+}
+
+absl::Status WgmmaGemmSwiGluBackward(const TensorView& dy, const TensorView& w2t, const TensorView& gate,
+                                     const TensorView& up, const TensorView& dgate, const TensorView& dup,
+                                     const Stream& stream) {
+  constexpr const char* kBwd = "WgmmaGemmSwiGluBackward";
+  SG_CHECK_ARG(dy.rank() >= 1 && dy.numel() > 0, kBwd, ": dy must be a non-empty [..., K] tensor, found ",
+               dy.ToString());
+  const int64_t k = dy.dim(-1), m = dy.numel() / k;
+  SG_CHECK_ARG(w2t.rank() == 2 && w2t.dim(1) == k && w2t.dim(0) > 0 && w2t.dtype() == dy.dtype() &&
+                   w2t.device() == dy.device(),
+               kBwd, ": w2t must be ", DTypeName(dy.dtype()), "[F, ", k, "]@", dy.device().ToString(),
+               " (the transposed down projection) to match dy ", dy.ToString(), ", found ", w2t.ToString());
+  const int64_t f = w2t.dim(0);
+  for (const auto& [t, name] : {std::pair{&gate, "gate"}, std::pair{&up, "up"}, std::pair{&dgate, "dgate"},
+                                std::pair{&dup, "dup"}}) {
+    SG_CHECK_ARG(t->dtype() == dy.dtype() && t->rank() >= 1 && t->dim(-1) == f && t->numel() == m * f &&
+                     t->device() == dy.device(),
+                 kBwd, ": ", name, " must be ", DTypeName(dy.dtype()), "[..., ", f, "] with ", m, " rows on ",
+                 dy.device().ToString(), " to match dy ", dy.ToString(), " and w2t ", w2t.ToString(), ", found ",
+                 t->ToString());
+  }
+  if (!dy.device().is_cuda()) {
+    return absl::UnimplementedError(absl::StrCat(kBwd, ": CUDA only, found tensors on ", dy.device().ToString()));
+  }
+  if (dy.dtype() != DType::kBF16) {
+    return absl::UnimplementedError(absl::StrCat(kBwd, ": bf16 only, found ", DTypeName(dy.dtype())));
+  }
+  if (m % impl::kTileM != 0 || k % impl::kTileK != 0 || f % impl::kTileN != 0 || m >= (int64_t(1) << 31) ||
+      f >= (int64_t(1) << 31) || k >= (int64_t(1) << 31)) {
+    return absl::UnimplementedError(absl::StrCat(kBwd, ": needs M % ", impl::kTileM, " == 0, K % ", impl::kTileK,
+                                                 " == 0 and F % ", impl::kTileN, " == 0 (below 2^31), found M=", m,
+                                                 " F=", f, " K=", k));
+  }
+  bool ok = true;
+  for (const TensorView* t : {&dy, &w2t, &gate, &up, &dgate, &dup}) ok = ok && t->is_contiguous() && Aligned16(t->raw());
+  if (!ok) {
+    return absl::UnimplementedError(absl::StrCat(kBwd, ": needs contiguous, 16-byte aligned operands, found dy ",
+                                                 dy.ToString(), ", w2t ", w2t.ToString(), ", gate ", gate.ToString(),
+                                                 ", up ", up.ToString(), ", dgate ", dgate.ToString(), ", dup ",
+                                                 dup.ToString()));
+  }
+#ifdef SG_WITH_CUDA
+  return impl::WgmmaGemmSwiGluBackwardCuda(m, f, k, dy.raw(), w2t.raw(), gate.raw(), up.raw(), dgate.raw(),
+                                           dup.raw(), stream.native());
+#else
+  (void)stream;
+  return absl::UnimplementedError(absl::StrCat(kBwd, ": CUDA tensors given to a build without CUDA"));
+#endif
+}
+
+absl::Status TransposeMatrix(const TensorView& src, const TensorView& dst, const Stream& stream) {
+  constexpr const char* kT = "TransposeMatrix";
+  SG_CHECK_ARG(src.rank() == 2 && src.is_contiguous(), kT, ": src must be a contiguous [R, C] matrix, found ",
+               src.ToString());
+  const int64_t rows = src.dim(0), cols = src.dim(1);
+  SG_CHECK_ARG(dst.rank() == 2 && dst.dim(0) == cols && dst.dim(1) == rows && dst.dtype() == src.dtype() &&
+                   dst.device() == src.device() && dst.is_contiguous(),
+               kT, ": dst must be a contiguous ", DTypeName(src.dtype()), "[", cols, ",", rows, "]@",
+               src.device().ToString(), " to hold src ", src.ToString(), " transposed, found ", dst.ToString());
+  const int64_t size = SizeOf(src.dtype());
+  const char* in = static_cast<const char*>(src.raw());
+  char* out = static_cast<char*>(dst.raw());
+  SG_CHECK_ARG(rows == 0 || cols == 0 || out + rows * cols * size <= in || in + rows * cols * size <= out, kT,
+               ": dst must not overlap src (not in place), found ", src.ToString(), " and ", dst.ToString());
+  if (src.device().is_cpu()) {
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) std::memcpy(out + (c * rows + r) * size, in + (r * cols + c) * size, size_t(size));
+    }
+    return absl::OkStatus();
+  }
+  if (size != 2) {
+    return absl::UnimplementedError(absl::StrCat(kT, ": CUDA tensors of 2-byte dtypes only, found ", src.ToString()));
+  }
+  if (rows == 0 || cols == 0) return absl::OkStatus();
+#ifdef SG_WITH_CUDA
+  return impl::Transpose2ByteCuda(rows, cols, in, out, stream.native());
+#else
+  (void)stream;
+  return absl::FailedPreconditionError(absl::StrCat(kT, ": CUDA tensors given to a build without CUDA"));
 #endif
 }
 

@@ -68,6 +68,30 @@ absl::Status WgmmaGemmSwiGlu(const TensorView& x, const TensorView& w13, const s
 absl::Status WgmmaGemmSwiGluSupports(int64_t m, int64_t k, int64_t f, DType dtype, const Device& device,
                                      bool query_gpu = true);
 
+// The MLP backward's down-projection data gradient and SwiGLU backward in one kernel:
+//   dh = dy[M, K] @ w2t[F, K]^T   (w2t = W2^T, W2 being the down projection's [K, F] weight:
+//                                  TransposeMatrix below; the kernel reads K-major operands only)
+//   dgate = dh * up * silu'(gate),  dup = dh * silu(gate)
+// with dh rounded to bf16 as a GEMM writes it and never stored, and kernels/swiglu's arithmetic, so
+// dgate and dup equal WgmmaGemm(dy, w2t) into dh followed by SwiGluBackward(dh, gate, up, dgate,
+// dup) bit for bit. gate, up, dgate, dup: bf16 [..., F] with M rows; dgate and dup may be gate and
+// up (in place: each output tile is computed from its own input tile only).
+//
+//   SG_RETURN_IF_ERROR(TransposeMatrix(w2, w2t, stream));     // [K, F] -> [F, K], once per update
+//   absl::Status s = WgmmaGemmSwiGluBackward(dy, w2t, gate, up, dgate, dup, stream);
+//   if (absl::IsUnimplemented(s)) s = <MatmulBackward's dx into dh + SwiGluBackward>;
+//
+// Errors: InvalidArgument when the operands do not form that product (naming the operand);
+// Unimplemented outside the kernel (not CUDA, not sm_90, not bf16, non-contiguous or unaligned
+// tensors, M not a multiple of 128, F of 256 or K of 64), for the caller's unfused fallback.
+absl::Status WgmmaGemmSwiGluBackward(const TensorView& dy, const TensorView& w2t, const TensorView& gate,
+                                     const TensorView& up, const TensorView& dgate, const TensorView& dup,
+                                     const Stream& stream);
+
+// dst [C, R] = src [R, C]^T: on CUDA for 2-byte dtypes (bf16, f16; Unimplemented for others), on the
+// CPU for any. Both contiguous, one dtype and device (InvalidArgument otherwise); not in place.
+absl::Status TransposeMatrix(const TensorView& src, const TensorView& dst, const Stream& stream);
+
 }  // namespace sg::kernels
 
 #endif  // SGTRAIN_KERNELS_WGMMA_GEMM_WGMMA_GEMM_SWIGLU_H_

@@ -446,5 +446,137 @@ TEST(WgmmaGemmSwiGluCudaTest, MatchesUnfusedBitwise) {
   EXPECT_EQ(count_differ(want_h, ToHost(h_only)), 0) << "h (h only) differs from WgmmaGemm + SwiGluPackedForward";
 }
 
+// --- the backward: WgmmaGemmSwiGluBackward and TransposeMatrix --------------------------------------
+
+TEST(WgmmaGemmSwiGluBackwardTest, BadArgumentsAreNamed) {
+  const Device cpu = Device::Cpu();
+  const DType bf = DType::kBF16;
+  Tensor dy = Empty({128, 64}, bf, cpu), w2t = Empty({256, 64}, bf, cpu), g = Empty({128, 256}, bf, cpu);
+  Tensor u = Empty({128, 256}, bf, cpu), dg = Empty({128, 256}, bf, cpu), du = Empty({128, 256}, bf, cpu);
+  absl::Status s = WgmmaGemmSwiGluBackward(dy, Empty({256, 32}, bf, cpu), g, u, dg, du, Stream::Cpu());
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("w2t must be bf16[F, 64]@cpu (the transposed down projection) to match dy "
+                             "bf16[128,64]@cpu, found bf16[256,32]@cpu"),
+            std::string::npos)
+      << s;
+  s = WgmmaGemmSwiGluBackward(dy, w2t, g, Empty({128, 128}, bf, cpu), dg, du, Stream::Cpu());
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("up must be bf16[..., 256] with 128 rows on cpu"), std::string::npos) << s;
+  s = WgmmaGemmSwiGluBackward(dy, w2t, g, u, dg, Empty({128, 256}, DType::kF32, cpu), Stream::Cpu());
+  EXPECT_NE(s.message().find("dup must be bf16[..., 256]"), std::string::npos) << s;
+  s = WgmmaGemmSwiGluBackward(dy, w2t, g, u, dg, du, Stream::Cpu());
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;  // valid, but the kernel is CUDA only
+  EXPECT_NE(s.message().find("CUDA only"), std::string::npos) << s;
+
+  s = TransposeMatrix(Empty({3, 5}, bf, cpu), Empty({3, 5}, bf, cpu), Stream::Cpu());
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("dst must be a contiguous bf16[5,3]@cpu to hold src bf16[3,5]@cpu transposed, found "
+                             "bf16[3,5]@cpu"),
+            std::string::npos)
+      << s;
+  Tensor square = Empty({4, 4}, bf, cpu);
+  s = TransposeMatrix(square, square, Stream::Cpu());
+  EXPECT_NE(s.message().find("must not overlap src"), std::string::npos) << s;
+}
+
+// Every element lands at its transposed place: on the CPU (f32, odd sizes) against the index
+// formula, on the GPU (bf16, sizes that leave partial 64 x 64 tiles) against the CPU transpose.
+TEST(WgmmaGemmSwiGluBackwardTest, TransposeMatrixMovesEveryElement) {
+  auto& rng = Rng();
+  Tensor a = RandomTensor({37, 53}, DType::kF32, Device::Cpu(), rng), at = Empty({53, 37}, DType::kF32, Device::Cpu());
+  Poison(at);
+  ASSERT_TRUE(TransposeMatrix(a, at, Stream::Cpu()).ok());
+  const Vec av = ToHost(a), atv = ToHost(at);
+  for (int64_t r = 0; r < 37; ++r) {
+    for (int64_t c = 0; c < 53; ++c) ASSERT_EQ(atv[size_t(c * 37 + r)], av[size_t(r * 53 + c)]) << r << "," << c;
+  }
+  if (!CudaAvailable()) GTEST_SKIP() << "the CUDA transpose needs a GPU: " << CudaUnavailableReason();
+  const Device gpu = Device::Cuda(0);
+  Stream stream = Stream::Create(gpu).value();
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{200, 130}, {2048, 8192}, {1, 77}}) {
+    SCOPED_TRACE(std::to_string(rows) + "x" + std::to_string(cols));
+    Tensor host = RandomTensor({rows, cols}, DType::kBF16, Device::Cpu(), rng);
+    Tensor want = Empty({cols, rows}, DType::kBF16, Device::Cpu());
+    ASSERT_TRUE(TransposeMatrix(host, want, Stream::Cpu()).ok());
+    Tensor src = Empty({rows, cols}, DType::kBF16, gpu), dst = Empty({cols, rows}, DType::kBF16, gpu);
+    ASSERT_TRUE(CopyTensor(host, src, stream).ok());
+    Poison(dst);
+    absl::Status s = TransposeMatrix(src, dst, stream);
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(stream.Synchronize().ok());
+    const Vec got = ToHost(dst), ref = ToHost(want);
+    int64_t differ = 0;
+    for (size_t e = 0; e < ref.size(); ++e) differ += !(got[e] == ref[e]);
+    EXPECT_EQ(differ, 0);
+  }
+}
+
+// The fused backward on fresh random inputs: bit for bit WgmmaGemm(dy, w2t) into dh followed by
+// SwiGluBackward (also when dgate and dup overwrite gate and up), and within bf16 rounding of a
+// double-precision dh = dy W2 and SwiGLU derivative. Shapes: one tile, tiles along M and N with
+// many k-blocks, leading dims, and many tiles per persistent block.
+TEST(WgmmaGemmSwiGluBackwardTest, MatchesUnfusedBitwiseAndDoubleReference) {
+  SG_SKIP_WITHOUT_CUDA();
+  ASSERT_EQ(unsetenv("SG_SWIGLU_KERNEL"), 0);
+  const Device gpu = Device::Cuda(0);
+  Stream stream = Stream::Create(gpu).value();
+  auto& rng = Rng();
+  struct BwdCase {
+    Shape dy_shape;  // [..., K]
+    int64_t f;
+  };
+  for (const BwdCase& c : {BwdCase{{128, 64}, 256}, BwdCase{{256, 2048}, 512}, BwdCase{{2, 192, 320}, 768},
+                           BwdCase{{2048, 128}, 2048}}) {
+    const int64_t k = c.dy_shape.back(), m = c.dy_shape.size() == 3 ? c.dy_shape[0] * c.dy_shape[1] : c.dy_shape[0];
+    const int64_t f = c.f;
+    SCOPED_TRACE(std::to_string(m) + "x" + std::to_string(f) + "x" + std::to_string(k));
+    Tensor dy = RandomTensor(c.dy_shape, DType::kBF16, gpu, rng);
+    Tensor w2 = RandomTensor({k, f}, DType::kBF16, gpu, rng, float(1.0 / std::sqrt(double(k))));
+    Tensor gate = RandomTensor({m, f}, DType::kBF16, gpu, rng, 3.0f);
+    Tensor up = RandomTensor({m, f}, DType::kBF16, gpu, rng);
+    Tensor w2t = Empty({f, k}, DType::kBF16, gpu), dh = Empty({m, f}, DType::kBF16, gpu);
+    Tensor dg_ref = Empty({m, f}, DType::kBF16, gpu), du_ref = Empty({m, f}, DType::kBF16, gpu);
+    Tensor dg = Empty({m, f}, DType::kBF16, gpu), du = Empty({m, f}, DType::kBF16, gpu);
+    Tensor dg_in_place = Empty({m, f}, DType::kBF16, gpu), du_in_place = Empty({m, f}, DType::kBF16, gpu);
+    for (const Tensor* o : {&w2t, &dh, &dg_ref, &du_ref, &dg, &du}) Poison(*o);
+    ASSERT_TRUE(TransposeMatrix(w2, w2t, stream).ok());
+    const TensorView dy2 = dy.view().Reshape({m, k}).value();
+    ASSERT_TRUE(WgmmaGemm(dy2, w2t, std::nullopt, dh, stream, WgmmaGemmVariant::kTmaStore).ok());
+    ASSERT_TRUE(SwiGluBackward(dh, gate, up, dg_ref, du_ref, stream).ok());
+    absl::Status s = WgmmaGemmSwiGluBackward(dy, w2t, gate, up, dg, du, stream);
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(CopyTensor(gate, dg_in_place, stream).ok());
+    ASSERT_TRUE(CopyTensor(up, du_in_place, stream).ok());
+    s = WgmmaGemmSwiGluBackward(dy, w2t, dg_in_place, du_in_place, dg_in_place, du_in_place, stream);
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_TRUE(stream.Synchronize().ok());
+    auto count_differ = [](const Vec& a, const Vec& b) {
+      int64_t n = 0;
+      for (size_t e = 0; e < b.size(); ++e) n += !(a[e] == b[e]);  // NaN (unwritten) differs too
+      return n;
+    };
+    const Vec want_dg = ToHost(dg_ref), want_du = ToHost(du_ref), got_dg = ToHost(dg), got_du = ToHost(du);
+    EXPECT_EQ(count_differ(got_dg, want_dg), 0) << "dgate differs from WgmmaGemm + SwiGluBackward";
+    EXPECT_EQ(count_differ(got_du, want_du), 0) << "dup differs from WgmmaGemm + SwiGluBackward";
+    EXPECT_EQ(count_differ(ToHost(dg_in_place), want_dg), 0) << "dgate written over gate differs";
+    EXPECT_EQ(count_differ(ToHost(du_in_place), want_du), 0) << "dup written over up differs";
+
+    // The double reference: dh = dy W2, then the exact derivative.
+    const Vec dyv = ToHost(dy), w2v = ToHost(w2), gv = ToHost(gate), uv = ToHost(up);
+    Vec ref_dg(size_t(m * f)), ref_du(size_t(m * f));
+    for (int64_t i = 0; i < m; ++i) {
+      for (int64_t j = 0; j < f; ++j) {
+        double d = 0;
+        for (int64_t q = 0; q < k; ++q) d += dyv[size_t(i * k + q)] * w2v[size_t(q * f + j)];
+        const double g = gv[size_t(i * f + j)], u = uv[size_t(i * f + j)], sg = 1.0 / (1.0 + std::exp(-g));
+        ref_dg[size_t(i * f + j)] = d * u * sg * (1.0 + g * (1.0 - sg));
+        ref_du[size_t(i * f + j)] = d * g * sg;
+      }
+    }
+    EXPECT_LT(RelativeError(got_dg, ref_dg), 1e-2);
+    EXPECT_LT(RelativeError(got_du, ref_du), 1e-2);
+  }
+}
+
 }  // namespace
 }  // namespace sg::kernels
