@@ -30,6 +30,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -147,7 +148,7 @@ __device__ __forceinline__ void SwiGluBackwardBf16x2(float d0, float d1, uint32_
 // by each thread just before its boxes are filled (the tile's rows are prefetched into L2 when its
 // k-loop starts). Those loads are plain (not .nc): dgate and dup may overwrite gate and up, which
 // is safe because a tile reads only its own region, before its stores are issued.
-template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
+template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale, int kDiag = 0>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, bf16* __restrict__ d,
@@ -233,7 +234,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.f;
       }
-      if constexpr (kEpi == Epilogue::kSwiGluBackward) {
+      if constexpr (kEpi == Epilogue::kSwiGluBackward && kDiag != 1) {
         // This warpgroup's 64 rows x 256 columns of gate and up (512 bytes a row, two 128-byte lines
         // per thread and tensor) into L2 while the k-loop runs.
         const int t = int(threadIdx.x) % 128;
@@ -321,8 +322,13 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
               for (int half = 0; half < 2; ++half) {
                 const int64_t at = first + int64_t(8 * half) * n + 64 * c + 8 * jj;
-                g[jj][half] = *reinterpret_cast<const uint32_t*>(gate_in + at);
-                u[jj][half] = *reinterpret_cast<const uint32_t*>(up_in + at);
+                if constexpr (kDiag == 2) {
+                  g[jj][half] = uint32_t(at) | 0x3f803f80u;
+                  u[jj][half] = uint32_t(at >> 3) | 0x3f803f80u;
+                } else {
+                  g[jj][half] = *reinterpret_cast<const uint32_t*>(gate_in + at);
+                  u[jj][half] = *reinterpret_cast<const uint32_t*>(up_in + at);
+                }
               }
             }
 #pragma unroll
@@ -380,11 +386,11 @@ absl::Status EncodeKMajor(CUtensorMap* map, const void* base, int64_t rows, int6
   return EncodeTensorMapSw128(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, "WgmmaGemm");
 }
 
-template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
+template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale, int kDiag = 0>
 absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
                     const CUtensorMap& map_h, void* d, const float* row_scale, int64_t m, int64_t n, int64_t k,
                     int sms, cudaStream_t stream, const void* gate = nullptr, const void* up = nullptr) {
-  auto* const kernel = WgmmaGemmKernel<kTmaStore, kCluster, kEpi>;
+  auto* const kernel = WgmmaGemmKernel<kTmaStore, kCluster, kEpi, kDiag>;
   constexpr int kSmem = SmemBytes(kTmaStore);
   SG_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t units = (m / kBlockM) * (n / kBlockN) / kCluster;
@@ -471,6 +477,16 @@ absl::Status WgmmaGemmSwiGluBackwardCuda(int64_t m, int64_t n, int64_t k, const 
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_b, b, n, k, kBlockN));
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_dgate, dgate, m, n, 64));  // the epilogue's 64 x 64 boxes
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_dup, dup, m, n, 64));
+  const char* diag = getenv("SG_SWIGLU_BWD_DIAG");  // EXPERIMENT: 1 no L2 prefetch, 2 no loads
+  const int dg = diag == nullptr ? 0 : atoi(diag);
+  if (dg == 1) {
+    return Launch<true, 1, Epilogue::kSwiGluBackward, 1>(map_a, map_b, map_dgate, map_dup, dgate, nullptr, m, n, k,
+                                                         sms, static_cast<cudaStream_t>(stream), gate, up);
+  }
+  if (dg == 2) {
+    return Launch<true, 1, Epilogue::kSwiGluBackward, 2>(map_a, map_b, map_dgate, map_dup, dgate, nullptr, m, n, k,
+                                                         sms, static_cast<cudaStream_t>(stream), gate, up);
+  }
   return Launch<true, 1, Epilogue::kSwiGluBackward>(map_a, map_b, map_dgate, map_dup, dgate, nullptr, m, n, k, sms,
                                                     static_cast<cudaStream_t>(stream), gate, up);
 }
