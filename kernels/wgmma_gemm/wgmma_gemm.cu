@@ -22,6 +22,8 @@
 // k-loop; and single blocks, or 2-block clusters whose B loads are multicast (see WgmmaGemmKernel).
 // The SwiGLU epilogues (WgmmaGemmSwiGlu, on the TMA-store form) write h = silu(gate) * up from a tile
 // of 128 gate and 128 up columns of the interleaved W13, with or without the tile itself.
+// The SwiGLU backward epilogue (WgmmaGemmSwiGluBackward) takes the tile as dh and writes dgate and
+// dup from the gate and up it reads at the same positions.
 // Tile order: the persistent index t = blockIdx.x + i gridDim.x walks groups of kGroupM tile rows,
 // tile rows fastest inside a group, so the ~132 tiles in flight share ~8 A row-panels and ~17 B
 // panels: both stay in L2 even when B (up to 64 MiB at N = 16384) does not fit.
@@ -30,7 +32,6 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -145,10 +146,13 @@ __device__ __forceinline__ void SwiGluBackwardBf16x2(float d0, float d1, uint32_
 // keep their offsets.
 // kSwiGluBackward: the tile is dh; tmap_d writes dgate and tmap_h dup, box c of each (8 a tile:
 // dgate in buffer 0, dup in buffer 1), from gate_in and up_in at the accumulator's positions, read
-// by each thread just before its boxes are filled (the tile's rows are prefetched into L2 when its
-// k-loop starts). Those loads are plain (not .nc): dgate and dup may overwrite gate and up, which
-// is safe because a tile reads only its own region, before its stores are issued.
-template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale, int kDiag = 0>
+// by each thread just before its boxes are filled. Those loads are plain (not .nc): dgate and dup
+// may overwrite gate and up, which is safe because a tile reads only its own region, before its
+// stores are issued. They are synchronous, and both consumer warpgroups wait on them with the
+// tensor cores idle: the kernel is slower than cuBLASLt + SwiGluBackward (benchmarks/README.md,
+// 2026-12-02: 1.24-1.27 ms against 1.16 at the 1b shape; without the loads, 1.02). An L2 prefetch
+// of the tile's gate/up rows when its k-loop starts made it slower still (1.27 against 1.24).
+template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, bf16* __restrict__ d,
@@ -234,17 +238,6 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.f;
       }
-      if constexpr (kEpi == Epilogue::kSwiGluBackward && kDiag != 1) {
-        // This warpgroup's 64 rows x 256 columns of gate and up (512 bytes a row, two 128-byte lines
-        // per thread and tensor) into L2 while the k-loop runs.
-        const int t = int(threadIdx.x) % 128;
-        const int64_t at = int64_t(m0 + 64 * cg + t / 2) * n + n0 + (t % 2) * 128;
-#pragma unroll
-        for (int line = 0; line < 2; ++line) {
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(gate_in + at + 64 * line));
-          asm volatile("prefetch.global.L2 [%0];" ::"l"(up_in + at + 64 * line));
-        }
-      }
       for (int kb = 0; kb < k_blocks; ++kb, ++it) {
         const int s = it % kStages;
         const uint32_t a_tile = ring + s * kStageBytes + cg * 64 * 128, b_tile = ring + s * kStageBytes + kABytes;
@@ -322,13 +315,8 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
               for (int half = 0; half < 2; ++half) {
                 const int64_t at = first + int64_t(8 * half) * n + 64 * c + 8 * jj;
-                if constexpr (kDiag == 2) {
-                  g[jj][half] = uint32_t(at) | 0x3f803f80u;
-                  u[jj][half] = uint32_t(at >> 3) | 0x3f803f80u;
-                } else {
-                  g[jj][half] = *reinterpret_cast<const uint32_t*>(gate_in + at);
-                  u[jj][half] = *reinterpret_cast<const uint32_t*>(up_in + at);
-                }
+                g[jj][half] = *reinterpret_cast<const uint32_t*>(gate_in + at);
+                u[jj][half] = *reinterpret_cast<const uint32_t*>(up_in + at);
               }
             }
 #pragma unroll
@@ -386,11 +374,11 @@ absl::Status EncodeKMajor(CUtensorMap* map, const void* base, int64_t rows, int6
   return EncodeTensorMapSw128(map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, base, dims, strides, box, "WgmmaGemm");
 }
 
-template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale, int kDiag = 0>
+template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
 absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
                     const CUtensorMap& map_h, void* d, const float* row_scale, int64_t m, int64_t n, int64_t k,
                     int sms, cudaStream_t stream, const void* gate = nullptr, const void* up = nullptr) {
-  auto* const kernel = WgmmaGemmKernel<kTmaStore, kCluster, kEpi, kDiag>;
+  auto* const kernel = WgmmaGemmKernel<kTmaStore, kCluster, kEpi>;
   constexpr int kSmem = SmemBytes(kTmaStore);
   SG_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t units = (m / kBlockM) * (n / kBlockN) / kCluster;
@@ -477,16 +465,6 @@ absl::Status WgmmaGemmSwiGluBackwardCuda(int64_t m, int64_t n, int64_t k, const 
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_b, b, n, k, kBlockN));
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_dgate, dgate, m, n, 64));  // the epilogue's 64 x 64 boxes
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_dup, dup, m, n, 64));
-  const char* diag = getenv("SG_SWIGLU_BWD_DIAG");  // EXPERIMENT: 1 no L2 prefetch, 2 no loads
-  const int dg = diag == nullptr ? 0 : atoi(diag);
-  if (dg == 1) {
-    return Launch<true, 1, Epilogue::kSwiGluBackward, 1>(map_a, map_b, map_dgate, map_dup, dgate, nullptr, m, n, k,
-                                                         sms, static_cast<cudaStream_t>(stream), gate, up);
-  }
-  if (dg == 2) {
-    return Launch<true, 1, Epilogue::kSwiGluBackward, 2>(map_a, map_b, map_dgate, map_dup, dgate, nullptr, m, n, k,
-                                                         sms, static_cast<cudaStream_t>(stream), gate, up);
-  }
   return Launch<true, 1, Epilogue::kSwiGluBackward>(map_a, map_b, map_dgate, map_dup, dgate, nullptr, m, n, k, sms,
                                                     static_cast<cudaStream_t>(stream), gate, up);
 }
