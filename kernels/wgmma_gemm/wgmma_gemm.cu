@@ -150,7 +150,7 @@ __device__ __forceinline__ void SwiGluBackwardBf16x2(float d0, float d1, uint32_
 // may overwrite gate and up, which is safe because a tile reads only its own region, before its
 // stores are issued. They are synchronous, and both consumer warpgroups wait on them with the
 // tensor cores idle: the kernel is slower than cuBLASLt + SwiGluBackward (benchmarks/README.md,
-// 2026-12-02: 1.24-1.27 ms against 1.16 at the 1b shape; without the loads, 1.02). An L2 prefetch
+// 2026-12-02: 1.24-1.25 ms against 1.16-1.17 at the 1b shape; without the loads, 1.02). An L2 prefetch
 // of the tile's gate/up rows when its k-loop starts made it slower still (1.27 against 1.24).
 template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
 __global__ void __launch_bounds__(kThreads, 1)

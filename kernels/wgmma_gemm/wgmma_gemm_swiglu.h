@@ -81,7 +81,7 @@ absl::Status WgmmaGemmSwiGluSupports(int64_t m, int64_t k, int64_t f, DType dtyp
 //   absl::Status s = WgmmaGemmSwiGluBackward(dy, w2t, gate, up, dgate, dup, stream);
 //   if (absl::IsUnimplemented(s)) s = <MatmulBackward's dx into dh + SwiGluBackward>;
 //
-// Measured on the H200 (1b shape, benchmarks/README.md, 2026-12-02): 9% SLOWER than cuBLASLt + a
+// Measured on the H200 (1b shape, benchmarks/README.md, 2026-12-02): 7-9% SLOWER than cuBLASLt + a
 // separate SwiGluBackward, since the epilogue's gate/up loads stall the tensor cores; a kernel
 // target for a future schedule whose epilogue overlaps the next tile, not used by the compiler.
 //
