@@ -48,6 +48,8 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kBlockM = int(kTileM), kBlockN = int(kTileN), kBlockK = int(kTileK);
 constexpr int kStages = 4;
+// The SwiGLU backward epilogue's ring is one stage shorter, for its gate / up boxes (below).
+__host__ __device__ constexpr int Stages(Epilogue e) { return e == Epilogue::kSwiGluBackward ? 3 : kStages; }
 constexpr int kConsumerGroups = 2;
 constexpr int kThreads = 128 * (1 + kConsumerGroups);
 constexpr uint32_t kABytes = kBlockM * kBlockK * 2;  // 16 KiB
@@ -57,13 +59,17 @@ constexpr uint32_t kStageBytes = kABytes + kBBytes;
 // 128-byte swizzle row per tile row), so one box is filled while the previous one drains.
 constexpr int kEpiCols = 64;
 constexpr uint32_t kEpiBoxBytes = 64 * kEpiCols * 2;  // 8 KiB
-__host__ __device__ constexpr uint32_t EpilogueBytes(bool tma_store) {
-  return tma_store ? kConsumerGroups * 2 * kEpiBoxBytes : 0;
+// kSwiGluBackward: per consumer warpgroup two pairs of boxes (gate, up), each loaded by TMA,
+// overwritten in place with (dgate, dup) and stored from there; its 4 `loaded` mbarriers follow
+// the ring's.
+__host__ __device__ constexpr uint32_t EpilogueBytes(bool tma_store, Epilogue e = Epilogue::kScale) {
+  return !tma_store ? 0 : kConsumerGroups * (e == Epilogue::kSwiGluBackward ? 4 : 2) * kEpiBoxBytes;
 }
 // The ring, the epilogue buffers, the 2 kStages mbarriers, and slack to align the ring to 1024
 // bytes (the swizzle atom).
-__host__ __device__ constexpr int SmemBytes(bool tma_store) {
-  return kStages * int(kStageBytes) + int(EpilogueBytes(tma_store)) + 2 * kStages * 8 + 1024;
+__host__ __device__ constexpr int SmemBytes(bool tma_store, Epilogue e = Epilogue::kScale) {
+  return Stages(e) * int(kStageBytes) + int(EpilogueBytes(tma_store, e)) + 2 * Stages(e) * 8 +
+         (e == Epilogue::kSwiGluBackward ? 2 * kConsumerGroups * 8 : 0) + 1024;
 }
 constexpr int kProducerRegs = 40, kConsumerRegs = 232;
 
@@ -73,7 +79,8 @@ static_assert(kBlockM == 64 * kConsumerGroups, "each consumer warpgroup owns 64 
 static_assert(kBlockN == 256 && kBlockN % kEpiCols == 0, "the consumer issues m64n256k16");
 static_assert(kABytes % 1024 == 0 && kBBytes % 2048 == 0 && kEpiBoxBytes % 1024 == 0,
               "tiles, half B tiles and epilogue boxes must stay 1024-byte aligned (swizzle atoms)");
-static_assert(SmemBytes(true) <= 227 * 1024, "the ring and epilogue must fit the 227 KiB a block may use");
+static_assert(SmemBytes(true) <= 227 * 1024 && SmemBytes(true, Epilogue::kSwiGluBackward) <= 227 * 1024,
+              "the ring and epilogue must fit the 227 KiB a block may use");
 static_assert(kProducerRegs * 128 + kConsumerRegs * 128 * kConsumerGroups <= 65536,
               "register reallocation must fit the SM's 64K registers");
 
@@ -144,29 +151,33 @@ __device__ __forceinline__ void SwiGluBackwardBf16x2(float d0, float d1, uint32_
 // through the same pair of staging buffers (4 + 2 boxes a tile with d, 2 without: even, so box c of
 // every tile uses buffer c % 2). tmap_h is last among the parameters so the kScale kernels' others
 // keep their offsets.
-// kSwiGluBackward: the tile is dh; tmap_d writes dgate and tmap_h dup, box c of each (8 a tile:
-// dgate in buffer 0, dup in buffer 1), from gate_in and up_in at the accumulator's positions, read
-// by each thread just before its boxes are filled. Those loads are plain (not .nc): dgate and dup
-// may overwrite gate and up, which is safe because a tile reads only its own region, before its
-// stores are issued. They are synchronous, and both consumer warpgroups wait on them with the
-// tensor cores idle: the kernel is slower than cuBLASLt + SwiGluBackward (benchmarks/README.md,
-// 2026-12-02: 1.24-1.25 ms against 1.16-1.17 at the 1b shape; without the loads, 1.02). An L2 prefetch
-// of the tile's gate/up rows when its k-loop starts made it slower still (1.27 against 1.24).
+// kSwiGluBackward: the tile is dh. Its 64-column box c (per warpgroup) uses box pair c % 2: the
+// warpgroup's leader has TMA load the gate box (tmap_g) and the up box (tmap_u) at the tile's
+// position into the pair, completing the pair's `loaded` mbarrier; each thread reads its
+// accumulator's positions there, writes dgate and dup over them (the same thread, the same
+// addresses), and the leader stores the two boxes (tmap_d: dgate, tmap_h: dup). Boxes 0 and 1 are
+// loaded while the tile's k-loop runs (once the previous tile's stores have read their pairs);
+// box c + 2 once box c's stores have read its pair, while box c + 1 is computed. Each pair is
+// loaded twice a tile, so the wait for box c has parity (c / 2) & 1. dgate and dup may overwrite
+// gate and up in memory: each tile reads its region before it writes it.
 template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
 __global__ void __launch_bounds__(kThreads, 1)
     WgmmaGemmKernel(const __grid_constant__ CUtensorMap tmap_a, const __grid_constant__ CUtensorMap tmap_b,
                     const __grid_constant__ CUtensorMap tmap_d, bf16* __restrict__ d,
                     const float* __restrict__ row_scale, int m, int n, int k,
-                    const __grid_constant__ CUtensorMap tmap_h, const bf16* gate_in, const bf16* up_in) {
+                    const __grid_constant__ CUtensorMap tmap_h, const __grid_constant__ CUtensorMap tmap_g,
+                    const __grid_constant__ CUtensorMap tmap_u) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   static_assert(kCluster == 1 || (kCluster == 2 && kGroupM % 2 == 0), "pairs must be M-adjacent tiles");
   static_assert(kEpi == Epilogue::kScale || (kTmaStore && kCluster == 1),
                 "the SwiGLU epilogues exist on the single-block TMA-store kernel only");
   static_assert(kBlockN == 2 * 128, "SwiGLU tiles hold 128 gate and 128 up columns (kSwiGluBlock)");
+  constexpr int kSt = Stages(kEpi);
   extern __shared__ __align__(1024) unsigned char smem_raw[];
   const uint32_t ring = SmemAddr(smem_raw) + (1024 - SmemAddr(smem_raw) % 1024) % 1024;
-  const uint32_t epi = ring + kStages * kStageBytes;
-  const uint32_t bars = epi + EpilogueBytes(kTmaStore);  // full[s] at bars + 8 s, empty[s] after them
+  const uint32_t epi = ring + kSt * kStageBytes;
+  const uint32_t bars = epi + EpilogueBytes(kTmaStore, kEpi);  // full[s] at bars + 8 s, empty[s] after them
+  auto loaded = [&](int cg, int pair) { return bars + 8 * (2 * kSt + 2 * cg + pair); };  // kSwiGluBackward
   const int tiles_m = m / kBlockM, tiles_n = n / kBlockN, k_blocks = k / kBlockK;
   const int units = tiles_m * tiles_n / kCluster;  // a unit: one tile, or one pair of tiles
   const int wg = int(threadIdx.x) / 128;
@@ -174,9 +185,12 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int first_unit = int(blockIdx.x) / kCluster, unit_step = int(gridDim.x) / kCluster;
 
   if (threadIdx.x == 0) {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < kSt; ++s) {
       MbarInit(bars + 8 * s, 1);                                           // the producer's arrive.expect_tx
-      MbarInit(bars + 8 * (kStages + s), 4 * kConsumerGroups * kCluster);  // each consumer warp of the cluster
+      MbarInit(bars + 8 * (kSt + s), 4 * kConsumerGroups * kCluster);  // each consumer warp of the cluster
+    }
+    if constexpr (kEpi == Epilogue::kSwiGluBackward) {
+      for (int i = 0; i < 2 * kConsumerGroups; ++i) MbarInit(loaded(i / 2, i % 2), 1);
     }
     FenceMbarInit();
   }
@@ -196,9 +210,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         int m0, n0;
         TileOrigin(u * kCluster + rank, tiles_m, tiles_n, m0, n0);
         for (int kb = 0; kb < k_blocks; ++kb, ++it) {
-          const int s = it % kStages;
-          const uint32_t stage = ring + s * kStageBytes, full = bars + 8 * s, empty = bars + 8 * (kStages + s);
-          MbarWait<true>(empty, ((it / kStages) & 1) ^ 1);
+          const int s = it % kSt;
+          const uint32_t stage = ring + s * kStageBytes, full = bars + 8 * s, empty = bars + 8 * (kSt + s);
+          MbarWait<true>(empty, ((it / kSt) & 1) ^ 1);
           MbarArriveExpectTx(full, kStageBytes);  // A, and B from both halves' multicasts
           TmaLoad2d(stage, &tmap_a, kb * kBlockK, m0, full);
           if constexpr (kCluster == 1) {
@@ -218,15 +232,23 @@ __global__ void __launch_bounds__(kThreads, 1)
     auto release = [&](int s) {  // the stage's reads are done: one arrival per warp and block
       if (lane != 0) return;
       if constexpr (kCluster == 1) {
-        MbarArrive(bars + 8 * (kStages + s));
+        MbarArrive(bars + 8 * (kSt + s));
       } else {
 #pragma unroll
-        for (int r = 0; r < kCluster; ++r) MbarArriveCluster(bars + 8 * (kStages + s), uint32_t(r));
+        for (int r = 0; r < kCluster; ++r) MbarArriveCluster(bars + 8 * (kSt + s), uint32_t(r));
       }
     };
     float acc[128];
 #pragma unroll
     for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    // kSwiGluBackward: this warpgroup's box pairs, and box c of the tile at (m0, n0) loaded into pair c % 2.
+    const uint32_t pairs = epi + cg * 4 * kEpiBoxBytes;
+    auto load_box = [&](int c, int m0, int n0) {
+      const uint32_t gate = pairs + (c % 2) * 2 * kEpiBoxBytes, bar = loaded(cg, c % 2);
+      MbarArriveExpectTx(bar, 2 * kEpiBoxBytes);
+      TmaLoad2d(gate, &tmap_g, n0 + c * kEpiCols, m0 + 64 * cg, bar);
+      TmaLoad2d(gate + kEpiBoxBytes, &tmap_u, n0 + c * kEpiCols, m0 + 64 * cg, bar);
+    };
     int it = 0;
     for (int u = first_unit; u < units; u += unit_step) {
       int m0, n0;
@@ -239,9 +261,9 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int i = 0; i < 128; ++i) acc[i] = 0.f;
       }
       for (int kb = 0; kb < k_blocks; ++kb, ++it) {
-        const int s = it % kStages;
+        const int s = it % kSt;
         const uint32_t a_tile = ring + s * kStageBytes + cg * 64 * 128, b_tile = ring + s * kStageBytes + kABytes;
-        MbarWait<true>(bars + 8 * s, (it / kStages) & 1);
+        MbarWait<true>(bars + 8 * s, (it / kSt) & 1);
         FenceOperands(acc);
         WgmmaFence();
 #pragma unroll
@@ -250,13 +272,20 @@ __global__ void __launch_bounds__(kThreads, 1)
                           kb > 0 || kk > 0);
         }
         WgmmaCommit();
+        if constexpr (kEpi == Epilogue::kSwiGluBackward) {
+          if (kb == 0 && leader) {  // the first group is in flight: the previous tile's stores
+            BulkWaitRead<0>();      // have read both pairs, which now take boxes 0 and 1
+            load_box(0, m0, n0);
+            load_box(1, m0, n0);
+          }
+        }
         WgmmaWait<1>();  // the previous k-block's group is done reading its stage
         FenceOperands(acc);
-        if (kb > 0) release((it - 1) % kStages);
+        if (kb > 0) release((it - 1) % kSt);
       }
       WgmmaWait<0>();
       FenceOperands(acc);
-      release((it - 1) % kStages);
+      release((it - 1) % kSt);
 
       const int row_in_wg = 16 * warp + lane / 4;  // and row_in_wg + 8
       const int row = m0 + 64 * cg + row_in_wg;
@@ -303,32 +332,34 @@ __global__ void __launch_bounds__(kThreads, 1)
                       [&](int jj, int half) { return d_pair(4 * (8 * c + jj) + 2 * half, half); });
           }
         } else if constexpr (kEpi == Epilogue::kSwiGluBackward) {
-          // Register pair 4 (8 c + jj) + 2 half holds row row_in_wg + 8 half, columns
-          // 64 c + 8 jj + 2 (lane % 4) and the next: gate and up are read there (all 32 pairs of a box
-          // before its math, so the loads are in flight together).
-          const int64_t first = int64_t(row) * n + n0 + 2 * (lane % 4);
 #pragma unroll
           for (int c = 0; c < kBlockN / kEpiCols; ++c) {
-            uint32_t g[8][2], u[8][2];  // then dgate and dup, in the same registers
+            const uint32_t gate = pairs + (c % 2) * 2 * kEpiBoxBytes, up = gate + kEpiBoxBytes;
+            MbarWait<true>(loaded(cg, c % 2), uint32_t(c / 2) & 1);
 #pragma unroll
             for (int jj = 0; jj < 8; ++jj) {
+              const uint32_t off = ((uint32_t(jj) ^ swz) * 16) + 4 * (lane % 4);
 #pragma unroll
               for (int half = 0; half < 2; ++half) {
-                const int64_t at = first + int64_t(8 * half) * n + 64 * c + 8 * jj;
-                g[jj][half] = *reinterpret_cast<const uint32_t*>(gate_in + at);
-                u[jj][half] = *reinterpret_cast<const uint32_t*>(up_in + at);
-              }
-            }
-#pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-#pragma unroll
-              for (int half = 0; half < 2; ++half) {
+                const uint32_t at = uint32_t(row_in_wg + 8 * half) * 128 + off;
                 const int i = 4 * (8 * c + jj) + 2 * half;
-                SwiGluBackwardBf16x2(acc[i], acc[i + 1], g[jj][half], u[jj][half], g[jj][half], u[jj][half]);
+                uint32_t g = LdShared32(gate + at), u = LdShared32(up + at);
+                SwiGluBackwardBf16x2(acc[i], acc[i + 1], g, u, g, u);
+                StShared32(gate + at, g);
+                StShared32(up + at, u);
               }
             }
-            store_box(2 * c, &tmap_d, n0 + c * kEpiCols, [&](int jj, int half) { return g[jj][half]; });
-            store_box(2 * c + 1, &tmap_h, n0 + c * kEpiCols, [&](int jj, int half) { return u[jj][half]; });
+            FenceProxyAsyncShared();
+            NamedBarrierSync(1 + cg, 128);
+            if (leader) {
+              TmaStore2d(&tmap_d, gate, n0 + c * kEpiCols, m0 + 64 * cg);
+              TmaStore2d(&tmap_h, up, n0 + c * kEpiCols, m0 + 64 * cg);
+              BulkCommit();
+              if (c + 2 < kBlockN / kEpiCols) {
+                BulkWaitRead<0>();  // the stores just issued have read the pair: box c + 2 goes there
+                load_box(c + 2, m0, n0);
+              }
+            }
           }
         } else {
           // h's box c (columns 64 c.. of the half-tile) from d's boxes c (gate) and c + 2 (up): with
@@ -377,9 +408,10 @@ absl::Status EncodeKMajor(CUtensorMap* map, const void* base, int64_t rows, int6
 template <bool kTmaStore, int kCluster, Epilogue kEpi = Epilogue::kScale>
 absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CUtensorMap& map_d,
                     const CUtensorMap& map_h, void* d, const float* row_scale, int64_t m, int64_t n, int64_t k,
-                    int sms, cudaStream_t stream, const void* gate = nullptr, const void* up = nullptr) {
+                    int sms, cudaStream_t stream, const CUtensorMap* map_g = nullptr,
+                    const CUtensorMap* map_u = nullptr) {
   auto* const kernel = WgmmaGemmKernel<kTmaStore, kCluster, kEpi>;
-  constexpr int kSmem = SmemBytes(kTmaStore);
+  constexpr int kSmem = SmemBytes(kTmaStore, kEpi);
   SG_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem));
   const int64_t units = (m / kBlockM) * (n / kBlockN) / kCluster;
   int64_t resident = sms / kCluster;  // persistent: one unit of blocks per SM (pair of SMs)
@@ -404,8 +436,8 @@ absl::Status Launch(const CUtensorMap& map_a, const CUtensorMap& map_b, const CU
   }
   config.gridDim = dim3(unsigned(kCluster * std::min(units, resident)));
   SG_CUDA_RETURN_IF_ERROR(cudaLaunchKernelEx(&config, kernel, map_a, map_b, map_d, static_cast<bf16*>(d), row_scale,
-                                             int(m), int(n), int(k), map_h, static_cast<const bf16*>(gate),
-                                             static_cast<const bf16*>(up)));
+                                             int(m), int(n), int(k), map_h, map_g ? *map_g : map_h,
+                                             map_u ? *map_u : map_h));
   return absl::OkStatus();
 }
 
@@ -460,13 +492,15 @@ absl::Status WgmmaGemmSwiGluCuda(int64_t m, int64_t n, int64_t k, const void* a,
 absl::Status WgmmaGemmSwiGluBackwardCuda(int64_t m, int64_t n, int64_t k, const void* a, const void* b,
                                          const void* gate, const void* up, void* dgate, void* dup, void* stream) {
   SG_ASSIGN_OR_RETURN(const int sms, Sm90MultiProcessors("WgmmaGemmSwiGluBackward"));
-  CUtensorMap map_a, map_b, map_dgate, map_dup;
+  CUtensorMap map_a, map_b, map_dgate, map_dup, map_gate, map_up;
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_a, a, m, k, kBlockM));
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_b, b, n, k, kBlockN));
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_dgate, dgate, m, n, 64));  // the epilogue's 64 x 64 boxes
   SG_RETURN_IF_ERROR(EncodeKMajor(&map_dup, dup, m, n, 64));
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_gate, gate, m, n, 64));
+  SG_RETURN_IF_ERROR(EncodeKMajor(&map_up, up, m, n, 64));
   return Launch<true, 1, Epilogue::kSwiGluBackward>(map_a, map_b, map_dgate, map_dup, dgate, nullptr, m, n, k, sms,
-                                                    static_cast<cudaStream_t>(stream), gate, up);
+                                                    static_cast<cudaStream_t>(stream), &map_gate, &map_up);
 }
 
 namespace {

@@ -32,6 +32,11 @@ namespace sg::kernels::wgmma_gemm_internal {
 __device__ __forceinline__ void StShared32(uint32_t addr, uint32_t v) {
   asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(v) : "memory");
 }
+__device__ __forceinline__ uint32_t LdShared32(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr) : "memory");
+  return v;
+}
 
 // A K-major operand's descriptor (sm90::Sw128Desc with LBO 16, SBO 1024): see the layout above.
 __device__ __forceinline__ uint64_t KMajorSw128Desc(uint32_t addr) { return sm90::Sw128Desc(addr, 16, 1024); }
