@@ -13,7 +13,7 @@
 //     Epilogue: the accumulator times the row's scale, rounded to bf16, stored straight from
 //     registers (bf16x2; each warp store covers 8 rows x 16 contiguous bytes). The producer keeps
 //     loading the next tile's stages meanwhile.
-// Ring: kStages stages of 48 KiB. Iteration `it` (counted over the block's tiles and k-blocks, the
+// Ring: kStages stages of 48 KiB (one fewer with the SwiGLU backward epilogue, Stages()). Iteration `it` (counted over the block's tiles and k-blocks, the
 // same sequence on both sides) uses stage it % kStages in round it / kStages: the consumers wait
 // `full` for parity round & 1, the producer waits `empty` for parity (round & 1) ^ 1 (a fresh
 // barrier reports parity 1 complete, so round 0 starts on free slots).
@@ -23,7 +23,7 @@
 // The SwiGLU epilogues (WgmmaGemmSwiGlu, on the TMA-store form) write h = silu(gate) * up from a tile
 // of 128 gate and 128 up columns of the interleaved W13, with or without the tile itself.
 // The SwiGLU backward epilogue (WgmmaGemmSwiGluBackward) takes the tile as dh and writes dgate and
-// dup from the gate and up it reads at the same positions.
+// dup from the gate and up TMA-loaded into shared memory at the same positions.
 // Tile order: the persistent index t = blockIdx.x + i gridDim.x walks groups of kGroupM tile rows,
 // tile rows fastest inside a group, so the ~132 tiles in flight share ~8 A row-panels and ~17 B
 // panels: both stay in L2 even when B (up to 64 MiB at N = 16384) does not fit.
@@ -149,8 +149,8 @@ __device__ __forceinline__ void SwiGluBackwardBf16x2(float d0, float d1, uint32_
 // consumer warpgroup, from gate columns [0, 128) and up columns [128, 256) of its accumulator (thread
 // registers i and i + 64 hold the same row and column of the two halves), as two more 64 x 64 boxes
 // through the same pair of staging buffers (4 + 2 boxes a tile with d, 2 without: even, so box c of
-// every tile uses buffer c % 2). tmap_h is last among the parameters so the kScale kernels' others
-// keep their offsets.
+// every tile uses buffer c % 2). tmap_h, tmap_g and tmap_u come last among the parameters so the
+// kScale kernels' others keep their offsets.
 // kSwiGluBackward: the tile is dh. Its 64-column box c (per warpgroup) uses box pair c % 2: the
 // warpgroup's leader has TMA load the gate box (tmap_g) and the up box (tmap_u) at the tile's
 // position into the pair, completing the pair's `loaded` mbarrier; each thread reads its
