@@ -185,6 +185,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   lo.offload_activations = o.offload_activations;
   lo.wgrad_stream = o.wgrad_stream;
   lo.lm_head_chunks = o.lm_head_chunks;
+  lo.swiglu_backward_gemm = o.swiglu_backward_gemm;
   SG_ASSIGN_OR_RETURN(step->program_, Lower(std::move(train), o.binding, o.device, lo));
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
@@ -233,7 +234,10 @@ absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOpt
   if (o.lm_head_chunks < 1) {
     return absl::InvalidArgumentError(absl::StrCat("PlanMemory: lm_head_chunks must be >= 1, found ", o.lm_head_chunks));
   }
-  if (o.strategy == Strategy::kNone && o.micro_batches == 1) lo.lm_head_chunks = o.lm_head_chunks;
+  if (o.strategy == Strategy::kNone && o.micro_batches == 1) {
+    lo.lm_head_chunks = o.lm_head_chunks;
+    lo.swiglu_backward_gemm = o.swiglu_backward_gemm;
+  }
   return PlanStepMemory(std::move(train), o.binding, o.device, lo);
 }
 

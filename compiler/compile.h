@@ -122,6 +122,9 @@ struct CompileOptions {
   // start of the backward, become one block). The same loss and dh; dW summed over the blocks in
   // f32. One device, one micro-batch, without wgrad_stream. 1: off (the default until measured).
   int lm_head_chunks = 1;
+  // One device, one micro-batch: the MLP backward's dh = dy @ W2 and the SwiGLU backward reading it
+  // as one Hopper kernel (LowerOptions::swiglu_backward_gemm; dh never stored), where it runs.
+  bool swiglu_backward_gemm = true;
   Device device = Device::Cpu();
   std::string cache_dir;  // "" disables the compile cache
   // Concrete sizes for the graph's symbols; the step is specialized to them (static shapes).

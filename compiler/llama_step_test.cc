@@ -2,7 +2,9 @@
 // fallback), the lowering's cross-node fusions (fused cross-entropy, f32 weight gradients, bf16
 // weight copies from AdamW), loss and gradients against the f64 interpreter, the memory plan at
 // the benchmark shapes, and (GPU) the CUDA step against the CPU step and graph replay.
+#include <array>
 #include <cmath>
+#include <set>
 #include <iostream>
 
 #include "absl/strings/str_format.h"
@@ -17,6 +19,7 @@
 #include "graph/ops.h"
 #include "gtest/gtest.h"
 #include "kernels/core/testing.h"
+#include "kernels/wgmma_gemm/wgmma_gemm_swiglu.h"
 
 namespace sg::compiler {
 namespace {
@@ -270,6 +273,77 @@ TEST(LlamaStepTest, LmHeadInBlocksPlanAtThe1b) {
   EXPECT_LE(planned[1], budget);
 }
 
+// LowerOptions::swiglu_backward_gemm at the 1b shapes (planned for a Hopper GPU, no GPU asked):
+// every layer's dh = dy @ W2 matmul and its swiglu_backward become one step, dh gets no buffer and
+// the step a W2^T scratch; off, or on the CPU, or at shapes the kernel does not take (the test's
+// tiny Llama: ffn 24), the two steps stay.
+TEST(LlamaStepTest, SwiGluBackwardGemmPlanAtThe1b) {
+  auto lower = [](const graph::LlamaConfig& model, const graph::Binding& binding, Device device, bool fuse) {
+    graph::Graph fwd = LlamaForward(model);
+    CompileOptions o;
+    o.device = device;
+    o.precision = Precision::kBF16Mixed;
+    o.recompute = RecomputePolicy::kSelective;
+    o.binding = binding;
+    graph::Graph train = PrepareTrainingGraph(fwd, o).value();
+    LowerOptions lo;
+    lo.plan_only = true;
+    lo.swiglu_backward_gemm = fuse;
+    auto p = Lower(std::move(train), o.binding, o.device, lo);
+    EXPECT_TRUE(p.ok()) << p.status();
+    return p.ok() ? *std::move(p) : nullptr;
+  };
+  // (fused steps, matmul steps, swiglu_backward steps) of a program.
+  auto count = [](const Program& p) {
+    std::array<int, 3> c = {0, 0, 0};
+    for (const Step& st : p.schedule.steps) {
+      if (st.node < 0) continue;
+      c[0] += absl::StartsWith(st.name, "matmul + swiglu_backward @layers.");
+      const graph::OpKind op = p.graph.nodes()[st.node].op;
+      c[1] += op == graph::OpKind::kMatmul;
+      c[2] += op == graph::OpKind::kSwiGLUBackward;
+    }
+    return c;
+  };
+  auto c = LlamaBenchConfigNamed("1b");
+  ASSERT_TRUE(c.ok());
+  const graph::Binding b = {{"batch", c->batch}, {"seq", c->seq}};
+  auto fused = lower(c->model, b, Device::Cuda(0), true), plain = lower(c->model, b, Device::Cuda(0), false);
+  ASSERT_NE(fused, nullptr);
+  ASSERT_NE(plain, nullptr);
+  const std::array<int, 3> f = count(*fused), u = count(*plain);
+  const int layers = int(c->model.n_layers);
+  EXPECT_EQ(f[0], layers);
+  EXPECT_EQ(u[0], 0);
+  EXPECT_EQ(f[1], u[1] - layers) << "one dh matmul fewer per layer";
+  EXPECT_EQ(f[2], u[2]);
+  // No slot holds a swiglu_backward's dh; each fused step has its [ffn, dim] bf16 scratch.
+  std::set<int> dh;
+  for (const graph::Node& n : fused->graph.nodes()) {
+    if (n.op == graph::OpKind::kSwiGLUBackward) dh.insert(n.inputs[0]);
+  }
+  ASSERT_EQ(int(dh.size()), layers);
+  for (int v : fused->slot_values) EXPECT_EQ(dh.count(v), 0u) << "value " << v;
+  int dh_slots = 0;
+  for (int v : plain->slot_values) dh_slots += dh.count(v) > 0;
+  EXPECT_EQ(dh_slots, layers);
+  // The arena's peak lies outside the MLP backward at this size (the dh it no longer holds is off-peak), so
+  // the fused plan may cost at most its one new buffer, the [ffn, dim] W2 transpose.
+  const int64_t w2t_bytes = c->model.ffn_dim * c->model.dim * 2;
+  EXPECT_LE(fused->plan.arena_bytes, plain->plan.arena_bytes + w2t_bytes);
+  std::cout << absl::StrFormat("1b selective: arena %.3f GiB fused, %.3f GiB unfused\n", fused->plan.arena_bytes / kGiB,
+                               plain->plan.arena_bytes / kGiB);
+  // The CPU, and shapes outside the kernel: unfused.
+  auto cpu = lower(c->model, b, Device::Cpu(), true);
+  ASSERT_NE(cpu, nullptr);
+  EXPECT_EQ(count(*cpu)[0], 0);
+  graph::LlamaConfig tiny = graph::LlamaConfig::Tiny();
+  tiny.dtype = DType::kF32;
+  auto small = lower(tiny, {{"batch", 16}, {"seq", 8}}, Device::Cuda(0), true);
+  ASSERT_NE(small, nullptr);
+  EXPECT_EQ(count(*small)[0], 0) << "ffn 24 is not a multiple of 256";
+}
+
 // ChooseRecompute with micro-batches plans the data-parallel runtime's step (PlanFsdpMemory on a
 // group of one: the accumulated f32 gradients, one micro-batch's activations): the 1b as 2
 // micro-batches needs no recompute under the 32 GiB default (28.8 GiB), where one pass needs it.
@@ -386,7 +460,9 @@ TEST(LlamaStepTest, OffloadBeforeRecomputeTakesNoRecomputeWithTheFewestOffloads)
 // ---- GPU ----------------------------------------------------------------------------------------
 
 // The CUDA step (bf16 kernels, cuBLASLt, fused CE, multi-tensor AdamW) against the CPU step with
-// the same bf16 mixed precision: loss, every gradient, and the weights after three steps.
+// the same bf16 mixed precision: loss, every gradient, and the weights after three steps; with the
+// MLP's dh matmul fused into the SwiGLU backward (on sm_90: the tiny shape is the kernel's) and
+// without, and the two CUDA steps' gradients against each other.
 TEST(LlamaStepTest, CudaStepMatchesTheCpuStep) {
   SG_SKIP_WITHOUT_CUDA();
   auto c = LlamaBenchConfigNamed("tiny");  // head_dim 64: the CUDA attention kernels apply
@@ -398,34 +474,52 @@ TEST(LlamaStepTest, CudaStepMatchesTheCpuStep) {
       for (double& v : h.data) v *= 0.1;  // keep activations in a sane range at dim 128
     }
   }
-  std::unique_ptr<CompiledStep> steps[2];
-  for (int d = 0; d < 2; ++d) {
+  // 0: CPU, 1: CUDA with the fused SwiGLU backward where it runs, 2: CUDA without.
+  std::unique_ptr<CompiledStep> steps[3];
+  for (int d = 0; d < 3; ++d) {
     CompileOptions o = LlamaStepOptions(*c, d == 0 ? Device::Cpu() : Device::Cuda(0), RecomputePolicy::kNone);
     o.cuda_graph = false;
+    o.swiglu_backward_gemm = d != 2;
     steps[d] = CompileWithParams(fwd, o, params);
     ASSERT_NE(steps[d], nullptr);
     ASSERT_TRUE(steps[d]->SetLearningRate(1e-3f).ok());
     for (const auto& [op, n] : StepsByOp(*steps[d], "reference")) ADD_FAILURE() << "reference on " << d << ": " << op;
   }
+  int fused = 0;
+  for (const Step& st : steps[1]->program().schedule.steps) fused += absl::StartsWith(st.name, "matmul + swiglu_backward");
+  const bool hopper = kernels::WgmmaGemmSwiGluBackwardSupports(128, 64, 256, DType::kBF16, Device::Cuda(0)).ok();
+  EXPECT_EQ(fused, hopper ? int(c->model.n_layers) : 0);
+  std::cout << "fused SwiGLU backward steps: " << fused << (hopper ? " (sm_90)" : " (not sm_90: unfused)") << "\n";
   for (int it = 0; it < 3; ++it) {
     Feeds batch = TinyBatch(c->batch, c->seq, c->model.vocab);
     auto host = OnDevice(batch, Device::Cpu());
     ASSERT_TRUE(steps[0]->Run(Views(host)).ok());
-    ASSERT_TRUE(steps[1]->Run(Views(host)).ok());  // host batch: the pinned staging path
-    auto m0 = steps[0]->ReadMetrics(), m1 = steps[1]->ReadMetrics();
-    ASSERT_TRUE(m0.ok() && m1.ok()) << m1.status();
-    EXPECT_NEAR(m1->loss, m0->loss, 1e-2 * m0->loss) << "step " << it;
-    EXPECT_NEAR(m1->grad_norm, m0->grad_norm, 3e-2 * m0->grad_norm) << "step " << it;
-    EXPECT_EQ(m1->step, it + 1);
+    auto m0 = steps[0]->ReadMetrics();
+    ASSERT_TRUE(m0.ok()) << m0.status();
+    for (int d = 1; d < 3; ++d) {
+      SCOPED_TRACE(d == 1 ? "fused" : "unfused");
+      ASSERT_TRUE(steps[d]->Run(Views(host)).ok());  // host batch: the pinned staging path
+      auto m1 = steps[d]->ReadMetrics();
+      ASSERT_TRUE(m1.ok()) << m1.status();
+      EXPECT_NEAR(m1->loss, m0->loss, 1e-2 * m0->loss) << "step " << it;
+      EXPECT_NEAR(m1->grad_norm, m0->grad_norm, 3e-2 * m0->grad_norm) << "step " << it;
+      EXPECT_EQ(m1->step, it + 1);
+    }
     if (it == 0) {
       for (const std::string& name : steps[0]->parameter_names()) {
-        EXPECT_LT(sg::testing::RelativeError(Read(*steps[1], "grad:" + name), Read(*steps[0], "grad:" + name)), 5e-2)
-            << name;
+        const std::vector<double> cpu = Read(*steps[0], "grad:" + name), f = Read(*steps[1], "grad:" + name),
+                                  u = Read(*steps[2], "grad:" + name);
+        EXPECT_LT(sg::testing::RelativeError(f, cpu), 5e-2) << name;
+        EXPECT_LT(sg::testing::RelativeError(u, cpu), 5e-2) << name;
+        // The fused and unfused CUDA steps differ only in how dh's GEMM rounds (ours vs cuBLASLt).
+        EXPECT_LT(sg::testing::RelativeError(f, u), 1e-2) << name;
       }
     }
   }
   for (const std::string& name : steps[0]->parameter_names()) {
-    EXPECT_LT(sg::testing::RelativeError(Read(*steps[1], name), Read(*steps[0], name)), 1e-2) << name;
+    for (int d = 1; d < 3; ++d) {
+      EXPECT_LT(sg::testing::RelativeError(Read(*steps[d], name), Read(*steps[0], name)), 1e-2) << d << " " << name;
+    }
   }
 }
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <numeric>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -19,6 +20,7 @@
 #include "kernels/core/allocator.h"
 #include "kernels/core/status.h"
 #include "kernels/elementwise/elementwise.h"
+#include "kernels/wgmma_gemm/wgmma_gemm_swiglu.h"
 
 namespace sg::compiler {
 
@@ -42,6 +44,13 @@ int WgradJoinMatmuls() {
 int WgradSms() {
   const char* v = std::getenv("SG_WGRAD_SMS");
   return v == nullptr ? 0 : std::max(0, std::atoi(v));
+}
+
+// LowerOptions::swiglu_backward_gemm, unless SG_FUSE_SWIGLU_BWD=0 in the environment turns it off
+// (measuring the fused and unfused steps in one binary).
+bool SwiGluBackwardGemm(bool option) {
+  const char* v = std::getenv("SG_FUSE_SWIGLU_BWD");
+  return option && (v == nullptr || std::string(v) != "0");
 }
 
 bool IsSource(OpKind op) { return op == OpKind::kParameter || op == OpKind::kInput; }
@@ -78,7 +87,8 @@ class Lowerer {
       return absl::InvalidArgumentError("Lower: lm_head_chunks > 1 with wgrad_stream (the weight gradient of the "
                                         "LM head is computed inside the head's launch, not by a matmul step)");
     }
-    fusions_ = FindLoweringFusions(g_, device_seeds, o_.lm_head_chunks);
+    fusions_ = FindLoweringFusions(g_, device_seeds, o_.lm_head_chunks, SwiGluBackwardGemm(o_.swiglu_backward_gemm));
+    KeepRunnableSwiGluBackwardGemms();
     HostScalarSeeds();
     Roots();
     SG_RETURN_IF_ERROR(Updates());
@@ -121,6 +131,33 @@ class Lowerer {
     }
   }
 
+  // The swiglu_backward + dh matmul pairs the kernel runs: bf16 throughout, its shapes, and (when
+  // allocating) this process's GPU; the others stay two steps.
+  void KeepRunnableSwiGluBackwardGemms() {
+    const auto& nodes = g_.nodes();
+    for (auto it = fusions_.swiglu_backward_gemm.begin(); it != fusions_.swiglu_backward_gemm.end();) {
+      const Node& s = nodes[it->first];
+      const Node& m = nodes[it->second];
+      const int dy = m.inputs[0], w = m.inputs[1];
+      bool bf16 = true;
+      for (int v : {dy, w, s.inputs[0], s.inputs[1], s.inputs[2], s.outputs[0], s.outputs[1]}) {
+        bf16 = bf16 && g_.type(v).dtype == DType::kBF16;
+      }
+      const Shape& dys = shape_[dy];
+      const int64_t k = dys.empty() ? 1 : dys.back(), rows = NumElements(dys) / std::max<int64_t>(k, 1);
+      const bool runs = bf16 && shape_[w].size() == 2 && shape_[w][0] == k &&
+                        kernels::WgmmaGemmSwiGluBackwardSupports(rows, k, shape_[w][1], DType::kBF16, p_->device,
+                                                                 /*query_gpu=*/allocate_)
+                            .ok();
+      if (runs) {
+        ++it;
+        continue;
+      }
+      fusions_.fused_away.erase(it->second);
+      it = fusions_.swiglu_backward_gemm.erase(it);
+    }
+  }
+
   int64_t Bytes(int v) const { return NumElements(shape_[v]) * SizeOf(g_.type(v).dtype); }
 
   absl::Status Shapes() {
@@ -158,6 +195,10 @@ class Lowerer {
     // The chunked LM head's launch at the cross-entropy node reads the logits matmul's x and W.
     if (const auto& h = fusions_.lm_head) {
       for (int v : nodes[h->matmul].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], h->cross_entropy);
+    }
+    // The fused SwiGLU backward's launch reads its dh matmul's dy and W2.
+    for (const auto& [s, m] : fusions_.swiglu_backward_gemm) {
+      for (int v : nodes[m].inputs) last_use_[root_[v]] = std::max(last_use_[root_[v]], s);
     }
     for (const graph::GraphOutput& o : g_.outputs()) {
       auto until = o_.output_live_until.find(o.name);
@@ -318,6 +359,8 @@ class Lowerer {
       const int64_t vocab = shape_[logits].back(), rows = NumElements(shape_[logits]) / std::max<int64_t>(vocab, 1);
       head_block_bytes = (rows + h->chunks - 1) / h->chunks * vocab * SizeOf(g_.type(logits).dtype);
     }
+    // The fused SwiGLU backward's dh is never written: no buffer.
+    for (const auto& [s, m] : fusions_.swiglu_backward_gemm) first[root_[nodes[s].inputs[0]]] = INT32_MAX;
     slot_.assign(nv, -1);
     for (int v = 0; v < nv; ++v) {
       if (first[v] == INT32_MAX || root_[v] != v || Persistent(v)) continue;
@@ -377,7 +420,10 @@ class Lowerer {
     for (int v = 0; v < g_.num_value_ids(); ++v) {
       if (!g_.has_value(v)) continue;
       const int r = root_[v];
-      char* base = state_offset[r] >= 0 ? state + state_offset[r] : arena + p_->plan.offsets[slot_[r]];
+      // No buffer (a fused SwiGLU backward's dh): a view of nothing, which no step reads.
+      char* base = state_offset[r] >= 0 ? state + state_offset[r]
+                   : slot_[r] >= 0      ? arena + p_->plan.offsets[slot_[r]]
+                                        : nullptr;
       p_->values[v] = TensorView(base, g_.type(v).dtype, shape_[v], p_->device);
     }
     for (const auto& [v, f32] : fusions_.folded_cast) p_->values[v] = p_->values[f32];
@@ -617,13 +663,17 @@ class Lowerer {
       if (auto ce = fusions_.cross_entropy.find(i); ce != fusions_.cross_entropy.end()) {
         nv.fused_out.push_back(p_->values[nodes[ce->second].outputs[0]]);
       }
+      auto dh_matmul = fusions_.swiglu_backward_gemm.find(i);
+      if (dh_matmul != fusions_.swiglu_backward_gemm.end()) {
+        for (int v : nodes[dh_matmul->second].inputs) nv.fused_in.push_back(View(v, i));
+      }
       SG_ASSIGN_OR_RETURN(LoweredOp op, LowerNode(n, nv, side_, fusions_, i, p_->device));
       if (!op.launch) {
         ++missing[graph::OpName(n.op)];
         continue;
       }
       Step st;
-      st.name = StepName(n);
+      st.name = dh_matmul == fusions_.swiglu_backward_gemm.end() ? StepName(n) : absl::StrCat("matmul + ", StepName(n));
       st.node = i;
       st.phase = n.phase;
       st.impl = op.impl;

@@ -175,6 +175,10 @@ struct LowerOptions {
   // The LM head in this many blocks of tokens (lowering_fusion.h; CompileOptions::lm_head_chunks):
   // 1 off; > 1 with wgrad_stream is InvalidArgument.
   int lm_head_chunks = 1;
+  // The down projection's dh matmul and the swiglu_backward reading it as one launch where the
+  // kernel runs (lowering_fusion.h; Hopper, bf16, its shapes): dh is never stored.
+  // SG_FUSE_SWIGLU_BWD=0 in the environment turns it off, for measuring both in one binary.
+  bool swiglu_backward_gemm = false;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the

@@ -95,7 +95,8 @@ std::optional<LoweringFusions::LmHead> FindLmHead(const Graph& g, const Lowering
 
 }  // namespace
 
-LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>& device_seeds, int lm_head_chunks) {
+LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>& device_seeds, int lm_head_chunks,
+                                    bool swiglu_backward_gemm) {
   LoweringFusions f;
   const auto& nodes = g.nodes();
   const int nn = int(nodes.size());
@@ -171,6 +172,24 @@ LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>&
       f.fused_away.insert(f.lm_head->matmul);
       f.fused_away.insert(f.lm_head->dx);
       f.fused_away.insert(f.lm_head->dw);
+    }
+  }
+
+  // After the LM head (its dh matmul is taken there, and never feeds a swiglu_backward anyway).
+  if (swiglu_backward_gemm) {
+    for (int j = 0; j < nn; ++j) {
+      const Node& s = nodes[j];
+      if (s.op != OpKind::kSwiGLUBackward) continue;
+      const int dh = s.inputs[0];
+      const int k = g.value(dh).producer;
+      const Node& m = nodes[k];
+      if (m.op != OpKind::kMatmul || graph::AttrString(m, "epilogue") != "none" || graph::AttrBool(m, "trans_a") ||
+          graph::AttrBool(m, "trans_b") || m.inputs.size() != 2 || g.type(m.inputs[1]).rank() != 2 ||
+          f.fused_away.count(k) || is_output[dh] || users[dh].size() != 1 || s.inputs[1] == dh || s.inputs[2] == dh) {
+        continue;
+      }
+      f.swiglu_backward_gemm[j] = k;
+      f.fused_away.insert(k);
     }
   }
 

@@ -26,6 +26,12 @@
 //    dlogits, no epilogues, dW written in f32). The backward's matmuls may read a recompute clone
 //    of W's cast or of x (selective recompute's rmsnorm of the kept sum): the launch reads the
 //    forward's x and W, whose lifetimes the lowering extends to it.
+//  - SwiGLU backward with its dh matmul (FindLoweringFusions' swiglu_backward_gemm): the down
+//    projection's data gradient dh = dy @ W2 (a plain matmul, W2 [D, F]) whose only reader is a
+//    swiglu_backward becomes ONE launch at the swiglu_backward node
+//    (kernels/wgmma_gemm's WgmmaGemmSwiGluBackward, after W2 is transposed into a [F, D] scratch),
+//    so dh never exists. Found structurally here; the lowering keeps only the pairs the kernel
+//    runs (shapes, bf16, the GPU) and extends dy's and W2's lives to the launch.
 //  - In place: outputs that may overwrite an input whose last reader they are (kernel contracts
 //    allow it): add_rmsnorm's residual h over x, add_rmsnorm_backward's dx over the incoming
 //    residual gradient, an elementwise add over its first operand, swiglu_backward's dgate and dup
@@ -66,10 +72,11 @@ struct LoweringFusions {
     int chunks = 1;
   };
   std::optional<LmHead> lm_head;
+  std::map<int, int> swiglu_backward_gemm;     // swiglu_backward node -> the matmul computing its dh
 };
 
 LoweringFusions FindLoweringFusions(const graph::Graph& g, const std::set<std::string>& device_seeds = {},
-                                    int lm_head_chunks = 1);
+                                    int lm_head_chunks = 1, bool swiglu_backward_gemm = false);
 
 }  // namespace sg::compiler
 

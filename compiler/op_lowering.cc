@@ -16,6 +16,7 @@
 #include "kernels/rmsnorm/rmsnorm.h"
 #include "kernels/rope/rope.h"
 #include "kernels/swiglu/swiglu.h"
+#include "kernels/wgmma_gemm/wgmma_gemm_swiglu.h"
 
 namespace sg::compiler {
 
@@ -352,6 +353,9 @@ SideBuffers PlanSideBuffers(const Graph& g, const std::vector<Shape>& shapes, co
       sb.slots[j] = {planner->Add(4, j, j), planner->Add(4, j, j)};
     } else if (b.op == OpKind::kEmbeddingBackward && !f32(b.outputs[0])) {
       sb.slots[j] = {planner->Add(NumElements(shapes[b.outputs[0]]) * 4, j, j)};
+    } else if (b.op == OpKind::kSwiGLUBackward && fusions.swiglu_backward_gemm.count(j)) {
+      const int w2 = nodes[fusions.swiglu_backward_gemm.at(j)].inputs[1];
+      sb.slots[j] = {planner->Add(bytes(w2), j, j)};
     } else if (b.op == OpKind::kAttentionBackward && !matched) {
       const int q = b.inputs[1], out = b.inputs[4];
       sb.slots[j] = {planner->Add(NumElements(LseShape(shapes[q])) * 4, j, j), planner->Add(bytes(out), j, j)};
@@ -414,6 +418,16 @@ absl::StatusOr<LoweredOp> LowerNode(const Node& n, const NodeViews& v, const Sid
     }
     case OpKind::kSwiGLUBackward: {
       TensorView dy = v.in[0], gate = v.in[1], up = v.in[2], dg = v.out[0], du = v.out[1];
+      if (fusions.swiglu_backward_gemm.count(index)) {
+        // dh = dy @ W2 computed in the kernel's k-loop, never stored; W2 [D, F] transposed first
+        // (the kernel reads K-major operands only).
+        const TensorView dy_mlp = v.fused_in[0], w2 = v.fused_in[1];
+        const TensorView w2t(v.side[0], w2.dtype(), {w2.dim(1), w2.dim(0)}, w2.device());
+        return LoweredOp{"kernel", [=](const Stream& s) -> absl::Status {
+                           SG_RETURN_IF_ERROR(kernels::TransposeMatrix(w2, w2t, s));
+                           return kernels::WgmmaGemmSwiGluBackward(dy_mlp, w2t, gate, up, dg, du, s);
+                         }};
+      }
       return LoweredOp{"kernel", [=](const Stream& s) { return kernels::SwiGluBackward(dy, gate, up, dg, du, s); }};
     }
     case OpKind::kRope:

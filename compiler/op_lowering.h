@@ -27,6 +27,7 @@ namespace sg::compiler {
 //                       launch; its unfused backward: [loss f32, valid i32]
 //   attention:          [lse f32[b,h,s]]                              (live until its backward)
 //   attention_backward: [lse of the matching forward] or, without one, [lse, out scratch]
+//   swiglu_backward fused with its dh matmul: [W2^T scratch, W2's dtype [F, D]]
 struct SideBuffers {
   std::map<int, std::vector<int>> slots;  // node index -> planner slots
   std::map<int, bool> matched;            // backward node index -> found its forward's statistics
@@ -46,6 +47,8 @@ struct NodeViews {
   std::vector<char*> side;  // base pointers of the node's side slots
   // A fused cross-entropy forward: the backward node's dlogits, written by this node's launch.
   std::vector<TensorView> fused_out;
+  // A swiglu_backward fused with its dh matmul: that matmul's inputs (dy, W2 [D, F]).
+  std::vector<TensorView> fused_in;
   // A cross-entropy (fused forward or backward) seeded from device memory: the f32[] seed.
   TensorView device_seed;
   // A matmul: the SMs its GEMM should plan for (kernels::GemmArgs::sm_count; 0: all).

@@ -13,6 +13,7 @@ namespace {
 
 namespace impl = wgmma_gemm_internal;
 constexpr const char* kOp = "WgmmaGemmSwiGlu";
+constexpr const char* kBwd = "WgmmaGemmSwiGluBackward";
 
 bool Aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
@@ -84,22 +85,50 @@ absl::Status ShapeSupported(int64_t m, int64_t k, int64_t f, DType dtype, const 
   return absl::OkStatus();
 }
 
+// The backward's conditions: F a multiple of the whole tile (each tile's gate and up columns are
+// its own dh columns).
+absl::Status BackwardShapeSupported(int64_t m, int64_t k, int64_t f, DType dtype, const Device& device) {
+  if (!device.is_cuda()) {
+    return absl::UnimplementedError(absl::StrCat(kBwd, ": CUDA only, found tensors on ", device.ToString()));
+  }
+  if (dtype != DType::kBF16) {
+    return absl::UnimplementedError(absl::StrCat(kBwd, ": bf16 only, found ", DTypeName(dtype)));
+  }
+  if (m <= 0 || k <= 0 || f <= 0 || m % impl::kTileM != 0 || k % impl::kTileK != 0 || f % impl::kTileN != 0 ||
+      m >= (int64_t(1) << 31) || f >= (int64_t(1) << 31) || k >= (int64_t(1) << 31)) {
+    return absl::UnimplementedError(absl::StrCat(kBwd, ": needs M % ", impl::kTileM, " == 0, K % ", impl::kTileK,
+                                                 " == 0 and F % ", impl::kTileN, " == 0 (below 2^31), found M=", m,
+                                                 " F=", f, " K=", k));
+  }
+  return absl::OkStatus();
+}
+
+// Whether this process's current GPU runs the kernels (sm_90), for `op`'s message.
+absl::Status GpuSupported(const char* op) {
+#ifdef SG_WITH_CUDA
+  absl::StatusOr<int> sms = impl::Sm90MultiProcessors(op);
+  if (absl::IsUnimplemented(sms.status())) return sms.status();
+  if (!sms.ok()) {  // no usable device: the kernel cannot run either
+    return absl::UnimplementedError(absl::StrCat(op, ": no CUDA device to run on: ", sms.status().message()));
+  }
+  return absl::OkStatus();
+#else
+  return absl::UnimplementedError(absl::StrCat(op, ": a build without CUDA"));
+#endif
+}
+
 }  // namespace
 
 absl::Status WgmmaGemmSwiGluSupports(int64_t m, int64_t k, int64_t f, DType dtype, const Device& device,
                                      bool query_gpu) {
   SG_RETURN_IF_ERROR(ShapeSupported(m, k, f, dtype, device));
-  if (!query_gpu) return absl::OkStatus();
-#ifdef SG_WITH_CUDA
-  absl::StatusOr<int> sms = impl::Sm90MultiProcessors(kOp);
-  if (absl::IsUnimplemented(sms.status())) return sms.status();
-  if (!sms.ok()) {  // no usable device: the kernel cannot run either
-    return absl::UnimplementedError(absl::StrCat(kOp, ": no CUDA device to run on: ", sms.status().message()));
-  }
-  return absl::OkStatus();
-#else
-  return absl::UnimplementedError(absl::StrCat(kOp, ": a build without CUDA"));
-#endif
+  return query_gpu ? GpuSupported(kOp) : absl::OkStatus();
+}
+
+absl::Status WgmmaGemmSwiGluBackwardSupports(int64_t m, int64_t k, int64_t f, DType dtype, const Device& device,
+                                             bool query_gpu) {
+  SG_RETURN_IF_ERROR(BackwardShapeSupported(m, k, f, dtype, device));
+  return query_gpu ? GpuSupported(kBwd) : absl::OkStatus();
 }
 
 absl::Status InterleaveGateUp(const TensorView& w1, const TensorView& w3, const TensorView& w13, const Stream& stream) {
@@ -163,7 +192,6 @@ absl::Status WgmmaGemmSwiGlu(const TensorView& x, const TensorView& w13, const s
 absl::Status WgmmaGemmSwiGluBackward(const TensorView& dy, const TensorView& w2t, const TensorView& gate,
                                      const TensorView& up, const TensorView& dgate, const TensorView& dup,
                                      const Stream& stream) {
-  constexpr const char* kBwd = "WgmmaGemmSwiGluBackward";
   SG_CHECK_ARG(dy.rank() >= 1 && dy.numel() > 0, kBwd, ": dy must be a non-empty [..., K] tensor, found ",
                dy.ToString());
   const int64_t k = dy.dim(-1), m = dy.numel() / k;
@@ -180,18 +208,7 @@ absl::Status WgmmaGemmSwiGluBackward(const TensorView& dy, const TensorView& w2t
                  dy.device().ToString(), " to match dy ", dy.ToString(), " and w2t ", w2t.ToString(), ", found ",
                  t->ToString());
   }
-  if (!dy.device().is_cuda()) {
-    return absl::UnimplementedError(absl::StrCat(kBwd, ": CUDA only, found tensors on ", dy.device().ToString()));
-  }
-  if (dy.dtype() != DType::kBF16) {
-    return absl::UnimplementedError(absl::StrCat(kBwd, ": bf16 only, found ", DTypeName(dy.dtype())));
-  }
-  if (m % impl::kTileM != 0 || k % impl::kTileK != 0 || f % impl::kTileN != 0 || m >= (int64_t(1) << 31) ||
-      f >= (int64_t(1) << 31) || k >= (int64_t(1) << 31)) {
-    return absl::UnimplementedError(absl::StrCat(kBwd, ": needs M % ", impl::kTileM, " == 0, K % ", impl::kTileK,
-                                                 " == 0 and F % ", impl::kTileN, " == 0 (below 2^31), found M=", m,
-                                                 " F=", f, " K=", k));
-  }
+  SG_RETURN_IF_ERROR(BackwardShapeSupported(m, k, f, dy.dtype(), dy.device()));
   bool ok = true;
   for (const TensorView* t : {&dy, &w2t, &gate, &up, &dgate, &dup}) ok = ok && t->is_contiguous() && Aligned16(t->raw());
   if (!ok) {

@@ -91,6 +91,12 @@ absl::Status WgmmaGemmSwiGluBackward(const TensorView& dy, const TensorView& w2t
                                      const TensorView& up, const TensorView& dgate, const TensorView& dup,
                                      const Stream& stream);
 
+// Whether WgmmaGemmSwiGluBackward runs for dy [m, k] and w2t [f, k] of `dtype` on `device`
+// (contiguous, 16-byte aligned tensors): OK, or the Unimplemented status naming why not; query_gpu
+// as WgmmaGemmSwiGluSupports'. For the compiler's lowering, which fuses the pair only where it runs.
+absl::Status WgmmaGemmSwiGluBackwardSupports(int64_t m, int64_t k, int64_t f, DType dtype, const Device& device,
+                                             bool query_gpu = true);
+
 // dst [C, R] = src [R, C]^T: on CUDA for 2-byte dtypes (bf16, f16; Unimplemented for others), on the
 // CPU for any. Both contiguous, one dtype and device (InvalidArgument otherwise); not in place.
 absl::Status TransposeMatrix(const TensorView& src, const TensorView& dst, const Stream& stream);

@@ -132,6 +132,36 @@ TEST(WgmmaGemmSwiGluTest, SupportsNamesWhatIsOutside) {
   EXPECT_EQ(queried.code(), launched.code()) << queried << " vs " << launched;
 }
 
+// The same for the backward: F must be a multiple of the whole 256-column tile (not of 128), and
+// the queried answer is the launch's.
+TEST(WgmmaGemmSwiGluTest, BackwardSupportsNamesWhatIsOutside) {
+  const DType bf = DType::kBF16;
+  const Device gpu = Device::Cuda(0);
+  EXPECT_TRUE(WgmmaGemmSwiGluBackwardSupports(16384, 2048, 8192, bf, gpu, /*query_gpu=*/false).ok());
+  EXPECT_TRUE(WgmmaGemmSwiGluBackwardSupports(8192, 4096, 11008, bf, gpu, false).ok());  // 7b: 43 tiles
+  struct Bad {
+    int64_t m, k, f;
+    DType t;
+    Device d;
+  };
+  for (const Bad& c : {Bad{128, 64, 256, bf, Device::Cpu()}, Bad{100, 64, 256, bf, gpu}, Bad{128, 32, 256, bf, gpu},
+                       Bad{128, 64, 128, bf, gpu}, Bad{128, 64, 256, DType::kF16, gpu}, Bad{0, 64, 256, bf, gpu}}) {
+    const absl::Status s = WgmmaGemmSwiGluBackwardSupports(c.m, c.k, c.f, c.t, c.d, false);
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << c.m << "x" << c.k << "x" << c.f << ": " << s;
+    EXPECT_NE(s.message().find("WgmmaGemmSwiGluBackward"), absl::string_view::npos) << s;
+  }
+  const absl::Status queried = WgmmaGemmSwiGluBackwardSupports(128, 64, 256, bf, gpu);
+  if (!CudaAvailable()) {
+    EXPECT_EQ(queried.code(), absl::StatusCode::kUnimplemented) << queried;
+    return;
+  }
+  Stream st = Stream::Create(gpu).value();
+  Tensor dy = Empty({128, 64}, bf, gpu), w2t = Empty({256, 64}, bf, gpu), g = Empty({128, 256}, bf, gpu),
+         u = Empty({128, 256}, bf, gpu);
+  const absl::Status launched = WgmmaGemmSwiGluBackward(dy, w2t, g, u, g, u, st);
+  EXPECT_EQ(queried.code(), launched.code()) << queried << " vs " << launched;
+}
+
 // Interleave puts W1's and W3's rows where W13Row says, and Deinterleave gives them back.
 void CheckInterleaveRoundTrip(const Device& dev, DType dtype) {
   SCOPED_TRACE(dev.ToString() + " " + std::string(DTypeName(dtype)));
