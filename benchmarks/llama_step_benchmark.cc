@@ -42,6 +42,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "benchmarks/gpu_energy.h"
 #include "comm/env.h"
@@ -351,6 +352,11 @@ absl::Status Main(const Flags& f) {
   j["lm_head_chunks"] = o.lm_head_chunks;
   j["offload_host_gib"] = step->program().offload_host_bytes / kGiB;
   j["cuda_graph"] = step->executor().replaying_graph();
+  int fused_swiglu_backward = 0;  // swiglu_backward steps run as WgmmaGemmSwiGluBackward with their dh matmul
+  for (const Step& st : step->program().schedule.steps) {
+    fused_swiglu_backward += absl::StartsWith(st.name, "matmul + swiglu_backward");
+  }
+  j["fused_swiglu_backward"] = fused_swiglu_backward;
   j["tokens_per_s_per_gpu"] = std::round(tok_s * 10) / 10;
   j["step_ms_median"] = median * 1e3;
   j["step_ms_min"] = sorted.front() * 1e3;

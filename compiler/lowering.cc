@@ -46,11 +46,13 @@ int WgradSms() {
   return v == nullptr ? 0 : std::max(0, std::atoi(v));
 }
 
-// LowerOptions::swiglu_backward_gemm, unless SG_FUSE_SWIGLU_BWD=0 in the environment turns it off
-// (measuring the fused and unfused steps in one binary).
+// LowerOptions::swiglu_backward_gemm, unless SG_FUSE_SWIGLU_BWD in the environment says otherwise
+// (0: off, 1: on; measuring the fused and unfused steps in one binary).
 bool SwiGluBackwardGemm(bool option) {
   const char* v = std::getenv("SG_FUSE_SWIGLU_BWD");
-  return option && (v == nullptr || std::string(v) != "0");
+  if (v != nullptr && std::string(v) == "0") return false;
+  if (v != nullptr && std::string(v) == "1") return true;
+  return option;
 }
 
 bool IsSource(OpKind op) { return op == OpKind::kParameter || op == OpKind::kInput; }
