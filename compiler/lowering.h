@@ -177,7 +177,8 @@ struct LowerOptions {
   int lm_head_chunks = 1;
   // The down projection's dh matmul and the swiglu_backward reading it as one launch where the
   // kernel runs (lowering_fusion.h; Hopper, bf16, its shapes): dh is never stored.
-  // SG_FUSE_SWIGLU_BWD=0 in the environment turns it off, for measuring both in one binary.
+  // SG_FUSE_SWIGLU_BWD=0 / =1 in the environment overrides it, for measuring both in one binary.
+  // (CompileOptions::swiglu_backward_gemm, on by default, sets it.)
   bool swiglu_backward_gemm = false;
 };
 

@@ -83,8 +83,8 @@ absl::Status WgmmaGemmSwiGluSupports(int64_t m, int64_t k, int64_t f, DType dtyp
 //
 // Measured on the H200 (1b shape, benchmarks/README.md, 2026-12-02): 1088 us against 1165 for
 // cuBLASLt + a separate SwiGluBackward (-6.6%; -4% with the transpose). The compiler fuses the pair
-// with it when CompileOptions::swiglu_backward_gemm (or SG_FUSE_SWIGLU_BWD=1) asks: off by default,
-// the 1b step measured a wash with it (-0.15%, 2026-12-03).
+// with it where it runs (CompileOptions::swiglu_backward_gemm, on by default; SG_FUSE_SWIGLU_BWD=0
+// turns it off): the 124m step +0.45%, the 1b within noise (2026-12-03).
 //
 // Errors: InvalidArgument when the operands do not form that product (naming the operand);
 // Unimplemented outside the kernel (not CUDA, not sm_90, not bf16, non-contiguous or unaligned
