@@ -41,6 +41,8 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
+#include <string_view>
 
 #include "kernels/attention/attention_bwd_v5.cuh"
 #include "kernels/attention/attention_device.cuh"
@@ -52,7 +54,7 @@ namespace sg::kernels::internal::attention_device {
 namespace {
 
 // T: the element type of q, k, v, dout, dk, dv (bf16 or f16).
-template <typename T, int kD>
+template <typename T, int kD, bool kOverlapDp>
 __global__ void __launch_bounds__(BwdV5Config<kD>::kThreads, 1)
     AttentionBackwardV5Kernel(Problem pr, int m_pad, const T* __restrict__ q,
                               const T* __restrict__ k, const T* __restrict__ v,
@@ -138,7 +140,12 @@ __global__ void __launch_bounds__(BwdV5Config<kD>::kThreads, 1)
 #pragma unroll
     for (int i = 0; i < kBlockM / 2; ++i) s[i] = dp[i] = 0.f;
     IssueQK<T, kD, kBlockN, kBlockM>(s, k_wg, q_t);  // S^T = K Q^T
-    WgmmaWait<0>();
+    if constexpr (kOverlapDp) {
+      IssueQK<T, kD, kBlockN, kBlockM>(dp, v_wg, do_t);  // dP^T = V dO^T, under P's exponentials
+      WgmmaWait<1>();
+    } else {
+      WgmmaWait<0>();
+    }
     FenceOperands(s);
 
     // P^T in place. Element i: key n0 + key_row + 8 ((i / 2) % 2), query m0 + 8 (i / 4) +
@@ -162,10 +169,16 @@ __global__ void __launch_bounds__(BwdV5Config<kD>::kThreads, 1)
     }
     uint32_t pp[kBlockM / 16][4], ds[kBlockM / 16][4];
     PackP<T, kBlockM>(pp, s);
-    IssueQK<T, kD, kBlockN, kBlockM>(dp, v_wg, do_t);  // dP^T = V dO^T
-    IssuePV<T, kD, kBlockM>(dv_acc, pp, do_t);  // dV += P^T dO
-    WgmmaWait<1>();  // dP^T done; dV may still run
-    FenceOperands(dp);
+    if constexpr (kOverlapDp) {
+      WgmmaWait<0>();  // dP^T done
+      FenceOperands(dp);
+      IssuePV<T, kD, kBlockM>(dv_acc, pp, do_t);  // dV += P^T dO
+    } else {
+      IssueQK<T, kD, kBlockN, kBlockM>(dp, v_wg, do_t);  // dP^T = V dO^T
+      IssuePV<T, kD, kBlockM>(dv_acc, pp, do_t);  // dV += P^T dO
+      WgmmaWait<1>();  // dP^T done; dV may still run
+      FenceOperands(dp);
+    }
 
     // dS^T = P^T (dP^T - delta) from the T-rounded P, under the dV product. pp is only read here
     // while that product reads it too (no write: nothing to serialize, and no ptxas warning);
@@ -231,7 +244,11 @@ absl::Status Launch(const Problem& pr, int batch, const void* q, const void* k, 
   using C = BwdV5Config<kD>;
   const int m_pad = int(DqAccumRows(pr.seq_q));
   if (pr.seq_k > 0) {
-    auto* kernel = AttentionBackwardV5Kernel<T, kD>;
+    static const bool overlap = [] {
+      const char* e = std::getenv("SG_ATTN_BWD_V5_ORDER");
+      return e != nullptr && std::string_view(e) == "overlap";
+    }();
+    auto* kernel = overlap ? AttentionBackwardV5Kernel<T, kD, true> : AttentionBackwardV5Kernel<T, kD, false>;
     SG_RETURN_IF_ERROR(AllowSmem(kernel, C::kSmemBytes));
     const int n_blocks = (pr.seq_k + C::kBlockN - 1) / C::kBlockN;
     SG_CHECK_ARG(n_blocks <= 65535, "CUDA attention backward v5: seq_k ", pr.seq_k,
