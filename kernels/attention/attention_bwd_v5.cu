@@ -133,8 +133,10 @@ __global__ void __launch_bounds__(BwdV5Config<kD>::kThreads, 1)
     FenceProxyAsyncShared();
     __syncthreads();
     if (threadIdx.x == 0 && it > 0) reduce_dq(it - 1);
-    if (it + 1 < iters) load_q(it + 1, stage ^ 1);
-    CpAsyncCommit();
+    if (!kOverlapDp) {
+      if (it + 1 < iters) load_q(it + 1, stage ^ 1);
+      CpAsyncCommit();
+    }
 
     float s[kBlockM / 2], dp[kBlockM / 2];
 #pragma unroll
@@ -142,6 +144,10 @@ __global__ void __launch_bounds__(BwdV5Config<kD>::kThreads, 1)
     IssueQK<T, kD, kBlockN, kBlockM>(s, k_wg, q_t);  // S^T = K Q^T
     if constexpr (kOverlapDp) {
       IssueQK<T, kD, kBlockN, kBlockM>(dp, v_wg, do_t);  // dP^T = V dO^T, under P's exponentials
+      // The next tile's copies are issued under both products (the stage they fill was last read
+      // by the previous iteration's products, all waited for before the barrier).
+      if (it + 1 < iters) load_q(it + 1, stage ^ 1);
+      CpAsyncCommit();
       WgmmaWait<1>();
     } else {
       WgmmaWait<0>();
