@@ -1,4 +1,4 @@
-# Helpers for the one-call GPU scripts (benchmarks/gpu_call*.sh), sourced after `set -u` and after
+# Helpers for the one-call GPU scripts (benchmarks/gpu_calls/gpu_call*.sh), sourced after `set -u` and after
 # `logs` names the folder for the logs:
 #   json LOG...         the last JSON line of a benchmark log (rank 0's under a launcher), as key=value
 #   t NAME SECONDS BIN ARGS...

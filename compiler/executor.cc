@@ -19,7 +19,7 @@ constexpr int kHighStreamPriority = -1;
 // under SG_WGRAD_PRIORITY, below) or its own launch attribute's (the embedding backward's chain at
 // the device's greatest priority beside its zero fill at the least: 88.4-88.8 us a call replayed
 // so at 16384 of 32000 x 2048 on an H200, against 90.0-90.2 with every node at the launch
-// stream's priority; benchmarks/gpu_call89-90.sh).
+// stream's priority; benchmarks/gpu_calls/gpu_call89-90.sh).
 constexpr bool kNodePriority = true;
 
 bool CudaGraphsDisabledByEnv() {
