@@ -22,5 +22,16 @@ step() {  # TAG ORDER
   echo "1b $1: $(json "$logs/step_$1.log")" | sed -E 's/ (planned_arena_gib|mfu|recompute|recompute_swiglu_layers|lm_head_chunks|offload_activations|fsdp_host_gradient_units|offload_host_gib|cuda_graph)=[^ ]*//g'
 }
 step default_a default; step overlap_a overlap; step overlap_b overlap; step default_b default
+# Where the default order's cycles go: Nsight Compute on one backward launch (D64 causal), if it runs.
+NCU=$(command -v ncu || ls /usr/local/cuda/bin/ncu 2>/dev/null)
+if [[ -n "$NCU" ]]; then
+  for o in default overlap; do
+    SG_ATTN_BWD_V5_ORDER=$o timeout 120 "$NCU" --kernel-name regex:AttentionBackwardV5 --launch-skip 2 --launch-count 1 \
+      --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy \
+      --target-processes all .gpu/run kernels/attention/attention_benchmark --benchmark_filter='BM_AttentionCuda/backward/D:64/causal:1/variant:5/' \
+      > "$logs/ncu_$o.txt" 2>&1
+    echo "ncu $o rc=$?"; grep -E "Duration|SM Frequency|Compute \(SM\) Throughput|Issue Slots Busy|Warp Cycles Per Issued|Stall|Tensor|ERR_|Executed Ipc" "$logs/ncu_$o.txt" | head -24
+  done
+fi
 echo "== done $(date -u +%FT%TZ)"
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
