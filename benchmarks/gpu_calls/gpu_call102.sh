@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # One H200, ~8 minutes; carry [".gpu"] (gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark).
-# Issue #10's one-GPU rows re-measured on main as it now is: the 124m and the 1b, ours / peer / ours
-# each; then one traced eager 1b step, its operations by total time. ORDER sets
-# SG_ATTN_BWD_V5_ORDER for our runs (default: unset).
+# Issue #10's one-GPU rows re-measured on main as it now is: the 124m and the 1b, each as default /
+# overlap / peer / overlap / default (overlap: SG_ATTN_BWD_V5_ORDER=overlap, the v5 backward 5-8%
+# faster alone in gpu_call101, -0.4% in two 1b step pairs there); then one traced eager 1b step, its
+# operations by total time. ORDER sets SG_ATTN_BWD_V5_ORDER for every run of ours.
 set -u
 out=${OUT:-/tmp/out}; logs=$out/logs; mkdir -p "$logs"
 source benchmarks/gpu_lib.sh
@@ -13,12 +14,16 @@ m124() {
   echo "ours 124m $1: $(json "$logs/m_$1.log")"
 }
 m124 a
+SG_ATTN_BWD_V5_ORDER=overlap m124 overlap_a
 timeout 150 python3 benchmarks/llama_peer.py --config 124m --compile --steps 30 --warmup 8 > "$logs/peer_124m.log" 2>&1
 echo "peer 124m: $(json "$logs/peer_124m.log") $(grep -E 'Error' "$logs/peer_124m.log" | tail -1)"
+SG_ATTN_BWD_V5_ORDER=overlap m124 overlap_b
 m124 b
 ours_1b a --steps=40
+SG_ATTN_BWD_V5_ORDER=overlap ours_1b overlap_a --steps=40
 timeout 150 python3 benchmarks/llama_peer.py --config 1b --compile --steps 20 --warmup 8 > "$logs/peer_1b.log" 2>&1
 echo "peer 1b: $(json "$logs/peer_1b.log") $(grep -E 'Error' "$logs/peer_1b.log" | tail -1)"
+SG_ATTN_BWD_V5_ORDER=overlap ours_1b overlap_b --steps=40
 ours_1b b --steps=40
 timeout 120 .gpu/run benchmarks/llama_step_benchmark --config=1b --steps=5 --warmup=3 --trace="$logs/trace.json" \
   > "$logs/traced.log" 2>&1
