@@ -28,12 +28,18 @@
 // product with dO vanishes; keys past seq_k are masked.
 // Element types: bf16 and f16 (IEEE half), the same kernel with the f16 wgmma.
 //
+// Order (kOverlapDp, SG_ATTN_BWD_V5_ORDER=overlap, read once per process; opt-in): S^T and dP^T
+// are issued together, then the next tile's copies, and P is computed while dP^T runs; dV follows.
+// It runs 5.4% / 7.6% faster alone at D64 / D128 causal on the H200, but 0.4% slower in the
+// power-limited 1b step (2026-12-03, benchmarks/README.md), so the default keeps the order above.
+//
 // Not here (FA3): a producer warp with TMA loads and mbarriers, register reallocation between
 // producer and consumers, overlap of the dQ product with the next tile's S^T / dP^T.
 //
 // Occupancy: one block of 256 threads per SM; dynamic shared memory 163 KB at D64, 178 KB at
 // D128 (BwdV5Config::kSmemBytes). ptxas (nvcc 13.0, -Xptxas -v, sm_90a): bf16 254 registers at
-// both head dims, f16 254 (D128) / 234 (D64); zero spills, no wgmma serialization warning. (An
+// both head dims, f16 254 (D128) / 234 (D64), the overlap order 255 at both; zero spills, no wgmma
+// serialization warning. (An
 // earlier order -- S^T and dP^T issued together, P computed under the dP^T product -- held both
 // accumulators with dK and dV and spilled 8 bytes at D64.)
 #include <cuda_bf16.h>
