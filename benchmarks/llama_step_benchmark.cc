@@ -22,7 +22,9 @@
 // fsdp with compiler::PlanFsdpMemory, its own buffers included, and hsdp with the state as sharded
 // over the world), --fsdp_host_gradient_units=N (fsdp: the gradient shards of N units in host
 // memory, AdamW deferred into the next forward, in place of auto's choice; e.g. the 7b over one
-// GPU, `--nproc=1`, with full recompute, to measure the copies' cost where no second GPU is).
+// GPU, `--nproc=1`, with full recompute, to measure the copies' cost where no second GPU is),
+// --energy_profile_ms=N (single device: each group of steps replayed for ~N ms under the energy
+// counter after everything else; benchmarks/step_energy.h).
 // Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
 // pinned buffers, a fresh random batch per step); the median step after warm-up. Memory: the
 // caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces). Energy (on
@@ -45,6 +47,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "benchmarks/gpu_energy.h"
+#include "benchmarks/step_energy.h"
 #include "comm/env.h"
 #include "compiler/compile.h"
 #include "compiler/llama_step.h"
@@ -86,6 +89,10 @@ ABSL_FLAG(int, offload_activations, -1,
           "with --recompute=none|selective|full: the first this many kept activations (forward order) wait in "
           "pinned host memory between their forward and backward uses (CompileOptions::offload_activations; "
           "-1: none, or --recompute=auto's choice)");
+ABSL_FLAG(int, energy_profile_ms, 0,
+          "after the timed steps (and the trace), each group of the schedule's steps (one operation at one place "
+          "in every layer) replayed as a CUDA graph for about this many ms under the GPU's energy counter: "
+          "joules, time and clock per group on stderr and in the JSON (benchmarks/step_energy.h; 0: off)");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
           "(CompileOptions::micro_batches; --recompute=auto plans one micro-batch's activations)");
@@ -100,7 +107,7 @@ struct Flags {
   std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
   double memory_budget_gib = 0;
   int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1, fsdp_host_gradient_units = -1,
-      recompute_swiglu_layers = -1, offload_activations = -1;
+      recompute_swiglu_layers = -1, offload_activations = -1, energy_profile_ms = 0;
   bool cuda_graph = true, offload_first = false, wgrad_stream = false;
   float lr = 3e-4f;
 };
@@ -147,6 +154,11 @@ absl::StatusOr<Flags> ReadFlags() {
   f.fsdp_host_gradient_units = absl::GetFlag(FLAGS_fsdp_host_gradient_units);
   f.recompute_swiglu_layers = absl::GetFlag(FLAGS_recompute_swiglu_layers);
   f.offload_activations = absl::GetFlag(FLAGS_offload_activations);
+  f.energy_profile_ms = absl::GetFlag(FLAGS_energy_profile_ms);
+  if (f.energy_profile_ms < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--energy_profile_ms: expected >= 0 (0: off), found ", f.energy_profile_ms));
+  }
   if (f.steps < 1) return absl::InvalidArgumentError(absl::StrCat("--steps: expected >= 1, found ", f.steps));
   if (f.warmup < 0) return absl::InvalidArgumentError(absl::StrCat("--warmup: expected >= 0, found ", f.warmup));
   if (f.recompute != "auto") SG_RETURN_IF_ERROR(ParseRecompute(f.recompute).status());
@@ -188,6 +200,15 @@ absl::StatusOr<Flags> ReadFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--device: expected cuda|cpu, found '", f.device, "'"));
   }
   SG_RETURN_IF_ERROR(ParseStrategy(f.strategy).status());
+  if (f.energy_profile_ms > 0 && f.device == "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--energy_profile_ms: expected a CUDA step (--device=cuda or unset), found --device=", f.device));
+  }
+  if (f.energy_profile_ms > 0 && f.strategy != "none") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--energy_profile_ms: expected --strategy=none (a group's steps replay alone, without their collectives), "
+        "found --strategy=", f.strategy));
+  }
   if (absl::Status c = LlamaBenchConfigNamed(f.config).status(); !c.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--config: ", c.message()));
   }
@@ -260,6 +281,50 @@ absl::StatusOr<std::vector<double>> TimedSteps(CompiledStep& step, const Flags& 
     }
   }
   return secs;
+}
+
+// --energy_profile_ms: the schedule's groups replayed one by one under the energy counter (last:
+// the replays change the weights). A table on stderr, largest energy first, with the groups' sum
+// against the timed steps' measured joules per step; rows in the JSON as "energy_profile".
+absl::Status EnergyProfile(CompiledStep& step, const Flags& f, sg::benchmarks::GpuEnergyMeter* meter,
+                           const sg::benchmarks::GpuEnergyReading& timed, nlohmann::json* j) {
+  if (step.program().device.is_cpu()) {
+    return absl::InvalidArgumentError("--energy_profile_ms: expected a CUDA step, found a CPU one");
+  }
+  if (meter == nullptr) {
+    return absl::FailedPreconditionError("--energy_profile_ms: expected a CUDA device whose NVML can be read, found none");
+  }
+  SG_RETURN_IF_ERROR(step.executor().Synchronize());
+  std::vector<int> skipped;
+  const std::vector<sg::benchmarks::StepGroup> groups = sg::benchmarks::GroupSteps(step.program(), &skipped);
+  SG_ASSIGN_OR_RETURN(std::vector<sg::benchmarks::GroupEnergy> rows,
+                      sg::benchmarks::ProfileGroups(step.program(), groups, step.executor().compute_stream(), *meter,
+                                                    absl::Milliseconds(f.energy_profile_ms)));
+  double sum_j = 0, sum_ms = 0;
+  for (const auto& r : rows) sum_j += r.joules_per_step, sum_ms += r.ms_per_step;
+  const double step_j = timed.joules / f.steps;
+  std::vector<sg::benchmarks::GroupEnergy> sorted = rows;
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.joules_per_step > b.joules_per_step; });
+  std::cerr << absl::StrFormat("energy profile: %d groups, %.2f J and %.2f ms a step summed (timed steps: %.2f J), "
+                               "%zu steps off the compute stream not profiled\n",
+                               rows.size(), sum_j, sum_ms, step_j, skipped.size());
+  std::cerr << "     J   share      ms      W    MHz  TFLOP/s  steps  group\n";
+  for (const auto& r : sorted) {
+    std::cerr << absl::StrFormat("%6.2f  %5.1f%%  %6.2f  %5.0f  %5.0f  %7s  %5d  %s\n", r.joules_per_step,
+                                 100 * r.joules_per_step / sum_j, r.ms_per_step, r.mean_watts, r.sm_clock_median_mhz,
+                                 r.tflops > 0 ? absl::StrFormat("%.0f", r.tflops) : std::string("-"), r.steps, r.key);
+  }
+  nlohmann::json a = nlohmann::json::array();
+  for (const auto& r : rows) {
+    a.push_back({{"group", r.key}, {"steps", r.steps}, {"replays", r.replays}, {"ms", r.ms_per_step},
+                 {"joules", r.joules_per_step}, {"watts", r.mean_watts}, {"sm_clock_mhz", r.sm_clock_median_mhz},
+                 {"tflops", r.tflops}});
+  }
+  (*j)["energy_profile"] = a;
+  (*j)["energy_profile_joules"] = sum_j;
+  (*j)["energy_profile_ms"] = sum_ms;
+  (*j)["timed_step_joules"] = step_j;
+  return absl::OkStatus();
 }
 
 absl::Status Main(const Flags& f) {
@@ -393,6 +458,7 @@ absl::Status Main(const Flags& f) {
       std::cerr << SummaryLine(t) << "\n";
     }
   }
+  if (f.energy_profile_ms > 0) SG_RETURN_IF_ERROR(EnergyProfile(*step, f, meter.get(), energy, &j));
   if (rank == 0) std::cout << j.dump() << std::endl;
   return absl::OkStatus();
 }

@@ -19,6 +19,9 @@ expect 2 "--recompute_swiglu_layers: expected -1 (all) or a count >= 0, found -3
 expect 2 "--recompute_swiglu_layers: expected --recompute=selective, found --recompute=auto" --recompute_swiglu_layers=0
 expect 2 "--offload_activations: expected -1 (none or auto's) or a count >= 0, found -2" --offload_activations=-2
 expect 2 "--offload_activations: expected --recompute=none|selective|full (auto chooses its own), found --recompute=auto" --offload_activations=2
+expect 2 "--energy_profile_ms: expected >= 0 (0: off), found -1" --energy_profile_ms=-1
+expect 2 "--energy_profile_ms: expected a CUDA step (--device=cuda or unset), found --device=cpu" --device=cpu --energy_profile_ms=100
+expect 2 "--energy_profile_ms: expected --strategy=none (a group's steps replay alone, without their collectives), found --strategy=fsdp" --strategy=fsdp --energy_profile_ms=100
 expect 2 "expected only --flag=value arguments, found 'tiny'" tiny
 tiny=(--config=tiny --device=cpu --steps=1)
 expect 0 '"config":"tiny"' "${tiny[@]}" --warmup=1 --recompute=auto --memory_budget_gib=2 --lr=1e-3 --cuda_graph=0

@@ -1,0 +1,141 @@
+#include "benchmarks/step_energy.h"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <map>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "graph/ops.h"
+#include "kernels/core/allocator.h"
+#include "kernels/core/cuda_graph.h"
+#include "kernels/core/status.h"
+
+namespace sg::benchmarks {
+namespace {
+
+// "matmul @layers.12.attention.wq" -> "matmul @layers.#.attention.wq".
+std::string WithoutLayer(const std::string& name) {
+  std::string out;
+  for (size_t i = 0; i < name.size();) {
+    if (name.compare(i, 7, "layers.") == 0) {
+      out += "layers.#";
+      i += 7;
+      while (i < name.size() && std::isdigit(static_cast<unsigned char>(name[i]))) ++i;
+    } else {
+      out += name[i++];
+    }
+  }
+  return out;
+}
+
+int64_t Product(const Shape& s, size_t from, size_t to) {
+  int64_t p = 1;
+  for (size_t i = from; i < to; ++i) p *= s[i];
+  return p;
+}
+
+// 2 M N K of a matmul node as kernels/gemm runs it: op(a) [M, K] with a's leading dimensions
+// flattened into its rows, op(b) [K, N].
+double MatmulFlops(const compiler::Program& p, int node) {
+  if (node < 0 || node >= int(p.graph.nodes().size())) return 0;
+  const graph::Node& n = p.graph.nodes()[node];
+  if (n.op != graph::OpKind::kMatmul || n.inputs.size() < 2) return 0;
+  const Shape& a = p.values[n.inputs[0]].shape();
+  const Shape& b = p.values[n.inputs[1]].shape();
+  if (a.size() < 2 || b.size() < 2) return 0;
+  const bool ta = graph::AttrBool(n, "trans_a"), tb = graph::AttrBool(n, "trans_b");
+  const int64_t a_rows = Product(a, 0, a.size() - 1), a_cols = a.back();
+  const int64_t b_rows = Product(b, 0, b.size() - 1), b_cols = b.back();
+  const int64_t m = ta ? a_cols : a_rows, k = ta ? a_rows : a_cols;
+  const int64_t nn = tb ? b_rows : b_cols;
+  return 2.0 * double(m) * double(nn) * double(k);
+}
+
+}  // namespace
+
+std::vector<StepGroup> GroupSteps(const compiler::Program& program, std::vector<int>* skipped) {
+  const std::vector<compiler::Step>& steps = program.schedule.steps;
+  std::vector<StepGroup> groups;
+  absl::flat_hash_map<std::string, int> group_of;  // key -> index in groups
+  absl::flat_hash_map<std::string, int> seen;      // exact name and phase -> occurrences so far
+  for (int i = 0; i < int(steps.size()); ++i) {
+    const compiler::Step& s = steps[i];
+    if (s.stream != 0 || s.kind == compiler::Step::Kind::kCollective) {
+      if (skipped != nullptr) skipped->push_back(i);
+      continue;
+    }
+    const std::string phase(graph::PhaseName(s.phase));
+    const int occurrence = seen[absl::StrCat(s.name, " ", phase)]++;
+    const std::string key = absl::StrCat(WithoutLayer(s.name), " ", phase, " ", occurrence);
+    auto [it, inserted] = group_of.try_emplace(key, int(groups.size()));
+    if (inserted) groups.push_back(StepGroup{key, {}, 0});
+    StepGroup& g = groups[it->second];
+    g.steps.push_back(i);
+    g.flops += MatmulFlops(program, s.node);
+  }
+  return groups;
+}
+
+absl::StatusOr<std::vector<GroupEnergy>> ProfileGroups(const compiler::Program& program,
+                                                       const std::vector<StepGroup>& groups, const Stream& stream,
+                                                       GpuEnergyMeter& meter, absl::Duration window) {
+  if (!program.device.is_cuda()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the energy profile replays CUDA graphs: expected a CUDA program, found ", program.device.ToString()));
+  }
+  SG_ASSIGN_OR_RETURN(Allocator * alloc, AllocatorFor(program.device));
+  const double window_ms = absl::ToDoubleMilliseconds(window);
+  std::vector<GroupEnergy> rows;
+  for (const StepGroup& g : groups) {
+    auto in_group = [&](absl::Status st) {
+      return st.ok() ? st : absl::Status(st.code(), absl::StrCat("energy profile, group '", g.key, "': ", st.message()));
+    };
+    SG_RETURN_IF_ERROR(in_group(stream.Synchronize()));
+    alloc->BeginHoldingFrees();
+    absl::StatusOr<CudaGraph> graph = CudaGraph::Capture(stream, [&]() -> absl::Status {
+      for (int i : g.steps) SG_RETURN_IF_ERROR(program.schedule.steps[i].launch(stream));
+      return absl::OkStatus();
+    });
+    const std::vector<void*> held = alloc->EndHoldingFrees();
+    absl::Status st = [&]() -> absl::Status {
+      SG_RETURN_IF_ERROR(graph.status());
+      SG_ASSIGN_OR_RETURN(Event a, Event::Create(program.device, /*timing=*/true));
+      SG_ASSIGN_OR_RETURN(Event b, Event::Create(program.device, /*timing=*/true));
+      // One untimed replay, then one timed to size the window.
+      SG_RETURN_IF_ERROR(graph->Launch(stream));
+      SG_RETURN_IF_ERROR(a.Record(stream));
+      SG_RETURN_IF_ERROR(graph->Launch(stream));
+      SG_RETURN_IF_ERROR(b.Record(stream));
+      SG_RETURN_IF_ERROR(stream.Synchronize());
+      SG_ASSIGN_OR_RETURN(float one_ms, b.ElapsedMsSince(a));
+      const int replays = std::max(3, int(std::ceil(window_ms / std::max(1e-3, double(one_ms)))));
+      SG_RETURN_IF_ERROR(meter.Start());
+      SG_RETURN_IF_ERROR(a.Record(stream));
+      for (int r = 0; r < replays; ++r) SG_RETURN_IF_ERROR(graph->Launch(stream));
+      SG_RETURN_IF_ERROR(b.Record(stream));
+      SG_RETURN_IF_ERROR(stream.Synchronize());
+      SG_ASSIGN_OR_RETURN(GpuEnergyReading e, meter.Stop());
+      SG_ASSIGN_OR_RETURN(float total_ms, b.ElapsedMsSince(a));
+      GroupEnergy row;
+      row.key = g.key;
+      row.steps = int(g.steps.size());
+      row.replays = replays;
+      row.ms_per_step = total_ms / replays;
+      row.joules_per_step = e.joules / replays;
+      row.mean_watts = e.mean_watts;
+      row.sm_clock_median_mhz = e.sm_clock_median_mhz;
+      row.tflops = g.flops > 0 ? g.flops / (row.ms_per_step * 1e-3) / 1e12 : 0;
+      rows.push_back(std::move(row));
+      return absl::OkStatus();
+    }();
+    if (graph.ok()) *graph = CudaGraph();  // destroyed before its held scratch is given back
+    alloc->ReleaseHeld(held);
+    SG_RETURN_IF_ERROR(in_group(st));
+  }
+  return rows;
+}
+
+}  // namespace sg::benchmarks

@@ -1,0 +1,62 @@
+// Where a compiled training step's energy goes: its schedule's steps grouped by what they do (the
+// same operation at the same place in every layer), each group captured into a CUDA graph and
+// replayed back to back for a window while the GPU's energy counter runs. At the H200's 700 W limit
+// the step's time follows its energy (benchmarks/README.md, "Power"), so this table, not the time
+// of an eager trace, says which work is worth removing.
+//
+//   std::vector<StepGroup> groups = GroupSteps(step.program(), &skipped);
+//   SG_ASSIGN_OR_RETURN(auto rows, ProfileGroups(step.program(), groups, stream, meter, absl::Seconds(1)));
+//
+// A group's replays run alone, so it sees the clock its own power draw leaves it, not the one the
+// whole step leaves it: a memory-bound group alone runs below the limit at a higher clock than in
+// the step. The sum of the groups' joules per step is therefore compared with the step's measured
+// joules in the output. The replays change the program's state (AdamW steps the weights, in-place
+// accumulations grow): profile after everything that reads it.
+#ifndef SGTRAIN_BENCHMARKS_STEP_ENERGY_H_
+#define SGTRAIN_BENCHMARKS_STEP_ENERGY_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "benchmarks/gpu_energy.h"
+#include "compiler/lowering.h"
+#include "kernels/core/stream.h"
+
+namespace sg::benchmarks {
+
+struct StepGroup {
+  // The step's name with layer indices as '#', its phase, and which occurrence of that name within
+  // its layer and phase it is: "matmul @layers.#.feed_forward.w1 bwd 1" (a matmul's forward, data
+  // and weight gradients share the name and differ in the occurrence).
+  std::string key;
+  std::vector<int> steps;  // schedule indices, in schedule order
+  double flops = 0;        // 2 M N K summed over the group's matmul steps (0: none)
+};
+
+// The groups of the program's schedule, in the order of their first step. Steps off the compute
+// stream (collectives, offload copies, weight-gradient streams) are not grouped: their indices go
+// to *skipped (may be null).
+std::vector<StepGroup> GroupSteps(const compiler::Program& program, std::vector<int>* skipped);
+
+struct GroupEnergy {
+  std::string key;
+  int steps = 0;             // schedule steps in the group
+  int replays = 0;           // replays in the measured window
+  double ms_per_step = 0;    // GPU time of one replay (the group's share of one training step)
+  double joules_per_step = 0;
+  double mean_watts = 0;
+  double sm_clock_median_mhz = 0;
+  double tflops = 0;  // the group's matmul FLOPs / ms_per_step (0 without matmuls)
+};
+
+// Each group replayed for about `window` (at least 3 replays) after one untimed replay. CUDA only;
+// the stream is the executor's compute stream (nothing else queued on it). Errors name the group.
+absl::StatusOr<std::vector<GroupEnergy>> ProfileGroups(const compiler::Program& program,
+                                                       const std::vector<StepGroup>& groups, const Stream& stream,
+                                                       GpuEnergyMeter& meter, absl::Duration window);
+
+}  // namespace sg::benchmarks
+
+#endif  // SGTRAIN_BENCHMARKS_STEP_ENERGY_H_

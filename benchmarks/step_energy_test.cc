@@ -1,0 +1,112 @@
+// GroupSteps on the tiny Llama step compiled for the CPU: the groups partition the schedule, a
+// layer's operation gathers one step per layer, and the matmul FLOPs the groups carry add up to
+// 6 x tokens x the matmul weights' elements (forward, data and weight gradient of each), counted
+// here from the model's shapes. ProfileGroups refuses a CPU program; on a GPU with NVML it
+// measures every group of the tiny CUDA step at a positive energy and time.
+#include "benchmarks/step_energy.h"
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "compiler/compile.h"
+#include "compiler/llama_step.h"
+#include "graph/models/llama.h"
+#include "gtest/gtest.h"
+#include "kernels/core/device.h"
+
+namespace sg::benchmarks {
+namespace {
+
+std::unique_ptr<compiler::CompiledStep> TinyStep(Device device) {
+  auto c = compiler::LlamaBenchConfigNamed("tiny").value();
+  graph::Graph fwd = graph::BuildLlamaForward(c.model).value();
+  compiler::CompileOptions o = compiler::LlamaStepOptions(c, device, compiler::RecomputePolicy::kNone);
+  auto step = compiler::Compile(fwd, o);
+  EXPECT_TRUE(step.ok()) << step.status();
+  return step.ok() ? *std::move(step) : nullptr;
+}
+
+TEST(StepEnergyTest, GroupsPartitionTheScheduleAndCarryTheMatmulFlops) {
+  auto step = TinyStep(Device::Cpu());
+  ASSERT_NE(step, nullptr);
+  const compiler::Program& p = step->program();
+  std::vector<int> skipped;
+  const std::vector<StepGroup> groups = GroupSteps(p, &skipped);
+  EXPECT_TRUE(skipped.empty());  // one CPU device: every step on the compute stream
+
+  std::multiset<int> seen(skipped.begin(), skipped.end());
+  std::set<std::string> keys;
+  double flops = 0;
+  for (const StepGroup& g : groups) {
+    EXPECT_TRUE(keys.insert(g.key).second) << g.key;
+    EXPECT_FALSE(g.steps.empty()) << g.key;
+    for (size_t i = 1; i < g.steps.size(); ++i) EXPECT_LT(g.steps[i - 1], g.steps[i]) << g.key;
+    seen.insert(g.steps.begin(), g.steps.end());
+    flops += g.flops;
+  }
+  ASSERT_EQ(seen.size(), p.schedule.steps.size());
+  for (int i = 0; i < int(p.schedule.steps.size()); ++i) EXPECT_EQ(seen.count(i), 1u) << i;
+
+  const auto c = compiler::LlamaBenchConfigNamed("tiny").value();
+  const int64_t d = c.model.dim, layers = c.model.n_layers, ffn = c.model.ffn_dim;
+  const int64_t kv = c.model.head_dim() * c.model.n_kv_heads;
+  bool found_w1 = false;
+  for (const StepGroup& g : groups) {
+    if (g.key == "matmul @layers.#.feed_forward.w1 fwd 0") {
+      found_w1 = true;
+      EXPECT_EQ(int64_t(g.steps.size()), layers);
+      EXPECT_DOUBLE_EQ(g.flops, 2.0 * layers * c.batch * c.seq * d * ffn);
+    }
+    EXPECT_FALSE(absl::StrContains(g.key, "layers.0")) << g.key;
+  }
+  EXPECT_TRUE(found_w1);
+  const double weights = double(layers) * (2 * d * d + 2 * d * kv + 3 * d * ffn) + double(c.model.vocab) * d;
+  EXPECT_DOUBLE_EQ(flops, 6.0 * double(c.batch * c.seq) * weights);
+}
+
+TEST(StepEnergyTest, ProfileRefusesACpuProgram) {
+  auto step = TinyStep(Device::Cpu());
+  ASSERT_NE(step, nullptr);
+  if (!CudaAvailable()) GTEST_SKIP() << "no CUDA device: no NVML meter to hand the profile";
+  auto meter = GpuEnergyMeter::Open(CudaDevicePciBusId(0).value());
+  if (!meter.ok()) GTEST_SKIP() << "no NVML: " << meter.status();
+  std::vector<StepGroup> groups = GroupSteps(step->program(), nullptr);
+  auto rows = ProfileGroups(step->program(), groups, step->executor().compute_stream(), **meter, absl::Milliseconds(10));
+  EXPECT_EQ(rows.status().code(), absl::StatusCode::kFailedPrecondition) << rows.status();
+}
+
+TEST(StepEnergyTest, ProfilesEveryGroupOfTheCudaStep) {
+  if (!CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  auto meter = GpuEnergyMeter::Open(CudaDevicePciBusId(0).value());
+  if (!meter.ok()) GTEST_SKIP() << "no NVML: " << meter.status();
+  auto step = TinyStep(Device::Cuda(0));
+  ASSERT_NE(step, nullptr);
+  ASSERT_TRUE(compiler::InitLlamaParameters(*step, graph::BuildLlamaForward(
+                                                       compiler::LlamaBenchConfigNamed("tiny")->model).value(), 7).ok());
+  auto batch = compiler::RandomTokenBatch(compiler::LlamaBenchConfigNamed("tiny").value(), 3).value();
+  std::map<std::string, TensorView> views;
+  for (const auto& [k, t] : batch) views[k] = t.view();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(step->Run(views).ok());  // warm-up, then the captured step
+  ASSERT_TRUE(step->executor().Synchronize().ok());
+  std::vector<int> skipped;
+  std::vector<StepGroup> groups = GroupSteps(step->program(), &skipped);
+  auto rows = ProfileGroups(step->program(), groups, step->executor().compute_stream(), **meter, absl::Milliseconds(250));
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  ASSERT_EQ(rows->size(), groups.size());
+  for (size_t i = 0; i < rows->size(); ++i) {
+    const GroupEnergy& r = (*rows)[i];
+    SCOPED_TRACE(r.key);
+    EXPECT_EQ(r.key, groups[i].key);
+    EXPECT_GE(r.replays, 3);
+    EXPECT_GT(r.ms_per_step, 0);
+    EXPECT_GT(r.joules_per_step, 0);
+    EXPECT_EQ(r.tflops > 0, groups[i].flops > 0);
+  }
+}
+
+}  // namespace
+}  // namespace sg::benchmarks
