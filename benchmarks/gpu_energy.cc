@@ -19,6 +19,7 @@ struct GpuEnergyMeter::Nvml {
   Ret (*handle_by_pci)(const char*, void**) = nullptr;
   Ret (*energy)(void*, unsigned long long*) = nullptr;  // millijoules since the driver loaded
   Ret (*clock)(void*, int, unsigned*) = nullptr;        // MHz
+  Ret (*temperature)(void*, int, unsigned*) = nullptr;  // deg C; sensor 0 = NVML_TEMPERATURE_GPU; optional
 
   std::string Error(Ret r) const { return absl::StrCat(error_string != nullptr ? error_string(r) : "error", " (", r, ")"); }
 };
@@ -38,6 +39,7 @@ void SummarizeClocks(std::vector<unsigned> mhz, GpuEnergyReading* reading) {
 namespace {
 
 constexpr int kClockSm = 1;
+constexpr int kTemperatureGpu = 0;
 
 template <typename F>
 absl::Status Resolve(void* lib, const char* name, F* fn) {
@@ -65,6 +67,8 @@ absl::StatusOr<std::shared_ptr<const GpuEnergyMeter::Nvml>> LoadNvml() {
             st.Update(Resolve(lib, "nvmlDeviceGetTotalEnergyConsumption", &n->energy));
             st.Update(Resolve(lib, "nvmlDeviceGetClockInfo", &n->clock));
             if (!st.ok()) return st;
+            // Deprecated in newer NVMLs but still exported; the readings go without it if not.
+            n->temperature = reinterpret_cast<decltype(n->temperature)>(dlsym(lib, "nvmlDeviceGetTemperature"));
             if (const int r = n->init(); r != 0) {
               return absl::UnavailableError(absl::StrCat("nvmlInit_v2 failed: ", n->Error(r)));
             }
@@ -113,6 +117,8 @@ void GpuEnergyMeter::Sample() {
     if (stop_) return;
     unsigned mhz = 0;
     if (nvml_->clock(device_, kClockSm, &mhz) == 0) clocks_.push_back(mhz);
+    unsigned c = 0;
+    if (nvml_->temperature != nullptr && nvml_->temperature(device_, kTemperatureGpu, &c) == 0) temperatures_.push_back(c);
   }
 }
 
@@ -126,6 +132,7 @@ absl::Status GpuEnergyMeter::Start() {
     absl::MutexLock l(&mu_);
     stop_ = false;
     clocks_.clear();
+    temperatures_.clear();
   }
   sampler_ = std::thread([this] { Sample(); });
   started_ = true;
@@ -150,6 +157,12 @@ absl::StatusOr<GpuEnergyReading> GpuEnergyMeter::Stop() {
   absl::MutexLock l(&mu_);  // the sampler has ended: only for the annotation
   SummarizeClocks(std::move(clocks_), &r);
   clocks_.clear();
+  if (!temperatures_.empty()) {
+    const auto [lo, hi] = std::minmax_element(temperatures_.begin(), temperatures_.end());
+    r.temperature_min_c = int(*lo);
+    r.temperature_max_c = int(*hi);
+  }
+  temperatures_.clear();
   return r;
 }
 

@@ -10,7 +10,7 @@
 // NVML (libnvidia-ml.so.1, the driver's) is opened at run time, so nothing links against it and a
 // machine without the driver gets Unavailable naming the library. Energy is the driver's
 // cumulative counter (millijoules, Volta and later) read at Start and Stop; the SM clock and the
-// power are sampled every `sample_period` by a thread between them.
+// temperature are sampled every `sample_period` by a thread between them.
 #ifndef SGTRAIN_BENCHMARKS_GPU_ENERGY_H_
 #define SGTRAIN_BENCHMARKS_GPU_ENERGY_H_
 
@@ -34,6 +34,9 @@ struct GpuEnergyReading {
   double mean_watts = 0;
   int samples = 0;  // SM clock samples taken (0 when the window was shorter than one period)
   double sm_clock_min_mhz = 0, sm_clock_median_mhz = 0, sm_clock_max_mhz = 0;
+  // The GPU's temperature (deg C) over the samples: leakage power grows with it, so a hot GPU at the
+  // power limit clocks lower for the same work. 0 without samples or without NVML's reading.
+  int temperature_min_c = 0, temperature_max_c = 0;
 };
 
 // The reading's clock fields from its samples (MHz, any order): min, median (the upper middle of
@@ -73,6 +76,7 @@ class GpuEnergyMeter {
   absl::Mutex mu_;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<unsigned> clocks_ ABSL_GUARDED_BY(mu_);
+  std::vector<unsigned> temperatures_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sg::benchmarks

@@ -99,6 +99,10 @@ TEST(GpuEnergyTest, MeasuresDeviceWork) {
   EXPECT_GT(r->sm_clock_min_mhz, 100);
   EXPECT_LE(r->sm_clock_min_mhz, r->sm_clock_median_mhz);
   EXPECT_LE(r->sm_clock_median_mhz, r->sm_clock_max_mhz);
+  // A working GPU between freezing and its shutdown temperature (every NVML this runs on has the reading).
+  EXPECT_GE(r->temperature_min_c, 5);
+  EXPECT_LE(r->temperature_min_c, r->temperature_max_c);
+  EXPECT_LT(r->temperature_max_c, 110);
   // A second window on the same meter.
   ASSERT_TRUE((*m)->Start().ok());
   EXPECT_TRUE((*m)->Stop().ok());

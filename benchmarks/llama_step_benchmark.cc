@@ -284,8 +284,9 @@ absl::StatusOr<std::vector<double>> TimedSteps(CompiledStep& step, const Flags& 
 }
 
 // --energy_profile_ms: the schedule's groups replayed one by one under the energy counter (last:
-// the replays change the weights). A table on stderr, largest energy first, with the groups' sum
-// against the timed steps' measured joules per step; rows in the JSON as "energy_profile".
+// the replays change the weights), then the whole step the same way. A table on stderr, largest
+// energy first, with the groups' sum against the whole step's and the timed steps' joules per
+// step; rows in the JSON as "energy_profile", the whole as "energy_profile_whole_step".
 absl::Status EnergyProfile(CompiledStep& step, const Flags& f, sg::benchmarks::GpuEnergyMeter* meter,
                            const sg::benchmarks::GpuEnergyReading& timed, nlohmann::json* j) {
   if (step.program().device.is_cpu()) {
@@ -300,27 +301,44 @@ absl::Status EnergyProfile(CompiledStep& step, const Flags& f, sg::benchmarks::G
   SG_ASSIGN_OR_RETURN(std::vector<sg::benchmarks::GroupEnergy> rows,
                       sg::benchmarks::ProfileGroups(step.program(), groups, step.executor().compute_stream(), *meter,
                                                     absl::Milliseconds(f.energy_profile_ms)));
+  // Then every grouped step in schedule order as one graph, measured the same way: the groups' sum
+  // against the whole under one protocol, beside the timed steps.
+  sg::benchmarks::StepGroup all{"whole step (every group, schedule order)", {}, 0};
+  for (const auto& g : groups) {
+    all.steps.insert(all.steps.end(), g.steps.begin(), g.steps.end());
+    all.flops += g.flops;
+  }
+  std::sort(all.steps.begin(), all.steps.end());
+  SG_ASSIGN_OR_RETURN(std::vector<sg::benchmarks::GroupEnergy> whole,
+                      sg::benchmarks::ProfileGroups(step.program(), {all}, step.executor().compute_stream(), *meter,
+                                                    absl::Milliseconds(std::max(2000, f.energy_profile_ms))));
   double sum_j = 0, sum_ms = 0;
   for (const auto& r : rows) sum_j += r.joules_per_step, sum_ms += r.ms_per_step;
   const double step_j = timed.joules / f.steps;
   std::vector<sg::benchmarks::GroupEnergy> sorted = rows;
   std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.joules_per_step > b.joules_per_step; });
-  std::cerr << absl::StrFormat("energy profile: %d groups, %.2f J and %.2f ms a step summed (timed steps: %.2f J), "
+  std::cerr << absl::StrFormat("energy profile: %d groups, %.2f J and %.2f ms a step summed; the whole step replayed "
+                               "the same way %.2f J, %.2f ms, %.0f W, %.0f MHz, %d C; the timed steps %.2f J, %d C; "
                                "%zu steps off the compute stream not profiled\n",
-                               rows.size(), sum_j, sum_ms, step_j, skipped.size());
-  std::cerr << "     J   share      ms      W    MHz  TFLOP/s  steps  group\n";
+                               rows.size(), sum_j, sum_ms, whole[0].joules_per_step, whole[0].ms_per_step,
+                               whole[0].mean_watts, whole[0].sm_clock_median_mhz, whole[0].temperature_max_c, step_j,
+                               timed.temperature_max_c, skipped.size());
+  std::cerr << "     J   share      ms      W    MHz    C  TFLOP/s  steps  group\n";
   for (const auto& r : sorted) {
-    std::cerr << absl::StrFormat("%6.2f  %5.1f%%  %6.2f  %5.0f  %5.0f  %7s  %5d  %s\n", r.joules_per_step,
+    std::cerr << absl::StrFormat("%6.2f  %5.1f%%  %6.2f  %5.0f  %5.0f  %3d  %7s  %5d  %s\n", r.joules_per_step,
                                  100 * r.joules_per_step / sum_j, r.ms_per_step, r.mean_watts, r.sm_clock_median_mhz,
+                                 r.temperature_max_c,
                                  r.tflops > 0 ? absl::StrFormat("%.0f", r.tflops) : std::string("-"), r.steps, r.key);
   }
+  auto row_json = [](const sg::benchmarks::GroupEnergy& r) {
+    return nlohmann::json{{"group", r.key}, {"steps", r.steps}, {"replays", r.replays}, {"ms", r.ms_per_step},
+                          {"joules", r.joules_per_step}, {"watts", r.mean_watts}, {"sm_clock_mhz", r.sm_clock_median_mhz},
+                          {"temperature_max_c", r.temperature_max_c}, {"tflops", r.tflops}};
+  };
   nlohmann::json a = nlohmann::json::array();
-  for (const auto& r : rows) {
-    a.push_back({{"group", r.key}, {"steps", r.steps}, {"replays", r.replays}, {"ms", r.ms_per_step},
-                 {"joules", r.joules_per_step}, {"watts", r.mean_watts}, {"sm_clock_mhz", r.sm_clock_median_mhz},
-                 {"tflops", r.tflops}});
-  }
+  for (const auto& r : rows) a.push_back(row_json(r));
   (*j)["energy_profile"] = a;
+  (*j)["energy_profile_whole_step"] = row_json(whole[0]);
   (*j)["energy_profile_joules"] = sum_j;
   (*j)["energy_profile_ms"] = sum_ms;
   (*j)["timed_step_joules"] = step_j;
@@ -437,6 +455,7 @@ absl::Status Main(const Flags& f) {
     j["gpu_millijoules_per_token"] = 1e3 * energy.joules / (tokens * f.steps);
     j["gpu_mean_watts"] = energy.mean_watts;
     j["sm_clock_median_mhz"] = energy.sm_clock_median_mhz;
+    j["gpu_temperature_max_c"] = energy.temperature_max_c;
     j["sm_clock_min_mhz"] = energy.sm_clock_min_mhz;
     j["sm_clock_max_mhz"] = energy.sm_clock_max_mhz;
   }

@@ -44,14 +44,17 @@ struct GroupEnergy {
   std::string key;
   int steps = 0;             // schedule steps in the group
   int replays = 0;           // replays in the measured window
+  double window_ms = 0;      // GPU time of the measured window
   double ms_per_step = 0;    // GPU time of one replay (the group's share of one training step)
   double joules_per_step = 0;
   double mean_watts = 0;
   double sm_clock_median_mhz = 0;
+  int temperature_max_c = 0;
   double tflops = 0;  // the group's matmul FLOPs / ms_per_step (0 without matmuls)
 };
 
-// Each group replayed for about `window` (at least 3 replays) after one untimed replay. CUDA only;
+// Each group run once eagerly (its scratch cached before the capture), captured, then replayed for
+// about `window` (at least 3 replays) after one untimed replay. CUDA only;
 // the stream is the executor's compute stream (nothing else queued on it). Errors name the group.
 absl::StatusOr<std::vector<GroupEnergy>> ProfileGroups(const compiler::Program& program,
                                                        const std::vector<StepGroup>& groups, const Stream& stream,
