@@ -38,6 +38,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -283,62 +284,151 @@ absl::StatusOr<std::vector<double>> TimedSteps(CompiledStep& step, const Flags& 
   return secs;
 }
 
-// --energy_profile_ms: the schedule's groups replayed one by one under the energy counter (last:
-// the replays change the weights), then the whole step the same way. A table on stderr, largest
-// energy first, with the groups' sum against the whole step's and the timed steps' joules per
-// step; rows in the JSON as "energy_profile", the whole as "energy_profile_whole_step".
+// --energy_profile_ms: where the step's energy goes (benchmarks/step_energy.h), last (the replays
+// train on one batch). From one snapshot of the program's memory, restored before each window:
+//  - the whole step replayed as one graph (checks the protocol against the timed steps);
+//  - each group alone: its joules, time, watts, clock and TFLOP/s;
+//  - the whole step without each group holding >= 1% of the groups' joules, between replays of
+//    the whole step every 4: what removing the group would save the step, power-limit coupling
+//    included (a group alone runs at the clock its own draw leaves it).
+// Tables on stderr; rows in the JSON as "energy_profile", "energy_leave_one_out" and
+// "energy_profile_whole_step".
 absl::Status EnergyProfile(CompiledStep& step, const Flags& f, sg::benchmarks::GpuEnergyMeter* meter,
                            const sg::benchmarks::GpuEnergyReading& timed, nlohmann::json* j) {
+  namespace sb = sg::benchmarks;
   if (step.program().device.is_cpu()) {
     return absl::InvalidArgumentError("--energy_profile_ms: expected a CUDA step, found a CPU one");
   }
   if (meter == nullptr) {
     return absl::FailedPreconditionError("--energy_profile_ms: expected a CUDA device whose NVML can be read, found none");
   }
+  const Stream& stream = step.executor().compute_stream();
   SG_RETURN_IF_ERROR(step.executor().Synchronize());
   std::vector<int> skipped;
-  const std::vector<sg::benchmarks::StepGroup> groups = sg::benchmarks::GroupSteps(step.program(), &skipped);
-  SG_ASSIGN_OR_RETURN(std::vector<sg::benchmarks::GroupEnergy> rows,
-                      sg::benchmarks::ProfileGroups(step.program(), groups, step.executor().compute_stream(), *meter,
-                                                    absl::Milliseconds(f.energy_profile_ms)));
-  // Then every grouped step in schedule order as one graph, measured the same way: the groups' sum
-  // against the whole under one protocol, beside the timed steps.
-  sg::benchmarks::StepGroup all{"whole step (every group, schedule order)", {}, 0};
-  for (const auto& g : groups) {
-    all.steps.insert(all.steps.end(), g.steps.begin(), g.steps.end());
-    all.flops += g.flops;
-  }
-  std::sort(all.steps.begin(), all.steps.end());
-  SG_ASSIGN_OR_RETURN(std::vector<sg::benchmarks::GroupEnergy> whole,
-                      sg::benchmarks::ProfileGroups(step.program(), {all}, step.executor().compute_stream(), *meter,
-                                                    absl::Milliseconds(std::max(2000, f.energy_profile_ms))));
-  double sum_j = 0, sum_ms = 0;
-  for (const auto& r : rows) sum_j += r.joules_per_step, sum_ms += r.ms_per_step;
-  const double step_j = timed.joules / f.steps;
-  std::vector<sg::benchmarks::GroupEnergy> sorted = rows;
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.joules_per_step > b.joules_per_step; });
-  std::cerr << absl::StrFormat("energy profile: %d groups, %.2f J and %.2f ms a step summed; the whole step replayed "
-                               "the same way %.2f J, %.2f ms, %.0f W, %.0f MHz, %d C; the timed steps %.2f J, %d C; "
-                               "%zu steps off the compute stream not profiled\n",
-                               rows.size(), sum_j, sum_ms, whole[0].joules_per_step, whole[0].ms_per_step,
-                               whole[0].mean_watts, whole[0].sm_clock_median_mhz, whole[0].temperature_max_c, step_j,
-                               timed.temperature_max_c, skipped.size());
-  std::cerr << "     J   share      ms      W    MHz    C  TFLOP/s  steps  group\n";
-  for (const auto& r : sorted) {
-    std::cerr << absl::StrFormat("%6.2f  %5.1f%%  %6.2f  %5.0f  %5.0f  %3d  %7s  %5d  %s\n", r.joules_per_step,
-                                 100 * r.joules_per_step / sum_j, r.ms_per_step, r.mean_watts, r.sm_clock_median_mhz,
-                                 r.temperature_max_c,
-                                 r.tflops > 0 ? absl::StrFormat("%.0f", r.tflops) : std::string("-"), r.steps, r.key);
-  }
-  auto row_json = [](const sg::benchmarks::GroupEnergy& r) {
+  const std::vector<sb::StepGroup> groups = sb::GroupSteps(step.program(), &skipped);
+  SG_ASSIGN_OR_RETURN(const sb::ProgramSnapshot snap, sb::ProgramSnapshot::Take(step.program(), stream));
+  const absl::Duration group_window = absl::Milliseconds(f.energy_profile_ms);
+  const absl::Duration whole_window = absl::Milliseconds(std::max(2000, f.energy_profile_ms));
+  const sb::StepGroup whole = sb::WholeStep(groups);
+  auto row_json = [](const sb::GroupEnergy& r) {
     return nlohmann::json{{"group", r.key}, {"steps", r.steps}, {"replays", r.replays}, {"ms", r.ms_per_step},
                           {"joules", r.joules_per_step}, {"watts", r.mean_watts}, {"sm_clock_mhz", r.sm_clock_median_mhz},
                           {"temperature_max_c", r.temperature_max_c}, {"tflops", r.tflops}};
   };
+  auto line = [](const sb::GroupEnergy& r) {
+    return absl::StrFormat("%.2f J, %.2f ms, %.0f W, %.0f MHz, %d C, %d replays", r.joules_per_step, r.ms_per_step,
+                           r.mean_watts, r.sm_clock_median_mhz, r.temperature_max_c, r.replays);
+  };
+
+  SG_ASSIGN_OR_RETURN(StepMetrics before, step.ReadMetrics());
+  SG_ASSIGN_OR_RETURN(std::vector<sb::GroupEnergy> first,
+                      sb::ProfileGroups(step.program(), {whole}, stream, *meter, whole_window, &snap));
+  SG_ASSIGN_OR_RETURN(StepMetrics after_first, step.ReadMetrics());
+  const double step_j = timed.joules / f.steps, step_ms = 1e3 * timed.seconds / f.steps;
+  std::cerr << absl::StrFormat("snapshot %.2f GiB; timed steps %.2f J, %.2f ms, %d C; whole step replayed: %s; "
+                               "loss %.4f -> %.4f\n",
+                               snap.bytes() / double(1 << 30), step_j, step_ms, timed.temperature_max_c,
+                               line(first[0]), before.loss, after_first.loss);
+
+  SG_ASSIGN_OR_RETURN(std::vector<sb::GroupEnergy> rows,
+                      sb::ProfileGroups(step.program(), groups, stream, *meter, group_window, &snap));
+  double sum_j = 0, sum_ms = 0;
+  for (const auto& r : rows) sum_j += r.joules_per_step, sum_ms += r.ms_per_step;
+  std::vector<int> order(rows.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int(i);
+  std::sort(order.begin(), order.end(),
+            [&](int a, int b) { return rows[a].joules_per_step > rows[b].joules_per_step; });
+
+  // Leave-one-out: [whole, without g1..g4, whole, without g5..g8, ..., whole]; each "without" row
+  // against the mean of the two wholes around it.
+  std::vector<int> big;
+  for (int i : order) {
+    if (rows[i].joules_per_step >= 0.01 * sum_j) big.push_back(i);
+  }
+  std::vector<sb::StepGroup> plan;
+  std::vector<int> plan_group;  // -1: a whole step
+  for (size_t k = 0; k < big.size(); ++k) {
+    if (k % 4 == 0) plan.push_back(whole), plan_group.push_back(-1);
+    plan.push_back(sb::WholeStep(groups, &groups[big[k]])), plan_group.push_back(big[k]);
+  }
+  plan.push_back(whole), plan_group.push_back(-1);
+  // Leaving out a group whose outputs the rest of the step reads leaves the readers stale arena
+  // bytes; where that ends in non-finite numbers the window's power is not the step's (a GPU on
+  // NaNs draws far less), so a row counts only when the window's last loss and gradient norm are
+  // finite (gpu_call105: leaving out a forward matmul "saved" 6x its own energy, on NaNs).
+  std::vector<sb::GroupEnergy> loo;
+  std::vector<StepMetrics> loo_metrics;
+  for (const sb::StepGroup& g : plan) {
+    SG_ASSIGN_OR_RETURN(std::vector<sb::GroupEnergy> r,
+                        sb::ProfileGroups(step.program(), {g}, stream, *meter, whole_window, &snap));
+    loo.push_back(r[0]);
+    SG_ASSIGN_OR_RETURN(StepMetrics m, step.ReadMetrics());
+    loo_metrics.push_back(m);
+  }
+  const StepMetrics after_last = loo_metrics.back();
+  auto finite = [](const StepMetrics& m) { return std::isfinite(m.loss) && std::isfinite(m.grad_norm); };
+  std::map<int, std::pair<double, double>> saved;  // group -> (J, ms) the step saves without it
+  std::set<int> non_finite;                        // groups whose leaving out ended in NaN or inf
+  std::vector<double> whole_j, whole_ms;
+  for (size_t k = 0; k < plan.size(); ++k) {
+    if (plan_group[k] >= 0) continue;
+    whole_j.push_back(loo[k].joules_per_step), whole_ms.push_back(loo[k].ms_per_step);
+  }
+  for (size_t k = 0, w = 0; k < plan.size(); ++k) {
+    if (plan_group[k] < 0) {
+      ++w;
+      continue;
+    }
+    if (!finite(loo_metrics[k])) {
+      non_finite.insert(plan_group[k]);
+      continue;
+    }
+    const double base_j = (whole_j[w - 1] + whole_j[w]) / 2, base_ms = (whole_ms[w - 1] + whole_ms[w]) / 2;
+    saved[plan_group[k]] = {base_j - loo[k].joules_per_step, base_ms - loo[k].ms_per_step};
+  }
+
+  std::cerr << absl::StrFormat("energy profile: %d groups alone %.2f J and %.2f ms a step summed; whole step "
+                               "replayed %.2f-%.2f J, %.2f-%.2f ms over the leave-one-out windows (loss then %.4f); "
+                               "%zu steps off the compute stream not profiled\n",
+                               rows.size(), sum_j, sum_ms, *std::min_element(whole_j.begin(), whole_j.end()),
+                               *std::max_element(whole_j.begin(), whole_j.end()),
+                               *std::min_element(whole_ms.begin(), whole_ms.end()),
+                               *std::max_element(whole_ms.begin(), whole_ms.end()), after_last.loss, skipped.size());
+  std::cerr << "alone:     J   share      ms      W    MHz    C  TFLOP/s  steps | step saves without it:     J      ms"
+               "  | group\n";
+  for (int i : order) {
+    const auto& r = rows[i];
+    const auto s = saved.find(i);
+    std::cerr << absl::StrFormat("       %6.2f  %5.1f%%  %6.2f  %5.0f  %5.0f  %3d  %7s  %5d | %28s  | %s\n",
+                                 r.joules_per_step, 100 * r.joules_per_step / sum_j, r.ms_per_step, r.mean_watts,
+                                 r.sm_clock_median_mhz, r.temperature_max_c,
+                                 r.tflops > 0 ? absl::StrFormat("%.0f", r.tflops) : std::string("-"), r.steps,
+                                 s != saved.end() ? absl::StrFormat("%6.2f  %6.2f", s->second.first, s->second.second)
+                                 : non_finite.count(i) ? std::string("non-finite without it")
+                                                       : std::string(""),
+                                 r.key);
+  }
   nlohmann::json a = nlohmann::json::array();
-  for (const auto& r : rows) a.push_back(row_json(r));
+  for (size_t i = 0; i < rows.size(); ++i) {
+    nlohmann::json r = row_json(rows[i]);
+    if (const auto s = saved.find(int(i)); s != saved.end()) {
+      r["step_saves_joules"] = s->second.first;
+      r["step_saves_ms"] = s->second.second;
+    }
+    if (non_finite.count(int(i))) r["non_finite_without_it"] = true;
+    a.push_back(std::move(r));
+  }
+  nlohmann::json l = nlohmann::json::array();
+  for (size_t k = 0; k < loo.size(); ++k) {
+    nlohmann::json r = row_json(loo[k]);
+    r["loss"] = loo_metrics[k].loss;
+    r["grad_norm"] = loo_metrics[k].grad_norm;
+    l.push_back(std::move(r));
+  }
   (*j)["energy_profile"] = a;
-  (*j)["energy_profile_whole_step"] = row_json(whole[0]);
+  (*j)["energy_leave_one_out"] = l;
+  (*j)["energy_profile_whole_step"] = row_json(first[0]);
+  (*j)["energy_profile_loss"] = {before.loss, after_first.loss, after_last.loss};
   (*j)["energy_profile_joules"] = sum_j;
   (*j)["energy_profile_ms"] = sum_ms;
   (*j)["timed_step_joules"] = step_j;

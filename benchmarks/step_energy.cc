@@ -79,9 +79,56 @@ std::vector<StepGroup> GroupSteps(const compiler::Program& program, std::vector<
   return groups;
 }
 
+StepGroup WholeStep(const std::vector<StepGroup>& groups, const StepGroup* left_out) {
+  StepGroup all{left_out == nullptr ? std::string("whole step") : absl::StrCat("whole step without ", left_out->key),
+                {}, 0};
+  for (const StepGroup& g : groups) {
+    if (left_out != nullptr && g.key == left_out->key) continue;
+    all.steps.insert(all.steps.end(), g.steps.begin(), g.steps.end());
+    all.flops += g.flops;
+  }
+  std::sort(all.steps.begin(), all.steps.end());
+  return all;
+}
+
+absl::StatusOr<ProgramSnapshot> ProgramSnapshot::Take(const compiler::Program& program, const Stream& stream) {
+  if (!program.device.is_cuda()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a program snapshot copies device memory: expected a CUDA program, found ", program.device.ToString()));
+  }
+  ProgramSnapshot snap;
+  for (const compiler::DeviceMemory* m :
+       {&program.state, &program.arena, &program.adamw_counter, &program.loss_scaler_state}) {
+    if (m->bytes() == 0) continue;
+    Region r;
+    r.live = m->data();
+    SG_ASSIGN_OR_RETURN(r.saved, compiler::DeviceMemory::Allocate(program.device, m->bytes()));
+    SG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(r.saved.data(), r.live, size_t(m->bytes()), cudaMemcpyDeviceToDevice,
+                                            static_cast<cudaStream_t>(stream.native())));
+    snap.regions_.push_back(std::move(r));
+  }
+  SG_RETURN_IF_ERROR(stream.Synchronize());
+  return snap;
+}
+
+absl::Status ProgramSnapshot::Restore(const Stream& stream) const {
+  for (const Region& r : regions_) {
+    SG_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(r.live, r.saved.data(), size_t(r.saved.bytes()), cudaMemcpyDeviceToDevice,
+                                            static_cast<cudaStream_t>(stream.native())));
+  }
+  return absl::OkStatus();
+}
+
+int64_t ProgramSnapshot::bytes() const {
+  int64_t b = 0;
+  for (const Region& r : regions_) b += r.saved.bytes();
+  return b;
+}
+
 absl::StatusOr<std::vector<GroupEnergy>> ProfileGroups(const compiler::Program& program,
                                                        const std::vector<StepGroup>& groups, const Stream& stream,
-                                                       GpuEnergyMeter& meter, absl::Duration window) {
+                                                       GpuEnergyMeter& meter, absl::Duration window,
+                                                       const ProgramSnapshot* start) {
   if (!program.device.is_cuda()) {
     return absl::FailedPreconditionError(
         absl::StrCat("the energy profile replays CUDA graphs: expected a CUDA program, found ", program.device.ToString()));
@@ -97,6 +144,7 @@ absl::StatusOr<std::vector<GroupEnergy>> ProfileGroups(const compiler::Program& 
       for (int i : g.steps) SG_RETURN_IF_ERROR(program.schedule.steps[i].launch(stream));
       return absl::OkStatus();
     };
+    if (start != nullptr) SG_RETURN_IF_ERROR(in_group(start->Restore(stream)));
     // One eager run first: the scratch a step takes from the caching allocator is cached before
     // the capture, which cannot allocate (the step's own graph holds the blocks of its capture).
     SG_RETURN_IF_ERROR(in_group(launch_group()));

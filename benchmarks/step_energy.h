@@ -53,12 +53,41 @@ struct GroupEnergy {
   double tflops = 0;  // the group's matmul FLOPs / ms_per_step (0 without matmuls)
 };
 
+// The device memory a program's steps write -- its state (parameters, optimizer state, inputs),
+// its arena (activations, gradients), the AdamW step counter and the loss scaler's state -- copied
+// aside on the device, so that every measurement window starts from the same numbers. Replays
+// without it drift: a group's repeated AdamW updates or in-place accumulations leave the next
+// group non-finite inputs, and a GPU multiplying NaNs draws a fraction of the power (gpu_call104:
+// the 1b's whole step at 508 W and 1965 MHz on NaNs, 681 W and 1590 MHz on the real numbers).
+// Host copies of offloaded activations are not covered.
+class ProgramSnapshot {
+ public:
+  static absl::StatusOr<ProgramSnapshot> Take(const compiler::Program& program, const Stream& stream);
+  // Copies the saved bytes back, ordered on `stream`.
+  absl::Status Restore(const Stream& stream) const;
+  int64_t bytes() const;
+
+ private:
+  struct Region {
+    char* live = nullptr;
+    compiler::DeviceMemory saved;
+  };
+  std::vector<Region> regions_;
+};
+
 // Each group run once eagerly (its scratch cached before the capture), captured, then replayed for
-// about `window` (at least 3 replays) after one untimed replay. CUDA only;
-// the stream is the executor's compute stream (nothing else queued on it). Errors name the group.
+// about `window` (at least 3 replays) after one untimed replay. With a `start`, it is restored
+// before each group's eager run. CUDA only; the stream is the executor's compute stream (nothing
+// else queued on it). Errors name the group.
 absl::StatusOr<std::vector<GroupEnergy>> ProfileGroups(const compiler::Program& program,
                                                        const std::vector<StepGroup>& groups, const Stream& stream,
-                                                       GpuEnergyMeter& meter, absl::Duration window);
+                                                       GpuEnergyMeter& meter, absl::Duration window,
+                                                       const ProgramSnapshot* start = nullptr);
+
+// Every grouped step in schedule order, without the steps of `left_out` (null: all of them): the
+// whole step as one group, for measuring what a group costs the whole step (its "leave one out"
+// energy and time, power-limit coupling included) rather than what it costs alone.
+StepGroup WholeStep(const std::vector<StepGroup>& groups, const StepGroup* left_out = nullptr);
 
 }  // namespace sg::benchmarks
 

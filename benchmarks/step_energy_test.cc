@@ -1,10 +1,13 @@
 // GroupSteps on the tiny Llama step compiled for the CPU: the groups partition the schedule, a
 // layer's operation gathers one step per layer, and the matmul FLOPs the groups carry add up to
 // 6 x tokens x the matmul weights' elements (forward, data and weight gradient of each), counted
-// here from the model's shapes. ProfileGroups refuses a CPU program; on a GPU with NVML it
-// measures every group of the tiny CUDA step at a positive energy and time.
+// here from the model's shapes. WholeStep gathers every grouped step, or all but one group's.
+// ProfileGroups refuses a CPU program; on a GPU with NVML it measures every group of the tiny CUDA
+// step at a positive energy and time, and a ProgramSnapshot brings the state an AdamW group's
+// replays moved back to its bytes before them.
 #include "benchmarks/step_energy.h"
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <set>
@@ -17,6 +20,7 @@
 #include "graph/models/llama.h"
 #include "gtest/gtest.h"
 #include "kernels/core/device.h"
+#include "kernels/core/tensor.h"
 
 namespace sg::benchmarks {
 namespace {
@@ -77,6 +81,69 @@ TEST(StepEnergyTest, ProfileRefusesACpuProgram) {
   std::vector<StepGroup> groups = GroupSteps(step->program(), nullptr);
   auto rows = ProfileGroups(step->program(), groups, step->executor().compute_stream(), **meter, absl::Milliseconds(10));
   EXPECT_EQ(rows.status().code(), absl::StatusCode::kFailedPrecondition) << rows.status();
+}
+
+TEST(StepEnergyTest, WholeStepGathersEveryGroupButTheOneLeftOut) {
+  auto step = TinyStep(Device::Cpu());
+  ASSERT_NE(step, nullptr);
+  const std::vector<StepGroup> groups = GroupSteps(step->program(), nullptr);
+  ASSERT_GT(groups.size(), 3u);
+  const StepGroup all = WholeStep(groups);
+  ASSERT_EQ(all.steps.size(), step->program().schedule.steps.size());
+  for (size_t i = 0; i < all.steps.size(); ++i) EXPECT_EQ(all.steps[i], int(i));
+  const StepGroup& out = groups[2];
+  const StepGroup without = WholeStep(groups, &out);
+  EXPECT_EQ(without.steps.size() + out.steps.size(), all.steps.size());
+  EXPECT_TRUE(std::is_sorted(without.steps.begin(), without.steps.end()));
+  for (int i : out.steps) EXPECT_FALSE(std::binary_search(without.steps.begin(), without.steps.end(), i)) << i;
+  EXPECT_DOUBLE_EQ(without.flops + out.flops, all.flops);
+  EXPECT_TRUE(absl::StrContains(without.key, out.key)) << without.key;
+}
+
+// The state's bytes on the host, through a device-to-host copy.
+std::vector<char> StateBytes(const compiler::Program& p, const Stream& s) {
+  std::vector<char> host(size_t(p.state.bytes()));
+  const int64_t n = p.state.bytes() / 4;
+  EXPECT_TRUE(CopyTensor(TensorView(p.state.data(), DType::kF32, {n}, p.device),
+                         TensorView(host.data(), DType::kF32, {n}, Device::Cpu()), s)
+                  .ok());
+  return host;
+}
+
+TEST(StepEnergyTest, SnapshotRestoresWhatAnAdamWGroupsReplaysMoved) {
+  if (!CudaAvailable()) GTEST_SKIP() << "no CUDA device";
+  auto meter = GpuEnergyMeter::Open(CudaDevicePciBusId(0).value());
+  if (!meter.ok()) GTEST_SKIP() << "no NVML: " << meter.status();
+  auto step = TinyStep(Device::Cuda(0));
+  ASSERT_NE(step, nullptr);
+  const auto c = compiler::LlamaBenchConfigNamed("tiny").value();
+  ASSERT_TRUE(compiler::InitLlamaParameters(*step, graph::BuildLlamaForward(c.model).value(), 11).ok());
+  auto batch = compiler::RandomTokenBatch(c, 5).value();
+  std::map<std::string, TensorView> views;
+  for (const auto& [k, t] : batch) views[k] = t.view();
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(step->Run(views).ok());
+  ASSERT_TRUE(step->executor().Synchronize().ok());
+  const compiler::Program& p = step->program();
+  const Stream& s = step->executor().compute_stream();
+  ASSERT_EQ(p.state.bytes() % 4, 0);
+  std::vector<StepGroup> adamw;
+  for (const StepGroup& g : GroupSteps(p, nullptr)) {
+    if (absl::StartsWith(g.key, "adamw")) adamw.push_back(g);
+  }
+  ASSERT_EQ(adamw.size(), 1u) << "the tiny step's AdamW as one multi-tensor group";
+  const std::vector<char> before = StateBytes(p, s);
+  auto snap = ProgramSnapshot::Take(p, s);
+  ASSERT_TRUE(snap.ok()) << snap.status();
+  EXPECT_GE(snap->bytes(), p.state.bytes() + p.arena.bytes());
+  ASSERT_TRUE(ProfileGroups(p, adamw, s, **meter, absl::Milliseconds(50)).ok());
+  const std::vector<char> moved = StateBytes(p, s);
+  EXPECT_NE(moved, before) << "the AdamW replays changed no byte of the state";
+  ASSERT_TRUE(snap->Restore(s).ok());
+  EXPECT_EQ(StateBytes(p, s), before);
+  // Restored before each group's run: the state after a profile from the snapshot is the
+  // snapshot's plus one group's replays, the same every time.
+  ASSERT_TRUE(ProfileGroups(p, adamw, s, **meter, absl::Milliseconds(50), &*snap).ok());
+  EXPECT_NE(StateBytes(p, s), before);
 }
 
 TEST(StepEnergyTest, ProfilesEveryGroupOfTheCudaStep) {
