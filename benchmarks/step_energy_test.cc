@@ -110,19 +110,28 @@ std::vector<char> StateBytes(const compiler::Program& p, const Stream& s) {
   return host;
 }
 
+// The tiny CUDA step initialized from `seed` and run `runs` times on one random batch (Run copies
+// the batch in), synchronized; null after a failure it reports.
+std::unique_ptr<compiler::CompiledStep> TrainedTinyCudaStep(uint64_t seed, int runs) {
+  auto step = TinyStep(Device::Cuda(0));
+  if (step == nullptr) return nullptr;
+  const auto c = compiler::LlamaBenchConfigNamed("tiny").value();
+  absl::Status st = compiler::InitLlamaParameters(*step, graph::BuildLlamaForward(c.model).value(), seed);
+  const auto batch = compiler::RandomTokenBatch(c, seed + 1).value();
+  std::map<std::string, TensorView> views;
+  for (const auto& [k, t] : batch) views[k] = t.view();
+  for (int i = 0; i < runs && st.ok(); ++i) st = step->Run(views);
+  if (st.ok()) st = step->executor().Synchronize();
+  if (!st.ok()) ADD_FAILURE() << st;
+  return st.ok() ? std::move(step) : nullptr;
+}
+
 TEST(StepEnergyTest, SnapshotRestoresWhatAnAdamWGroupsReplaysMoved) {
   if (!CudaAvailable()) GTEST_SKIP() << "no CUDA device";
   auto meter = GpuEnergyMeter::Open(CudaDevicePciBusId(0).value());
   if (!meter.ok()) GTEST_SKIP() << "no NVML: " << meter.status();
-  auto step = TinyStep(Device::Cuda(0));
+  auto step = TrainedTinyCudaStep(11, 2);
   ASSERT_NE(step, nullptr);
-  const auto c = compiler::LlamaBenchConfigNamed("tiny").value();
-  ASSERT_TRUE(compiler::InitLlamaParameters(*step, graph::BuildLlamaForward(c.model).value(), 11).ok());
-  auto batch = compiler::RandomTokenBatch(c, 5).value();
-  std::map<std::string, TensorView> views;
-  for (const auto& [k, t] : batch) views[k] = t.view();
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(step->Run(views).ok());
-  ASSERT_TRUE(step->executor().Synchronize().ok());
   const compiler::Program& p = step->program();
   const Stream& s = step->executor().compute_stream();
   ASSERT_EQ(p.state.bytes() % 4, 0);
@@ -150,15 +159,8 @@ TEST(StepEnergyTest, ProfilesEveryGroupOfTheCudaStep) {
   if (!CudaAvailable()) GTEST_SKIP() << "no CUDA device";
   auto meter = GpuEnergyMeter::Open(CudaDevicePciBusId(0).value());
   if (!meter.ok()) GTEST_SKIP() << "no NVML: " << meter.status();
-  auto step = TinyStep(Device::Cuda(0));
+  auto step = TrainedTinyCudaStep(7, 3);  // warm-up, then the captured step
   ASSERT_NE(step, nullptr);
-  ASSERT_TRUE(compiler::InitLlamaParameters(*step, graph::BuildLlamaForward(
-                                                       compiler::LlamaBenchConfigNamed("tiny")->model).value(), 7).ok());
-  auto batch = compiler::RandomTokenBatch(compiler::LlamaBenchConfigNamed("tiny").value(), 3).value();
-  std::map<std::string, TensorView> views;
-  for (const auto& [k, t] : batch) views[k] = t.view();
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(step->Run(views).ok());  // warm-up, then the captured step
-  ASSERT_TRUE(step->executor().Synchronize().ok());
   std::vector<int> skipped;
   std::vector<StepGroup> groups = GroupSteps(step->program(), &skipped);
   auto rows = ProfileGroups(step->program(), groups, step->executor().compute_stream(), **meter, absl::Milliseconds(250));
