@@ -24,7 +24,8 @@
 // memory, AdamW deferred into the next forward, in place of auto's choice; e.g. the 7b over one
 // GPU, `--nproc=1`, with full recompute, to measure the copies' cost where no second GPU is),
 // --energy_profile_ms=N (single device: each group of steps replayed for ~N ms under the energy
-// counter after everything else; benchmarks/step_energy.h).
+// counter after everything else, then the whole step without each large group, every window from
+// one on-device snapshot of the program's memory; benchmarks/step_energy.h).
 // Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
 // pinned buffers, a fresh random batch per step); the median step after warm-up. Memory: the
 // caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces). Energy (on
@@ -93,7 +94,8 @@ ABSL_FLAG(int, offload_activations, -1,
 ABSL_FLAG(int, energy_profile_ms, 0,
           "after the timed steps (and the trace), each group of the schedule's steps (one operation at one place "
           "in every layer) replayed as a CUDA graph for about this many ms under the GPU's energy counter: "
-          "joules, time and clock per group on stderr and in the JSON (benchmarks/step_energy.h; 0: off)");
+          "joules, time and clock per group, then what the step saves without each group of >= 1% of the "
+          "joules, on stderr and in the JSON (benchmarks/step_energy.h; 0: off)");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
           "(CompileOptions::micro_batches; --recompute=auto plans one micro-batch's activations)");
