@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
 # One H200, ~4 minutes; carry [".gpu"] (gpu-bundle --flags "-c opt" //benchmarks:llama_step_benchmark).
+# (Ran against the benchmark as it was between ea6f191 and c1a2772, before the snapshot; today's
+# --energy_profile_ms prints other lines, which gpu_call106.sh reads.)
 # gpu_call103 found the 1b's whole step, replayed as one single-stream graph after the group
 # profile, at 169 ms / 545 W / 1950 MHz against the timed steps' 206 ms / 692 W / 1515 MHz. Here the
 # whole step is replayed before the groups too (the state the timed steps left), with the loss
