@@ -12,6 +12,7 @@
 #include "kernels/core/allocator.h"
 #include "kernels/core/cuda_graph.h"
 #include "kernels/core/status.h"
+#include "sharding/cost_model.h"
 
 namespace sg::benchmarks {
 namespace {
@@ -31,27 +32,14 @@ std::string WithoutLayer(const std::string& name) {
   return out;
 }
 
-int64_t Product(const Shape& s, size_t from, size_t to) {
-  int64_t p = 1;
-  for (size_t i = from; i < to; ++i) p *= s[i];
-  return p;
-}
-
-// 2 M N K of a matmul node as kernels/gemm runs it: op(a) [M, K] with a's leading dimensions
-// flattened into its rows, op(b) [K, N].
+// The matmul FLOPs of a step's node as the sharding cost model counts them (0 for other nodes;
+// the lowered program's binding covers every symbol).
 double MatmulFlops(const compiler::Program& p, int node) {
   if (node < 0 || node >= int(p.graph.nodes().size())) return 0;
   const graph::Node& n = p.graph.nodes()[node];
-  if (n.op != graph::OpKind::kMatmul || n.inputs.size() < 2) return 0;
-  const Shape& a = p.values[n.inputs[0]].shape();
-  const Shape& b = p.values[n.inputs[1]].shape();
-  if (a.size() < 2 || b.size() < 2) return 0;
-  const bool ta = graph::AttrBool(n, "trans_a"), tb = graph::AttrBool(n, "trans_b");
-  const int64_t a_rows = Product(a, 0, a.size() - 1), a_cols = a.back();
-  const int64_t b_rows = Product(b, 0, b.size() - 1), b_cols = b.back();
-  const int64_t m = ta ? a_cols : a_rows, k = ta ? a_rows : a_cols;
-  const int64_t nn = tb ? b_rows : b_cols;
-  return 2.0 * double(m) * double(nn) * double(k);
+  if (n.op != graph::OpKind::kMatmul) return 0;
+  const absl::StatusOr<double> f = sharding::NodeFlops(p.graph, n, p.binding);
+  return f.ok() ? *f : 0;
 }
 
 }  // namespace

@@ -23,6 +23,8 @@ absl::StatusOr<int64_t> LocalBytes(const graph::Graph& g, int v, const Placement
   return NumElements(s.LocalShape(0)) * int64_t(SizeOf(g.type(v).dtype));
 }
 
+}  // namespace
+
 absl::StatusOr<double> NodeFlops(const graph::Graph& g, const graph::Node& n,
                                  const graph::Binding& b) {
   auto shape = [&](int v) { return graph::Evaluate(g.type(v).shape, b); };
@@ -40,8 +42,6 @@ absl::StatusOr<double> NodeFlops(const graph::Graph& g, const graph::Node& n,
   }
   return 0.0;
 }
-
-}  // namespace
 
 double CollectiveSeconds(StepKind kind, int64_t bytes, int p, const CostParams& c) {
   if (p <= 1 || !IsCollective(kind)) return 0;

@@ -77,6 +77,10 @@ struct PlanCost {
   std::string ToString() const;
 };
 
+// The FLOPs of one node at `binding`'s shapes, as EstimateCost counts them: 2 M N K for a matmul,
+// 4 b s^2 h d for attention (halved when causal, the backward twice the forward), 0 otherwise.
+absl::StatusOr<double> NodeFlops(const graph::Graph& g, const graph::Node& n, const graph::Binding& binding);
+
 // InvalidArgument when the binding misses a symbol of `g`.
 absl::StatusOr<PlanCost> EstimateCost(const graph::Graph& g, const ShardingPlan& plan,
                                       const graph::Binding& binding, const CostParams& params);
