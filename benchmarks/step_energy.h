@@ -11,7 +11,8 @@
 // whole step leaves it: a memory-bound group alone runs below the limit at a higher clock than in
 // the step. The sum of the groups' joules per step is therefore compared with the step's measured
 // joules in the output. The replays change the program's state (AdamW steps the weights, in-place
-// accumulations grow): profile after everything that reads it.
+// accumulations grow): profile after everything that reads it, and start each group from a
+// ProgramSnapshot (below) so that no group measures the NaNs an earlier one left.
 #ifndef SGTRAIN_BENCHMARKS_STEP_ENERGY_H_
 #define SGTRAIN_BENCHMARKS_STEP_ENERGY_H_
 
