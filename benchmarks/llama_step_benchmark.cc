@@ -23,6 +23,9 @@
 // over the world), --fsdp_host_gradient_units=N (fsdp: the gradient shards of N units in host
 // memory, AdamW deferred into the next forward, in place of auto's choice; e.g. the 7b over one
 // GPU, `--nproc=1`, with full recompute, to measure the copies' cost where no second GPU is),
+// --gradients=auto|f32|bf16 (the matmul weights' gradients; auto: bf16 on one device with one
+// micro-batch, the values PyTorch's autocast stores in its f32 .grad, else f32; the JSON's
+// "bf16_gradients" says which ran),
 // --energy_profile_ms=N (single device: each group of steps replayed for ~N ms under the energy
 // counter after everything else, then the whole step without each large group, every window from
 // one on-device snapshot of the program's memory; benchmarks/step_energy.h).
@@ -96,6 +99,9 @@ ABSL_FLAG(int, energy_profile_ms, 0,
           "in every layer) replayed as a CUDA graph for about this many ms under the GPU's energy counter: "
           "joules, time and clock per group, then what the step saves without each group of >= 1% of the "
           "joules, on stderr and in the JSON (benchmarks/step_energy.h; 0: off)");
+ABSL_FLAG(std::string, gradients, "auto",
+          "the matmul weights' gradients: bf16 (the values PyTorch's autocast gives; CompileOptions::bf16_gradients, "
+          "--strategy=none with one micro-batch), f32, or auto: bf16 where it applies, else f32");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
           "(CompileOptions::micro_batches; --recompute=auto plans one micro-batch's activations)");
@@ -107,7 +113,7 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kH200BF16Flops = 989e12;
 
 struct Flags {
-  std::string config = "1b", device, recompute = "auto", trace, strategy = "none";
+  std::string config = "1b", device, recompute = "auto", trace, strategy = "none", gradients = "auto";
   double memory_budget_gib = 0;
   int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1, fsdp_host_gradient_units = -1,
       recompute_swiglu_layers = -1, offload_activations = -1, energy_profile_ms = 0;
@@ -158,6 +164,7 @@ absl::StatusOr<Flags> ReadFlags() {
   f.recompute_swiglu_layers = absl::GetFlag(FLAGS_recompute_swiglu_layers);
   f.offload_activations = absl::GetFlag(FLAGS_offload_activations);
   f.energy_profile_ms = absl::GetFlag(FLAGS_energy_profile_ms);
+  f.gradients = absl::GetFlag(FLAGS_gradients);
   if (f.energy_profile_ms < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--energy_profile_ms: expected >= 0 (0: off), found ", f.energy_profile_ms));
@@ -203,6 +210,14 @@ absl::StatusOr<Flags> ReadFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--device: expected cuda|cpu, found '", f.device, "'"));
   }
   SG_RETURN_IF_ERROR(ParseStrategy(f.strategy).status());
+  if (f.gradients != "auto" && f.gradients != "f32" && f.gradients != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat("--gradients: expected auto|f32|bf16, found '", f.gradients, "'"));
+  }
+  if (f.gradients == "bf16" && (f.strategy != "none" || f.micro_batches != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--gradients=bf16: expected --strategy=none and --micro_batches=1 (the other runtimes reduce or accumulate "
+        "gradients in f32), found --strategy=", f.strategy, " --micro_batches=", f.micro_batches));
+  }
   if (f.energy_profile_ms > 0 && f.device == "cpu") {
     return absl::InvalidArgumentError(
         absl::StrCat("--energy_profile_ms: expected a CUDA step (--device=cuda or unset), found --device=", f.device));
@@ -455,6 +470,7 @@ absl::Status Main(const Flags& f) {
   o.wgrad_stream = f.wgrad_stream;
   o.lm_head_chunks = f.lm_head_chunks;
   o.micro_batches = f.micro_batches;
+  o.bf16_gradients = f.gradients == "bf16" || (f.gradients == "auto" && strategy == Strategy::kNone && f.micro_batches == 1);
   if (f.recompute == "auto") {
     // The budget less what the plan does not count (kernel scratch, library workspaces: ~0.2 GiB
     // at 1b); sharded strategies hold 1/world of the state per GPU.
@@ -525,6 +541,7 @@ absl::Status Main(const Flags& f) {
   j["wgrad_stream"] = o.wgrad_stream;
   j["micro_batches"] = o.micro_batches;
   j["lm_head_chunks"] = o.lm_head_chunks;
+  j["bf16_gradients"] = o.bf16_gradients;
   j["offload_host_gib"] = step->program().offload_host_bytes / kGiB;
   j["cuda_graph"] = step->executor().replaying_graph();
   int fused_swiglu_backward = 0;  // swiglu_backward steps run as WgmmaGemmSwiGluBackward with their dh matmul

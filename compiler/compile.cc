@@ -158,6 +158,12 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
         "found ", o.lm_head_chunks, " with strategy '", StrategyName(o.strategy), "', ", o.micro_batches,
         " micro-batches, wgrad_stream ", o.wgrad_stream ? "on" : "off"));
   }
+  if (o.bf16_gradients && (o.strategy != Strategy::kNone || o.micro_batches != 1)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Compile: bf16_gradients is for a single device with one micro-batch (the other runtimes reduce, "
+        "accumulate or read the gradients in f32), found strategy '", StrategyName(o.strategy), "' and ",
+        o.micro_batches, " micro-batches"));
+  }
   auto registered = Registry().find(o.strategy);
   if (registered != Registry().end()) return registered->second(g, o);
   if (o.strategy == Strategy::kContextParallel || o.strategy == Strategy::kPipeline) {
@@ -186,6 +192,7 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
   lo.wgrad_stream = o.wgrad_stream;
   lo.lm_head_chunks = o.lm_head_chunks;
   lo.swiglu_backward_gemm = o.swiglu_backward_gemm;
+  lo.bf16_gradients = o.bf16_gradients;
   SG_ASSIGN_OR_RETURN(step->program_, Lower(std::move(train), o.binding, o.device, lo));
   ExecutorOptions eo;
   eo.cuda_graph = o.cuda_graph;
@@ -237,6 +244,7 @@ absl::StatusOr<PlannedMemory> PlanMemory(const graph::Graph& g, const CompileOpt
   if (o.strategy == Strategy::kNone && o.micro_batches == 1) {
     lo.lm_head_chunks = o.lm_head_chunks;
     lo.swiglu_backward_gemm = o.swiglu_backward_gemm;
+    lo.bf16_gradients = o.bf16_gradients;
   }
   return PlanStepMemory(std::move(train), o.binding, o.device, lo);
 }

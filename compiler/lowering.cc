@@ -89,7 +89,8 @@ class Lowerer {
       return absl::InvalidArgumentError("Lower: lm_head_chunks > 1 with wgrad_stream (the weight gradient of the "
                                         "LM head is computed inside the head's launch, not by a matmul step)");
     }
-    fusions_ = FindLoweringFusions(g_, device_seeds, o_.lm_head_chunks, SwiGluBackwardGemm(o_.swiglu_backward_gemm));
+    fusions_ = FindLoweringFusions(g_, device_seeds, o_.lm_head_chunks, SwiGluBackwardGemm(o_.swiglu_backward_gemm),
+                                   o_.bf16_gradients);
     KeepRunnableSwiGluBackwardGemms();
     HostScalarSeeds();
     Roots();
@@ -178,7 +179,8 @@ class Lowerer {
     return (IsSource(n.op) && TransientFrom(n) < 0) || fusions_.weight_copy.count(v) > 0;
   }
 
-  // Alias roots (reshape shares its input's buffer; a folded cast's input is its f32 output) and
+  // Alias roots (reshape shares its input's buffer; a folded cast's input is its f32 output; a
+  // bf16 gradient's f32 cast output is the bf16 value) and
   // last readers per root.
   void Roots() {
     const int nv = g_.num_value_ids();
@@ -186,6 +188,7 @@ class Lowerer {
     std::iota(root_.begin(), root_.end(), 0);
     const auto& nodes = g_.nodes();
     for (const auto& [v, f32] : fusions_.folded_cast) root_[v] = f32;
+    for (const auto& [f32, half] : fusions_.bf16_gradient) root_[f32] = half;
     for (const auto& [dup, copy] : fusions_.duplicate_copy) root_[dup] = copy;
     for (int i = 0; i < int(nodes.size()); ++i) {
       if (nodes[i].op == OpKind::kReshape) root_[nodes[i].outputs[0]] = root_[nodes[i].inputs[0]];
@@ -429,6 +432,7 @@ class Lowerer {
       p_->values[v] = TensorView(base, g_.type(v).dtype, shape_[v], p_->device);
     }
     for (const auto& [v, f32] : fusions_.folded_cast) p_->values[v] = p_->values[f32];
+    for (const auto& [f32, half] : fusions_.bf16_gradient) p_->values[f32] = p_->values[half];
     SG_RETURN_IF_ERROR(OffloadBuffers(arena));
     for (size_t k = 0; k < 2 * wgrads_.size() && allocate_; ++k) {
       SG_ASSIGN_OR_RETURN(Event e, Event::Create(p_->device));

@@ -180,6 +180,9 @@ struct LowerOptions {
   // SG_FUSE_SWIGLU_BWD=0 / =1 in the environment overrides it, for measuring both in one binary.
   // (CompileOptions::swiglu_backward_gemm, on by default, sets it.)
   bool swiglu_backward_gemm = false;
+  // Weight gradients that only the optimizer reads stay in bf16 (lowering_fusion.h; the
+  // "grad:<param>" outputs of matmul weights are then bf16). CompileOptions::bf16_gradients.
+  bool bf16_gradients = false;
 };
 
 // Lowers `graph` for `device`. InvalidArgument for an unbound symbol or a binding outside the

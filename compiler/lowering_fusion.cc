@@ -96,7 +96,7 @@ std::optional<LoweringFusions::LmHead> FindLmHead(const Graph& g, const Lowering
 }  // namespace
 
 LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>& device_seeds, int lm_head_chunks,
-                                    bool swiglu_backward_gemm) {
+                                    bool swiglu_backward_gemm, bool bf16_gradients) {
   LoweringFusions f;
   const auto& nodes = g.nodes();
   const int nn = int(nodes.size());
@@ -172,6 +172,33 @@ LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>&
       f.fused_away.insert(f.lm_head->matmul);
       f.fused_away.insert(f.lm_head->dx);
       f.fused_away.insert(f.lm_head->dw);
+    }
+  }
+
+  // After the LM head, whose dW sums its blocks in f32. A weight gradient the optimizer alone reads
+  // (and the "grad:" output) stays bf16: at least one adamw reads it as its gradient, and nothing
+  // but adamw (as the gradient) and grad_norm does.
+  if (bf16_gradients) {
+    const int head_dw = f.lm_head ? nodes[f.lm_head->dw].outputs[0] : -1;
+    for (auto it = f.folded_cast.begin(); it != f.folded_cast.end();) {
+      const auto [half, f32] = *it;
+      const Node& producer = nodes[g.value(half).producer];
+      bool optimizer_only = !users[f32].empty();
+      bool updates = false;
+      for (int k : users[f32]) {
+        const Node& u = nodes[k];
+        const bool grad_in = u.op == OpKind::kAdamW && u.inputs[1] == f32 &&
+                             std::count(u.inputs.begin(), u.inputs.end(), f32) == 1;
+        updates = updates || grad_in;
+        optimizer_only = optimizer_only && (grad_in || u.op == OpKind::kGradNorm);
+      }
+      if (g.type(half).dtype == DType::kBF16 && producer.op == OpKind::kMatmul && half != head_dw && optimizer_only &&
+          updates) {
+        f.bf16_gradient[f32] = half;
+        it = f.folded_cast.erase(it);  // the cast stays fused away: it has no step either way
+      } else {
+        ++it;
+      }
     }
   }
 

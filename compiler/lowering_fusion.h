@@ -26,6 +26,13 @@
 //    dlogits, no epilogues, dW written in f32). The backward's matmuls may read a recompute clone
 //    of W's cast or of x (selective recompute's rmsnorm of the kept sum): the launch reads the
 //    forward's x and W, whose lifetimes the lowering extends to it.
+//  - bf16 gradients (FindLoweringFusions' bf16_gradients): a folded cast whose producer is a plain
+//    matmul (a weight gradient dW) and whose f32 output only the optimizer reads (adamw's gradient,
+//    grad_norm, the "grad:<param>" output) is dropped instead: dW stays in bf16, which the
+//    multi-tensor AdamW and GradNorm read directly (f32 arithmetic, as they read f32). These are the
+//    values PyTorch's autocast gives its f32 parameters' .grad (the bf16 product, cast to f32), in
+//    half the bytes: the GEMM writes 2 bytes an element instead of 4, the norm and AdamW read 2.
+//    Norm weights, the embedding and the chunked LM head's dW (summed over blocks) keep f32.
 //  - SwiGLU backward with its dh matmul (FindLoweringFusions' swiglu_backward_gemm): the down
 //    projection's data gradient dh = dy @ W2 (a plain matmul, W2 [D, F]) whose only reader is a
 //    swiglu_backward becomes ONE launch at the swiglu_backward node
@@ -63,6 +70,7 @@ struct LoweringFusions {
   // lowering, not by FindLoweringFusions), read at each launch
   std::map<int, const float*> cross_entropy_host_scale;
   std::map<int, int> folded_cast;               // bf16 value -> the f32 cast output it is written as
+  std::map<int, int> bf16_gradient;             // f32 cast output (a gradient) -> the bf16 value it stays
   std::map<int, int> weight_copy;               // bf16 cast output -> the f32 parameter value
   std::map<int, int> duplicate_copy;            // a recomputed cast of a parameter -> its weight copy
   std::vector<std::pair<int, int>> in_place;    // (output value, input value), in node order
@@ -76,7 +84,8 @@ struct LoweringFusions {
 };
 
 LoweringFusions FindLoweringFusions(const graph::Graph& g, const std::set<std::string>& device_seeds = {},
-                                    int lm_head_chunks = 1, bool swiglu_backward_gemm = false);
+                                    int lm_head_chunks = 1, bool swiglu_backward_gemm = false,
+                                    bool bf16_gradients = false);
 
 }  // namespace sg::compiler
 
