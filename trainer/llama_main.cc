@@ -57,6 +57,9 @@ ABSL_FLAG(double, memory_budget_gib, 0, "--recompute=auto's memory per GPU (0: 9
 ABSL_FLAG(int64_t, lm_head_chunks, 1,
           "the LM head in this many blocks of tokens, so the [tokens, vocab] logits never exist whole (a single "
           "device; --recompute=auto plans with it; 1: off)");
+ABSL_FLAG(std::string, gradients, "auto",
+          "the matmul weights' gradients: bf16 (the values PyTorch's autocast gives, half the bytes; --precision=bf16 on "
+          "one device, --grad_accum=1), f32, or auto: bf16 where it applies, else f32");
 ABSL_FLAG(int64_t, fsdp_host_gradient_units, 0,
           "--strategy=fsdp: AdamW deferred into the next step's forward, with the gradient shards of this many units "
           "(output layer first, then the last layers) in host memory between (0: off; --recompute=auto on a GPU "
@@ -163,6 +166,7 @@ int main(int argc, char** argv) {
   f.recompute = absl::GetFlag(FLAGS_recompute);
   f.memory_budget_gib = absl::GetFlag(FLAGS_memory_budget_gib);
   f.lm_head_chunks = absl::GetFlag(FLAGS_lm_head_chunks);
+  f.gradients = absl::GetFlag(FLAGS_gradients);
   f.fsdp_host_gradient_units = absl::GetFlag(FLAGS_fsdp_host_gradient_units);
   f.device = absl::GetFlag(FLAGS_device);
   f.precision = absl::GetFlag(FLAGS_precision);

@@ -304,6 +304,12 @@ absl::StatusOr<TrainOptions> MakeTrainOptions(const RunFlags& f, const Setup& s,
   o.recompute = recompute.policy;
   o.memory_budget_bytes = recompute.budget_bytes;
   o.lm_head_chunks = int(f.lm_head_chunks);
+  if (f.gradients != "auto" && f.gradients != "f32" && f.gradients != "bf16") {
+    return absl::InvalidArgumentError(absl::StrCat("--gradients: expected auto, f32 or bf16, found '", f.gradients, "'"));
+  }
+  o.bf16_gradients = f.gradients == "bf16" ||
+                     (f.gradients == "auto" && strategy == compiler::Strategy::kNone && o.grad_accum == 1 &&
+                      o.precision == compiler::Precision::kBF16Mixed);
   o.fsdp_host_gradient_units = int(f.fsdp_host_gradient_units);
   o.strategy = strategy;
   o.mesh = mesh;

@@ -53,6 +53,9 @@ struct RunFlags {
   std::string recompute = "auto";  // auto, none, selective or full (TrainOptions::auto_recompute)
   double memory_budget_gib = 0;    // --recompute=auto's budget per GPU; 0: 90% of the GPU's memory
   int64_t lm_head_chunks = 1;      // the LM head in this many blocks of tokens (TrainOptions)
+  // auto (bf16 where TrainOptions::bf16_gradients applies: bf16 precision, one device, no
+  // accumulation), f32 or bf16
+  std::string gradients = "auto";
   int64_t fsdp_host_gradient_units = 0;  // TrainOptions::fsdp_host_gradient_units
   std::string device = "auto";
   std::string precision;

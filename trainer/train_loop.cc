@@ -88,6 +88,11 @@ absl::Status ValidateOptions(const TrainOptions& o) {
   SG_CHECK_ARG(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "rank ", o.rank,
                " is outside the world of size ", o.world_size);
   SG_CHECK_ARG(o.lm_head_chunks >= 1, "--lm_head_chunks: expected >= 1, found ", o.lm_head_chunks);
+  SG_CHECK_ARG(!o.bf16_gradients || (o.strategy == compiler::Strategy::kNone && o.grad_accum == 1 &&
+                                     o.precision == compiler::Precision::kBF16Mixed),
+               "--gradients=bf16: expected --precision=bf16 on a single device (--strategy=none) with --grad_accum=1, "
+               "found --precision=", compiler::PrecisionName(o.precision), " --strategy=", compiler::StrategyName(o.strategy),
+               " --grad_accum=", o.grad_accum);
   SG_CHECK_ARG(o.fsdp_host_gradient_units >= 0, "--fsdp_host_gradient_units: expected >= 0, found ",
                o.fsdp_host_gradient_units);
   SG_CHECK_ARG(o.fsdp_host_gradient_units == 0 || o.strategy == compiler::Strategy::kFsdp,
@@ -181,6 +186,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const TrainOptions& opt
   co.adamw.max_grad_norm = options.grad_clip;
   co.recompute = options.recompute;
   co.lm_head_chunks = options.lm_head_chunks;
+  co.bf16_gradients = options.bf16_gradients;
   co.fsdp_host_gradient_units = options.fsdp_host_gradient_units;
   SG_ASSIGN_OR_RETURN(t->memory_plan_, ChooseMemoryPlan(forward, options, &co));
   SG_ASSIGN_OR_RETURN(t->compiled_, compiler::Compile(forward, co));
