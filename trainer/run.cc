@@ -344,7 +344,9 @@ void PrintRunHeader(const Setup& s, const TrainOptions& o, Trainer& t, const Tra
   std::fprintf(stderr, "training: %s, %s, batch %ld x seq %ld x accum %ld x ranks %d = %ld tokens/step, lr %g -> %g "
                "(warm-up %ld, cosine)%s\n", o.device.ToString().c_str(),
                o.precision == compiler::Precision::kF32 ? "f32"
-               : o.precision == compiler::Precision::kF16Mixed ? "f16 mixed (loss scaling)" : "bf16 mixed", long(o.batch), long(o.seq),
+               : o.precision == compiler::Precision::kF16Mixed ? "f16 mixed (loss scaling)"
+               : o.bf16_gradients                                 ? "bf16 mixed (bf16 weight gradients)"
+                                                                  : "bf16 mixed", long(o.batch), long(o.seq),
                long(o.grad_accum), o.world_size, long(t.tokens_per_step()), o.lr, o.min_lr, long(o.warmup),
                budget > 0 ? absl::StrFormat(", time budget %.0f s", budget).c_str() : "");
   std::fprintf(stderr, "recompute: %s\n", t.memory_plan().c_str());
