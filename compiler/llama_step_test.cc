@@ -266,6 +266,39 @@ TEST(LlamaStepTest, Bf16GradientsAreTheF32GradientsRounded) {
   ExpectBf16GradientsMatchF32(graph::LlamaConfig::Tiny(), 2, 8, Device::Cpu());
 }
 
+// With the LM head in blocks (lm_head_chunks), whose dW sums the blocks in f32, the output
+// weight's gradient stays f32 while the other matmul weights' turn bf16, and the step computes the
+// same loss and gradients as the unblocked bf16-gradient step.
+TEST(LlamaStepTest, Bf16GradientsKeepTheBlockedHeadsGradientF32) {
+  graph::Graph fwd = LlamaForward(graph::LlamaConfig::Tiny());
+  Feeds params = testing::RandomParameters(fwd, sg::testing::Rng());
+  std::unique_ptr<CompiledStep> steps[2];  // 0: whole head, 1: the head in 3 blocks
+  for (int b = 0; b < 2; ++b) {
+    CompileOptions o;
+    o.binding = {{"batch", 2}, {"seq", 8}};
+    o.precision = Precision::kBF16Mixed;
+    o.bf16_gradients = true;
+    o.lm_head_chunks = b == 0 ? 1 : 3;
+    steps[b] = CompileWithParams(fwd, o, params);
+    ASSERT_NE(steps[b], nullptr);
+  }
+  int head = 0;
+  for (const Step& st : steps[1]->program().schedule.steps) head += absl::StartsWith(st.name, "lm head in 3 blocks");
+  EXPECT_EQ(head, 1);
+  auto dev = OnDevice(TinyBatch(2, 8, 11), Device::Cpu());
+  for (auto& s : steps) ASSERT_TRUE(s->Run(Views(dev)).ok());
+  EXPECT_NEAR(steps[1]->ReadMetrics()->loss, steps[0]->ReadMetrics()->loss, 1e-6 * steps[0]->ReadMetrics()->loss);
+  for (const std::string& name : steps[0]->parameter_names()) {
+    SCOPED_TRACE(name);
+    const bool matmul_weight = params.at(name).shape.size() == 2 && name != "tok_embeddings.weight";
+    EXPECT_EQ(steps[0]->View("grad:" + name)->dtype(), matmul_weight ? DType::kBF16 : DType::kF32);
+    EXPECT_EQ(steps[1]->View("grad:" + name)->dtype(),
+              matmul_weight && name != "output.weight" ? DType::kBF16 : DType::kF32);
+    // The blocked head's dW is summed in f32 and the whole head's rounded to bf16 once.
+    EXPECT_LT(sg::testing::RelativeError(Read(*steps[1], "grad:" + name), Read(*steps[0], "grad:" + name)), 1e-2);
+  }
+}
+
 // CompileOptions::bf16_gradients is refused where another runtime reads the gradients in f32.
 TEST(LlamaStepTest, Bf16GradientsOnlyForOneDeviceAndOneMicroBatch) {
   graph::Graph fwd = LlamaForward(graph::LlamaConfig::Tiny());
