@@ -299,6 +299,40 @@ TEST(LlamaStepTest, Bf16GradientsKeepTheBlockedHeadsGradientF32) {
   }
 }
 
+// A tied LM head: the table's gradient sums the embedding's (f32) and the head's dW, so the dW is
+// read by that sum, not by the optimizer alone, and stays f32 (folded); the other matmul weights
+// turn bf16. The step computes the f32-gradient step's loss and the table's gradient to f32 rounding.
+TEST(LlamaStepTest, Bf16GradientsKeepATiedTablesGradientF32) {
+  testing::TinyLlamaConfig tc;
+  tc.tied = true;
+  auto fwd = testing::TinyLlama(tc);
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  Feeds params = testing::RandomParameters(*fwd, sg::testing::Rng());
+  std::unique_ptr<CompiledStep> steps[2];  // 0: f32 gradients, 1: bf16 gradients
+  for (int b = 0; b < 2; ++b) {
+    CompileOptions o;
+    o.binding = {{"batch", 2}, {"seq", 8}};
+    o.precision = Precision::kBF16Mixed;
+    o.bf16_gradients = b == 1;
+    steps[b] = CompileWithParams(*fwd, o, params);
+    ASSERT_NE(steps[b], nullptr);
+  }
+  auto dev = OnDevice(TinyBatch(2, 8, tc.vocab), Device::Cpu());
+  for (auto& s : steps) ASSERT_TRUE(s->Run(Views(dev)).ok());
+  EXPECT_EQ(steps[1]->ReadMetrics()->loss, steps[0]->ReadMetrics()->loss);
+  int bf16 = 0;
+  for (const std::string& name : steps[0]->parameter_names()) {
+    SCOPED_TRACE(name);
+    const DType t = steps[1]->View("grad:" + name)->dtype();
+    bf16 += t == DType::kBF16;
+    if (name == "tok_embeddings.weight") {
+      EXPECT_EQ(t, DType::kF32);
+      EXPECT_LT(sg::testing::RelativeError(Read(*steps[1], "grad:" + name), Read(*steps[0], "grad:" + name)), 1e-6);
+    }
+  }
+  EXPECT_EQ(bf16, 7 * tc.layers) << "wq, wk, wv, wo, w1, w2, w3 of every layer";
+}
+
 // CompileOptions::bf16_gradients is refused where another runtime reads the gradients in f32.
 TEST(LlamaStepTest, Bf16GradientsOnlyForOneDeviceAndOneMicroBatch) {
   graph::Graph fwd = LlamaForward(graph::LlamaConfig::Tiny());
