@@ -23,7 +23,8 @@
 // over the world), --fsdp_host_gradient_units=N (fsdp: the gradient shards of N units in host
 // memory, AdamW deferred into the next forward, in place of auto's choice; e.g. the 7b over one
 // GPU, `--nproc=1`, with full recompute, to measure the copies' cost where no second GPU is),
-// --gradients=auto|f32|bf16 (the matmul weights' gradients; auto: bf16 on one device with one
+// --autotune=1 (0, or SG_AUTOTUNE=0: every GEMM on cuBLASLt's first heuristic choice; the JSON's
+// "autotune" says which ran), --gradients=auto|f32|bf16 (the matmul weights' gradients; auto: bf16 on one device with one
 // micro-batch, the values PyTorch's autocast stores in its f32 .grad, else f32; the JSON's
 // "bf16_gradients" says which ran),
 // --energy_profile_ms=N (single device: each group of steps replayed for ~N ms under the energy
@@ -54,6 +55,7 @@
 #include "benchmarks/gpu_energy.h"
 #include "benchmarks/step_energy.h"
 #include "comm/env.h"
+#include "compiler/autotune.h"
 #include "compiler/compile.h"
 #include "compiler/llama_step.h"
 #include "compiler/trace.h"
@@ -102,6 +104,9 @@ ABSL_FLAG(int, energy_profile_ms, 0,
 ABSL_FLAG(std::string, gradients, "auto",
           "the matmul weights' gradients: bf16 (the values PyTorch's autocast gives; CompileOptions::bf16_gradients, "
           "--strategy=none with one micro-batch), f32, or auto: bf16 where it applies, else f32");
+ABSL_FLAG(bool, autotune, true,
+          "time cuBLASLt's top algorithms per GEMM in the warm-up and keep the fastest (CompileOptions::autotune); "
+          "false: cuBLASLt's first heuristic choice, as SG_AUTOTUNE=0 (which also overrides true)");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
           "(CompileOptions::micro_batches; --recompute=auto plans one micro-batch's activations)");
@@ -117,7 +122,7 @@ struct Flags {
   double memory_budget_gib = 0;
   int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1, fsdp_host_gradient_units = -1,
       recompute_swiglu_layers = -1, offload_activations = -1, energy_profile_ms = 0;
-  bool cuda_graph = true, offload_first = false, wgrad_stream = false;
+  bool cuda_graph = true, offload_first = false, wgrad_stream = false, autotune = true;
   float lr = 3e-4f;
 };
 
@@ -165,6 +170,7 @@ absl::StatusOr<Flags> ReadFlags() {
   f.offload_activations = absl::GetFlag(FLAGS_offload_activations);
   f.energy_profile_ms = absl::GetFlag(FLAGS_energy_profile_ms);
   f.gradients = absl::GetFlag(FLAGS_gradients);
+  f.autotune = absl::GetFlag(FLAGS_autotune);
   if (f.energy_profile_ms < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--energy_profile_ms: expected >= 0 (0: off), found ", f.energy_profile_ms));
@@ -485,6 +491,7 @@ absl::Status Main(const Flags& f) {
   if (f.fsdp_host_gradient_units >= 0) o.fsdp_host_gradient_units = f.fsdp_host_gradient_units;
   const RecomputePolicy rp = o.recompute;
   o.cuda_graph = f.cuda_graph;
+  o.autotune = f.autotune;
   o.warmup_steps = 2;
   o.strategy = strategy;
   if (strategy == Strategy::kHybridShard) o.mesh = {world / 2, 2};
@@ -544,6 +551,7 @@ absl::Status Main(const Flags& f) {
   j["bf16_gradients"] = o.bf16_gradients;
   j["offload_host_gib"] = step->program().offload_host_bytes / kGiB;
   j["cuda_graph"] = step->executor().replaying_graph();
+  j["autotune"] = AutotuneEnabled(o);
   int fused_swiglu_backward = 0;  // swiglu_backward steps run as WgmmaGemmSwiGluBackward with their dh matmul
   for (const Step& st : step->program().schedule.steps) {
     fused_swiglu_backward += absl::StartsWith(st.name, "matmul + swiglu_backward");

@@ -7,6 +7,7 @@ source "$1"  # tools/expect_exit.sh: expect CODE TEXT ARGS...
 bin="$2"
 expect 1 "Illegal value 'abc' specified for flag 'steps'" --steps=abc
 expect 1 "Unknown command line flag 'step'" --step=3
+expect 1 "Illegal value 'sometimes' specified for flag 'autotune'" --autotune=sometimes
 expect 2 "--recompute: expected auto|none|selective|full, found 'partial'" --recompute=partial
 expect 2 "--steps: expected >= 1, found 0" --steps=0
 expect 2 "--strategy: expected none|fsdp|hsdp, found 'ddp'" --strategy=ddp
@@ -37,5 +38,6 @@ expect 0 '"micro_batches":2' "${tiny[@]}" --warmup=1 --micro_batches=2
 expect 0 '"lm_head_chunks":4' "${tiny[@]}" --warmup=1 --lm_head_chunks=4
 expect 0 '"bf16_gradients":true' "${tiny[@]}" --warmup=1
 expect 0 '"bf16_gradients":false' "${tiny[@]}" --warmup=1 --gradients=f32
+expect 0 '"autotune":false' "${tiny[@]}" --warmup=1 --autotune=0
 expect 0 '"bf16_gradients":false' "${tiny[@]}" --warmup=1 --micro_batches=2
 exit $fail
