@@ -29,7 +29,8 @@
 // "bf16_gradients" says which ran),
 // --energy_profile_ms=N (single device: each group of steps replayed for ~N ms under the energy
 // counter after everything else, then the whole step without each large group, every window from
-// one on-device snapshot of the program's memory; benchmarks/step_energy.h).
+// one on-device snapshot of the program's memory, then the groups summed by kind -- matmul,
+// attention, optimizer, other -- with the matmuls' joules a TFLOP; benchmarks/step_energy.h).
 // Timing: CUDA events between consecutive Run() calls (inputs are host batches, staged through
 // pinned buffers, a fresh random batch per step); the median step after warm-up. Memory: the
 // caching allocator's PeakBytes (state + arena + kernel scratch + library workspaces). Energy (on
@@ -441,6 +442,18 @@ absl::Status EnergyProfile(CompiledStep& step, const Flags& f, sg::benchmarks::G
     if (non_finite.count(int(i))) r["non_finite_without_it"] = true;
     a.push_back(std::move(r));
   }
+  // The ledger by kind (benchmarks/README.md, "Where the 1b step's energy goes").
+  nlohmann::json kinds = nlohmann::json::array();
+  std::cerr << "by kind:   J   share      ms      W  J/TFLOP  groups | kind\n";
+  for (const sb::KindEnergy& k : sb::SumByKind(groups, rows)) {
+    std::cerr << absl::StrFormat("       %6.2f  %5.1f%%  %6.2f  %5.0f  %7s  %6d | %s\n", k.joules_per_step,
+                                 100 * k.joules_per_step / sum_j, k.ms_per_step, k.mean_watts(),
+                                 k.joules_per_tflop > 0 ? absl::StrFormat("%.3f", k.joules_per_tflop) : std::string("-"),
+                                 k.groups, k.kind);
+    kinds.push_back({{"kind", k.kind}, {"groups", k.groups}, {"joules", k.joules_per_step}, {"ms", k.ms_per_step},
+                     {"watts", k.mean_watts()}, {"tflop", k.flops / 1e12}, {"joules_per_tflop", k.joules_per_tflop}});
+  }
+  (*j)["energy_profile_by_kind"] = kinds;
   nlohmann::json l = nlohmann::json::array();
   for (size_t k = 0; k < loo.size(); ++k) {
     nlohmann::json r = row_json(loo[k]);

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "graph/ops.h"
 #include "kernels/core/allocator.h"
@@ -77,6 +78,38 @@ StepGroup WholeStep(const std::vector<StepGroup>& groups, const StepGroup* left_
   }
   std::sort(all.steps.begin(), all.steps.end());
   return all;
+}
+
+std::vector<KindEnergy> SumByKind(const std::vector<StepGroup>& groups, const std::vector<GroupEnergy>& rows) {
+  static constexpr const char* kKinds[] = {"matmul", "attention", "optimizer", "other"};
+  auto kind_of = [](const std::string& key) {
+    if (absl::StartsWith(key, "matmul")) return 0;
+    if (absl::StartsWith(key, "attention")) return 1;
+    if (absl::StartsWith(key, "adamw") || absl::StartsWith(key, "grad_norm") ||
+        absl::StartsWith(key, "advance step counter")) {
+      return 2;
+    }
+    return 3;
+  };
+  KindEnergy sums[4];
+  double flop_joules[4] = {0, 0, 0, 0};  // joules of the groups with FLOPs
+  for (size_t i = 0; i < groups.size() && i < rows.size(); ++i) {
+    const int k = kind_of(groups[i].key);
+    KindEnergy& e = sums[k];
+    ++e.groups;
+    e.joules_per_step += rows[i].joules_per_step;
+    e.ms_per_step += rows[i].ms_per_step;
+    e.flops += groups[i].flops;
+    if (groups[i].flops > 0) flop_joules[k] += rows[i].joules_per_step;
+  }
+  std::vector<KindEnergy> out;
+  for (int k = 0; k < 4; ++k) {
+    if (sums[k].groups == 0) continue;
+    sums[k].kind = kKinds[k];
+    sums[k].joules_per_tflop = sums[k].flops > 0 ? flop_joules[k] / (sums[k].flops / 1e12) : 0;
+    out.push_back(sums[k]);
+  }
+  return out;
 }
 
 absl::StatusOr<ProgramSnapshot> ProgramSnapshot::Take(const compiler::Program& program, const Stream& stream) {

@@ -85,6 +85,21 @@ absl::StatusOr<std::vector<GroupEnergy>> ProfileGroups(const compiler::Program& 
                                                        GpuEnergyMeter& meter, absl::Duration window,
                                                        const ProgramSnapshot* start = nullptr);
 
+// The groups' rows summed by kind, the ledger issue #10's analysis reads: "matmul" (every group whose
+// key starts with matmul, the fused matmul + SwiGLU backward among them), "attention" (forward and
+// backward), "optimizer" (adamw, grad_norm, the step counter) and "other", in that order, each
+// present kind once. `groups` and `rows` are parallel (ProfileGroups' input and output).
+struct KindEnergy {
+  std::string kind;
+  int groups = 0;
+  double joules_per_step = 0, ms_per_step = 0;
+  double flops = 0;  // the kind's matmul FLOPs a step (0: none)
+  double mean_watts() const { return ms_per_step > 0 ? joules_per_step / ms_per_step * 1e3 : 0; }
+  // Joules a TFLOP of the kind's groups that have matmul FLOPs (0 without any).
+  double joules_per_tflop = 0;
+};
+std::vector<KindEnergy> SumByKind(const std::vector<StepGroup>& groups, const std::vector<GroupEnergy>& rows);
+
 // Every grouped step in schedule order, without the steps of `left_out` (null: all of them): the
 // whole step as one group, for measuring what a group costs the whole step (its "leave one out"
 // energy and time, power-limit coupling included) rather than what it costs alone.

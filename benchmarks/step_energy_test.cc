@@ -18,6 +18,7 @@
 #include "compiler/compile.h"
 #include "compiler/llama_step.h"
 #include "graph/models/llama.h"
+#include "graph/ops.h"
 #include "gtest/gtest.h"
 #include "kernels/core/device.h"
 #include "kernels/core/tensor.h"
@@ -98,6 +99,52 @@ TEST(StepEnergyTest, WholeStepGathersEveryGroupButTheOneLeftOut) {
   for (int i : out.steps) EXPECT_FALSE(std::binary_search(without.steps.begin(), without.steps.end(), i)) << i;
   EXPECT_DOUBLE_EQ(without.flops + out.flops, all.flops);
   EXPECT_TRUE(absl::StrContains(without.key, out.key)) << without.key;
+}
+
+// SumByKind over the tiny CPU step's groups with made-up rows (group i: i + 1 J, 2 i + 1 ms): each
+// kind's sums against the groups classified here by the op of their first step's graph node
+// (runtime steps such as the step counter are the optimizer's), and joules a TFLOP from the groups
+// that carry matmul FLOPs only.
+TEST(StepEnergyTest, SumByKindAddsEachGroupToItsKindOnce) {
+  auto step = TinyStep(Device::Cpu());
+  ASSERT_NE(step, nullptr);
+  const compiler::Program& p = step->program();
+  const std::vector<StepGroup> groups = GroupSteps(p, nullptr);
+  std::vector<GroupEnergy> rows(groups.size());
+  std::map<std::string, double> joules, ms, flops, flop_joules;
+  std::map<std::string, int> count;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    rows[i].key = groups[i].key;
+    rows[i].joules_per_step = double(i + 1);
+    rows[i].ms_per_step = double(2 * i + 1);
+    const compiler::Step& first = p.schedule.steps[size_t(groups[i].steps[0])];
+    const std::string op = first.node >= 0 ? graph::OpName(step->training_graph().nodes()[first.node].op) : "";
+    const std::string kind = op == "matmul" || absl::StartsWith(first.name, "matmul + ") ? "matmul"
+                             : op == "attention" || op == "attention_backward"       ? "attention"
+                             : op == "adamw" || op == "grad_norm" || op.empty()       ? "optimizer"
+                                                                                      : "other";
+    joules[kind] += rows[i].joules_per_step;
+    ms[kind] += rows[i].ms_per_step;
+    flops[kind] += groups[i].flops;
+    if (groups[i].flops > 0) flop_joules[kind] += rows[i].joules_per_step;
+    ++count[kind];
+  }
+  const std::vector<KindEnergy> kinds = SumByKind(groups, rows);
+  ASSERT_EQ(kinds.size(), count.size());
+  int total = 0;
+  for (const KindEnergy& k : kinds) {
+    SCOPED_TRACE(k.kind);
+    EXPECT_EQ(k.groups, count[k.kind]);
+    EXPECT_DOUBLE_EQ(k.joules_per_step, joules[k.kind]);
+    EXPECT_DOUBLE_EQ(k.ms_per_step, ms[k.kind]);
+    EXPECT_DOUBLE_EQ(k.flops, flops[k.kind]);
+    EXPECT_DOUBLE_EQ(k.mean_watts(), joules[k.kind] / ms[k.kind] * 1e3);
+    EXPECT_DOUBLE_EQ(k.joules_per_tflop, flops[k.kind] > 0 ? flop_joules[k.kind] / (flops[k.kind] / 1e12) : 0);
+    total += k.groups;
+  }
+  EXPECT_EQ(total, int(groups.size()));
+  EXPECT_EQ(kinds.front().kind, "matmul");
+  EXPECT_GT(kinds.front().flops, 0);
 }
 
 // The state's bytes on the host, through a device-to-host copy.
