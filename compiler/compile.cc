@@ -164,6 +164,11 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
         "accumulate or read the gradients in f32), found strategy '", StrategyName(o.strategy), "' and ",
         o.micro_batches, " micro-batches"));
   }
+  if (o.bf16_gradients && o.precision != Precision::kBF16Mixed) {
+    return absl::InvalidArgumentError(absl::StrCat("Compile: bf16_gradients needs bf16 mixed precision (the gradients "
+                                                   "of bf16 products), found precision '",
+                                                   PrecisionName(o.precision), "'"));
+  }
   auto registered = Registry().find(o.strategy);
   if (registered != Registry().end()) return registered->second(g, o);
   if (o.strategy == Strategy::kContextParallel || o.strategy == Strategy::kPipeline) {

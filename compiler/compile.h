@@ -127,9 +127,9 @@ struct CompileOptions {
   // On by default: on an H200 (benchmarks/README.md, 2026-12-03) the 124m step +0.45% (every fused
   // run faster than every unfused one), the 1b within noise (-0.1% over 9 pairs).
   bool swiglu_backward_gemm = true;
-  // One device, one micro-batch, mixed precision: the matmul weights' gradients stay in bf16 where
-  // only the optimizer reads them (LowerOptions::bf16_gradients; "grad:<param>" of those weights is
-  // then bf16). The values PyTorch's autocast stores in its f32 .grad (the bf16 GEMM output, cast),
+  // One device, one micro-batch, bf16 mixed precision (else Compile returns InvalidArgument): the
+  // matmul weights' gradients stay in bf16 where only the optimizer reads them
+  // (LowerOptions::bf16_gradients; "grad:<param>" of those weights is then bf16). The values PyTorch's autocast stores in its f32 .grad (the bf16 GEMM output, cast),
   // in half the bytes: at the 1b, 2.1 GB less written by the GEMMs and 2.1 GB less read by each of
   // the norm and AdamW. The peak (the start of the backward, when few gradients exist) drops only
   // 0.12 GiB. AdamW and the norm still compute in f32; the norm weights and the embedding keep f32

@@ -347,6 +347,12 @@ TEST(LlamaStepTest, Bf16GradientsOnlyForOneDeviceAndOneMicroBatch) {
   EXPECT_TRUE(absl::StrContains(step.status().message(), "bf16_gradients is for a single device with one micro-batch"))
       << step.status();
   EXPECT_TRUE(absl::StrContains(step.status().message(), "2 micro-batches")) << step.status();
+  o.micro_batches = 1;
+  o.precision = Precision::kF32;
+  step = Compile(fwd, o);
+  ASSERT_FALSE(step.ok());
+  EXPECT_TRUE(absl::StrContains(step.status().message(), "bf16_gradients needs bf16 mixed precision")) << step.status();
+  EXPECT_TRUE(absl::StrContains(step.status().message(), "found precision 'f32'")) << step.status();
 }
 
 // The plan at the 1b shapes: bf16 gradients are 2 bytes less per matmul weight (every weight but
