@@ -400,9 +400,11 @@ absl::Status ProcessGroup::ReduceScatter(const TensorView& input, const TensorVi
                                          ReduceOp rop, const Stream& stream) {
   SG_RETURN_IF_ERROR(CheckTensor(input, "reduce_scatter", "input", true));
   SG_RETURN_IF_ERROR(CheckTensor(output, "reduce_scatter", "output", true));
-  SG_CHECK_ARG(input.dtype() == output.dtype() && input.device() == output.device(), name_,
+  // bf16 in, f32 out: the contributions summed in f32 (widening); otherwise one dtype.
+  const bool widen = input.dtype() == DType::kBF16 && output.dtype() == DType::kF32;
+  SG_CHECK_ARG((input.dtype() == output.dtype() || widen) && input.device() == output.device(), name_,
                " reduce_scatter: input ", input.ToString(), " and output ", output.ToString(),
-               " must share dtype and device");
+               " must share dtype (or be bf16 and f32) and device");
   SG_CHECK_ARG(input.numel() == output.numel() * size(), name_, " reduce_scatter: input must have ",
                size(), " x output's ", output.numel(), " elements, found ", input.numel());
   SG_ASSIGN_OR_RETURN(Transport * tr, TransportFor(input, "reduce_scatter"));
@@ -412,38 +414,43 @@ absl::Status ProcessGroup::ReduceScatter(const TensorView& input, const TensorVi
     return s.ok() ? s : Fail(op, s);
   }
   const int n = size();
-  const int64_t esize = SizeOf(input.dtype());
+  // The ring runs in the output's dtype: a widening reduce-scatter widens the input into it.
+  const DType wt = output.dtype();
+  const int64_t esize = SizeOf(wt);
   // Steps (host): copy the input to a work buffer (the input is not modified), ring reduce-scatter
   // with equal segments, scale for avg, copy our segment out.
   absl::Status s = OrderBefore(tr, stream);
   Tensor host_work;
   Tensor* work = tr->stream() ? &device_state_->work : &host_work;
+  const int64_t work_bytes = input.numel() * esize;
   // (A default Tensor reports the nbytes of a scalar with no memory behind it: check raw() too.)
-  if (s.ok() && (work->view().raw() == nullptr || work->nbytes() < input.nbytes())) {
+  if (s.ok() && (work->view().raw() == nullptr || work->nbytes() < work_bytes)) {
     // Growing the device buffer: let queued work on the old one finish first.
     if (tr->stream() != nullptr) s = DrainDeviceStream(*tr->stream(), op.deadline);
-    absl::StatusOr<Tensor> w = Tensor::Empty({input.numel()}, input.dtype(), input.device());
+    absl::StatusOr<Tensor> w = Tensor::Empty({input.numel()}, wt, input.device());
     if (s.ok()) s = w.status();
     if (s.ok()) *work = *std::move(w);
   }
   const Stream& copy_stream = tr->stream() ? *tr->stream() : stream;
-  if (s.ok()) {
+  if (s.ok() && widen) {
+    WidenBf16(input.raw(), static_cast<float*>(work->view().raw()), input.numel());
+  } else if (s.ok()) {
     s = CopyTensor(input, TensorView(work->view().raw(), input.dtype(), {input.numel()}, input.device()),
                    copy_stream);
   }
   std::vector<int64_t> counts(size_t(n), output.numel());
   char* buf = static_cast<char*>(work->view().raw());
   if (s.ok() && n > 1 && output.numel() > 0) {
-    s = RingReduceScatter(op, tr, buf, input.dtype(), counts, rop);
+    s = RingReduceScatter(op, tr, buf, wt, counts, rop);
   }
   char* mine = buf + rank_ * output.numel() * esize;
   if (s.ok() && rop == ReduceOp::kAvg) {
     s = tr->stream() == nullptr
-            ? ScaleInPlace(input.dtype(), mine, output.numel(), 1.0f / float(n))
-            : ScaleInPlaceDevice(input.dtype(), mine, output.numel(), 1.0f / float(n), *tr->stream());
+            ? ScaleInPlace(wt, mine, output.numel(), 1.0f / float(n))
+            : ScaleInPlaceDevice(wt, mine, output.numel(), 1.0f / float(n), *tr->stream());
   }
   if (s.ok()) {
-    s = CopyTensor(TensorView(mine, input.dtype(), {output.numel()}, input.device()),
+    s = CopyTensor(TensorView(mine, wt, {output.numel()}, input.device()),
                    TensorView(output.raw(), output.dtype(), {output.numel()}, output.device()),
                    copy_stream);
   }
@@ -459,12 +466,18 @@ absl::Status ProcessGroup::DeviceReduceScatter(OpState& op, Transport* tr, const
                                                const TensorView& output, ReduceOp rop,
                                                const Stream& stream) {
   const int n = size();
+  const bool widen = input.dtype() != output.dtype();  // bf16 in, f32 out (checked by the caller)
   SG_RETURN_IF_ERROR(OrderBefore(tr, stream));
   if (output.numel() == 0) return OrderAfter(tr, stream);
   if (n == 1) {
-    SG_RETURN_IF_ERROR(CopyTensor(TensorView(input.raw(), input.dtype(), {input.numel()}, input.device()),
-                                  TensorView(output.raw(), output.dtype(), {output.numel()}, output.device()),
-                                  *tr->stream()));
+    if (widen) {
+      SG_RETURN_IF_ERROR(WidenBf16Device(input.raw(), static_cast<float*>(output.raw()), output.numel(), 1.0f,
+                                         *tr->stream()));
+    } else {
+      SG_RETURN_IF_ERROR(CopyTensor(TensorView(input.raw(), input.dtype(), {input.numel()}, input.device()),
+                                    TensorView(output.raw(), output.dtype(), {output.numel()}, output.device()),
+                                    *tr->stream()));
+    }
     return OrderAfter(tr, stream);
   }
   if (n == 2) {
@@ -472,9 +485,29 @@ absl::Status ProcessGroup::DeviceReduceScatter(OpState& op, Transport* tr, const
     if (ipc != nullptr) {
       SG_RETURN_IF_ERROR(ipc->ReduceScatter(static_cast<const char*>(input.raw()), static_cast<char*>(output.raw()),
                                             input.dtype(), output.numel(), rop,
-                                            rop == ReduceOp::kAvg ? 0.5f : 1.0f, op.seq, *tr->stream(), IpcCheck(op)));
+                                            rop == ReduceOp::kAvg ? 0.5f : 1.0f, op.seq, *tr->stream(), IpcCheck(op),
+                                            output.dtype()));
       return OrderAfter(tr, stream);
     }
+  }
+  if (widen) {
+    // The ring engine reduces one dtype: widen the whole input into the work buffer (f32) and run
+    // the ring over it in place (no separate source). Only the IPC path above keeps bf16 on the wire.
+    Tensor& w = device_state_->work;
+    const int64_t bytes = input.numel() * int64_t(sizeof(float));
+    if (w.view().raw() == nullptr || w.nbytes() < bytes) {
+      SG_RETURN_IF_ERROR(CheckGrowable(tr, "reduce-scatter work buffer", w.view().raw() ? w.nbytes() : 0, bytes));
+      SG_RETURN_IF_ERROR(DrainDeviceStream(*tr->stream(), op.deadline));
+      if (device_state_->captured) device_state_->retired.push_back(std::move(w));
+      SG_ASSIGN_OR_RETURN(w, Tensor::Empty({input.numel()}, DType::kF32, input.device()));
+    }
+    char* work = static_cast<char*>(w.view().raw());
+    SG_RETURN_IF_ERROR(WidenBf16Device(input.raw(), reinterpret_cast<float*>(work), input.numel(), 1.0f, *tr->stream()));
+    std::vector<int64_t> counts(size_t(n), output.numel());
+    const float final_scale = rop == ReduceOp::kAvg ? 1.0f / float(n) : 1.0f;
+    SG_RETURN_IF_ERROR(RingReduceScatter(op, tr, work, DType::kF32, counts, rop, nullptr,
+                                         static_cast<char*>(output.raw()), final_scale));
+    return OrderAfter(tr, stream);
   }
   char* work = nullptr;
   if (n > 2) {

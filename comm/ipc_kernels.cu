@@ -122,6 +122,55 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
+// out[i] = op(mine[i], theirs[i]) * scale with bf16 inputs and an f32 output: each 16-byte vector of
+// 8 bf16 from either side (the peer's by ld.global.cg) becomes 8 f32 in two 16-byte stores. The
+// bf16 values are summed in f32 and rounded once, to f32: FSDP2's f32 reduction of bf16 gradients,
+// with bf16 on the wire. `out` and both inputs 16-byte aligned; the tail element by element.
+template <bool kMax>
+__global__ void __launch_bounds__(kThreads)
+    PullReduceWidenKernel(float* out, const __nv_bfloat16* mine, const __nv_bfloat16* theirs, int64_t n, float scale) {
+  constexpr int kVec = 8;
+  const int64_t vec_n = n / kVec;
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  const uint4* vm = reinterpret_cast<const uint4*>(mine);
+  const uint4* vt = reinterpret_cast<const uint4*>(theirs);
+  float4* vo = reinterpret_cast<float4*>(out);
+  auto combine = [scale](const uint4& x, const uint4& y, float4* o) {
+    const __nv_bfloat16* px = reinterpret_cast<const __nv_bfloat16*>(&x);
+    const __nv_bfloat16* py = reinterpret_cast<const __nv_bfloat16*>(&y);
+    float r[kVec];
+#pragma unroll
+    for (int k = 0; k < kVec; ++k) r[k] = Combine<kMax>(ToF(px[k]), ToF(py[k]), scale);
+    o[0] = make_float4(r[0], r[1], r[2], r[3]);
+    o[1] = make_float4(r[4], r[5], r[6], r[7]);
+  };
+  int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (; v + (kUnroll - 1) * stride < vec_n; v += kUnroll * stride) {
+    uint4 x[kUnroll], y[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) y[u] = __ldcg(vt + v + u * stride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) x[u] = vm[v + u * stride];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) combine(x[u], y[u], vo + 2 * (v + u * stride));
+  }
+  for (; v < vec_n; v += stride) combine(vm[v], __ldcg(vt + v), vo + 2 * v);
+  for (int64_t i = vec_n * kVec + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = Combine<kMax>(ToF(mine[i]), ToF(__ldcg(theirs + i)), scale);
+  }
+}
+
+// The same element by element, for pointers that are not 16-byte aligned.
+template <bool kMax>
+__global__ void __launch_bounds__(kThreads) PullReduceWidenScalarKernel(float* out, const __nv_bfloat16* mine,
+                                                                        const __nv_bfloat16* theirs, int64_t n,
+                                                                        float scale) {
+  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = Combine<kMax>(ToF(mine[i]), ToF(__ldcg(theirs + i)), scale);
+  }
+}
+
 __global__ void __launch_bounds__(kThreads) PullCopyKernel(uint4* out, const uint4* theirs, int64_t vec_n) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   int64_t v = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -175,7 +224,33 @@ absl::Status PullReduceTyped(void* out, const void* mine, const void* theirs, in
   return absl::OkStatus();
 }
 
+template <bool kMax>
+absl::Status PullReduceWidenTyped(float* out, const __nv_bfloat16* mine, const __nv_bfloat16* theirs, int64_t n,
+                                  float scale, int blocks, cudaStream_t s) {
+  if (Aligned16(out) && Aligned16(mine) && Aligned16(theirs)) {
+    constexpr auto kKernel = PullReduceWidenKernel<kMax>;
+    SG_ASSIGN_OR_RETURN(int grid, Grid<kKernel>(blocks, n / 8 + 1));
+    PullReduceWidenKernel<kMax><<<grid, kThreads, 0, s>>>(out, mine, theirs, n, scale);
+  } else {
+    constexpr auto kKernel = PullReduceWidenScalarKernel<kMax>;
+    SG_ASSIGN_OR_RETURN(int grid, Grid<kKernel>(blocks, n));
+    PullReduceWidenScalarKernel<kMax><<<grid, kThreads, 0, s>>>(out, mine, theirs, n, scale);
+  }
+  SG_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status LaunchPullReduceWiden(ReduceOp op, float* out, const void* mine, const void* theirs, int64_t n,
+                                   float scale, int blocks, void* stream) {
+  if (n == 0) return absl::OkStatus();
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  const auto* m = static_cast<const __nv_bfloat16*>(mine);
+  const auto* t = static_cast<const __nv_bfloat16*>(theirs);
+  return op == ReduceOp::kMax ? PullReduceWidenTyped<true>(out, m, t, n, scale, blocks, s)
+                              : PullReduceWidenTyped<false>(out, m, t, n, scale, blocks, s);
+}
 
 absl::Status LaunchSync(const SyncArgs& args, void* stream) {
   SyncKernel<<<1, 32, 0, static_cast<cudaStream_t>(stream)>>>(args);

@@ -44,6 +44,9 @@ absl::Status LaunchSync(const SyncArgs& args, void* stream);
 // peer's memory read over NVLink. out may alias mine. `blocks` = 0: one wave of the kernel.
 absl::Status LaunchPullReduce(DType dtype, ReduceOp op, void* out, const void* mine, const void* theirs,
                               int64_t n, float scale, int blocks, void* stream);
+// The same with bf16 `mine` and `theirs` and an f32 `out` (summed in f32, one rounding to f32).
+absl::Status LaunchPullReduceWiden(ReduceOp op, float* out, const void* mine, const void* theirs, int64_t n,
+                                   float scale, int blocks, void* stream);
 // out[0, bytes) = theirs[0, bytes): a copy from a peer's memory by SM loads (or, with
 // `copy_engine`, by cudaMemcpyAsync, which leaves the SMs free).
 absl::Status LaunchPullCopy(void* out, const void* theirs, int64_t bytes, int blocks, bool copy_engine,

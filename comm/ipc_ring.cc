@@ -474,9 +474,13 @@ absl::Status IpcRing::AllReduce(char* buf, DType dtype, const std::vector<int64_
 }
 
 absl::Status IpcRing::ReduceScatter(const char* input, char* out, DType dtype, int64_t count, ReduceOp op,
-                                    float scale, int64_t seq, const Stream& stream, const IpcCheck& check) {
+                                    float scale, int64_t seq, const Stream& stream, const IpcCheck& check,
+                                    DType out_dtype) {
   SG_RETURN_IF_ERROR(Error());  // a failed group fails fast
   SG_CHECK_ARG(size_ == 2, "ipc reduce_scatter: two members only, found ", size_);
+  const bool widen = dtype == DType::kBF16 && out_dtype == DType::kF32;
+  SG_CHECK_ARG(widen || out_dtype == dtype, "ipc reduce_scatter: the output must have the input's dtype ",
+               DTypeName(dtype), " (or f32 for bf16), found ", DTypeName(out_dtype));
   Impl& m = *impl_;
   const int64_t off = rank_ * count * SizeOf(dtype);
   SG_RETURN_IF_ERROR(m.Publish(seq, input, nullptr));
@@ -485,8 +489,13 @@ absl::Status IpcRing::ReduceScatter(const char* input, char* out, DType dtype, i
   cudaStream_t s = static_cast<cudaStream_t>(stream.native());
   const int peer = m.prev;
   SG_RETURN_IF_ERROR(m.Launch(Impl::Sync{{{peer, kReady}}, {{peer, kReady}}}, seq, s));
-  SG_RETURN_IF_ERROR(ipc::LaunchPullReduce(dtype, op, out, input + off, theirs[0] + off, count, scale,
-                                           m.config.blocks, s));
+  if (widen) {
+    SG_RETURN_IF_ERROR(ipc::LaunchPullReduceWiden(op, reinterpret_cast<float*>(out), input + off, theirs[0] + off,
+                                                  count, scale, m.config.blocks, s));
+  } else {
+    SG_RETURN_IF_ERROR(ipc::LaunchPullReduce(dtype, op, out, input + off, theirs[0] + off, count, scale,
+                                             m.config.blocks, s));
+  }
   return m.Launch(Impl::Sync{{{peer, kDone}}, {{peer, kDone}}}, seq, s);
 }
 
@@ -556,7 +565,7 @@ absl::Status IpcRing::AllReduce(char*, DType, const std::vector<int64_t>&, Reduc
   return absl::FailedPreconditionError("ipc ring: built without CUDA");
 }
 absl::Status IpcRing::ReduceScatter(const char*, char*, DType, int64_t, ReduceOp, float, int64_t, const Stream&,
-                                    const IpcCheck&) {
+                                    const IpcCheck&, DType) {
   return absl::FailedPreconditionError("ipc ring: built without CUDA");
 }
 absl::Status IpcRing::AllGather(const char*, char*, int64_t, int64_t, const Stream&, const IpcCheck&, bool) {

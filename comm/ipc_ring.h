@@ -84,9 +84,10 @@ class IpcRing {
   absl::Status AllReduce(char* buf, DType dtype, const std::vector<int64_t>& counts, ReduceOp op,
                          float final_scale, int64_t seq, const Stream& stream, const IpcCheck& check);
   // Two members only: out (count elements) = op(input block rank, the peer's input block rank) *
-  // scale. The input is not modified.
+  // scale. The input is not modified. `out_dtype` f32 with a bf16 `dtype`: the bf16 blocks summed
+  // in f32 into an f32 out (bf16 on the wire); otherwise it must equal `dtype`.
   absl::Status ReduceScatter(const char* input, char* out, DType dtype, int64_t count, ReduceOp op, float scale,
-                             int64_t seq, const Stream& stream, const IpcCheck& check);
+                             int64_t seq, const Stream& stream, const IpcCheck& check, DType out_dtype);
   // out block r (block_bytes each) = member r's input. With copy_own false the caller copies our
   // own block (e.g. on a side stream, overlapping the pulls).
   absl::Status AllGather(const char* input, char* out, int64_t block_bytes, int64_t seq, const Stream& stream,

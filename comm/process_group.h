@@ -137,7 +137,10 @@ class ProcessGroup {
 
   // In place over `t` (f32 or bf16; bf16 is reduced in f32 and rounded once per hop).
   absl::Status AllReduce(const TensorView& t, ReduceOp op, const Stream& stream = Stream::Cpu());
-  // input has size() * output.numel() elements; rank r receives the reduction of block r.
+  // input has size() * output.numel() elements; rank r receives the reduction of block r. Input and
+  // output share a dtype, or the input is bf16 and the output f32: the bf16 blocks are then reduced
+  // in f32 into the f32 output (FSDP2's f32 reduction of bf16 gradients). On two GPUs over CUDA IPC
+  // that reads bf16 over NVLink; the other paths widen the input to f32 first.
   absl::Status ReduceScatter(const TensorView& input, const TensorView& output, ReduceOp op,
                              const Stream& stream = Stream::Cpu());
   // output has size() * input.numel() elements; block r is rank r's input.

@@ -106,6 +106,21 @@ TEST(Workers, DISABLED_Collectives) {
         }
         ExpectClose(sg::testing::ToHost(output), want, mag, dtype, n, "reduce_scatter " + tag);
         EXPECT_EQ(sg::testing::ToHost(input), in[size_t(me)]) << "reduce_scatter modified its input";
+        // bf16 in, f32 out: the bf16 values summed in f32 (f32 rounding, not bf16's); avg too.
+        if (dtype == DType::kBF16) {
+          for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            Tensor wide = Tensor::Empty({numel}, DType::kF32, Device::Cpu()).value();
+            sg::testing::Poison(wide);
+            ASSERT_OK(pg.ReduceScatter(input, wide, op));
+            std::vector<double> w = want, m = mag;
+            if (op == ReduceOp::kAvg) {
+              for (int64_t i = 0; i < numel; ++i) w[size_t(i)] /= n, m[size_t(i)] /= n;
+            }
+            ExpectClose(sg::testing::ToHost(wide), w, m, DType::kF32, n,
+                        "reduce_scatter bf16 -> f32 " + std::string(ReduceOpName(op)) + " " + tag);
+          }
+          EXPECT_EQ(sg::testing::ToHost(input), in[size_t(me)]) << "the widening reduce_scatter modified its input";
+        }
       }
       // all-gather: exact.
       {

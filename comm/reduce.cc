@@ -64,7 +64,15 @@ absl::Status ScaleInPlace(DType dtype, void* x, int64_t n, float scale) {
   return absl::OkStatus();
 }
 
+void WidenBf16(const void* src, float* dst, int64_t n) {
+  const BFloat16* s = static_cast<const BFloat16*>(src);
+  for (int64_t i = 0; i < n; ++i) dst[i] = ToFloat(s[i]);
+}
+
 #ifndef SG_WITH_CUDA
+absl::Status WidenBf16Device(const void*, float*, int64_t, float, const Stream&) {
+  return absl::FailedPreconditionError("WidenBf16Device: built without CUDA");
+}
 absl::Status ReduceIntoDevice(ReduceOp, DType, void*, const void*, int64_t, const Stream&) {
   return absl::FailedPreconditionError("ReduceIntoDevice: built without CUDA");
 }

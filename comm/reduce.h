@@ -30,6 +30,9 @@ absl::Status ReduceInto(ReduceOp op, DType dtype, void* dst, const void* src, in
 // Host: x[i] *= scale, computed in f32.
 absl::Status ScaleInPlace(DType dtype, void* x, int64_t n, float scale);
 
+// Host: dst[i] = src[i] for i < n, bf16 widened to f32 (exact).
+void WidenBf16(const void* src, float* dst, int64_t n);
+
 // Device versions, ordered on `stream` (a CUDA stream). FailedPrecondition without CUDA.
 absl::Status ReduceIntoDevice(ReduceOp op, DType dtype, void* dst, const void* src, int64_t n,
                               const Stream& stream);
@@ -39,6 +42,8 @@ absl::Status ReduceIntoDevice(ReduceOp op, DType dtype, void* dst, const void* s
 absl::Status ReduceDevice(ReduceOp op, DType dtype, void* dst, const void* a, const void* b,
                           int64_t n, float scale, const Stream& stream);
 absl::Status ScaleInPlaceDevice(DType dtype, void* x, int64_t n, float scale, const Stream& stream);
+// Device: dst[i] = src[i] * scale for i < n, bf16 read, f32 written (exact when scale is 1).
+absl::Status WidenBf16Device(const void* src, float* dst, int64_t n, float scale, const Stream& stream);
 
 }  // namespace sg::comm
 

@@ -92,6 +92,13 @@ __global__ void ScaleKernel(T* __restrict__ x, int64_t n, float s) {
   }
 }
 
+__global__ void WidenKernel(const __nv_bfloat16* __restrict__ src, float* __restrict__ dst, int64_t n, float s) {
+  int64_t stride = int64_t(gridDim.x) * blockDim.x;
+  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    dst[i] = __bfloat162float(src[i]) * s;
+  }
+}
+
 // Half the current device's SMs, one 512-thread block each: with kUnroll vectors in flight per
 // thread that is enough to stream HBM, and it leaves SMs for a concurrent NCCL kernel.
 absl::StatusOr<int> ReduceGridCap() {
@@ -165,6 +172,15 @@ absl::Status ScaleInPlaceDevice(DType dtype, void* x, int64_t n, float scale, co
     ScaleKernel<<<Blocks(n, cap * 4), kThreads, 0, s>>>(static_cast<__nv_bfloat16*>(x), n, scale);
   }
   SG_CUDA_RETURN_IF_LAUNCH_ERROR(ScaleKernel);
+  return absl::OkStatus();
+}
+
+absl::Status WidenBf16Device(const void* src, float* dst, int64_t n, float scale, const Stream& stream) {
+  if (n == 0) return absl::OkStatus();
+  cudaStream_t s = static_cast<cudaStream_t>(stream.native());
+  SG_ASSIGN_OR_RETURN(int cap, ReduceGridCap());
+  WidenKernel<<<Blocks(n, cap * 4), kThreads, 0, s>>>(static_cast<const __nv_bfloat16*>(src), dst, n, scale);
+  SG_CUDA_RETURN_IF_LAUNCH_ERROR(WidenKernel);
   return absl::OkStatus();
 }
 
