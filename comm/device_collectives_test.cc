@@ -133,6 +133,23 @@ TEST(Workers, DISABLED_DeviceCollectives) {
           ExpectCollectiveNear(sg::testing::ToHost(output), want, dtype, n,
                      std::string("reduce_scatter ") + std::string(ReduceOpName(rop)) + " " + tag);
         }
+        // bf16 in, f32 out (the IPC pull-reduce reading bf16, or the input widened first): the sums
+        // to f32 rounding.
+        if (dtype == DType::kBF16) {
+          Tensor wide = Tensor::Empty({numel}, DType::kF32, dev).value();
+          for (ReduceOp rop : {ReduceOp::kSum, ReduceOp::kAvg}) {
+            sg::testing::Poison(wide);
+            ASSERT_TRUE(pg->ReduceScatter(input, wide, rop, stream).ok()) << tag;
+            ASSERT_TRUE(stream.Synchronize().ok());
+            for (int64_t i = 0; i < numel; ++i) {
+              want[size_t(i)] = 0;
+              for (int r = 0; r < n; ++r) want[size_t(i)] += in[size_t(r)][size_t(me * numel + i)];
+              if (rop == ReduceOp::kAvg) want[size_t(i)] /= n;
+            }
+            ExpectCollectiveNear(sg::testing::ToHost(wide), want, DType::kF32, n,
+                                 std::string("reduce_scatter bf16 -> f32 ") + std::string(ReduceOpName(rop)) + " " + tag);
+          }
+        }
         // in-place all-gather: the input is block `me` of the output
         Tensor inplace = Tensor::Empty({numel * n}, dtype, dev).value();
         sg::testing::Poison(inplace);
