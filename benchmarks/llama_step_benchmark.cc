@@ -25,8 +25,9 @@
 // GPU, `--nproc=1`, with full recompute, to measure the copies' cost where no second GPU is),
 // --autotune=1 (0, or SG_AUTOTUNE=0: every GEMM on cuBLASLt's first heuristic choice; the JSON's
 // "autotune" says which ran), --gradients=auto|f32|bf16 (the matmul weights' gradients; auto: bf16 on one device with one
-// micro-batch, the values PyTorch's autocast stores in its f32 .grad, else f32; the JSON's
-// "bf16_gradients" says which ran),
+// micro-batch, the values PyTorch's autocast stores in its f32 .grad, else f32; bf16 also with
+// --strategy=fsdp|hsdp: bf16 buckets reduce-scattered in f32 into the f32 shards, FSDP2's
+// reduce_dtype=f32; the JSON's "bf16_gradients" says which ran),
 // --energy_profile_ms=N (single device: each group of steps replayed for ~N ms under the energy
 // counter after everything else, then the whole step without each large group, every window from
 // one on-device snapshot of the program's memory, then the groups summed by kind -- matmul,
@@ -103,8 +104,9 @@ ABSL_FLAG(int, energy_profile_ms, 0,
           "joules, time and clock per group, then what the step saves without each group of >= 1% of the "
           "joules, on stderr and in the JSON (benchmarks/step_energy.h; 0: off)");
 ABSL_FLAG(std::string, gradients, "auto",
-          "the matmul weights' gradients: bf16 (the values PyTorch's autocast gives; CompileOptions::bf16_gradients, "
-          "--strategy=none with one micro-batch), f32, or auto: bf16 where it applies, else f32");
+          "the matmul weights' gradients: bf16 (the values PyTorch's autocast gives; CompileOptions::bf16_gradients, one "
+          "micro-batch; fsdp / hsdp: bf16 buckets reduce-scattered in f32 into f32 shards), f32, or auto: bf16 on "
+          "--strategy=none, else f32");
 ABSL_FLAG(bool, autotune, true,
           "time cuBLASLt's top algorithms per GEMM in the warm-up and keep the fastest (CompileOptions::autotune); "
           "false: cuBLASLt's first heuristic choice, as SG_AUTOTUNE=0 (which also overrides true)");
@@ -220,10 +222,10 @@ absl::StatusOr<Flags> ReadFlags() {
   if (f.gradients != "auto" && f.gradients != "f32" && f.gradients != "bf16") {
     return absl::InvalidArgumentError(absl::StrCat("--gradients: expected auto|f32|bf16, found '", f.gradients, "'"));
   }
-  if (f.gradients == "bf16" && (f.strategy != "none" || f.micro_batches != 1)) {
+  if (f.gradients == "bf16" && f.micro_batches != 1) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--gradients=bf16: expected --strategy=none and --micro_batches=1 (the other runtimes reduce or accumulate "
-        "gradients in f32), found --strategy=", f.strategy, " --micro_batches=", f.micro_batches));
+        "--gradients=bf16: expected --micro_batches=1 (accumulation adds gradients in f32), found --micro_batches=",
+        f.micro_batches));
   }
   if (f.energy_profile_ms > 0 && f.device == "cpu") {
     return absl::InvalidArgumentError(

@@ -24,8 +24,7 @@ expect 2 "--energy_profile_ms: expected >= 0 (0: off), found -1" --energy_profil
 expect 2 "--energy_profile_ms: expected a CUDA step (--device=cuda or unset), found --device=cpu" --device=cpu --energy_profile_ms=100
 expect 2 "--energy_profile_ms: expected --strategy=none (a group's steps replay alone, without their collectives), found --strategy=fsdp" --strategy=fsdp --energy_profile_ms=100
 expect 2 "--gradients: expected auto|f32|bf16, found 'f16'" --gradients=f16
-expect 2 "--gradients=bf16: expected --strategy=none and --micro_batches=1 (the other runtimes reduce or accumulate gradients in f32), found --strategy=fsdp --micro_batches=1" --strategy=fsdp --gradients=bf16
-expect 2 "--gradients=bf16: expected --strategy=none and --micro_batches=1 (the other runtimes reduce or accumulate gradients in f32), found --strategy=none --micro_batches=2" --micro_batches=2 --gradients=bf16
+expect 2 "--gradients=bf16: expected --micro_batches=1 (accumulation adds gradients in f32), found --micro_batches=2" --micro_batches=2 --gradients=bf16
 expect 2 "expected only --flag=value arguments, found 'tiny'" tiny
 tiny=(--config=tiny --device=cpu --steps=1)
 expect 0 '"config":"tiny"' "${tiny[@]}" --warmup=1 --recompute=auto --memory_budget_gib=2 --lr=1e-3 --cuda_graph=0

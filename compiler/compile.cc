@@ -158,10 +158,12 @@ absl::StatusOr<std::unique_ptr<CompiledStep>> Compile(const graph::Graph& g, con
         "found ", o.lm_head_chunks, " with strategy '", StrategyName(o.strategy), "', ", o.micro_batches,
         " micro-batches, wgrad_stream ", o.wgrad_stream ? "on" : "off"));
   }
-  if (o.bf16_gradients && (o.strategy != Strategy::kNone || o.micro_batches != 1)) {
+  if (o.bf16_gradients && ((o.strategy != Strategy::kNone && o.strategy != Strategy::kFsdp &&
+                             o.strategy != Strategy::kHybridShard) ||
+                            o.micro_batches != 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "Compile: bf16_gradients is for a single device with one micro-batch (the other runtimes reduce, "
-        "accumulate or read the gradients in f32), found strategy '", StrategyName(o.strategy), "' and ",
+        "Compile: bf16_gradients is for a single device, FSDP or HYBRID_SHARD with one micro-batch (the other "
+        "runtimes accumulate or read the gradients in f32), found strategy '", StrategyName(o.strategy), "' and ",
         o.micro_batches, " micro-batches"));
   }
   if (o.bf16_gradients && o.precision != Precision::kBF16Mixed) {

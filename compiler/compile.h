@@ -127,9 +127,13 @@ struct CompileOptions {
   // On by default: on an H200 (benchmarks/README.md, 2026-12-03) the 124m step +0.45% (every fused
   // run faster than every unfused one), the 1b within noise (-0.1% over 9 pairs).
   bool swiglu_backward_gemm = true;
-  // One device, one micro-batch, bf16 mixed precision (else Compile returns InvalidArgument): the
-  // matmul weights' gradients stay in bf16 where only the optimizer reads them
-  // (LowerOptions::bf16_gradients; "grad:<param>" of those weights is then bf16). The values PyTorch's autocast stores in its f32 .grad (the bf16 GEMM output, cast),
+  // One device, FSDP or HYBRID_SHARD, one micro-batch, bf16 mixed precision (else Compile returns
+  // InvalidArgument): the matmul weights' gradients stay in bf16 where only the optimizer (or the
+  // FSDP runtime) reads them (LowerOptions::bf16_gradients; "grad:<param>" of those weights is then
+  // bf16 on one device). FSDP / HYBRID_SHARD pack every unit's gradients into a bf16 bucket (an f32
+  // norm or embedding gradient rounded in, as FSDP2 computes all of them in bf16) and reduce-scatter
+  // it summed in f32 into the f32 shards (FSDP2's reduce_dtype=f32): on two GPUs over CUDA IPC the
+  // buckets cross NVLink in bf16. Not measured on two GPUs yet. The values PyTorch's autocast stores in its f32 .grad (the bf16 GEMM output, cast),
   // in half the bytes: at the 1b, 2.1 GB less written by the GEMMs and 2.1 GB less read by each of
   // the norm and AdamW. The peak (the start of the backward, when few gradients exist) drops only
   // 0.12 GiB. AdamW and the norm still compute in f32; the norm weights and the embedding keep f32
@@ -210,7 +214,8 @@ class CompiledStep {
   // "loss_scale.good_steps" (f32[]). `host` must match dtype and element count. Read also accepts
   // graph outputs ("loss", "grad_norm", "grad:<param>": under kF16Mixed the gradients of
   // loss_scale * loss, as the backward computed them) and "loss_scale.skipped" (f32[], 1 when the
-  // last step was skipped).
+  // last step was skipped). A bf16 or f16 value (the gradients under bf16_gradients) may also be
+  // read into f32 host memory: it is widened.
   // Distributed steps take and give the FULL (global) tensors: Write keeps this rank's shard,
   // Read gathers the shards (collective: every rank calls it in the same order).
   virtual absl::Status Write(const std::string& name, const TensorView& host);

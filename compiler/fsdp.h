@@ -324,6 +324,11 @@ class ShardedDataParallelStep : public CompiledStep {
   // counters (i64), dummies for the norm list over unit_norms_, and whether an update is pending.
   int host_gradient_units_ = 0;
   bool wgrad_stream_ = false;  // CompileOptions::wgrad_stream
+  // CompileOptions::bf16_gradients (plain FSDP / HSDP, one micro-batch): the matmul weights'
+  // gradients stay bf16, every unit's bucket is bf16 (an f32 gradient is rounded into it, as FSDP2
+  // computes every gradient in bf16), and the reduce-scatter sums the bf16 blocks in f32 into the
+  // f32 gradient shards (FSDP2's reduce_dtype=f32).
+  bool bf16_gradients_ = false;
   int64_t slots_offset_ = 0, slot_bytes_ = 0;
   int64_t norm_scratch_ = 0;       // f32 elements: GradNorm's partial sums of the largest unit
   TensorView norm_scratch_view_;   // (the norms run on the comm stream, off the caching allocator)

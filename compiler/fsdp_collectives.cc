@@ -102,6 +102,8 @@ absl::Status ShardedDataParallelStep::GatherCast(const Unit& u, bool backward, c
 absl::Status ShardedDataParallelStep::ReduceBlock(const TensorView& input, const TensorView& sum, const Stream& s) {
   if (layout_.shard != nullptr) {
     SG_RETURN_IF_ERROR(layout_.shard->ReduceScatter(input, sum, comm::ReduceOp::kSum, s));
+  } else if (input.dtype() != sum.dtype()) {  // bf16 gradients into f32 shards
+    SG_RETURN_IF_ERROR(kernels::Cast(Flat(input, 0, sum.numel()), sum, s));
   } else {
     SG_RETURN_IF_ERROR(CopyTensor(Flat(input, 0, sum.numel()), sum, s));
   }
@@ -131,7 +133,11 @@ absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumula
   const TensorView sum = !into_shards ? Flat(block_, 0, u.block)
                                       : TensorView(static_cast<char*>(first.grad.raw()) - first.pack_offset * 4,
                                                    DType::kF32, {u.block}, first.grad.device());
-  const TensorView input = Flat(packed_, 0, u.block * P);
+  // The bucket: f32, or bf16 under bf16 gradients (half its bytes used), where an f32 gradient (a
+  // norm weight's, the embedding's) is rounded in.
+  const TensorView bucket(packed_.raw(), bf16_gradients_ ? DType::kBF16 : DType::kF32, {packed_.numel()},
+                          packed_.device());
+  const TensorView input = Flat(bucket, 0, u.block * P);
   // Each rank's block: the parameters' chunks, then zeros in what they leave (alignment padding, a
   // short last chunk), which the reduction sums too. When the chunks tile the blocks there is
   // nothing to zero (the 1b and 7b layers): 4 bytes a parameter less to write.
@@ -141,15 +147,16 @@ absl::Status ShardedDataParallelStep::ReduceScatter(const Unit& u, bool accumula
       const Param& p = *params_[i];
       const sharding::ChunkRange r = sharding::Chunk(p.rows, P, k);
       if (r.length == 0) continue;
-      SG_RETURN_IF_ERROR(CopyTensor(Flat(p.grad_full, r.offset * p.row, r.length * p.row),
-                                    Flat(packed_, k * u.block + p.pack_offset, r.length * p.row), s));
+      const TensorView from = Flat(p.grad_full, r.offset * p.row, r.length * p.row);
+      const TensorView to = Flat(bucket, k * u.block + p.pack_offset, r.length * p.row);
+      SG_RETURN_IF_ERROR(from.dtype() == to.dtype() ? CopyTensor(from, to, s) : kernels::Cast(from, to, s));
       copied.emplace_back(p.pack_offset, p.pack_offset + r.length * p.row);
     }
     std::sort(copied.begin(), copied.end());
     copied.emplace_back(u.block, u.block);
     int64_t at = 0;
     for (const auto& [begin, end] : copied) {
-      if (begin > at) SG_RETURN_IF_ERROR(ZeroTensor(Flat(packed_, k * u.block + at, begin - at), s));
+      if (begin > at) SG_RETURN_IF_ERROR(ZeroTensor(Flat(bucket, k * u.block + at, begin - at), s));
       at = std::max(at, end);
     }
   }

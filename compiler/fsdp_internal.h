@@ -26,7 +26,8 @@ struct ShardedDataParallelStep::Param {
   sharding::ChunkRange mine;             // this rank's rows
   int64_t pack_offset = 0;               // in the unit's per-rank bucket block (elements)
   double weight_decay = 0;
-  TensorView full_fwd, full_bwd, grad_full;  // lowered program buffers (full_bwd may be empty)
+  TensorView full_fwd, full_bwd, grad_full;  // lowered program buffers (full_bwd may be empty; grad_full bf16
+                                              // for the matmul weights under bf16_gradients_, else f32)
   int fwd_last = -1, bwd_last = -1, grad_from = -1;  // node indices: last readers, gradient producer
   // A Direct unit's parameter is reduce-scattered on its own: issued before node rs_at (once its
   // gradient exists), waited for by compute before node rs_wait_at, from where the full gradient's

@@ -105,7 +105,7 @@ absl::Status ShardedDataParallelStep::SizeParams() {
       (bwd ? p->full_bwd : p->full_fwd) = src->second;
     }
     p->grad_full = program_->outputs.at("grad:" + p->name);
-    if (p->grad_full.dtype() != DType::kF32) {
+    if (p->grad_full.dtype() != DType::kF32 && !(bf16_gradients_ && p->grad_full.dtype() == DType::kBF16)) {
       return absl::UnimplementedError(absl::StrCat("sharded data parallel: gradient of '", p->name, "' is ",
                                                    DTypeName(p->grad_full.dtype()), ", expected f32"));
     }

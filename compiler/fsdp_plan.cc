@@ -24,6 +24,7 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   per_parameter_collectives_ = o.fsdp_per_parameter_collectives;
   host_gradient_units_ = o.fsdp_host_gradient_units;
   wgrad_stream_ = o.wgrad_stream;
+  bf16_gradients_ = o.bf16_gradients;
   SG_ASSIGN_OR_RETURN(dp_, SplitOptimizer(train, o.loss));
   // Mixed precision: parameters gathered (and read by the program) in the compute dtype.
   SG_ASSIGN_OR_RETURN(dp_, GatherInComputeDType(std::move(dp_)));
@@ -37,6 +38,7 @@ absl::Status ShardedDataParallelStep::Build(const graph::Graph& train, const Com
   SG_RETURN_IF_ERROR(PlanDeferredUpdate());
   lo.plan_only = plan_only_;
   lo.offload_activations = o.offload_activations;
+  lo.bf16_gradients = bf16_gradients_;
   SG_ASSIGN_OR_RETURN(program_, Lower(dp_.graph, binding, o.device, lo));
   if (plan_only_) return SizeBuffers();
   if (layout_.rewrite_program) SG_RETURN_IF_ERROR(layout_.rewrite_program(*program_));

@@ -177,7 +177,8 @@ LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>&
 
   // After the LM head, whose dW sums its blocks in f32. A weight gradient the optimizer alone reads
   // (and the "grad:" output) stays bf16: at least one adamw reads it as its gradient, and nothing
-  // but adamw (as the gradient) and grad_norm does.
+  // but adamw (as the gradient) and grad_norm does. In a graph without the optimizer (a
+  // data-parallel runtime's: FSDP reduce-scatters the "grad:" outputs) an output no node reads.
   if (bf16_gradients) {
     const int head_dw = f.lm_head ? nodes[f.lm_head->dw].outputs[0] : -1;
     for (auto it = f.folded_cast.begin(); it != f.folded_cast.end();) {
@@ -192,8 +193,9 @@ LoweringFusions FindLoweringFusions(const Graph& g, const std::set<std::string>&
         updates = updates || grad_in;
         optimizer_only = optimizer_only && (grad_in || u.op == OpKind::kGradNorm);
       }
-      if (g.type(half).dtype == DType::kBF16 && producer.op == OpKind::kMatmul && half != head_dw && optimizer_only &&
-          updates) {
+      const bool runtime_reads = users[f32].empty() && is_output[f32];
+      if (g.type(half).dtype == DType::kBF16 && producer.op == OpKind::kMatmul && half != head_dw &&
+          ((optimizer_only && updates) || runtime_reads)) {
         f.bf16_gradient[f32] = half;
         it = f.folded_cast.erase(it);  // the cast stays fused away: it has no step either way
       } else {

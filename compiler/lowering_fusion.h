@@ -28,7 +28,8 @@
 //    forward's x and W, whose lifetimes the lowering extends to it.
 //  - bf16 gradients (FindLoweringFusions' bf16_gradients): a folded cast whose producer is a plain
 //    matmul (a weight gradient dW) and whose f32 output only the optimizer reads (adamw's gradient,
-//    grad_norm, the "grad:<param>" output) is dropped instead: dW stays in bf16, which the
+//    grad_norm, the "grad:<param>" output), or only the runtime (an output no node reads: FSDP's
+//    reduce-scatters), is dropped instead: dW stays in bf16, which the
 //    multi-tensor AdamW and GradNorm read directly (f32 arithmetic, as they read f32). These are the
 //    values PyTorch's autocast gives its f32 parameters' .grad (the bf16 product, cast to f32), in
 //    half the bytes: the GEMM writes 2 bytes an element instead of 4, the norm and AdamW read 2.

@@ -75,6 +75,15 @@ absl::Status WriteSource(const Program& program, const std::string& name, absl::
 absl::Status ReadSourceOrOutput(const Program& program, const std::string& name, absl::string_view owner,
                                 const TensorView& dst, const Stream& stream) {
   SG_ASSIGN_OR_RETURN(TensorView v, FindSourceOrOutput(program, name, owner));
+  // A 16-bit value (e.g. a bf16 gradient, CompileOptions::bf16_gradients) read into f32 host memory
+  // is widened: copied as it is, then cast on the host.
+  if ((v.dtype() == DType::kBF16 || v.dtype() == DType::kF16) && dst.dtype() == DType::kF32 && dst.device().is_cpu() &&
+      v.numel() == dst.numel()) {
+    SG_ASSIGN_OR_RETURN(Tensor staged, Tensor::Empty(dst.shape(), v.dtype(), Device::Cpu()));
+    SG_ASSIGN_OR_RETURN(TensorView src, v.Reshape(dst.shape()));
+    SG_RETURN_IF_ERROR(CopyTensor(src, staged.view(), stream));
+    return kernels::Cast(staged.view(), dst, Stream::Cpu());
+  }
   SG_RETURN_IF_ERROR(CheckSameElements(absl::StrCat("Read '", name, "'"), v, dst));
   SG_ASSIGN_OR_RETURN(TensorView src, v.Reshape(dst.shape()));
   return CopyTensor(src, dst, stream);
