@@ -13,5 +13,5 @@ expect 0 "--sp_vocab (default '2048')" --help
 expect 1 "--recompute: expected auto, none, selective or full, found 'partial'" --recompute=partial --steps=1
 expect 1 "--memory_budget_gib: expected >= 0, found -2" --memory_budget_gib=-2 --steps=1
 expect 1 "--gradients: expected auto, f32 or bf16, found 'f16'" --gradients=f16 --steps=1
-expect 1 "--gradients=bf16: expected --precision=bf16 on a single device (--strategy=none) with --grad_accum=1, found --precision=f32" --gradients=bf16 --precision=f32 --steps=1
+expect 1 "--gradients=bf16: expected --precision=bf16 with --strategy=none, fsdp or hybrid and --grad_accum=1, found --precision=f32" --gradients=bf16 --precision=f32 --steps=1
 exit $fail

@@ -58,8 +58,9 @@ ABSL_FLAG(int64_t, lm_head_chunks, 1,
           "the LM head in this many blocks of tokens, so the [tokens, vocab] logits never exist whole (a single "
           "device; --recompute=auto plans with it; 1: off)");
 ABSL_FLAG(std::string, gradients, "auto",
-          "the matmul weights' gradients: bf16 (the values PyTorch's autocast gives, half the bytes; --precision=bf16 on "
-          "one device, --grad_accum=1), f32, or auto: bf16 where it applies, else f32");
+          "the matmul weights' gradients: bf16 (the values PyTorch's autocast gives, half the bytes; --precision=bf16, "
+          "--strategy=none|fsdp|hybrid, --grad_accum=1; fsdp/hybrid reduce them in f32), f32, or auto: bf16 on one "
+          "device, else f32");
 ABSL_FLAG(int64_t, fsdp_host_gradient_units, 0,
           "--strategy=fsdp: AdamW deferred into the next step's forward, with the gradient shards of this many units "
           "(output layer first, then the last layers) in host memory between (0: off; --recompute=auto on a GPU "

@@ -88,9 +88,10 @@ absl::Status ValidateOptions(const TrainOptions& o) {
   SG_CHECK_ARG(o.world_size >= 1 && o.rank >= 0 && o.rank < o.world_size, "rank ", o.rank,
                " is outside the world of size ", o.world_size);
   SG_CHECK_ARG(o.lm_head_chunks >= 1, "--lm_head_chunks: expected >= 1, found ", o.lm_head_chunks);
-  SG_CHECK_ARG(!o.bf16_gradients || (o.strategy == compiler::Strategy::kNone && o.grad_accum == 1 &&
-                                     o.precision == compiler::Precision::kBF16Mixed),
-               "--gradients=bf16: expected --precision=bf16 on a single device (--strategy=none) with --grad_accum=1, "
+  SG_CHECK_ARG(!o.bf16_gradients || ((o.strategy == compiler::Strategy::kNone || o.strategy == compiler::Strategy::kFsdp ||
+                                      o.strategy == compiler::Strategy::kHybridShard) &&
+                                     o.grad_accum == 1 && o.precision == compiler::Precision::kBF16Mixed),
+               "--gradients=bf16: expected --precision=bf16 with --strategy=none, fsdp or hybrid and --grad_accum=1, "
                "found --precision=", compiler::PrecisionName(o.precision), " --strategy=", compiler::StrategyName(o.strategy),
                " --grad_accum=", o.grad_accum);
   SG_CHECK_ARG(o.fsdp_host_gradient_units >= 0, "--fsdp_host_gradient_units: expected >= 0, found ",

@@ -84,8 +84,9 @@ struct TrainOptions {
   // bf16 logits become one block's). A single device; 1: off.
   int lm_head_chunks = 1;
   // The matmul weights' gradients in bf16 (compiler::CompileOptions::bf16_gradients: the values
-  // PyTorch's autocast stores in its f32 .grad, in half the bytes). bf16 precision, a single device
-  // (strategy none), grad_accum 1.
+  // PyTorch's autocast stores in its f32 .grad, in half the bytes; FSDP / HSDP: bf16 buckets
+  // reduce-scattered in f32 into the f32 shards). bf16 precision, strategy none, fsdp or hybrid,
+  // grad_accum 1.
   bool bf16_gradients = false;
   // FSDP: AdamW deferred into the next step's forward, the gradient shards of this many units in
   // host memory between (compiler::CompileOptions::fsdp_host_gradient_units); auto_recompute's
