@@ -178,7 +178,7 @@ void ShardedDataParallelStep::PlanArenaPeaks() {
   };
   for (auto& p : params_) {
     const Unit& u = *units_[p->unit];
-    const int64_t bytes = p->rows * p->row * 4;
+    const int64_t bytes = p->rows * p->row * int64_t(SizeOf(p->grad_full.dtype()));  // f32, or bf16 gradients
     const int64_t fwd_bytes = p->rows * p->row * int64_t(SizeOf(u.fwd_dtype));
     const int64_t bwd_bytes = p->rows * p->row * int64_t(SizeOf(u.bwd_dtype));
     if (u.fwd_at != INT_MAX && p->fwd_last >= 0) live(gathered, u.fwd_at, p->fwd_last, fwd_bytes);

@@ -162,6 +162,38 @@ TEST(FsdpMemoryTest, Plan7bTwoRanks) {
 
 // The deferred optimizer's option: a negative count, and gradient accumulation (which adds each
 // micro-batch's gradients into the shards the deferral moves to the host), are refused by name.
+// The 1b on 2 ranks under the benchmark's 25 GiB budget, f32 against bf16 gradients
+// (CompileOptions::bf16_gradients), planned on the CPU: the matmul weights' unit gradients take
+// half the arena bytes, so the plan is smaller and --recompute=auto recomputes SwiGLU in no more
+// layers.
+TEST(FsdpMemoryTest, Bf16GradientsPlan1bTwoRanks) {
+  const LlamaBenchConfig c = LlamaBenchConfigNamed("1b").value();
+  graph::Graph fwd = graph::BuildLlamaForward(c.model).value();
+  constexpr double kGiB = 1073741824.0;
+  int64_t total[2] = {0, 0}, unit_grads[2] = {0, 0};
+  int swiglu[2] = {0, 0};
+  for (int b = 0; b < 2; ++b) {
+    CompileOptions o = LlamaStepOptions(c, Device::Cpu(), RecomputePolicy::kNone);
+    o.strategy = Strategy::kFsdp;
+    o.bf16_gradients = b == 1;
+    ASSERT_TRUE(ChooseRecompute(fwd, int64_t(24.75 * kGiB), 2, &o).ok());
+    swiglu[b] = o.recompute == RecomputePolicy::kSelective ? o.recompute_swiglu_layers : -1;
+    auto m = PlanFsdpMemory(fwd, o, 2);
+    ASSERT_TRUE(m.ok()) << m.status();
+    total[b] = m->Total();
+    unit_grads[b] = m->unit_grads_peak_bytes;
+  }
+  std::cout << absl::StrFormat("1b FSDP on 2 ranks under 24.75 GiB: f32 gradients %.2f GiB (SwiGLU recomputed in %d "
+                               "layers, unit gradients %.3f GiB at most), bf16 %.2f GiB (%d layers, %.3f GiB)\n",
+                               total[0] / kGiB, swiglu[0], unit_grads[0] / kGiB, total[1] / kGiB, swiglu[1],
+                               unit_grads[1] / kGiB);
+  EXPECT_GE(swiglu[0], 0);
+  EXPECT_GE(swiglu[1], 0);
+  EXPECT_LE(swiglu[1], swiglu[0]);
+  EXPECT_LT(unit_grads[1], unit_grads[0]);
+  EXPECT_LE(total[1], int64_t(24.75 * kGiB));
+}
+
 TEST(FsdpMemoryTest, HostGradientUnitsRefusesBadOptions) {
   const LlamaBenchConfig c = Small();
   graph::Graph fwd = graph::BuildLlamaForward(c.model).value();
