@@ -142,6 +142,22 @@ class EnergyMeter:
                 "sm_clock_median_mhz": c[len(c) // 2], "sm_clock_max_mhz": c[-1]}
 
 
+def energy_window(fn, calls, device=None):
+    """Calls fn() `calls` times back to back between two CUDA events under an EnergyMeter of this
+    GPU (synchronized at both ends): (ms a call, the meter's reading)."""
+    meter = EnergyMeter(torch.cuda.current_device() if device is None else device)
+    torch.cuda.synchronize()
+    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    meter.start()
+    start.record()
+    for _ in range(calls):
+        fn()
+    stop.record()
+    torch.cuda.synchronize()
+    r = meter.stop_reading()
+    return start.elapsed_time(stop) / calls, r
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--config", default="1b", choices=CONFIGS)

@@ -490,47 +490,34 @@ absl::Status ProcessGroup::DeviceReduceScatter(OpState& op, Transport* tr, const
       return OrderAfter(tr, stream);
     }
   }
-  if (widen) {
-    // The ring engine reduces one dtype: widen the whole input into the work buffer (f32) and run
-    // the ring over it in place (no separate source). Only the IPC path above keeps bf16 on the wire.
+  // The ring engine reduces one dtype: a widening reduce-scatter first widens the whole input into
+  // the work buffer (f32) and runs the ring over it in place (no separate source); only the IPC path
+  // above keeps bf16 on the wire. Otherwise partial sums that are passed on (n > 2) go to the work
+  // buffer, and n = 2 has no intermediate step: the engine never writes buf (only final_out) and
+  // reads our contribution through `src`.
+  const DType wt = output.dtype();
+  char* work = static_cast<char*>(const_cast<void*>(input.raw()));
+  const char* src = work;
+  if (widen || n > 2) {
     Tensor& w = device_state_->work;
-    const int64_t bytes = input.numel() * int64_t(sizeof(float));
+    const int64_t bytes = input.numel() * int64_t(SizeOf(wt));
     if (w.view().raw() == nullptr || w.nbytes() < bytes) {
       SG_RETURN_IF_ERROR(CheckGrowable(tr, "reduce-scatter work buffer", w.view().raw() ? w.nbytes() : 0, bytes));
-      SG_RETURN_IF_ERROR(DrainDeviceStream(*tr->stream(), op.deadline));
-      if (device_state_->captured) device_state_->retired.push_back(std::move(w));
-      SG_ASSIGN_OR_RETURN(w, Tensor::Empty({input.numel()}, DType::kF32, input.device()));
-    }
-    char* work = static_cast<char*>(w.view().raw());
-    SG_RETURN_IF_ERROR(WidenBf16Device(input.raw(), reinterpret_cast<float*>(work), input.numel(), 1.0f, *tr->stream()));
-    std::vector<int64_t> counts(size_t(n), output.numel());
-    const float final_scale = rop == ReduceOp::kAvg ? 1.0f / float(n) : 1.0f;
-    SG_RETURN_IF_ERROR(RingReduceScatter(op, tr, work, DType::kF32, counts, rop, nullptr,
-                                         static_cast<char*>(output.raw()), final_scale));
-    return OrderAfter(tr, stream);
-  }
-  char* work = nullptr;
-  if (n > 2) {
-    Tensor& w = device_state_->work;
-    if (w.view().raw() == nullptr || w.nbytes() < input.nbytes()) {
-      SG_RETURN_IF_ERROR(CheckGrowable(tr, "reduce-scatter work buffer", w.view().raw() ? w.nbytes() : 0,
-                                       input.nbytes()));
       // Growing the buffer: queued work on the old one must finish before it is freed.
       SG_RETURN_IF_ERROR(DrainDeviceStream(*tr->stream(), op.deadline));
       if (device_state_->captured) device_state_->retired.push_back(std::move(w));
-      SG_ASSIGN_OR_RETURN(w, Tensor::Empty({input.numel()}, input.dtype(), input.device()));
+      SG_ASSIGN_OR_RETURN(w, Tensor::Empty({input.numel()}, wt, input.device()));
     }
     work = static_cast<char*>(w.view().raw());
-  } else {
-    // n = 2 has no intermediate step: the engine never writes buf (only final_out), and reads our
-    // contribution through `src`.
-    work = static_cast<char*>(const_cast<void*>(input.raw()));
+  }
+  if (widen) {
+    SG_RETURN_IF_ERROR(WidenBf16Device(input.raw(), reinterpret_cast<float*>(work), input.numel(), 1.0f, *tr->stream()));
+    src = nullptr;
   }
   std::vector<int64_t> counts(size_t(n), output.numel());
   const float final_scale = rop == ReduceOp::kAvg ? 1.0f / float(n) : 1.0f;
-  SG_RETURN_IF_ERROR(RingReduceScatter(op, tr, work, input.dtype(), counts, rop,
-                                       static_cast<const char*>(input.raw()),
-                                       static_cast<char*>(output.raw()), final_scale));
+  SG_RETURN_IF_ERROR(RingReduceScatter(op, tr, work, wt, counts, rop, src, static_cast<char*>(output.raw()),
+                                       final_scale));
   return OrderAfter(tr, stream);
 }
 

@@ -112,10 +112,11 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// The same element by element, for pointers that are not 16-byte aligned.
-template <typename T, bool kMax>
+// The same element by element, for pointers that are not 16-byte aligned; TOut is f32 or T (the
+// widening reduce of bf16 inputs below).
+template <typename T, bool kMax, typename TOut = T>
 __global__ void __launch_bounds__(kThreads)
-    PullReduceScalarKernel(T* out, const T* mine, const T* theirs, int64_t n, float scale) {
+    PullReduceScalarKernel(TOut* out, const T* mine, const T* theirs, int64_t n, float scale) {
   const int64_t stride = int64_t(gridDim.x) * blockDim.x;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     FromF(out[i], Combine<kMax>(ToF(mine[i]), ToF(__ldcg(theirs + i)), scale));
@@ -156,17 +157,6 @@ __global__ void __launch_bounds__(kThreads)
   }
   for (; v < vec_n; v += stride) combine(vm[v], __ldcg(vt + v), vo + 2 * v);
   for (int64_t i = vec_n * kVec + int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    out[i] = Combine<kMax>(ToF(mine[i]), ToF(__ldcg(theirs + i)), scale);
-  }
-}
-
-// The same element by element, for pointers that are not 16-byte aligned.
-template <bool kMax>
-__global__ void __launch_bounds__(kThreads) PullReduceWidenScalarKernel(float* out, const __nv_bfloat16* mine,
-                                                                        const __nv_bfloat16* theirs, int64_t n,
-                                                                        float scale) {
-  const int64_t stride = int64_t(gridDim.x) * blockDim.x;
-  for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
     out[i] = Combine<kMax>(ToF(mine[i]), ToF(__ldcg(theirs + i)), scale);
   }
 }
@@ -232,9 +222,9 @@ absl::Status PullReduceWidenTyped(float* out, const __nv_bfloat16* mine, const _
     SG_ASSIGN_OR_RETURN(int grid, Grid<kKernel>(blocks, n / 8 + 1));
     PullReduceWidenKernel<kMax><<<grid, kThreads, 0, s>>>(out, mine, theirs, n, scale);
   } else {
-    constexpr auto kKernel = PullReduceWidenScalarKernel<kMax>;
+    constexpr auto kKernel = PullReduceScalarKernel<__nv_bfloat16, kMax, float>;
     SG_ASSIGN_OR_RETURN(int grid, Grid<kKernel>(blocks, n));
-    PullReduceWidenScalarKernel<kMax><<<grid, kThreads, 0, s>>>(out, mine, theirs, n, scale);
+    PullReduceScalarKernel<__nv_bfloat16, kMax, float><<<grid, kThreads, 0, s>>>(out, mine, theirs, n, scale);
   }
   SG_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return absl::OkStatus();

@@ -10,9 +10,9 @@ repeat_interleave before timing (same flops) and the line says "expanded".
     python3 kernels/attention/sdpa_peer.py --energy   # the 1b's D=64 causal shape: joules per call
 
 --energy calls each pass back to back for three windows of about a second under NVML's energy
-counter (the EnergyMeter of benchmarks/llama_peer.py; the counter moves every ~100 ms), against
+counter (energy_window of benchmarks/llama_peer.py; the counter moves every ~100 ms), against
 the per-layer joules of our attention groups in `llama_step_benchmark --energy_profile_ms`.
-Written 2026-12-04 without a GPU left to run it on: not yet run.
+First run 2026-12-04 (gpu_call107.sh; benchmarks/README.md has the numbers).
 """
 import argparse
 import os
@@ -66,7 +66,7 @@ def run(dim, causal):
 
 def energy(dim=64, causal=True, window_s=1.0, windows=3):
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
-    from llama_peer import EnergyMeter
+    from llama_peer import energy_window
 
     mk = lambda h: torch.randn(B, S, h, dim, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     q, k, v = mk(H).requires_grad_(), mk(KV).requires_grad_(), mk(KV).requires_grad_()
@@ -80,17 +80,7 @@ def energy(dim=64, causal=True, window_s=1.0, windows=3):
         for name, fn, f in passes:
             calls = max(3, int(window_s / (time_ms(fn) / 1e3)))
             for w in range(windows):
-                meter = EnergyMeter(torch.cuda.current_device())
-                torch.cuda.synchronize()
-                start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                meter.start()
-                start.record()
-                for _ in range(calls):
-                    fn()
-                stop.record()
-                torch.cuda.synchronize()
-                r = meter.stop_reading()
-                ms = start.elapsed_time(stop) / calls
+                ms, r = energy_window(fn, calls)
                 print(f"sdpa_flash {name:8s} D={dim} causal={int(causal)} window {w}: {calls} calls, "
                       f"{ms:.3f} ms {f / ms / 1e9:.1f} TFLOP/s, {r['joules'] / calls:.4f} J a call, "
                       f"{r['joules'] / r['seconds']:.0f} W, SM clock median {r['sm_clock_median_mhz']} MHz", flush=True)

@@ -18,23 +18,9 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "benchmarks"))
-from llama_peer import EnergyMeter  # noqa: E402
+from llama_peer import energy_window  # noqa: E402
 
 T, D, F = 16384, 2048, 8192
-
-
-def window(fn, calls):
-    meter = EnergyMeter(torch.cuda.current_device())
-    torch.cuda.synchronize()
-    start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    meter.start()
-    start.record()
-    for _ in range(calls):
-        fn()
-    stop.record()
-    torch.cuda.synchronize()
-    r = meter.stop_reading()
-    return start.elapsed_time(stop) / calls, r
 
 
 def main():
@@ -55,10 +41,10 @@ def main():
         for name, fn in cases:
             for _ in range(20):
                 fn()
-            ms, _ = window(fn, 20)
+            ms, _ = energy_window(fn, 20)
             calls = max(5, int(1000.0 / ms))
             for k in range(2):
-                ms, r = window(fn, calls)
+                ms, r = energy_window(fn, calls)
                 j = r["joules"] / calls
                 print(f"{'scaled' if scaled else 'unit  '} {name:18s} window {k}: {ms:.3f} ms "
                       f"{flops / ms / 1e9:6.1f} TFLOP/s  {j / (flops / 1e12):.3f} J/TFLOP  "
