@@ -6,6 +6,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/core/status.h"
 
 namespace sg::benchmarks {
 
@@ -34,6 +36,32 @@ void SummarizeClocks(std::vector<unsigned> mhz, GpuEnergyReading* reading) {
   reading->sm_clock_min_mhz = mhz.front();
   reading->sm_clock_median_mhz = mhz[mhz.size() / 2];
   reading->sm_clock_max_mhz = mhz.back();
+}
+
+absl::StatusOr<EdgePower> PowerBetweenUpdates(const std::vector<CounterReading>& polls, int min_updates) {
+  if (min_updates < 2) {
+    return absl::InvalidArgumentError(absl::StrCat("PowerBetweenUpdates: min_updates >= 2, found ", min_updates));
+  }
+  const CounterReading* first = nullptr;
+  const CounterReading* last = nullptr;
+  int updates = 0;
+  for (size_t i = 1; i < polls.size(); ++i) {
+    if (polls[i].millijoules == polls[i - 1].millijoules) continue;
+    if (first == nullptr) first = &polls[i];
+    last = &polls[i];
+    ++updates;
+  }
+  if (updates < min_updates || last->seconds <= first->seconds) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("energy counter: expected >= ", min_updates, " updates in the window, found ", updates, " in ",
+                     polls.size(), " polls over ",
+                     polls.empty() ? 0.0 : polls.back().seconds - polls.front().seconds, " s"));
+  }
+  EdgePower p;
+  p.updates = updates;
+  p.seconds = last->seconds - first->seconds;
+  p.watts = double(last->millijoules - first->millijoules) / 1e3 / p.seconds;
+  return p;
 }
 
 namespace {
@@ -137,6 +165,80 @@ absl::Status GpuEnergyMeter::Start() {
   sampler_ = std::thread([this] { Sample(); });
   started_ = true;
   return absl::OkStatus();
+}
+
+absl::StatusOr<EdgePower> GpuEnergyMeter::PowerWhile(const std::function<absl::Status()>& busy, absl::Duration poll) {
+  if (started_) return absl::FailedPreconditionError("GpuEnergyMeter::PowerWhile: the meter is started");
+  std::vector<CounterReading> polls;
+  absl::Status poll_error;
+  absl::Mutex mu;
+  bool done = false;
+  const absl::Time origin = absl::Now();
+  SG_RETURN_IF_ERROR(Start());
+  std::thread poller([&] {
+    absl::MutexLock l(&mu);
+    while (true) {
+      absl::StatusOr<uint64_t> mj = EnergyMillijoules();
+      if (!mj.ok()) {
+        poll_error = mj.status();
+        return;
+      }
+      polls.push_back({absl::ToDoubleSeconds(absl::Now() - origin), *mj});
+      if (mu.AwaitWithTimeout(absl::Condition(&done), poll)) return;
+    }
+  });
+  const absl::Status work = busy();
+  {
+    absl::MutexLock l(&mu);
+    done = true;
+  }
+  poller.join();
+  absl::StatusOr<GpuEnergyReading> window = Stop();
+  SG_RETURN_IF_ERROR(work);
+  SG_RETURN_IF_ERROR(poll_error);
+  SG_RETURN_IF_ERROR(window.status());
+  SG_ASSIGN_OR_RETURN(EdgePower p, PowerBetweenUpdates(polls));
+  p.sm_clock_median_mhz = window->sm_clock_median_mhz;
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<EnergyCostMeter>> EnergyCostMeter::Open(const std::string& pci_bus_id,
+                                                                       absl::Duration window, absl::Duration settle,
+                                                                       std::ostream* log) {
+  if (window < absl::Milliseconds(300)) {
+    return absl::InvalidArgumentError(absl::StrCat("EnergyCostMeter: expected a window >= 300 ms (three counter updates), found ",
+                                                   absl::FormatDuration(window)));
+  }
+  if (settle < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("EnergyCostMeter: expected a settle time >= 0, found ", absl::FormatDuration(settle)));
+  }
+  SG_ASSIGN_OR_RETURN(std::unique_ptr<GpuEnergyMeter> m, GpuEnergyMeter::Open(pci_bus_id, absl::Milliseconds(20)));
+  return std::unique_ptr<EnergyCostMeter>(new EnergyCostMeter(std::move(m), window, settle, log));
+}
+
+absl::StatusOr<double> EnergyCostMeter::CostPerCall(const std::function<absl::StatusOr<double>(int64_t calls)>& run,
+                                                    double us_per_call) {
+  if (!(us_per_call > 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("EnergyCostMeter: expected a time per call > 0 us, found ", us_per_call));
+  }
+  auto calls_for = [&](absl::Duration d) {
+    return std::max<int64_t>(1, int64_t(absl::ToDoubleMicroseconds(d) / us_per_call));
+  };
+  if (settle_ > absl::ZeroDuration()) SG_RETURN_IF_ERROR(run(calls_for(settle_)).status());
+  const int64_t calls = calls_for(window_);
+  double ms = 0;
+  SG_ASSIGN_OR_RETURN(EdgePower p, meter_->PowerWhile([&]() -> absl::Status {
+    SG_ASSIGN_OR_RETURN(ms, run(calls));
+    return absl::OkStatus();
+  }));
+  const double sustained_us = ms * 1e3 / double(calls);
+  const double joules = p.watts * sustained_us * 1e-6;
+  if (log_ != nullptr) {
+    *log_ << absl::StrFormat("energy tune: %.1f us a call (%.1f us back to back over %d calls, %.0f MHz), %.0f W: %.4f J\n",
+                             us_per_call, sustained_us, calls, p.sm_clock_median_mhz, p.watts, joules);
+  }
+  return joules;
 }
 
 absl::StatusOr<GpuEnergyReading> GpuEnergyMeter::Stop() {

@@ -16,6 +16,8 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <ostream>
 #include <memory>
 #include <string>
 #include <thread>
@@ -25,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "kernels/autotune/tuning_table.h"
 
 namespace sg::benchmarks {
 
@@ -43,6 +46,27 @@ struct GpuEnergyReading {
 // an even count) and max; all 0 for no samples.
 void SummarizeClocks(std::vector<unsigned> mhz, GpuEnergyReading* reading);
 
+// One poll of the energy counter: host seconds (from any origin) and the counter's millijoules.
+struct CounterReading {
+  double seconds = 0;
+  uint64_t millijoules = 0;
+};
+
+// The mean power between two updates of the counter. The driver updates it only every ~100 ms
+// (benchmarks/README.md), so a window read at arbitrary ends is off by up to one update at each;
+// between the first and the last update seen while polling, it is off only by the poll period.
+struct EdgePower {
+  double watts = 0;
+  double seconds = 0;  // between the first and the last update
+  int updates = 0;     // counter changes seen, the first included
+  double sm_clock_median_mhz = 0;
+};
+
+// From polls in time order: the readings where the counter changed (the first poll is a baseline,
+// not an update) and the power between the first and the last of them. FailedPrecondition naming
+// the counts when fewer than `min_updates` (>= 2) changes were seen: the window was too short.
+absl::StatusOr<EdgePower> PowerBetweenUpdates(const std::vector<CounterReading>& polls, int min_updates = 3);
+
 class GpuEnergyMeter {
  public:
   // The GPU at `pci_bus_id` (kernels/core/device.h: CudaDevicePciBusId). Unavailable without
@@ -57,6 +81,13 @@ class GpuEnergyMeter {
   absl::Status Start();
   // Stops sampling and reads the counter. FailedPrecondition when not started.
   absl::StatusOr<GpuEnergyReading> Stop();
+
+  // The power while `busy` runs (it must keep the GPU busy and return when done, for at least a
+  // few of the counter's update periods): the counter polled every `poll` by a thread from before
+  // `busy` starts until it returns, then PowerBetweenUpdates, with the SM clock's median over the
+  // same time. `busy`'s error is returned as is. FailedPrecondition while started.
+  absl::StatusOr<EdgePower> PowerWhile(const std::function<absl::Status()>& busy,
+                                       absl::Duration poll = absl::Milliseconds(1));
 
   struct Nvml;  // NVML's entry points (gpu_energy.cc)
 
@@ -77,6 +108,31 @@ class GpuEnergyMeter {
   bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<unsigned> clocks_ ABSL_GUARDED_BY(mu_);
   std::vector<unsigned> temperatures_ ABSL_GUARDED_BY(mu_);
+};
+
+// Ranks GEMM algorithms (any autotune::CostMeter client) by joules a call at the GPU's power
+// limit, where a training step's time follows its energy: each candidate runs back to back for
+// `settle` (the power limiter's clock settles), then for `window` under PowerWhile; a call's joules
+// are the window's power times the call's time in it. Install with Tuner::set_meter.
+//   auto meter = EnergyCostMeter::Open(*CudaDevicePciBusId(0), absl::Milliseconds(1000));
+//   kernels::autotune::Tuner::Global().set_meter(*std::move(meter));
+class EnergyCostMeter : public kernels::autotune::CostMeter {
+ public:
+  // Errors as GpuEnergyMeter::Open; InvalidArgument for a window under 300 ms (three counter
+  // updates) or a negative settle time. `log`, if given, gets one line per candidate measured.
+  static absl::StatusOr<std::unique_ptr<EnergyCostMeter>> Open(const std::string& pci_bus_id, absl::Duration window,
+                                                               absl::Duration settle = absl::Milliseconds(300),
+                                                               std::ostream* log = nullptr);
+  std::string unit() const override { return "J"; }
+  absl::StatusOr<double> CostPerCall(const std::function<absl::StatusOr<double>(int64_t calls)>& run,
+                                     double us_per_call) override;
+
+ private:
+  EnergyCostMeter(std::unique_ptr<GpuEnergyMeter> meter, absl::Duration window, absl::Duration settle, std::ostream* log)
+      : meter_(std::move(meter)), window_(window), settle_(settle), log_(log) {}
+  std::unique_ptr<GpuEnergyMeter> meter_;
+  absl::Duration window_, settle_;
+  std::ostream* log_;
 };
 
 }  // namespace sg::benchmarks

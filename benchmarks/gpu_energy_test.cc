@@ -5,12 +5,15 @@
 #include "benchmarks/gpu_energy.h"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
 #include "kernels/core/device.h"
+#include "kernels/core/status.h"
 #include "kernels/core/stream.h"
 #include "kernels/core/tensor.h"
 #include "kernels/core/testing.h"
@@ -106,6 +109,98 @@ TEST(GpuEnergyTest, MeasuresDeviceWork) {
   // A second window on the same meter.
   ASSERT_TRUE((*m)->Start().ok());
   EXPECT_TRUE((*m)->Stop().ok());
+}
+
+// Polls as a counter that the driver bumps every `period` s at `watts`, read every `poll` s from
+// `t0` for `seconds`.
+std::vector<CounterReading> Polls(double t0, double seconds, double poll, double period, double watts) {
+  std::vector<CounterReading> v;
+  for (double t = t0; t <= t0 + seconds + 1e-12; t += poll) {
+    const double last_update = std::floor(t / period) * period;
+    v.push_back({t, uint64_t(1000000 + std::llround(last_update * watts * 1e3))});
+  }
+  return v;
+}
+
+TEST(GpuEnergyTest, PowerBetweenUpdatesUsesOnlyTheCounterEdges) {
+  const double watts = 300 + double(testing::Rng()() % 400);
+  const double t0 = double(testing::Rng()() % 1000) / 997.0;
+  // A 1 s window polled every ms: the updates are 100 ms apart, the span between the first and
+  // the last ~0.9 s, and the power exact to the poll's quantization.
+  absl::StatusOr<EdgePower> p = PowerBetweenUpdates(Polls(t0, 1.0, 0.001, 0.1, watts));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_GE(p->updates, 9);
+  EXPECT_LE(p->updates, 11);
+  EXPECT_NEAR(p->seconds, 0.1 * (p->updates - 1), 0.0021);
+  EXPECT_NEAR(p->watts, watts, watts * 0.005);
+  // Too short a window: names what it found.
+  absl::StatusOr<EdgePower> short_window = PowerBetweenUpdates(Polls(t0, 0.15, 0.001, 0.1, watts));
+  EXPECT_EQ(short_window.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(short_window.status().message().find("expected >= 3 updates"), std::string::npos) << short_window.status();
+  EXPECT_EQ(PowerBetweenUpdates({}, 1).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GpuEnergyTest, EnergyCostMeterRefusesBadWindows) {
+  auto m = EnergyCostMeter::Open("0000:00:00.0", absl::Milliseconds(100));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(m.status().message().find(">= 300 ms"), std::string::npos) << m.status();
+  m = EnergyCostMeter::Open("0000:00:00.0", absl::Seconds(1), absl::Milliseconds(-1));
+  EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Zeroing twice the bytes a call costs about twice the joules; the power is a working GPU's.
+TEST(GpuEnergyTest, EnergyCostMeterScalesWithTheWork) {
+  SG_SKIP_WITHOUT_CUDA();
+  absl::StatusOr<std::string> bus = CudaDevicePciBusId(0);
+  ASSERT_TRUE(bus.ok()) << bus.status();
+  std::ostringstream log;
+  auto meter = EnergyCostMeter::Open(*bus, absl::Milliseconds(600), absl::Milliseconds(200), &log);
+  ASSERT_TRUE(meter.ok()) << meter.status();
+  const Device d = Device::Cuda(0);
+  Stream s = Stream::Create(d).value();
+  Tensor big = Tensor::Empty({int64_t(1) << 29}, DType::kF32, d).value();  // 2 GiB
+  auto cost = [&](int64_t elems) -> absl::StatusOr<double> {
+    SG_ASSIGN_OR_RETURN(TensorView v, big.view().Slice0(0, elems));
+    auto run = [&](int64_t calls) -> absl::StatusOr<double> {
+      const absl::Time t = absl::Now();
+      for (int64_t i = 0; i < calls; ++i) SG_RETURN_IF_ERROR(ZeroTensor(v, s));
+      SG_RETURN_IF_ERROR(s.Synchronize());
+      return absl::ToDoubleMilliseconds(absl::Now() - t);
+    };
+    SG_ASSIGN_OR_RETURN(double ms, run(4));
+    return (*meter)->CostPerCall(run, ms * 1e3 / 4);
+  };
+  absl::StatusOr<double> one = cost(int64_t(1) << 28), two = cost(int64_t(1) << 29);
+  ASSERT_TRUE(one.ok()) << one.status();
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_GT(*one, 0);
+  EXPECT_GT(*two / *one, 1.6) << log.str();
+  EXPECT_LT(*two / *one, 2.5) << log.str();
+  EXPECT_NE(log.str().find(" W: "), std::string::npos) << log.str();
+  // Writing 1 GiB takes ~0.3 ms at 3-4 TB/s: between an idle GPU's ~0.03 J and the limit's ~0.25.
+  EXPECT_GT(*one, 0.01) << log.str();
+  EXPECT_LT(*one, 1.0) << log.str();
+}
+
+TEST(GpuEnergyTest, PowerWhileNeedsAWindowLongEnough) {
+  SG_SKIP_WITHOUT_CUDA();
+  auto m = GpuEnergyMeter::Open(*CudaDevicePciBusId(0));
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto quick = (*m)->PowerWhile([] {
+    absl::SleepFor(absl::Milliseconds(20));
+    return absl::OkStatus();
+  });
+  EXPECT_EQ(quick.status().code(), absl::StatusCode::kFailedPrecondition) << quick.status();
+  auto failing = (*m)->PowerWhile([] { return absl::DataLossError("work failed"); });
+  EXPECT_EQ(failing.status().code(), absl::StatusCode::kDataLoss);
+  // The meter is usable after both.
+  auto idle = (*m)->PowerWhile([] {
+    absl::SleepFor(absl::Milliseconds(450));
+    return absl::OkStatus();
+  });
+  ASSERT_TRUE(idle.ok()) << idle.status();
+  EXPECT_GT(idle->watts, 10);
+  EXPECT_LT(idle->watts, 1200);
 }
 
 }  // namespace

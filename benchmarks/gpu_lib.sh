@@ -4,7 +4,8 @@
 #   t NAME SECONDS BIN ARGS...
 #                       runs the bundled test .gpu/run BIN ARGS within SECONDS into $logs/NAME.log and
 #                       prints its rc, the PASSED/FAILED/SKIPPED summary lines and the first failures
-#   ours_1b TAG ARGS... the 1b step on one GPU (20 timed steps after 5) into $logs/ours_TAG.log, its JSON line
+#   ours_1b TAG ARGS... the 1b step on one GPU (20 timed steps after 5, within ${OURS_TIMEOUT:-120} s) into
+#                       $logs/ours_TAG.log, its JSON line
 #   fsdp_1b TAG ARGS... the 1b FSDP step on 2 GPUs under 25 GiB (IPC collectives; ${steps:-12} steps after 4)
 #                       into $logs/fsdp_TAG.log, its JSON line
 #   bm NAME FILTER [FLAG...]
@@ -17,7 +18,7 @@ json() {
 try: j=json.loads(sys.stdin.read())
 except Exception: print("(no result)"); sys.exit()
 keys=("tokens_per_s_per_gpu","step_ms_median","peak_gib","planned_arena_gib","mfu","gpu_millijoules_per_token","gpu_mean_watts","sm_clock_median_mhz","gpu_temperature_max_c","loss_first","loss_last",
-      "recompute","recompute_swiglu_layers","lm_head_chunks","fused_swiglu_backward","bf16_gradients","autotune","offload_activations","fsdp_host_gradient_units","offload_host_gib","cuda_graph")
+      "recompute","recompute_swiglu_layers","lm_head_chunks","fused_swiglu_backward","bf16_gradients","autotune","autotune_energy_ms","tuned_choices","metered_choices","metered_choices_not_fastest","offload_activations","fsdp_host_gradient_units","offload_host_gib","cuda_graph")
 print(" ".join(f"{k}={round(j[k],3) if isinstance(j[k],float) else j[k]}" for k in keys if k in j))'
 }
 t() {
@@ -30,7 +31,7 @@ t() {
 ours_1b() {
   local tag=$1
   shift
-  timeout 120 .gpu/run benchmarks/llama_step_benchmark --config=1b --steps=20 --warmup=5 "$@" > "$logs/ours_$tag.log" 2>&1
+  timeout "${OURS_TIMEOUT:-120}" .gpu/run benchmarks/llama_step_benchmark --config=1b --steps=20 --warmup=5 "$@" > "$logs/ours_$tag.log" 2>&1
   echo "ours 1b $tag: $(json "$logs/ours_$tag.log") $(grep -E 'rror' "$logs/ours_$tag.log" | tail -1 | cut -c1-160)"
 }
 fsdp_1b() {

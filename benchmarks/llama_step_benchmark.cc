@@ -28,6 +28,10 @@
 // micro-batch, the values PyTorch's autocast stores in its f32 .grad, else f32; bf16 also with
 // --strategy=fsdp|hsdp: bf16 buckets reduce-scattered in f32 into the f32 shards, FSDP2's
 // reduce_dtype=f32; the JSON's "bf16_gradients" says which ran),
+// --autotune_energy_ms=N (the long GEMMs' fastest cuBLASLt candidates ranked by joules a call
+// over N-ms windows at the power limit, benchmarks/gpu_energy.h's EnergyCostMeter; the JSON counts
+// the choices so made and stderr lists them), --cache_dir=DIR (the tuned choices stored there and
+// reused by a later run: tune once, then compare),
 // --energy_profile_ms=N (single device: each group of steps replayed for ~N ms under the energy
 // counter after everything else, then the whole step without each large group, every window from
 // one on-device snapshot of the program's memory, then the groups summed by kind -- matmul,
@@ -61,6 +65,7 @@
 #include "compiler/compile.h"
 #include "compiler/llama_step.h"
 #include "compiler/trace.h"
+#include "kernels/autotune/tuning_table.h"
 #include "graph/models/llama.h"
 #include "kernels/core/allocator.h"
 #include "kernels/core/device.h"
@@ -110,6 +115,13 @@ ABSL_FLAG(std::string, gradients, "auto",
 ABSL_FLAG(bool, autotune, true,
           "time cuBLASLt's top algorithms per GEMM in the warm-up and keep the fastest (CompileOptions::autotune); "
           "false: cuBLASLt's first heuristic choice, as SG_AUTOTUNE=0 (which also overrides true)");
+ABSL_FLAG(int, autotune_energy_ms, 0,
+          "> 0: rank each long GEMM's fastest cuBLASLt candidates by joules a call, each run back to back for this "
+          "many ms under the energy counter at the power limit (benchmarks/gpu_energy.h EnergyCostMeter; >= 300), "
+          "instead of by their few-call time; 0: time alone");
+ABSL_FLAG(std::string, cache_dir, "",
+          "compile cache directory (CompileOptions::cache_dir): the tuned GEMM choices are stored there and a later "
+          "run with the same directory reuses them without timing; \"\": none");
 ABSL_FLAG(int, micro_batches, 1,
           "gradient accumulation: the batch as this many micro-batches, one optimizer step "
           "(CompileOptions::micro_batches; --recompute=auto plans one micro-batch's activations)");
@@ -121,10 +133,10 @@ constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kH200BF16Flops = 989e12;
 
 struct Flags {
-  std::string config = "1b", device, recompute = "auto", trace, strategy = "none", gradients = "auto";
+  std::string config = "1b", device, recompute = "auto", trace, strategy = "none", gradients = "auto", cache_dir;
   double memory_budget_gib = 0;
   int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1, fsdp_host_gradient_units = -1,
-      recompute_swiglu_layers = -1, offload_activations = -1, energy_profile_ms = 0;
+      recompute_swiglu_layers = -1, offload_activations = -1, energy_profile_ms = 0, autotune_energy_ms = 0;
   bool cuda_graph = true, offload_first = false, wgrad_stream = false, autotune = true;
   float lr = 3e-4f;
 };
@@ -174,6 +186,21 @@ absl::StatusOr<Flags> ReadFlags() {
   f.energy_profile_ms = absl::GetFlag(FLAGS_energy_profile_ms);
   f.gradients = absl::GetFlag(FLAGS_gradients);
   f.autotune = absl::GetFlag(FLAGS_autotune);
+  f.autotune_energy_ms = absl::GetFlag(FLAGS_autotune_energy_ms);
+  f.cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  if (f.autotune_energy_ms != 0 && f.autotune_energy_ms < 300) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--autotune_energy_ms: expected 0 (off) or >= 300 (three updates of the energy counter), found ",
+        f.autotune_energy_ms));
+  }
+  if (f.autotune_energy_ms > 0 && !f.autotune) {
+    return absl::InvalidArgumentError("--autotune_energy_ms: expected --autotune=1 (it ranks the tuned candidates), "
+                                      "found --autotune=0");
+  }
+  if (f.autotune_energy_ms > 0 && f.device == "cpu") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--autotune_energy_ms: expected a CUDA step (--device=cuda or unset), found --device=", f.device));
+  }
   if (f.energy_profile_ms < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--energy_profile_ms: expected >= 0 (0: off), found ", f.energy_profile_ms));
@@ -507,7 +534,16 @@ absl::Status Main(const Flags& f) {
   const RecomputePolicy rp = o.recompute;
   o.cuda_graph = f.cuda_graph;
   o.autotune = f.autotune;
+  o.cache_dir = f.cache_dir;
   o.warmup_steps = 2;
+  if (f.autotune_energy_ms > 0) {
+    if (!device.is_cuda()) return absl::FailedPreconditionError("--autotune_energy_ms: no CUDA device");
+    SG_ASSIGN_OR_RETURN(std::string bus, CudaDevicePciBusId(device.ordinal));
+    SG_ASSIGN_OR_RETURN(std::unique_ptr<sg::benchmarks::EnergyCostMeter> energy_meter,
+                        sg::benchmarks::EnergyCostMeter::Open(bus, absl::Milliseconds(f.autotune_energy_ms),
+                                                              absl::Milliseconds(300), rank == 0 ? &std::cerr : nullptr));
+    kernels::autotune::Tuner::Global().set_meter(std::move(energy_meter));
+  }
   o.strategy = strategy;
   if (strategy == Strategy::kHybridShard) o.mesh = {world / 2, 2};
   SG_ASSIGN_OR_RETURN(PlannedMemory plan, PlanMemory(fwd, o));
@@ -567,6 +603,24 @@ absl::Status Main(const Flags& f) {
   j["offload_host_gib"] = step->program().offload_host_bytes / kGiB;
   j["cuda_graph"] = step->executor().replaying_graph();
   j["autotune"] = AutotuneEnabled(o);
+  j["autotune_energy_ms"] = f.autotune_energy_ms;
+  {
+    // The tuned GEMMs whose choice a meter made (this run's or a cache's), on stderr one a line.
+    const kernels::autotune::TuningTable table = kernels::autotune::Tuner::Global().Snapshot();
+    int metered = 0, changed = 0;
+    for (const auto& [key, choice] : table.entries()) {
+      if (choice.cost_unit.empty()) continue;
+      ++metered;
+      changed += choice.cost < choice.fastest_cost;
+      if (rank == 0) {
+        std::cerr << absl::StrFormat("metered choice: %s: %.1f us, %.4f %s a call (the fastest's: %.4f)\n", key.problem,
+                                     choice.microseconds, choice.cost, choice.cost_unit, choice.fastest_cost);
+      }
+    }
+    j["tuned_choices"] = table.size();
+    j["metered_choices"] = metered;
+    j["metered_choices_not_fastest"] = changed;
+  }
   int fused_swiglu_backward = 0;  // swiglu_backward steps run as WgmmaGemmSwiGluBackward with their dh matmul
   for (const Step& st : step->program().schedule.steps) {
     fused_swiglu_backward += absl::StartsWith(st.name, "matmul + swiglu_backward");

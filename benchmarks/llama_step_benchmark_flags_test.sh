@@ -23,6 +23,9 @@ expect 2 "--offload_activations: expected --recompute=none|selective|full (auto 
 expect 2 "--energy_profile_ms: expected >= 0 (0: off), found -1" --energy_profile_ms=-1
 expect 2 "--energy_profile_ms: expected a CUDA step (--device=cuda or unset), found --device=cpu" --device=cpu --energy_profile_ms=100
 expect 2 "--energy_profile_ms: expected --strategy=none (a group's steps replay alone, without their collectives), found --strategy=fsdp" --strategy=fsdp --energy_profile_ms=100
+expect 2 "--autotune_energy_ms: expected 0 (off) or >= 300 (three updates of the energy counter), found 100" --autotune_energy_ms=100
+expect 2 "--autotune_energy_ms: expected --autotune=1 (it ranks the tuned candidates), found --autotune=0" --autotune=0 --autotune_energy_ms=1000
+expect 2 "--autotune_energy_ms: expected a CUDA step (--device=cuda or unset), found --device=cpu" --device=cpu --autotune_energy_ms=1000
 expect 2 "--gradients: expected auto|f32|bf16, found 'f16'" --gradients=f16
 expect 2 "--gradients=bf16: expected --micro_batches=1 (accumulation adds gradients in f32), found --micro_batches=2" --micro_batches=2 --gradients=bf16
 expect 2 "expected only --flag=value arguments, found 'tiny'" tiny
@@ -39,4 +42,7 @@ expect 0 '"bf16_gradients":true' "${tiny[@]}" --warmup=1
 expect 0 '"bf16_gradients":false' "${tiny[@]}" --warmup=1 --gradients=f32
 expect 0 '"autotune":false' "${tiny[@]}" --warmup=1 --autotune=0
 expect 0 '"bf16_gradients":false' "${tiny[@]}" --warmup=1 --micro_batches=2
+cache="${TEST_TMPDIR:-/tmp}/bench_cache"
+expect 0 '"autotune_energy_ms":0' "${tiny[@]}" --warmup=1 --cache_dir="$cache"
+expect 0 '"tuned_choices":0' "${tiny[@]}" --warmup=1 --cache_dir="$cache"
 exit $fail

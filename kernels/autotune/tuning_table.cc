@@ -1,6 +1,9 @@
 #include "kernels/autotune/tuning_table.h"
 
+#include <algorithm>
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
@@ -44,6 +47,11 @@ std::string TuningTable::Serialize() const {
                        {"variant", absl::BytesToHexString(c.variant)},
                        {"us", c.microseconds},
                        {"candidates", c.candidates}});
+    if (!c.cost_unit.empty()) {
+      entries.back()["cost_unit"] = c.cost_unit;
+      entries.back()["cost"] = c.cost;
+      entries.back()["fastest_cost"] = c.fastest_cost;
+    }
   }
   nlohmann::json j = {{"format", kFormat}, {"entries", std::move(entries)}};
   return j.dump(1);
@@ -80,7 +88,18 @@ absl::StatusOr<TuningTable> TuningTable::Parse(absl::string_view text) {
     }
     TuningKey k{e["kernel"].get<std::string>(), e["device"].get<std::string>(), e["library"].get<std::string>(),
                 e["problem"].get<std::string>()};
-    t.Put(k, Choice{absl::HexStringToBytes(hex), e["us"].get<double>(), e["candidates"].get<int>()});
+    Choice c{absl::HexStringToBytes(hex), e["us"].get<double>(), e["candidates"].get<int>()};
+    if (e.contains("cost_unit")) {
+      if (!e["cost_unit"].is_string() || !e.contains("cost") || !e["cost"].is_number() || !e.contains("fastest_cost") ||
+          !e["fastest_cost"].is_number()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "tuning table: entry ", index, " has \"cost_unit\" and needs a string unit and numbers \"cost\" and \"fastest_cost\""));
+      }
+      c.cost_unit = e["cost_unit"].get<std::string>();
+      c.cost = e["cost"].get<double>();
+      c.fastest_cost = e["fastest_cost"].get<double>();
+    }
+    t.Put(k, std::move(c));
     ++index;
   }
   return t;
@@ -108,6 +127,53 @@ absl::StatusOr<Choice> PickFastest(int n, const std::function<absl::StatusOr<dou
     return absl::NotFoundError(absl::StrCat("autotune: all ", n, " candidates failed; first: ", first_error.message()));
   }
   return Choice{variant(best), best_us, ok};
+}
+
+absl::StatusOr<Choice> PickCheapest(int n, const std::function<absl::StatusOr<double>(int)>& measure,
+                                    const std::function<std::string(int)>& variant,
+                                    const std::function<absl::StatusOr<double>(int i, int64_t calls)>& run,
+                                    CostMeter* meter, const RerankPolicy& policy) {
+  if (n < 1) return absl::InvalidArgumentError(absl::StrCat("PickCheapest: expected >= 1 candidate, found ", n));
+  std::vector<std::pair<double, int>> timed;  // (us, index) of the candidates that ran
+  absl::Status first_error;
+  for (int i = 0; i < n; ++i) {
+    absl::StatusOr<double> us = measure(i);
+    if (us.ok()) {
+      timed.emplace_back(*us, i);
+    } else if (first_error.ok()) {
+      first_error = us.status();
+    }
+  }
+  if (timed.empty()) {
+    return absl::NotFoundError(absl::StrCat("autotune: all ", n, " candidates failed; first: ", first_error.message()));
+  }
+  // Stable: equal times keep the heuristic's order, as PickFastest's ties do.
+  std::stable_sort(timed.begin(), timed.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  Choice fastest{variant(timed[0].second), timed[0].first, int(timed.size())};
+  if (meter == nullptr || timed[0].first < policy.min_us) return fastest;
+  int best = -1;
+  double best_cost = 0, fastest_cost = 0;
+  absl::Status meter_error;
+  for (size_t r = 0; r < timed.size() && int(r) < policy.max_candidates; ++r) {
+    const auto [us, i] = timed[r];
+    if (us > timed[0].first * policy.within) break;
+    absl::StatusOr<double> cost = meter->CostPerCall([&, i = i](int64_t calls) { return run(i, calls); }, us);
+    if (!cost.ok()) {
+      if (meter_error.ok()) meter_error = cost.status();
+      continue;
+    }
+    if (r == 0) fastest_cost = *cost;
+    if (best < 0 || *cost < best_cost) {
+      best = int(r);
+      best_cost = *cost;
+    }
+  }
+  if (best < 0) return meter_error;
+  Choice c{variant(timed[size_t(best)].second), timed[size_t(best)].first, int(timed.size())};
+  c.cost_unit = meter->unit();
+  c.cost = best_cost;
+  c.fastest_cost = fastest_cost;
+  return c;
 }
 
 Tuner& Tuner::Global() {
@@ -140,6 +206,22 @@ bool Tuner::enabled() const {
 void Tuner::set_enabled(bool on) {
   absl::MutexLock l(&mu_);
   enabled_ = on;
+}
+
+void Tuner::set_meter(std::shared_ptr<CostMeter> meter, RerankPolicy policy) {
+  absl::MutexLock l(&mu_);
+  meter_ = std::move(meter);
+  policy_ = policy;
+}
+
+std::shared_ptr<CostMeter> Tuner::meter() const {
+  absl::MutexLock l(&mu_);
+  return meter_;
+}
+
+RerankPolicy Tuner::rerank_policy() const {
+  absl::MutexLock l(&mu_);
+  return policy_;
 }
 
 void Tuner::Install(const TuningTable& table) {

@@ -21,9 +21,11 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -46,11 +48,22 @@ struct TuningKey {
 
 // The winning variant and how it was chosen.
 struct Choice {
+  Choice(std::string variant = "", double microseconds = 0, int candidates = 0, std::string cost_unit = "",
+         double cost = 0, double fastest_cost = 0)
+      : variant(std::move(variant)), microseconds(microseconds), candidates(candidates),
+        cost_unit(std::move(cost_unit)), cost(cost), fastest_cost(fastest_cost) {}
   std::string variant;     // opaque bytes the kernel understands
   double microseconds = 0; // the winner's measured time per call
   int candidates = 0;      // how many variants were timed successfully
+  // Set when a CostMeter re-ranked the fastest candidates (PickCheapest): the meter's unit (e.g.
+  // "J"), the winner's cost per call and the cost of the fastest candidate by time, for comparison.
+  // Empty unit and zeros when the time alone decided.
+  std::string cost_unit;
+  double cost = 0;
+  double fastest_cost = 0;
   friend bool operator==(const Choice& a, const Choice& b) {
-    return a.variant == b.variant && a.microseconds == b.microseconds && a.candidates == b.candidates;
+    return a.variant == b.variant && a.microseconds == b.microseconds && a.candidates == b.candidates &&
+           a.cost_unit == b.cost_unit && a.cost == b.cost && a.fastest_cost == b.fastest_cost;
   }
 };
 
@@ -64,7 +77,8 @@ class TuningTable {
   const std::map<TuningKey, Choice>& entries() const { return entries_; }
 
   // JSON text: {"format": "sg-tuning-1", "entries": [{kernel, device, library, problem, variant
-  // (hex), us, candidates}, ...]}, entries in key order (equal tables give equal text).
+  // (hex), us, candidates, and cost_unit, cost, fastest_cost when a meter ranked them}, ...]},
+  // entries in key order (equal tables give equal text).
   std::string Serialize() const;
   // InvalidArgument naming what is wrong (not JSON, wrong format tag, a field missing or of the
   // wrong type, a variant that is not hex).
@@ -80,6 +94,41 @@ class TuningTable {
 // candidate failed, with the first error; InvalidArgument when n < 1.
 absl::StatusOr<Choice> PickFastest(int n, const std::function<absl::StatusOr<double>(int)>& measure,
                                    const std::function<std::string(int)>& variant);
+
+// A second ranking of a kernel's candidates, by what a call costs besides its few-call time: e.g.
+// the joules a call takes over a window at the GPU's power limit (benchmarks/gpu_energy.h,
+// EnergyCostMeter), where a training step's speed follows its energy rather than each kernel's time
+// at boost clocks. Installed for the process with Tuner::set_meter; kernels that support it
+// (kernels/gemm's cuBLASLt algorithms) re-rank their fastest candidates with PickCheapest.
+class CostMeter {
+ public:
+  virtual ~CostMeter() = default;
+  // What a cost counts, e.g. "J"; stored with the choice.
+  virtual std::string unit() const = 0;
+  // The cost of one call of a candidate. `run(calls)` issues `calls` back-to-back calls, waits for
+  // them and returns the milliseconds they took on the device; `us_per_call` is the candidate's
+  // measured time, to size the windows. An error drops the candidate.
+  virtual absl::StatusOr<double> CostPerCall(const std::function<absl::StatusOr<double>(int64_t calls)>& run,
+                                             double us_per_call) = 0;
+};
+
+// Which candidates a CostMeter re-ranks: only problems whose fastest call takes at least min_us
+// (a short kernel's cost is not worth a window), and of those the candidates within `within` times
+// the fastest time, at most max_candidates of them, fastest first.
+struct RerankPolicy {
+  double min_us = 150;
+  double within = 1.15;
+  int max_candidates = 4;
+};
+
+// PickFastest, then, when `meter` is non-null and the policy admits the problem, the cheapest of
+// the admitted candidates by meter->CostPerCall(run(i, calls), us) (ties go to the faster). The
+// choice carries the meter's unit, the winner's cost and the fastest's. NotFound as PickFastest;
+// when the meter fails on every admitted candidate, its first error.
+absl::StatusOr<Choice> PickCheapest(int n, const std::function<absl::StatusOr<double>(int)>& measure,
+                                    const std::function<std::string(int)>& variant,
+                                    const std::function<absl::StatusOr<double>(int i, int64_t calls)>& run,
+                                    CostMeter* meter, const RerankPolicy& policy = {});
 
 // The process-wide table kernels consult. Thread-safe.
 class Tuner {
@@ -100,6 +149,12 @@ class Tuner {
   bool enabled() const;
   void set_enabled(bool on);
 
+  // The meter that kernels re-rank their fastest candidates with (null: time alone decides, the
+  // default). Applies to problems tuned after it is set; recorded choices stay.
+  void set_meter(std::shared_ptr<CostMeter> meter, RerankPolicy policy = {});
+  std::shared_ptr<CostMeter> meter() const;
+  RerankPolicy rerank_policy() const;
+
   // Adds a table's choices (e.g. read from the compile cache); recorded choices win.
   void Install(const TuningTable& table);
   TuningTable Snapshot() const;
@@ -115,6 +170,8 @@ class Tuner {
   bool enabled_ ABSL_GUARDED_BY(mu_) = false;
   int64_t tunings_ ABSL_GUARDED_BY(mu_) = 0;
   int64_t generation_ ABSL_GUARDED_BY(mu_) = 0;
+  std::shared_ptr<CostMeter> meter_ ABSL_GUARDED_BY(mu_);
+  RerankPolicy policy_ ABSL_GUARDED_BY(mu_);
 };
 
 // False when the environment variable SG_AUTOTUNE is "0", "false" or "off": the switch that turns

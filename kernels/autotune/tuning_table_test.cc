@@ -1,5 +1,6 @@
 #include "kernels/autotune/tuning_table.h"
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,128 @@ TEST(PickFastest, ChoosesTheFastestAndSkipsFailures) {
                           [](int) { return std::string(); });
   EXPECT_EQ(none.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(none.status().message().find("bad algo"), std::string::npos);
+}
+
+// Costs a candidate by the milliseconds `run` reports for a fixed number of calls, as an energy
+// meter's joules follow a call's time at the power limit; counts its uses.
+class SustainedTimeMeter : public CostMeter {
+ public:
+  std::string unit() const override { return "ms"; }
+  absl::StatusOr<double> CostPerCall(const std::function<absl::StatusOr<double>(int64_t)>& run,
+                                     double us_per_call) override {
+    ++uses;
+    last_us = us_per_call;
+    absl::StatusOr<double> ms = run(kCalls);
+    if (!ms.ok()) return ms.status();
+    return *ms / kCalls;
+  }
+  static constexpr int64_t kCalls = 7;
+  int uses = 0;
+  double last_us = 0;
+};
+
+TEST(PickCheapest, ReranksTheFastFewByTheMeter) {
+  // Few-call times (us) and, per call, what the meter sees (ms). Candidate 0 fails to run; 1 is the
+  // fastest; 2, 4 and 5 are within 1.15x of it; 3 is not, though the meter would like it best.
+  const std::vector<double> us = {0, 200, 210, 260, 205, 229};
+  std::vector<double> sustained(6);
+  for (double& s : sustained) s = 0.3 + double(testing::Rng()() % 100) / 1000.0;  // 0.3 - 0.4 ms
+  sustained[2] = 0.25;
+  sustained[3] = 0.1;
+  std::vector<int> runs(6, 0);
+  auto measure = [&](int i) -> absl::StatusOr<double> {
+    if (i == 0) return absl::InternalError("candidate 0 cannot run this problem");
+    return us[size_t(i)];
+  };
+  auto run = [&](int i, int64_t calls) -> absl::StatusOr<double> {
+    ++runs[size_t(i)];
+    EXPECT_EQ(calls, SustainedTimeMeter::kCalls);
+    return sustained[size_t(i)] * double(calls);
+  };
+  auto variant = [](int i) { return "v" + std::to_string(i); };
+  SustainedTimeMeter meter;
+  RerankPolicy policy;
+  policy.max_candidates = 3;  // 1, 4, 2 in time order; 5 is within 1.15x but fourth
+  absl::StatusOr<Choice> c = PickCheapest(6, measure, variant, run, &meter, policy);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->variant, "v2");
+  EXPECT_EQ(c->microseconds, 210);
+  EXPECT_EQ(c->candidates, 5);
+  EXPECT_EQ(c->cost_unit, "ms");
+  EXPECT_DOUBLE_EQ(c->cost, 0.25);
+  EXPECT_DOUBLE_EQ(c->fastest_cost, sustained[1]);
+  EXPECT_EQ(meter.uses, 3);
+  EXPECT_EQ(runs, (std::vector<int>{0, 1, 1, 0, 1, 0}));
+
+  // With room for every candidate, 5 is metered too; 3 still is not (260 > 1.15 x 200).
+  policy.max_candidates = 10;
+  sustained[5] = 0.2;
+  c = PickCheapest(6, measure, variant, run, &meter, policy);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->variant, "v5");
+  EXPECT_EQ(runs[3], 0);
+
+  // A problem faster than min_us keeps the time's choice and never reaches the meter.
+  policy.min_us = 201;
+  const int uses = meter.uses;
+  c = PickCheapest(6, measure, variant, run, &meter, policy);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->variant, "v1");
+  EXPECT_TRUE(c->cost_unit.empty());
+  EXPECT_EQ(meter.uses, uses);
+
+  // No meter: PickFastest's answer.
+  absl::StatusOr<Choice> plain = PickCheapest(6, measure, variant, run, nullptr);
+  absl::StatusOr<Choice> fastest = PickFastest(6, measure, variant);
+  ASSERT_TRUE(plain.ok() && fastest.ok());
+  EXPECT_EQ(*plain, *fastest);
+}
+
+TEST(PickCheapest, ReturnsTheMetersErrorWhenItFailsOnEveryCandidate) {
+  SustainedTimeMeter meter;
+  auto c = PickCheapest(
+      3, [](int i) -> absl::StatusOr<double> { return 300.0 + i; }, [](int i) { return std::to_string(i); },
+      [](int, int64_t) -> absl::StatusOr<double> { return absl::UnavailableError("NVML went away"); }, &meter);
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(c.status().message().find("NVML went away"), std::string::npos);
+  EXPECT_EQ(meter.uses, 3);
+  EXPECT_EQ(PickCheapest(0, nullptr, nullptr, nullptr, &meter).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(TuningTable, MeteredChoicesKeepTheirCostsThroughText) {
+  TuningTable t;
+  Choice metered{RandomBytes(64), 1234.5, 8, "J", 0.8125, 0.9};
+  Choice timed{RandomBytes(64), 88, 8};
+  t.Put(Key("NVIDIA H200", 1), metered);
+  t.Put(Key("NVIDIA H200", 2), timed);
+  absl::StatusOr<TuningTable> back = TuningTable::Parse(t.Serialize());
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(*back->Find(Key("NVIDIA H200", 1)), metered);
+  EXPECT_EQ(*back->Find(Key("NVIDIA H200", 2)), timed);
+  // Only the metered entry writes cost fields.
+  const std::string text = t.Serialize();
+  const size_t first = text.find("\"cost_unit\"");
+  EXPECT_NE(first, std::string::npos);
+  EXPECT_EQ(text.find("\"cost_unit\"", first + 1), std::string::npos);
+
+  auto half = TuningTable::Parse(
+      R"({"format":"sg-tuning-1","entries":[{"kernel":"k","device":"d","library":"l","problem":"p",)"
+      R"("variant":"00","us":1,"candidates":1,"cost_unit":"J"}]})");
+  EXPECT_EQ(half.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(half.status().message().find("\"cost\""), std::string::npos) << half.status();
+}
+
+TEST(Tuner, KeepsItsMeterAndPolicy) {
+  Tuner t;
+  EXPECT_EQ(t.meter(), nullptr);
+  auto meter = std::make_shared<SustainedTimeMeter>();
+  RerankPolicy p;
+  p.min_us = 500;
+  t.set_meter(meter, p);
+  EXPECT_EQ(t.meter().get(), meter.get());
+  EXPECT_EQ(t.rerank_policy().min_us, 500);
+  t.set_meter(nullptr);
+  EXPECT_EQ(t.meter(), nullptr);
 }
 
 TEST(Tuner, TunesOncePerKeyAndReusesInstalledChoices) {

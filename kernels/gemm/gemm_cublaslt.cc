@@ -26,7 +26,8 @@
 // accumulation), keeps the fastest in autotune::Tuner::Global() under (problem text, device model
 // name, cuBLASLt version) and caches it per key like the heuristic's. A choice already in the
 // Tuner (installed from the compile cache by compiler/autotune.h) is reused without timing, after
-// cublasLtMatmulAlgoCheck accepts it.
+// cublasLtMatmulAlgoCheck accepts it. With a CostMeter installed on the Tuner, the fastest few
+// candidates of a long enough GEMM are re-ranked by the meter (autotune::RerankPolicy).
 #ifdef SG_WITH_CUDA
 
 #include <cublasLt.h>
@@ -455,7 +456,9 @@ absl::StatusOr<double> TimeAlgo(const MatmulCall& call, const cublasLtMatmulAlgo
 }
 
 // Times the heuristic's top kTuneCandidates algorithms on the problem; the fastest as a Choice
-// (its variant: the algorithm's bytes). NotFound when the heuristic has none or all fail.
+// (its variant: the algorithm's bytes), or, with a CostMeter on the Tuner, the cheapest by the meter
+// among the fastest few (autotune::PickCheapest; e.g. joules a call at the power limit, each
+// candidate run back to back for the meter's window). NotFound when the heuristic has none or all fail.
 // The candidates write the caller's d, which the real call overwrites right after (stream order),
 // so tuning needs no memory of its own; only a problem accumulating into d in place (beta != 0,
 // no separate c) is timed on a zeroed scratch copy of d's extent, as d's contents must survive.
@@ -473,11 +476,18 @@ absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey&
     d = s.get();
     scratch.emplace(std::move(s));
   }
-  absl::StatusOr<autotune::Choice> choice = autotune::PickFastest(
+  const void* c_ptr = l.c.ptr == l.d.ptr ? d : l.c.ptr;
+  const std::shared_ptr<autotune::CostMeter> meter = autotune::Tuner::Global().meter();
+  absl::StatusOr<autotune::Choice> choice = autotune::PickCheapest(
       int(candidates.size()), [&](int i) { return TimeAlgo(call, candidates[size_t(i)].algo, d); },
       [&](int i) {
         return std::string(reinterpret_cast<const char*>(&candidates[size_t(i)].algo), sizeof(cublasLtMatmulAlgo_t));
-      });
+      },
+      [&](int i, int64_t calls) -> absl::StatusOr<double> {
+        SG_ASSIGN_OR_RETURN(float ms, TimeCalls(call, candidates[size_t(i)].algo, c_ptr, d, int(calls)));
+        return double(ms);
+      },
+      meter.get(), autotune::Tuner::Global().rerank_policy());
   // Nothing may still be writing the scratch when it goes back to the allocator.
   if (scratch.has_value()) SG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(call.stream));
   return choice;
