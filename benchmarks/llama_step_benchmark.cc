@@ -119,6 +119,12 @@ ABSL_FLAG(int, autotune_energy_ms, 0,
           "> 0: rank each long GEMM's fastest cuBLASLt candidates by joules a call, each run back to back for this "
           "many ms under the energy counter at the power limit (benchmarks/gpu_energy.h EnergyCostMeter; >= 300), "
           "instead of by their few-call time; 0: time alone");
+ABSL_FLAG(double, autotune_energy_min_us, 150,
+          "--autotune_energy_ms: only GEMMs whose fastest candidate takes at least this long (us) are re-ranked");
+ABSL_FLAG(double, autotune_energy_within, 1.15,
+          "--autotune_energy_ms: the candidates within this factor of the fastest time are re-ranked (>= 1)");
+ABSL_FLAG(int, autotune_energy_candidates, 4,
+          "--autotune_energy_ms: at most this many of them, fastest first (>= 1; twice as many are timed)");
 ABSL_FLAG(std::string, cache_dir, "",
           "compile cache directory (CompileOptions::cache_dir): the tuned GEMM choices are stored there and a later "
           "run with the same directory reuses them without timing; \"\": none");
@@ -139,6 +145,7 @@ struct Flags {
       recompute_swiglu_layers = -1, offload_activations = -1, energy_profile_ms = 0, autotune_energy_ms = 0;
   bool cuda_graph = true, offload_first = false, wgrad_stream = false, autotune = true;
   float lr = 3e-4f;
+  kernels::autotune::RerankPolicy energy_policy;
 };
 
 absl::StatusOr<RecomputePolicy> ParseRecompute(const std::string& s) {
@@ -188,6 +195,17 @@ absl::StatusOr<Flags> ReadFlags() {
   f.autotune = absl::GetFlag(FLAGS_autotune);
   f.autotune_energy_ms = absl::GetFlag(FLAGS_autotune_energy_ms);
   f.cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  f.energy_policy.min_us = absl::GetFlag(FLAGS_autotune_energy_min_us);
+  f.energy_policy.within = absl::GetFlag(FLAGS_autotune_energy_within);
+  f.energy_policy.max_candidates = absl::GetFlag(FLAGS_autotune_energy_candidates);
+  if (!(f.energy_policy.within >= 1)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--autotune_energy_within: expected a factor >= 1, found ", f.energy_policy.within));
+  }
+  if (f.energy_policy.max_candidates < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--autotune_energy_candidates: expected >= 1, found ", f.energy_policy.max_candidates));
+  }
   if (f.autotune_energy_ms != 0 && f.autotune_energy_ms < 300) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--autotune_energy_ms: expected 0 (off) or >= 300 (three updates of the energy counter), found ",
@@ -542,7 +560,7 @@ absl::Status Main(const Flags& f) {
     SG_ASSIGN_OR_RETURN(std::unique_ptr<sg::benchmarks::EnergyCostMeter> energy_meter,
                         sg::benchmarks::EnergyCostMeter::Open(bus, absl::Milliseconds(f.autotune_energy_ms),
                                                               absl::Milliseconds(300), rank == 0 ? &std::cerr : nullptr));
-    kernels::autotune::Tuner::Global().set_meter(std::move(energy_meter));
+    kernels::autotune::Tuner::Global().set_meter(std::move(energy_meter), f.energy_policy);
   }
   o.strategy = strategy;
   if (strategy == Strategy::kHybridShard) o.mesh = {world / 2, 2};

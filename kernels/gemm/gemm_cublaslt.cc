@@ -463,8 +463,11 @@ absl::StatusOr<double> TimeAlgo(const MatmulCall& call, const cublasLtMatmulAlgo
 // so tuning needs no memory of its own; only a problem accumulating into d in place (beta != 0,
 // no separate c) is timed on a zeroed scratch copy of d's extent, as d's contents must survive.
 absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey& key) {
-  SG_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> candidates,
-                      Heuristic(call, key, kTuneCandidates));
+  // With a meter, twice as many as it may re-rank are timed, so that it sees the fastest of more.
+  const std::shared_ptr<autotune::CostMeter> meter = autotune::Tuner::Global().meter();
+  const autotune::RerankPolicy policy = autotune::Tuner::Global().rerank_policy();
+  const int n = meter == nullptr ? kTuneCandidates : std::max(kTuneCandidates, 2 * policy.max_candidates);
+  SG_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> candidates, Heuristic(call, key, n));
   if (candidates.empty()) return absl::NotFoundError("cuBLASLt has no algorithm for this GEMM");
   const LtPlan& l = *call.plan;
   std::optional<Scratch> scratch;
@@ -477,7 +480,6 @@ absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey&
     scratch.emplace(std::move(s));
   }
   const void* c_ptr = l.c.ptr == l.d.ptr ? d : l.c.ptr;
-  const std::shared_ptr<autotune::CostMeter> meter = autotune::Tuner::Global().meter();
   absl::StatusOr<autotune::Choice> choice = autotune::PickCheapest(
       int(candidates.size()), [&](int i) { return TimeAlgo(call, candidates[size_t(i)].algo, d); },
       [&](int i) {
@@ -487,7 +489,7 @@ absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey&
         SG_ASSIGN_OR_RETURN(float ms, TimeCalls(call, candidates[size_t(i)].algo, c_ptr, d, int(calls)));
         return double(ms);
       },
-      meter.get(), autotune::Tuner::Global().rerank_policy());
+      meter.get(), policy);
   // Nothing may still be writing the scratch when it goes back to the allocator.
   if (scratch.has_value()) SG_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(call.stream));
   return choice;
