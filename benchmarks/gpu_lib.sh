@@ -18,7 +18,7 @@ json() {
 try: j=json.loads(sys.stdin.read())
 except Exception: print("(no result)"); sys.exit()
 keys=("tokens_per_s_per_gpu","step_ms_median","peak_gib","planned_arena_gib","mfu","gpu_millijoules_per_token","gpu_mean_watts","sm_clock_median_mhz","gpu_temperature_max_c","loss_first","loss_last",
-      "recompute","recompute_swiglu_layers","lm_head_chunks","fused_swiglu_backward","bf16_gradients","autotune","autotune_energy_ms","tuned_choices","metered_choices","metered_choices_not_fastest","offload_activations","fsdp_host_gradient_units","offload_host_gib","cuda_graph")
+      "recompute","recompute_swiglu_layers","lm_head_chunks","fused_swiglu_backward","bf16_gradients","autotune","autotune_energy_ms","shipped_tuning","tuned_choices","metered_choices","metered_choices_not_fastest","offload_activations","fsdp_host_gradient_units","offload_host_gib","cuda_graph")
 print(" ".join(f"{k}={round(j[k],3) if isinstance(j[k],float) else j[k]}" for k in keys if k in j))'
 }
 t() {

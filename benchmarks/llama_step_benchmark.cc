@@ -28,6 +28,8 @@
 // micro-batch, the values PyTorch's autocast stores in its f32 .grad, else f32; bf16 also with
 // --strategy=fsdp|hsdp: bf16 buckets reduce-scattered in f32 into the f32 shards, FSDP2's
 // reduce_dtype=f32; the JSON's "bf16_gradients" says which ran),
+// --shipped_tuning=1 (start from the GEMM choices shipped for this GPU model,
+// kernels/gemm/shipped_tuning.h; 0: only this run's),
 // --autotune_energy_ms=N (the long GEMMs' fastest cuBLASLt candidates ranked by joules a call
 // over N-ms windows at the power limit, benchmarks/gpu_energy.h's EnergyCostMeter; the JSON counts
 // the choices so made and stderr lists them), --cache_dir=DIR (the tuned choices stored there and
@@ -119,11 +121,14 @@ ABSL_FLAG(int, autotune_energy_ms, 0,
           "> 0: rank each long GEMM's fastest cuBLASLt candidates by joules a call, each run back to back for this "
           "many ms under the energy counter at the power limit (benchmarks/gpu_energy.h EnergyCostMeter; >= 300), "
           "instead of by their few-call time; 0: time alone");
-ABSL_FLAG(double, autotune_energy_min_us, 150,
+ABSL_FLAG(bool, shipped_tuning, true,
+          "start from the GEMM choices shipped for this GPU model (CompileOptions::shipped_tuning, "
+          "kernels/gemm/shipped_tuning.h); false: only this run's (or --cache_dir's) choices");
+ABSL_FLAG(double, autotune_energy_min_us, 40,
           "--autotune_energy_ms: only GEMMs whose fastest candidate takes at least this long (us) are re-ranked");
-ABSL_FLAG(double, autotune_energy_within, 1.15,
+ABSL_FLAG(double, autotune_energy_within, 1.3,
           "--autotune_energy_ms: the candidates within this factor of the fastest time are re-ranked (>= 1)");
-ABSL_FLAG(int, autotune_energy_candidates, 4,
+ABSL_FLAG(int, autotune_energy_candidates, 8,
           "--autotune_energy_ms: at most this many of them, fastest first (>= 1; twice as many are timed)");
 ABSL_FLAG(std::string, cache_dir, "",
           "compile cache directory (CompileOptions::cache_dir): the tuned GEMM choices are stored there and a later "
@@ -143,7 +148,7 @@ struct Flags {
   double memory_budget_gib = 0;
   int steps = 30, warmup = 10, micro_batches = 1, lm_head_chunks = 1, fsdp_host_gradient_units = -1,
       recompute_swiglu_layers = -1, offload_activations = -1, energy_profile_ms = 0, autotune_energy_ms = 0;
-  bool cuda_graph = true, offload_first = false, wgrad_stream = false, autotune = true;
+  bool cuda_graph = true, offload_first = false, wgrad_stream = false, autotune = true, shipped_tuning = true;
   float lr = 3e-4f;
   kernels::autotune::RerankPolicy energy_policy;
 };
@@ -195,6 +200,7 @@ absl::StatusOr<Flags> ReadFlags() {
   f.autotune = absl::GetFlag(FLAGS_autotune);
   f.autotune_energy_ms = absl::GetFlag(FLAGS_autotune_energy_ms);
   f.cache_dir = absl::GetFlag(FLAGS_cache_dir);
+  f.shipped_tuning = absl::GetFlag(FLAGS_shipped_tuning);
   f.energy_policy.min_us = absl::GetFlag(FLAGS_autotune_energy_min_us);
   f.energy_policy.within = absl::GetFlag(FLAGS_autotune_energy_within);
   f.energy_policy.max_candidates = absl::GetFlag(FLAGS_autotune_energy_candidates);
@@ -553,6 +559,7 @@ absl::Status Main(const Flags& f) {
   o.cuda_graph = f.cuda_graph;
   o.autotune = f.autotune;
   o.cache_dir = f.cache_dir;
+  o.shipped_tuning = f.shipped_tuning;
   o.warmup_steps = 2;
   if (f.autotune_energy_ms > 0) {
     if (!device.is_cuda()) return absl::FailedPreconditionError("--autotune_energy_ms: no CUDA device");
@@ -622,6 +629,7 @@ absl::Status Main(const Flags& f) {
   j["cuda_graph"] = step->executor().replaying_graph();
   j["autotune"] = AutotuneEnabled(o);
   j["autotune_energy_ms"] = f.autotune_energy_ms;
+  j["shipped_tuning"] = o.shipped_tuning;
   {
     // The tuned GEMMs whose choice a meter made (this run's or a cache's), on stderr one a line.
     const kernels::autotune::TuningTable table = kernels::autotune::Tuner::Global().Snapshot();

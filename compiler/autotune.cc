@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/core/sha256.h"
+#include "kernels/gemm/shipped_tuning.h"
 #include "kernels/core/status.h"
 
 #ifdef SG_WITH_CUDA
@@ -99,6 +100,10 @@ absl::StatusOr<std::function<absl::Status()>> StartAutotune(const CompileOptions
   at::Tuner& tuner = at::Tuner::Global();
   tuner.set_enabled(true);
   SG_RETURN_IF_ERROR(store.Load(tuner).status());
+  if (o.shipped_tuning) {
+    SG_ASSIGN_OR_RETURN(at::TuningTable shipped, kernels::ShippedGemmTuning());
+    tuner.Install(shipped);
+  }
   auto shared = std::make_shared<TuningStore>(std::move(store));
   return std::function<absl::Status()>([shared, &tuner]() { return shared->Save(tuner); });
 }

@@ -1,6 +1,8 @@
 // Autotuning persisted in the compile cache: a step compiled with CompileOptions::autotune on a
 // CUDA device enables the process's kernel Tuner (kernels/autotune), installs the choices the
-// compile cache holds for this device model, lets the warm-up step time whatever is new (the
+// compile cache holds for this device model, then the choices shipped with the code
+// (CompileOptions::shipped_tuning, kernels/gemm/shipped_tuning.h; the cache's win, and a saved
+// table includes the shipped choices it used), lets the warm-up step time whatever is new (the
 // GEMMs' cuBLASLt algorithms, kernels/gemm), and stores the grown table back before the step is
 // captured. A second process start on the same device model finds every choice and times nothing.
 //

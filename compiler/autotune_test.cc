@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "kernels/core/testing.h"
 #include "kernels/gemm/gemm.h"
+#include "kernels/gemm/shipped_tuning.h"
 
 namespace sg::compiler {
 namespace {
@@ -228,6 +229,43 @@ TEST(AutotuneCuda, TunedStepMatchesUntunedAndRestartTimesNothing) {
     EXPECT_LT(sg::testing::RelativeError(tuned[i], plain[i]), 2e-2) << i;
     EXPECT_LT(sg::testing::RelativeError(restarted[i], plain[i]), 2e-2) << i;
   }
+}
+
+// GPU: StartAutotune installs the shipped GEMM choices with shipped_tuning, after the compile
+// cache's (a cached choice for the same key wins), and not without it.
+TEST(AutotuneCuda, StartAutotuneInstallsTheShippedChoicesAfterTheCaches) {
+  SG_SKIP_WITHOUT_CUDA();
+  absl::StatusOr<at::TuningTable> shipped = kernels::ShippedGemmTuning();
+  ASSERT_TRUE(shipped.ok()) << shipped.status();
+  ASSERT_GT(shipped->size(), 1u);
+  ::unsetenv("SG_AUTOTUNE");
+  at::Tuner& tuner = at::Tuner::Global();
+  const auto first = shipped->entries().begin();
+  CompileOptions o;
+  o.device = Device::Cuda(0);
+  o.shipped_tuning = false;
+  tuner.Clear();
+  ASSERT_TRUE(StartAutotune(o).ok());
+  EXPECT_FALSE(tuner.Find(first->first).has_value());
+
+  // A cache holding its own choice for the first shipped key (under the shipped device name; the
+  // store is keyed by this GPU's model, so the entry is put there directly).
+  tuner.Clear();
+  at::Choice mine(std::string(64, '\x5a'), 1.0, 1);
+  tuner.Install([&] {
+    at::TuningTable t;
+    t.Put(first->first, mine);
+    return t;
+  }());
+  o.shipped_tuning = true;
+  ASSERT_TRUE(StartAutotune(o).ok());
+  EXPECT_EQ(*tuner.Find(first->first), mine);
+  for (auto it = std::next(first); it != shipped->entries().end(); ++it) {
+    std::optional<at::Choice> c = tuner.Find(it->first);
+    ASSERT_TRUE(c.has_value()) << it->first.problem;
+    EXPECT_EQ(*c, it->second);
+  }
+  tuner.Clear();
 }
 
 }  // namespace

@@ -174,6 +174,10 @@ struct CompileOptions {
   // (compiler/autotune.h). SG_AUTOTUNE=0 in the environment turns it off. Needs warmup_steps >= 1
   // (inside a capture untuned GEMMs keep the heuristic's choice). Ignored on the CPU.
   bool autotune = true;
+  // With autotune: also start from the choices shipped with the code for this device model and
+  // library version (kernels/gemm/shipped_tuning.h: the H200's energy-ranked GEMM algorithms),
+  // after the compile cache's own, which win. false: only what this machine measures or cached.
+  bool shipped_tuning = true;
   // Gradient accumulation (kPipeline: its micro-batches): the step's batch (binding "batch", per rank) runs as this many
   // micro-batches of batch / micro_batches, each a forward + backward whose gradients are summed
   // (weighted by token counts: the same gradients as one pass over the whole batch), then one

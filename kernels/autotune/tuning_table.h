@@ -116,9 +116,9 @@ class CostMeter {
 // (a short kernel's cost is not worth a window), and of those the candidates within `within` times
 // the fastest time, at most max_candidates of them, fastest first.
 struct RerankPolicy {
-  double min_us = 150;
-  double within = 1.15;
-  int max_candidates = 4;
+  double min_us = 40;
+  double within = 1.3;
+  int max_candidates = 8;
 };
 
 // PickFastest, then, when `meter` is non-null and the policy admits the problem, the cheapest of

@@ -131,6 +131,8 @@ TEST(PickCheapest, ReranksTheFastFewByTheMeter) {
   auto variant = [](int i) { return "v" + std::to_string(i); };
   SustainedTimeMeter meter;
   RerankPolicy policy;
+  policy.min_us = 150;
+  policy.within = 1.15;
   policy.max_candidates = 3;  // 1, 4, 2 in time order; 5 is within 1.15x but fourth
   absl::StatusOr<Choice> c = PickCheapest(6, measure, variant, run, &meter, policy);
   ASSERT_TRUE(c.ok()) << c.status();
