@@ -102,6 +102,10 @@ Tensor FromHost(const std::vector<double>& values, const Shape& shape, DType dty
   }
   if (device.is_cpu()) return h;
   Tensor d = Tensor::Empty(shape, dtype, device).value();
+  // The caching allocator may hand out a block that work queued on another stream still reads
+  // (scratch a kernel freed after queueing, which is ordered only on its own stream): let that
+  // work finish before the copy overwrites it.
+  SyncDevice(device);
   absl::Status st = CopyTensor(h, d, Stream::Cpu());
   if (!st.ok()) ADD_FAILURE() << st;
   return d;
@@ -111,6 +115,7 @@ Tensor RandomTensor(const Shape& shape, DType dtype, Device device, std::mt19937
 #ifdef SG_WITH_CUDA
   if (device.is_cuda() && IsFloating(dtype)) {  // generated on the device: benchmarks fill GBs
     Tensor t = Tensor::Empty(shape, dtype, device).value();
+    SyncDevice(device);  // as in FromHost: t's block may still be read by work on another stream
     Stream s = Stream::Create(device).value();
     absl::Status st = FillUniformCuda(t.view().raw(), dtype, t.numel(), rng(), scale, s.native());
     if (st.ok()) st = s.Synchronize();  // the caller's kernels run on other streams
