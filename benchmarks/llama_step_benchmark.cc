@@ -73,6 +73,7 @@
 #include "kernels/core/device.h"
 #include "kernels/core/status.h"
 #include "kernels/core/stream.h"
+#include "kernels/gemm/gemm.h"
 #include "nlohmann/json.hpp"
 
 ABSL_FLAG(std::string, config, "1b", "model: 124m, 1b, 7b or tiny");
@@ -130,6 +131,9 @@ ABSL_FLAG(double, autotune_energy_within, 1.3,
           "--autotune_energy_ms: the candidates within this factor of the fastest time are re-ranked (>= 1)");
 ABSL_FLAG(int, autotune_energy_candidates, 8,
           "--autotune_energy_ms: at most this many of them, fastest first (>= 1; twice as many are timed)");
+ABSL_FLAG(int, autotune_energy_variants, 0,
+          "--autotune_energy_ms: also time up to this many cuBLASLt algorithm configurations the heuristic does not "
+          "list (other cluster shapes, tiles, custom options of its first two; RerankPolicy::variants); 0: its list");
 ABSL_FLAG(std::string, cache_dir, "",
           "compile cache directory (CompileOptions::cache_dir): the tuned GEMM choices are stored there and a later "
           "run with the same directory reuses them without timing; \"\": none");
@@ -204,6 +208,11 @@ absl::StatusOr<Flags> ReadFlags() {
   f.energy_policy.min_us = absl::GetFlag(FLAGS_autotune_energy_min_us);
   f.energy_policy.within = absl::GetFlag(FLAGS_autotune_energy_within);
   f.energy_policy.max_candidates = absl::GetFlag(FLAGS_autotune_energy_candidates);
+  f.energy_policy.variants = absl::GetFlag(FLAGS_autotune_energy_variants);
+  if (f.energy_policy.variants < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--autotune_energy_variants: expected >= 0, found ", f.energy_policy.variants));
+  }
   if (!(f.energy_policy.within >= 1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--autotune_energy_within: expected a factor >= 1, found ", f.energy_policy.within));
@@ -629,6 +638,7 @@ absl::Status Main(const Flags& f) {
   j["cuda_graph"] = step->executor().replaying_graph();
   j["autotune"] = AutotuneEnabled(o);
   j["autotune_energy_ms"] = f.autotune_energy_ms;
+  j["autotune_energy_variants"] = f.energy_policy.variants;
   j["shipped_tuning"] = o.shipped_tuning;
   {
     // The tuned GEMMs whose choice a meter made (this run's or a cache's), on stderr one a line.
@@ -639,8 +649,10 @@ absl::Status Main(const Flags& f) {
       ++metered;
       changed += choice.cost < choice.fastest_cost;
       if (rank == 0) {
-        std::cerr << absl::StrFormat("metered choice: %s: %.1f us, %.4f %s a call (the fastest's: %.4f)\n", key.problem,
-                                     choice.microseconds, choice.cost, choice.cost_unit, choice.fastest_cost);
+        const std::string config = key.kernel == "gemm.cublaslt" ? kernels::DescribeCublasLtChoice(choice.variant) : "";
+        std::cerr << absl::StrFormat("metered choice: %s: %.1f us, %.4f %s a call (the fastest's: %.4f) %s\n",
+                                     key.problem, choice.microseconds, choice.cost, choice.cost_unit,
+                                     choice.fastest_cost, config);
       }
     }
     j["tuned_choices"] = table.size();

@@ -28,6 +28,7 @@ expect 2 "--autotune_energy_ms: expected --autotune=1 (it ranks the tuned candid
 expect 2 "--autotune_energy_ms: expected a CUDA step (--device=cuda or unset), found --device=cpu" --device=cpu --autotune_energy_ms=1000
 expect 2 "--autotune_energy_within: expected a factor >= 1, found 0.9" --autotune_energy_within=0.9
 expect 2 "--autotune_energy_candidates: expected >= 1, found 0" --autotune_energy_candidates=0
+expect 2 "--autotune_energy_variants: expected >= 0, found -1" --autotune_energy_variants=-1
 expect 2 "--gradients: expected auto|f32|bf16, found 'f16'" --gradients=f16
 expect 2 "--gradients=bf16: expected --micro_batches=1 (accumulation adds gradients in f32), found --micro_batches=2" --micro_batches=2 --gradients=bf16
 expect 2 "expected only --flag=value arguments, found 'tiny'" tiny

@@ -114,11 +114,15 @@ class CostMeter {
 
 // Which candidates a CostMeter re-ranks: only problems whose fastest call takes at least min_us
 // (a short kernel's cost is not worth a window), and of those the candidates within `within` times
-// the fastest time, at most max_candidates of them, fastest first.
+// the fastest time, at most max_candidates of them, fastest first. A kernel with configurable
+// candidates may also time up to `variants` configurations its own list leaves out (the cuBLASLt
+// GEMM: its first algorithms with other cluster shapes, tiles and custom options), so that the
+// meter sees more than the library's heuristic offers; 0: the list alone.
 struct RerankPolicy {
   double min_us = 40;
   double within = 1.3;
   int max_candidates = 8;
+  int variants = 0;
 };
 
 // PickFastest, then, when `meter` is non-null and the policy admits the problem, the cheapest of

@@ -169,6 +169,15 @@ void ResetGemmAlgorithmCache() {
 #endif
 }
 
+std::string DescribeCublasLtChoice(const std::string& variant) {
+#ifdef SG_WITH_CUDA
+  return gemm_internal::DescribeAlgoCuda(variant);
+#else
+  (void)variant;
+  return "";
+#endif
+}
+
 absl::Status MatmulForward(const TensorView& x, const TensorView& w, const std::optional<TensorView>& bias,
                            const TensorView& y, const Stream& stream) {
   SG_ASSIGN_OR_RETURN(TensorView x2, Flatten2d(x, "MatmulForward", "x"));

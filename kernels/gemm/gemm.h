@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <string>
 
 #include "absl/status/status.h"
 #include "kernels/core/stream.h"
@@ -81,6 +82,11 @@ absl::Status Gemm(const GemmArgs& args, const Stream& stream);
 // the next call per problem looks it up again, e.g. from a freshly installed table: for tests and
 // benchmarks comparing choices. Not while another thread runs GEMMs.
 void ResetGemmAlgorithmCache();
+
+// A tuned cuBLASLt choice's configuration in words ("algo 66 tile 24 cluster 5 option 7 stages 35
+// splitk 1", cuBLASLt's enum values), from the variant bytes the Tuner records for kernel
+// "gemm.cublaslt"; "" for bytes that are not an algorithm, or without CUDA.
+std::string DescribeCublasLtChoice(const std::string& variant);
 
 // Linear forward, PyTorch layout: y[M,N] = x[M,K] @ w[N,K]^T (+ bias[N]). x and y may carry leading
 // dimensions (flattened into M).

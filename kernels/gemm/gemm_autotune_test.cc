@@ -1,7 +1,10 @@
 // Autotuned cuBLASLt GEMMs (GemmAlgo::kTuned): the tuned algorithm computes the same product as
 // the heuristic's (both against the CPU's Eigen GEMM on the same inputs), each problem is timed
-// once and its choice recorded in the process's Tuner, and a recorded choice is reused without
-// timing. GPU only: skipped without one.
+// once and its choice recorded in the process's Tuner, a recorded choice is reused without
+// timing, and with a CostMeter and RerankPolicy::variants the configurations added beside the
+// heuristic's list are real algorithms that compute the product. GPU only: skipped without one.
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -158,6 +161,75 @@ TEST(GemmAutotune, InstalledChoiceIsReusedWithoutTiming) {
   const std::vector<double> third = RunOn(c, GemmAlgo::kTuned, da, db, none, d0, s);
   EXPECT_EQ(tuner.tunings(), 1) << "a choice from another device model must not be used";
   EXPECT_LT(RelativeError(third, want), 1e-2);
+}
+
+// A meter that prefers whichever candidate it sees last (the slowest it is offered), so the
+// choice is far from the heuristic's first: the configurations AlgoVariants adds must be real
+// algorithms for the problem.
+class LastWinsMeter : public autotune::CostMeter {
+ public:
+  std::string unit() const override { return "order"; }
+  absl::StatusOr<double> CostPerCall(const std::function<absl::StatusOr<double>(int64_t)>& run, double) override {
+    absl::StatusOr<double> ms = run(2);
+    if (!ms.ok()) return ms.status();
+    ++seen_;
+    return -double(seen_);
+  }
+  int seen() const { return seen_; }
+
+ private:
+  int seen_ = 0;
+};
+
+TEST(GemmAutotune, MeteredVariantsAddCheckedConfigurationsThatComputeTheProduct) {
+  SG_SKIP_WITHOUT_CUDA();
+  const Device dev = Device::Cuda(0);
+  Stream s = Stream::Create(dev).value();
+  autotune::Tuner& tuner = autotune::Tuner::Global();
+  const Shape3 c{"forward", 1024, 1024 + 128 * int64_t(Rng()() % 4), 1024, false, true, DType::kBF16, false, 0.f};
+  const Stream cpu = Stream::Cpu();
+  Tensor a = RandomTensor({c.m, c.k}, DType::kBF16, Device::Cpu(), Rng());
+  Tensor b = RandomTensor({c.n, c.k}, DType::kBF16, Device::Cpu(), Rng());
+  Tensor none;
+  Tensor ref = Tensor::Empty({c.m, c.n}, c.d, Device::Cpu()).value();
+  GemmArgs g;
+  g.a = a;
+  g.b = b;
+  g.d = ref;
+  g.trans_b = true;
+  ASSERT_TRUE(Gemm(g, cpu).ok());
+  const std::vector<double> want = ToHost(ref);
+  Tensor da = ToDevice(a, dev, s), db = ToDevice(b, dev, s);
+  Tensor d0 = Tensor::Empty({c.m, c.n}, c.d, dev).value();
+
+  // Tunes the problem afresh with `variants` and returns the recorded choice.
+  auto tune = [&](int variants, std::vector<double>* got) -> autotune::Choice {
+    tuner.Clear();
+    ResetGemmAlgorithmCache();
+    autotune::RerankPolicy policy;
+    policy.min_us = 0;
+    policy.within = 1e9;
+    policy.max_candidates = 1000;
+    policy.variants = variants;
+    tuner.set_meter(std::make_shared<LastWinsMeter>(), policy);
+    *got = RunOn(c, GemmAlgo::kTuned, da, db, none, d0, s);
+    tuner.set_meter(nullptr);
+    const autotune::TuningTable table = tuner.Snapshot();
+    EXPECT_EQ(table.size(), 1u);
+    return table.entries().empty() ? autotune::Choice() : table.entries().begin()->second;
+  };
+  std::vector<double> listed_out, varied_out;
+  const autotune::Choice listed = tune(0, &listed_out);
+  const autotune::Choice varied = tune(48, &varied_out);
+  tuner.Clear();
+  ResetGemmAlgorithmCache();
+  EXPECT_GT(varied.candidates, listed.candidates) << "the variants must add configurations the heuristic left out";
+  EXPECT_LE(varied.candidates, listed.candidates + 48);
+  EXPECT_EQ(varied.cost_unit, "order");
+  EXPECT_LT(RelativeError(listed_out, want), 1e-2);
+  EXPECT_LT(RelativeError(varied_out, want), 1e-2) << DescribeCublasLtChoice(varied.variant);
+  EXPECT_NE(DescribeCublasLtChoice(varied.variant).find("cluster"), std::string::npos);
+  EXPECT_EQ(DescribeCublasLtChoice("not an algorithm"), "");
 }
 
 }  // namespace

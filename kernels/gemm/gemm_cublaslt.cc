@@ -27,7 +27,9 @@
 // name, cuBLASLt version) and caches it per key like the heuristic's. A choice already in the
 // Tuner (installed from the compile cache by compiler/autotune.h) is reused without timing, after
 // cublasLtMatmulAlgoCheck accepts it. With a CostMeter installed on the Tuner, the fastest few
-// candidates of a long enough GEMM are re-ranked by the meter (autotune::RerankPolicy).
+// candidates of a long enough GEMM are re-ranked by the meter (autotune::RerankPolicy), and with
+// RerankPolicy::variants configurations of the heuristic's first algorithms it did not list are
+// timed beside its list (AlgoVariants).
 #ifdef SG_WITH_CUDA
 
 #include <cublasLt.h>
@@ -44,6 +46,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "kernels/autotune/tuning_table.h"
@@ -455,6 +458,89 @@ absl::StatusOr<double> TimeAlgo(const MatmulCall& call, const cublasLtMatmulAlgo
   return double(ms) * 1e3 / kTuneReps;
 }
 
+// One algorithm configuration attribute, or false where this algorithm has none of that size.
+template <typename T>
+bool GetConfig(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr, T* value) {
+  size_t written = 0;
+  return cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, value, sizeof(T), &written) == CUBLAS_STATUS_SUCCESS &&
+         written == sizeof(T);
+}
+
+// Configurations the heuristic did not list: its first two algorithms with each thread-block
+// cluster shape of up to 8 CTAs, each tile among the listed candidates' and each custom option
+// the algorithm has, as cublasLtMatmulAlgoCheck accepts them for this problem within the
+// workspace. At most `limit`, those closest to a listed configuration first (the seed's tile and
+// option with other cluster shapes, then other tiles, then other options). Larger clusters share
+// more of each operand's tile loads (TMA multicast), which is what could lower a call's joules.
+std::vector<cublasLtMatmulHeuristicResult_t> AlgoVariants(const MatmulCall& call,
+                                                         const std::vector<cublasLtMatmulHeuristicResult_t>& listed,
+                                                         int limit) {
+  std::vector<cublasLtMatmulHeuristicResult_t> out;
+  if (limit <= 0 || listed.empty()) return out;
+  auto bytes = [](const cublasLtMatmulAlgo_t& a) {
+    return std::string(reinterpret_cast<const char*>(&a), sizeof(cublasLtMatmulAlgo_t));
+  };
+  absl::flat_hash_set<std::string> seen;
+  std::vector<uint32_t> tiles;
+  for (const cublasLtMatmulHeuristicResult_t& r : listed) {
+    seen.insert(bytes(r.algo));
+    uint32_t tile = 0;
+    if (GetConfig(r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile) &&
+        std::find(tiles.begin(), tiles.end(), tile) == tiles.end()) {
+      tiles.push_back(tile);
+    }
+  }
+  constexpr uint16_t kClusters[] = {CUBLASLT_CLUSTER_SHAPE_1x1x1, CUBLASLT_CLUSTER_SHAPE_2x1x1,
+                                    CUBLASLT_CLUSTER_SHAPE_1x2x1, CUBLASLT_CLUSTER_SHAPE_2x2x1,
+                                    CUBLASLT_CLUSTER_SHAPE_4x1x1, CUBLASLT_CLUSTER_SHAPE_1x4x1,
+                                    CUBLASLT_CLUSTER_SHAPE_4x2x1, CUBLASLT_CLUSTER_SHAPE_2x4x1};
+  for (size_t s = 0; s < std::min<size_t>(2, listed.size()) && int(out.size()) < limit; ++s) {
+    const cublasLtMatmulAlgo_t& seed = listed[s].algo;
+    uint32_t seed_tile = 0, seed_option = 0;
+    int32_t option_max = 0;
+    size_t written = 0;
+    if (!GetConfig(seed, CUBLASLT_ALGO_CONFIG_TILE_ID, &seed_tile) ||
+        !GetConfig(seed, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &seed_option) ||
+        cublasLtMatmulAlgoCapGetAttribute(&seed, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &option_max,
+                                          sizeof(option_max), &written) != CUBLAS_STATUS_SUCCESS) {
+      continue;
+    }
+    // (distance from the seed, tile, option): the seed's own pair first.
+    std::vector<std::tuple<int, uint32_t, uint32_t>> pairs;
+    for (uint32_t tile : tiles) {
+      for (uint32_t option = 0; option <= uint32_t(std::max(option_max, 0)); ++option) {
+        pairs.emplace_back(int(tile != seed_tile) + 2 * int(option != seed_option), tile, option);
+      }
+    }
+    std::stable_sort(pairs.begin(), pairs.end(),
+                     [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+    for (const auto& [distance, tile, option] : pairs) {
+      for (uint16_t cluster : kClusters) {
+        if (int(out.size()) >= limit) return out;
+        cublasLtMatmulAlgo_t algo = seed;
+        if (cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile)) !=
+                CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &option,
+                                                 sizeof(option)) != CUBLAS_STATUS_SUCCESS ||
+            cublasLtMatmulAlgoConfigSetAttribute(&algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster,
+                                                 sizeof(cluster)) != CUBLAS_STATUS_SUCCESS) {
+          continue;
+        }
+        if (!seen.insert(bytes(algo)).second) continue;
+        cublasLtMatmulHeuristicResult_t check = {};
+        if (cublasLtMatmulAlgoCheck(call.handle, call.desc, call.a, call.b, call.c, call.d, &algo, &check) !=
+                CUBLAS_STATUS_SUCCESS ||
+            check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > kWorkspaceBytes) {
+          continue;
+        }
+        check.algo = algo;
+        out.push_back(check);
+      }
+    }
+  }
+  return out;
+}
+
 // Times the heuristic's top kTuneCandidates algorithms on the problem; the fastest as a Choice
 // (its variant: the algorithm's bytes), or, with a CostMeter on the Tuner, the cheapest by the meter
 // among the fastest few (autotune::PickCheapest; e.g. joules a call at the power limit, each
@@ -469,6 +555,11 @@ absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey&
   const int n = meter == nullptr ? kTuneCandidates : std::max(kTuneCandidates, 2 * policy.max_candidates);
   SG_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> candidates, Heuristic(call, key, n));
   if (candidates.empty()) return absl::NotFoundError("cuBLASLt has no algorithm for this GEMM");
+  if (meter != nullptr) {
+    for (const cublasLtMatmulHeuristicResult_t& v : AlgoVariants(call, candidates, policy.variants)) {
+      candidates.push_back(v);
+    }
+  }
   const LtPlan& l = *call.plan;
   std::optional<Scratch> scratch;
   void* d = const_cast<void*>(l.d.ptr);
@@ -594,6 +685,24 @@ absl::Status RunPlan(const LtPlan& l, int device, bool tuned, cudaStream_t strea
 }
 
 }  // namespace
+
+std::string DescribeAlgoCuda(const std::string& variant) {
+  if (variant.size() != sizeof(cublasLtMatmulAlgo_t)) return "";
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, variant.data(), sizeof(algo));
+  int32_t id = 0, splitk = 0;
+  uint32_t tile = 0, option = 0, stages = 0;
+  uint16_t cluster = 0;
+  if (!GetConfig(algo, CUBLASLT_ALGO_CONFIG_ID, &id) || !GetConfig(algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile) ||
+      !GetConfig(algo, CUBLASLT_ALGO_CONFIG_CLUSTER_SHAPE_ID, &cluster) ||
+      !GetConfig(algo, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &option) ||
+      !GetConfig(algo, CUBLASLT_ALGO_CONFIG_STAGES_ID, &stages) ||
+      !GetConfig(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splitk)) {
+    return "";
+  }
+  return absl::StrCat("algo ", id, " tile ", tile, " cluster ", cluster, " option ", option, " stages ", stages,
+                      " splitk ", splitk);
+}
 
 void ResetAlgoCacheCuda() {
   absl::MutexLock lock(&g_algo_mu);

@@ -3,6 +3,7 @@
 #define SGTRAIN_KERNELS_GEMM_GEMM_INTERNAL_H_
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "kernels/core/dtype.h"
@@ -37,6 +38,7 @@ void GemmCpu(const Problem& p);
 
 absl::Status GemmCuda(const Problem& p, int device, void* stream);
 void ResetAlgoCacheCuda();
+std::string DescribeAlgoCuda(const std::string& variant);
 
 // CUDA: d[b, i, :] *= scale[i] in place, for the row-scale fallback (gemm.cu).
 absl::Status ScaleRowsCuda(void* d, DType dtype, int64_t batch, int64_t rows, int64_t cols, int64_t ld,
