@@ -62,6 +62,27 @@ std::vector<double> RunOn(const Shape3& c, GemmAlgo algo, const Tensor& a, const
   return ToHost(d);
 }
 
+// A forward problem d = a b^T (c.trans_b) with fresh bf16 operands on s's device, and Eigen's
+// product of them on the CPU.
+struct Forward {
+  Tensor a, b, d0;
+  std::vector<double> want;
+};
+
+Forward MakeForward(const Shape3& c, const Stream& s) {
+  const Tensor a = RandomTensor({c.m, c.k}, DType::kBF16, Device::Cpu(), Rng());
+  const Tensor b = RandomTensor({c.n, c.k}, DType::kBF16, Device::Cpu(), Rng());
+  Tensor ref = Tensor::Empty({c.m, c.n}, c.d, Device::Cpu()).value();
+  GemmArgs g;
+  g.a = a;
+  g.b = b;
+  g.d = ref;
+  g.trans_b = true;
+  EXPECT_TRUE(Gemm(g, Stream::Cpu()).ok());
+  return Forward{ToDevice(a, s.device(), s), ToDevice(b, s.device(), s),
+                 Tensor::Empty({c.m, c.n}, c.d, s.device()).value(), ToHost(ref)};
+}
+
 TEST(GemmAutotune, TunedMatchesHeuristicAndEigenAndIsRecordedOnce) {
   SG_SKIP_WITHOUT_CUDA();
   const Device dev = Device::Cuda(0);
@@ -121,20 +142,10 @@ TEST(GemmAutotune, InstalledChoiceIsReusedWithoutTiming) {
   Stream s = Stream::Create(dev).value();
   autotune::Tuner& tuner = autotune::Tuner::Global();
   const Shape3 c{"forward", 256 + 64 * int64_t(Rng()() % 4), 320, 192, false, true, DType::kBF16, false, 0.f};
-  const Stream cpu = Stream::Cpu();
-  Tensor a = RandomTensor({c.m, c.k}, DType::kBF16, Device::Cpu(), Rng());
-  Tensor b = RandomTensor({c.n, c.k}, DType::kBF16, Device::Cpu(), Rng());
-  Tensor none;
-  Tensor ref = Tensor::Empty({c.m, c.n}, c.d, Device::Cpu()).value();
-  GemmArgs g;
-  g.a = a;
-  g.b = b;
-  g.d = ref;
-  g.trans_b = true;
-  ASSERT_TRUE(Gemm(g, cpu).ok());
-  const std::vector<double> want = ToHost(ref);
-  Tensor da = ToDevice(a, dev, s), db = ToDevice(b, dev, s);
-  Tensor d0 = Tensor::Empty({c.m, c.n}, c.d, dev).value();
+  const Forward f = MakeForward(c, s);
+  const Tensor &da = f.a, &db = f.b, &d0 = f.d0;
+  const Tensor none;
+  const std::vector<double>& want = f.want;
 
   const std::vector<double> first = RunOn(c, GemmAlgo::kTuned, da, db, none, d0, s);
   const std::string text = tuner.Snapshot().Serialize();
@@ -187,20 +198,10 @@ TEST(GemmAutotune, MeteredVariantsAddCheckedConfigurationsThatComputeTheProduct)
   Stream s = Stream::Create(dev).value();
   autotune::Tuner& tuner = autotune::Tuner::Global();
   const Shape3 c{"forward", 1024, 1024 + 128 * int64_t(Rng()() % 4), 1024, false, true, DType::kBF16, false, 0.f};
-  const Stream cpu = Stream::Cpu();
-  Tensor a = RandomTensor({c.m, c.k}, DType::kBF16, Device::Cpu(), Rng());
-  Tensor b = RandomTensor({c.n, c.k}, DType::kBF16, Device::Cpu(), Rng());
-  Tensor none;
-  Tensor ref = Tensor::Empty({c.m, c.n}, c.d, Device::Cpu()).value();
-  GemmArgs g;
-  g.a = a;
-  g.b = b;
-  g.d = ref;
-  g.trans_b = true;
-  ASSERT_TRUE(Gemm(g, cpu).ok());
-  const std::vector<double> want = ToHost(ref);
-  Tensor da = ToDevice(a, dev, s), db = ToDevice(b, dev, s);
-  Tensor d0 = Tensor::Empty({c.m, c.n}, c.d, dev).value();
+  const Forward f = MakeForward(c, s);
+  const Tensor &da = f.a, &db = f.b, &d0 = f.d0;
+  const Tensor none;
+  const std::vector<double>& want = f.want;
 
   // Tunes the problem afresh with `variants` and returns the recorded choice.
   auto tune = [&](int variants, std::vector<double>* got) -> autotune::Choice {
