@@ -186,7 +186,6 @@ class LastWinsMeter : public autotune::CostMeter {
     ++seen_;
     return -double(seen_);
   }
-  int seen() const { return seen_; }
 
  private:
   int seen_ = 0;

@@ -458,6 +458,27 @@ absl::StatusOr<double> TimeAlgo(const MatmulCall& call, const cublasLtMatmulAlgo
   return double(ms) * 1e3 / kTuneReps;
 }
 
+// An algorithm as the bytes the Tuner records as its variant, and back (false for bytes that are
+// not one).
+std::string AlgoBytes(const cublasLtMatmulAlgo_t& algo) {
+  return std::string(reinterpret_cast<const char*>(&algo), sizeof(algo));
+}
+
+bool AlgoFromBytes(const std::string& bytes, cublasLtMatmulAlgo_t* algo) {
+  if (bytes.size() != sizeof(cublasLtMatmulAlgo_t)) return false;
+  std::memcpy(algo, bytes.data(), sizeof(*algo));
+  return true;
+}
+
+// Whether cuBLASLt accepts `algo` for the call's problem within our workspace; *result gets its
+// check (state, workspace size).
+bool AlgoFits(const MatmulCall& call, const cublasLtMatmulAlgo_t& algo, cublasLtMatmulHeuristicResult_t* result) {
+  *result = {};
+  return cublasLtMatmulAlgoCheck(call.handle, call.desc, call.a, call.b, call.c, call.d, &algo, result) ==
+             CUBLAS_STATUS_SUCCESS &&
+         result->state == CUBLAS_STATUS_SUCCESS && result->workspaceSize <= kWorkspaceBytes;
+}
+
 // One algorithm configuration attribute, or false where this algorithm has none of that size.
 template <typename T>
 bool GetConfig(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr, T* value) {
@@ -477,13 +498,10 @@ std::vector<cublasLtMatmulHeuristicResult_t> AlgoVariants(const MatmulCall& call
                                                          int limit) {
   std::vector<cublasLtMatmulHeuristicResult_t> out;
   if (limit <= 0 || listed.empty()) return out;
-  auto bytes = [](const cublasLtMatmulAlgo_t& a) {
-    return std::string(reinterpret_cast<const char*>(&a), sizeof(cublasLtMatmulAlgo_t));
-  };
   absl::flat_hash_set<std::string> seen;
   std::vector<uint32_t> tiles;
   for (const cublasLtMatmulHeuristicResult_t& r : listed) {
-    seen.insert(bytes(r.algo));
+    seen.insert(AlgoBytes(r.algo));
     uint32_t tile = 0;
     if (GetConfig(r.algo, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile) &&
         std::find(tiles.begin(), tiles.end(), tile) == tiles.end()) {
@@ -526,13 +544,8 @@ std::vector<cublasLtMatmulHeuristicResult_t> AlgoVariants(const MatmulCall& call
                                                  sizeof(cluster)) != CUBLAS_STATUS_SUCCESS) {
           continue;
         }
-        if (!seen.insert(bytes(algo)).second) continue;
-        cublasLtMatmulHeuristicResult_t check = {};
-        if (cublasLtMatmulAlgoCheck(call.handle, call.desc, call.a, call.b, call.c, call.d, &algo, &check) !=
-                CUBLAS_STATUS_SUCCESS ||
-            check.state != CUBLAS_STATUS_SUCCESS || check.workspaceSize > kWorkspaceBytes) {
-          continue;
-        }
+        cublasLtMatmulHeuristicResult_t check;
+        if (!seen.insert(AlgoBytes(algo)).second || !AlgoFits(call, algo, &check)) continue;
         check.algo = algo;
         out.push_back(check);
       }
@@ -556,9 +569,8 @@ absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey&
   SG_ASSIGN_OR_RETURN(std::vector<cublasLtMatmulHeuristicResult_t> candidates, Heuristic(call, key, n));
   if (candidates.empty()) return absl::NotFoundError("cuBLASLt has no algorithm for this GEMM");
   if (meter != nullptr) {
-    for (const cublasLtMatmulHeuristicResult_t& v : AlgoVariants(call, candidates, policy.variants)) {
-      candidates.push_back(v);
-    }
+    const std::vector<cublasLtMatmulHeuristicResult_t> variants = AlgoVariants(call, candidates, policy.variants);
+    candidates.insert(candidates.end(), variants.begin(), variants.end());
   }
   const LtPlan& l = *call.plan;
   std::optional<Scratch> scratch;
@@ -573,9 +585,7 @@ absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey&
   const void* c_ptr = l.c.ptr == l.d.ptr ? d : l.c.ptr;
   absl::StatusOr<autotune::Choice> choice = autotune::PickCheapest(
       int(candidates.size()), [&](int i) { return TimeAlgo(call, candidates[size_t(i)].algo, d); },
-      [&](int i) {
-        return std::string(reinterpret_cast<const char*>(&candidates[size_t(i)].algo), sizeof(cublasLtMatmulAlgo_t));
-      },
+      [&](int i) { return AlgoBytes(candidates[size_t(i)].algo); },
       [&](int i, int64_t calls) -> absl::StatusOr<double> {
         SG_ASSIGN_OR_RETURN(float ms, TimeCalls(call, candidates[size_t(i)].algo, c_ptr, d, int(calls)));
         return double(ms);
@@ -589,12 +599,8 @@ absl::StatusOr<autotune::Choice> TuneAlgo(const MatmulCall& call, const AlgoKey&
 // A recorded choice's bytes as an algorithm, if cuBLASLt accepts it for this problem (a table
 // from another build of the same library version could still disagree).
 bool AcceptRecorded(const MatmulCall& call, const std::string& bytes, cublasLtMatmulAlgo_t* algo) {
-  if (bytes.size() != sizeof(cublasLtMatmulAlgo_t)) return false;
-  std::memcpy(algo, bytes.data(), sizeof(*algo));
-  cublasLtMatmulHeuristicResult_t check = {};
-  return cublasLtMatmulAlgoCheck(call.handle, call.desc, call.a, call.b, call.c, call.d, algo, &check) ==
-             CUBLAS_STATUS_SUCCESS &&
-         check.workspaceSize <= kWorkspaceBytes;
+  cublasLtMatmulHeuristicResult_t check;
+  return AlgoFromBytes(bytes, algo) && AlgoFits(call, *algo, &check);
 }
 
 // --- choosing the algorithm -----------------------------------------------------------------------
@@ -687,9 +693,8 @@ absl::Status RunPlan(const LtPlan& l, int device, bool tuned, cudaStream_t strea
 }  // namespace
 
 std::string DescribeAlgoCuda(const std::string& variant) {
-  if (variant.size() != sizeof(cublasLtMatmulAlgo_t)) return "";
   cublasLtMatmulAlgo_t algo;
-  std::memcpy(&algo, variant.data(), sizeof(algo));
+  if (!AlgoFromBytes(variant, &algo)) return "";
   int32_t id = 0, splitk = 0;
   uint32_t tile = 0, option = 0, stages = 0;
   uint16_t cluster = 0;
