@@ -72,10 +72,11 @@ __device__ __forceinline__ void IssueDq(float (&dq)[32], uint32_t ds_tile, uint3
   const uint32_t a0 = ds_tile + row_block * (kBlockN * 128), b0 = k_tile + col_block * (kBlockN * 128);
   FenceOperands(dq);
   WgmmaFence();
+  const uint64_t a_base = Sw128Desc(a0, kBlockN * 128, 1024), b_base = Sw128Desc(b0, kBlockN * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    const uint64_t a_desc = Sw128Desc(a0 + kk * 16 * 128, kBlockN * 128, 1024);
-    const uint64_t b_desc = Sw128Desc(b0 + kk * 16 * 128, kBlockN * 128, 1024);
+    const uint64_t a_desc = Sw128DescAdvance(a_base, kk * 16 * 128);
+    const uint64_t b_desc = Sw128DescAdvance(b_base, kk * 16 * 128);
     WgmmaSS64<T, 1, 1>(dq, a_desc, b_desc, kk > 0);
   }
   WgmmaCommit();

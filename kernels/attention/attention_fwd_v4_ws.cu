@@ -104,7 +104,9 @@ __global__ void __launch_bounds__(384, 1)
   }
   __syncthreads();
 
-  const int wg = int(threadIdx.x) / 128;
+  // Through a shuffle, so the compiler knows the warpgroup is warp-uniform (the consumers' tile
+  // addresses and wgmma descriptors then stay in uniform registers).
+  const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {  // the producer
     SetMaxRegsDec<C::kProducerRegs>();
     // With no visible keys nothing is loaded (the consumers wait for nothing and write zeros).

@@ -168,11 +168,12 @@ __device__ __forceinline__ void IssueQK(float (&s)[kBlockN / 2], uint32_t q_tile
   static_assert(kBlockN == 64 || kBlockN == 128, "QK^T wrappers: m64n64 and m64n128");
   FenceOperands(s);
   WgmmaFence();
+  const uint64_t a0 = Sw128Desc(q_tile, 16, 1024), b0 = Sw128Desc(k_tile, 16, 1024);
 #pragma unroll
   for (int kk = 0; kk < kD / 16; ++kk) {  // k16 step: + (kk / 4) column blocks + (kk % 4) * 32 bytes
     const uint32_t within = (kk % 4) * 32;
-    const uint64_t a_desc = Sw128Desc(q_tile + (kk / 4) * (kBlockM * 128) + within, 16, 1024);
-    const uint64_t b_desc = Sw128Desc(k_tile + (kk / 4) * (kBlockN * 128) + within, 16, 1024);
+    const uint64_t a_desc = Sw128DescAdvance(a0, (kk / 4) * (kBlockM * 128) + within);
+    const uint64_t b_desc = Sw128DescAdvance(b0, (kk / 4) * (kBlockN * 128) + within);
     if constexpr (kBlockN == 128) {
       WgmmaSS128<T>(s, a_desc, b_desc, kk > 0);
     } else {
@@ -190,9 +191,10 @@ __device__ __forceinline__ void IssuePV(float (&o)[kD / 2], const uint32_t (&p)[
                                         uint32_t v_tile) {
   FenceOperands(o);
   WgmmaFence();
+  const uint64_t b0 = Sw128Desc(v_tile, kBlockN * 128, 1024);
 #pragma unroll
   for (int kk = 0; kk < kBlockN / 16; ++kk) {
-    const uint64_t b_desc = Sw128Desc(v_tile + kk * 16 * 128, kBlockN * 128, 1024);
+    const uint64_t b_desc = Sw128DescAdvance(b0, kk * 16 * 128);
     if constexpr (kD == 128) {
       WgmmaRS128<T, 1>(o, p[kk], b_desc);
     } else {

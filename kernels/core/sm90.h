@@ -313,6 +313,15 @@ __device__ __forceinline__ uint64_t Sw128Desc(uint32_t addr, uint32_t lbo_bytes,
          uint64_t((sbo_bytes & 0x3FFFF) >> 4) << 32 | uint64_t(1) << 62;
 }
 
+// The descriptor of the same operand `bytes` further on (a multiple of 16): Sw128Desc(addr + bytes,
+// lbo, sbo) from Sw128Desc(addr, lbo, sbo). The start address field (bits 0-13, address / 16) cannot
+// carry while addr + bytes stays in shared memory's 256 KiB window, so a k-step loop adds to the low
+// word of one descriptor (one integer add, or none where it folds) instead of building each anew.
+__device__ __forceinline__ uint64_t Sw128DescAdvance(uint64_t desc, uint32_t bytes) {
+  const uint32_t lo = uint32_t(desc) + (bytes >> 4), hi = uint32_t(desc >> 32);
+  return uint64_t(hi) << 32 | lo;
+}
+
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 
 }  // namespace sg::sm90
