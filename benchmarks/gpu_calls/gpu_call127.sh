@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # One H200, ~3 minutes; carry [".gpu", ".gpu_old"]: .gpu = gpu-bundle --flags "-c opt" of
-# (Run 2026-12-04 20:43: both test binaries passed (164 and 2 cases), then each batch benchmark ran past
-# its 120 s limit after one row, since a batch iteration reports one call's time (fixed since in
-# attention_benchmark.cc), and the call hit its 500 s limit; gpu_call128.sh measured per call.)
 # //kernels/attention:attention_benchmark, :attention_test and :attention_wgmma_probe_test with the
 # attention's wgmma descriptors advanced from one base (sm90::Sw128DescAdvance), the warpgroup
 # index made warp-uniform, and the v5 backward's lse stored in the log2 domain once a row;
 # .gpu_old = attention_benchmark at 2b43709 (before them).
+# (Run 2026-12-04 20:43: both test binaries passed (164 and 2 cases), then each batch benchmark ran past
+# its 120 s limit after one row, since a batch iteration reports one call's time (fixed since in
+# attention_benchmark.cc), and the call hit its 500 s limit; gpu_call128.sh measured per call.)
 # 1. The attention tests and the wgmma probe on the new kernels.
 # 2. Old against new, O N O N, the default kernels 30 calls back to back (forward_batch /
 #    backward_batch, bf16, D64 and D128, causal and not).
