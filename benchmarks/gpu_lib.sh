@@ -6,6 +6,8 @@
 #                       prints its rc, the PASSED/FAILED/SKIPPED summary lines and the first failures
 #   ours_1b TAG ARGS... the 1b step on one GPU (20 timed steps after 5, within ${OURS_TIMEOUT:-120} s) into
 #                       $logs/ours_TAG.log, its JSON line
+#   peer_1b             the peer's 1b step (torch.compile, 20 timed steps after 8, within 150 s) into
+#                       $logs/peer_1b.log, its JSON line
 #   fsdp_1b TAG ARGS... the 1b FSDP step on 2 GPUs under 25 GiB (IPC collectives; ${steps:-12} steps after 4)
 #                       into $logs/fsdp_TAG.log, its JSON line
 #   bm NAME FILTER [FLAG...]
@@ -33,6 +35,10 @@ ours_1b() {
   shift
   timeout "${OURS_TIMEOUT:-120}" .gpu/run benchmarks/llama_step_benchmark --config=1b --steps=20 --warmup=5 "$@" > "$logs/ours_$tag.log" 2>&1
   echo "ours 1b $tag: $(json "$logs/ours_$tag.log") $(grep -E 'rror' "$logs/ours_$tag.log" | tail -1 | cut -c1-160)"
+}
+peer_1b() {
+  timeout 150 python3 benchmarks/llama_peer.py --config 1b --compile --steps 20 --warmup 8 > "$logs/peer_1b.log" 2>&1
+  echo "peer 1b: $(json "$logs/peer_1b.log") $(grep -E 'Error' "$logs/peer_1b.log" | tail -1)"
 }
 fsdp_1b() {
   local tag=$1

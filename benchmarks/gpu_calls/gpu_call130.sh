@@ -10,8 +10,7 @@ benchmarks/gpu_tests.sh run 2>&1 | grep -v '^PASS' | tail -12
 source benchmarks/gpu_lib.sh
 for i in 1 2 3 4 5; do t "step_energy_$i" 120 benchmarks/step_energy_test; done
 ours_1b a --steps=30
-timeout 150 python3 benchmarks/llama_peer.py --config 1b --compile --steps 20 --warmup 8 > "$logs/peer_1b.log" 2>&1
-echo "peer 1b: $(json "$logs/peer_1b.log") $(grep -E 'Error' "$logs/peer_1b.log" | tail -1)"
+peer_1b
 ours_1b b --steps=30
 echo "== done $(date -u +%FT%TZ)"
 tar czf "$out/logs.tgz" -C "$out" logs && rm -rf "$logs"
