@@ -104,8 +104,9 @@ __global__ void __launch_bounds__(384, 1)
   }
   __syncthreads();
 
-  // Through a shuffle, so the compiler knows the warpgroup is warp-uniform (the consumers' tile
-  // addresses and wgmma descriptors then stay in uniform registers).
+  // Through a shuffle, so the compiler knows the warpgroup is warp-uniform and may keep the
+  // consumers' tile addresses and wgmma descriptors in uniform registers (as in the v5 backward,
+  // where it removed the moves to them; here the forward's time did not change, gpu_call127.sh).
   const int wg = __shfl_sync(0xffffffffu, int(threadIdx.x) / 128, 0);
   if (wg == 0) {  // the producer
     SetMaxRegsDec<C::kProducerRegs>();
